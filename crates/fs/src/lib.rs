@@ -1,0 +1,1 @@
+//! POSIX semantics over the engine, returning typed errors; tested without mounting.

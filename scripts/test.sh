@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Sets up a bare machine and runs the whole squeezefs test suite.
+# This is the README's test command; .ci/run calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
+command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+[ -e /usr/include/fuse3/fuse.h ] || need_apt+=(libfuse3-dev)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+command -v attr >/dev/null 2>&1 || need_apt+=(attr)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "installing: ${need_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+command -v cargo >/dev/null 2>&1 || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }
+[ -e /dev/fuse ] || echo "warning: /dev/fuse missing; mounted tests will fail" >&2
+
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
