@@ -4,6 +4,24 @@
 //! CONTRACT: the engine talks to storage only through [`Device`]. Offsets are byte offsets
 //! from the start of the device (the device header occupies the first bytes; the engine
 //! never writes there except through the header functions).
+//!
+//! Layout of a device: bytes `0..HEADER_RESERVED` hold the [`DeviceHeader`] (see
+//! `header.rs`); data starts at [`DATA_START`], which is aligned for both 512 B and 4 KiB
+//! sectors.
+
+pub mod doubles;
+mod file;
+mod header;
+mod pool_id;
+mod stats;
+
+pub use file::{FileDevice, FileDeviceOptions};
+pub use header::{
+    is_nonempty, read_header, write_header, DeviceHeader, HeaderError, DATA_START,
+    FORMAT_VERSION, HEADER_RESERVED, MAGIC, NONEMPTY_PROBE_BYTES,
+};
+pub use pool_id::PoolId;
+pub use stats::{DeviceStats, DeviceStatsSnapshot, THROUGHPUT_WINDOW_BYTES};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -18,6 +36,13 @@ pub enum DeviceError {
     Full { path: String, capacity: u64 },
     #[error("{0}")]
     Other(String),
+    #[error("read of {len} bytes at offset {offset} is past the end of {path} ({device_len} bytes)")]
+    OutOfRange {
+        path: String,
+        offset: u64,
+        len: u64,
+        device_len: u64,
+    },
 }
 
 pub trait Device: Send + Sync {
@@ -33,4 +58,76 @@ pub trait Device: Send + Sync {
     fn capacity(&self) -> Option<u64>;
     /// Human-readable name (path) for messages.
     fn name(&self) -> &str;
+    /// Nothing written yet (length 0).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Shared devices: the engine holds `Arc<dyn Device>`, tests keep a clone of an
+/// `Arc<CrashDevice>` to take crash images while the engine writes through it.
+impl<T: Device + ?Sized> Device for std::sync::Arc<T> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
+        (**self).write_at(data, offset)
+    }
+    fn sync(&self) -> Result<(), DeviceError> {
+        (**self).sync()
+    }
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn capacity(&self) -> Option<u64> {
+        (**self).capacity()
+    }
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+}
+
+impl<T: Device + ?Sized> Device for Box<T> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
+        (**self).write_at(data, offset)
+    }
+    fn sync(&self) -> Result<(), DeviceError> {
+        (**self).sync()
+    }
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn capacity(&self) -> Option<u64> {
+        (**self).capacity()
+    }
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+}
+
+/// Byte offset one past the end of a write of `len` bytes at `offset`, or `None` if that
+/// overflows u64 (such a write can never fit any device).
+pub fn end_offset(offset: u64, len: usize) -> Option<u64> {
+    offset.checked_add(u64::try_from(len).ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn end_offset_over_whole_range() {
+        assert_eq!(end_offset(0, 0), Some(0));
+        assert_eq!(end_offset(10, 5), Some(15));
+        assert_eq!(end_offset(u64::MAX, 0), Some(u64::MAX));
+        assert_eq!(end_offset(u64::MAX, 1), None);
+        assert_eq!(end_offset(u64::MAX - 4, 4), Some(u64::MAX));
+        for shift in 0..64 {
+            let off = 1u64 << shift;
+            assert_eq!(end_offset(off, 7), off.checked_add(7));
+        }
+    }
 }

@@ -1,0 +1,308 @@
+//! `FileDevice`: a regular file or a block device accessed with positional I/O.
+//!
+//! * Regular file, no capacity given: growable; writes past the end extend the file.
+//! * Regular file with a capacity: fixed; a write ending past the capacity returns
+//!   `DeviceError::Full` and writes nothing (the file is extended to the capacity lazily).
+//! * Block device: fixed; the capacity is the device size (seek to end, which the kernel
+//!   answers with the same figure as the BLKGETSIZE64 ioctl).
+//!
+//! `sync` is `fdatasync`. The host filesystem running out of space (ENOSPC) while a
+//! growable file grows is reported as `Full` too, so the engine sees one "no space" error.
+
+use crate::{end_offset, Device, DeviceError};
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How to open a [`FileDevice`].
+#[derive(Debug, Clone, Default)]
+pub struct FileDeviceOptions {
+    /// Open read-only (scrub, fsck, read-only mounts); writes then fail with an I/O error.
+    pub read_only: bool,
+    /// Create the file if it does not exist (regular files only).
+    pub create: bool,
+    /// Fixed capacity in bytes for a regular file; `None` = growable. Ignored for block
+    /// devices, whose size is their capacity.
+    pub capacity: Option<u64>,
+}
+
+pub struct FileDevice {
+    file: File,
+    name: String,
+    capacity: Option<u64>,
+    block_device: bool,
+    /// Highest byte ever written or present; grows monotonically.
+    len: AtomicU64,
+}
+
+impl FileDevice {
+    /// Open an existing file or block device read-write, growable for regular files.
+    pub fn open(path: &Path) -> Result<Self, DeviceError> {
+        Self::open_with(path, &FileDeviceOptions::default())
+    }
+
+    /// Create (or open) a regular file device; `capacity` makes it fixed-size.
+    pub fn create(path: &Path, capacity: Option<u64>) -> Result<Self, DeviceError> {
+        Self::open_with(
+            path,
+            &FileDeviceOptions {
+                create: true,
+                capacity,
+                ..Default::default()
+            },
+        )
+    }
+
+    pub fn open_with(path: &Path, opts: &FileDeviceOptions) -> Result<Self, DeviceError> {
+        let name = path.display().to_string();
+        let io = |source: std::io::Error| DeviceError::Io {
+            path: name.clone(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(!opts.read_only)
+            .create(opts.create && !opts.read_only)
+            .truncate(false)
+            .open(path)
+            .map_err(io)?;
+        let meta = file.metadata().map_err(io)?;
+        let ft = meta.file_type();
+        let (capacity, block_device, len) = if ft.is_block_device() {
+            let size = file.seek(SeekFrom::End(0)).map_err(io)?;
+            (Some(size), true, size)
+        } else if ft.is_file() {
+            (opts.capacity, false, meta.len())
+        } else {
+            return Err(DeviceError::Other(format!(
+                "{name} is neither a regular file nor a block device; a device must be one of those"
+            )));
+        };
+        if let Some(cap) = capacity {
+            if !block_device && len > cap {
+                return Err(DeviceError::Other(format!(
+                    "{name} holds {len} bytes, more than its fixed capacity of {cap} bytes"
+                )));
+            }
+        }
+        Ok(Self {
+            file,
+            name,
+            capacity,
+            block_device,
+            len: AtomicU64::new(len),
+        })
+    }
+
+    pub fn is_block_device(&self) -> bool {
+        self.block_device
+    }
+
+    fn io_err(&self, source: std::io::Error) -> DeviceError {
+        if source.raw_os_error() == Some(libc_enospc()) {
+            return DeviceError::Full {
+                path: self.name.clone(),
+                capacity: self.len.load(Ordering::Relaxed),
+            };
+        }
+        DeviceError::Io {
+            path: self.name.clone(),
+            source,
+        }
+    }
+}
+
+/// ENOSPC on Linux (asm-generic errno 28); spelled out to avoid a libc dependency.
+const fn libc_enospc() -> i32 {
+    28
+}
+
+impl Device for FileDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        let device_len = self.len.load(Ordering::Acquire);
+        match end_offset(offset, buf.len()) {
+            Some(end) if end <= device_len => {}
+            _ => {
+                return Err(DeviceError::OutOfRange {
+                    path: self.name.clone(),
+                    offset,
+                    len: buf.len() as u64,
+                    device_len,
+                })
+            }
+        }
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| self.io_err(e))
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
+        let Some(end) = end_offset(offset, data.len()) else {
+            return Err(DeviceError::Full {
+                path: self.name.clone(),
+                capacity: self.capacity.unwrap_or(u64::MAX),
+            });
+        };
+        if let Some(cap) = self.capacity {
+            if end > cap {
+                return Err(DeviceError::Full {
+                    path: self.name.clone(),
+                    capacity: cap,
+                });
+            }
+        }
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|e| self.io_err(e))?;
+        self.len.fetch_max(end, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), DeviceError> {
+        self.file.sync_data().map_err(|e| self.io_err(e))
+    }
+
+    fn len(&self) -> u64 {
+        self.len.load(Ordering::Acquire)
+    }
+
+    fn capacity(&self) -> Option<u64> {
+        self.capacity
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growable_file_round_trips_and_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev0");
+        let dev = FileDevice::create(&path, None).unwrap();
+        assert_eq!(dev.len(), 0);
+        assert_eq!(dev.capacity(), None);
+        dev.write_at(b"hello", 4096).unwrap();
+        assert_eq!(dev.len(), 4101);
+        let mut buf = [0u8; 5];
+        dev.read_at(&mut buf, 4096).unwrap();
+        assert_eq!(&buf, b"hello");
+        // The gap before the write reads as zeros (sparse file).
+        let mut gap = [1u8; 16];
+        dev.read_at(&mut gap, 0).unwrap();
+        assert_eq!(gap, [0u8; 16]);
+        dev.sync().unwrap();
+        drop(dev);
+        let again = FileDevice::open(&path).unwrap();
+        assert_eq!(again.len(), 4101);
+        let mut buf = [0u8; 5];
+        again.read_at(&mut buf, 4096).unwrap();
+        assert_eq!(&buf, b"hello");
+    }
+
+    #[test]
+    fn read_past_end_is_out_of_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = FileDevice::create(&dir.path().join("d"), None).unwrap();
+        dev.write_at(&[7u8; 100], 0).unwrap();
+        let mut buf = [0u8; 10];
+        let err = dev.read_at(&mut buf, 95).unwrap_err();
+        assert!(matches!(err, DeviceError::OutOfRange { device_len: 100, .. }), "{err}");
+        let err = dev.read_at(&mut buf, u64::MAX - 3).unwrap_err();
+        assert!(matches!(err, DeviceError::OutOfRange { .. }), "{err}");
+        dev.read_at(&mut buf, 90).unwrap();
+    }
+
+    #[test]
+    fn fixed_capacity_refuses_writes_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = FileDevice::create(&dir.path().join("d"), Some(8192)).unwrap();
+        assert_eq!(dev.capacity(), Some(8192));
+        dev.write_at(&[1u8; 4096], 4096).unwrap();
+        let err = dev.write_at(&[1u8; 4097], 4096).unwrap_err();
+        assert!(matches!(err, DeviceError::Full { capacity: 8192, .. }), "{err}");
+        assert!(err.to_string().contains("is full"));
+        // Nothing of the refused write landed.
+        assert_eq!(dev.len(), 8192);
+        let err = dev.write_at(&[1u8; 1], u64::MAX).unwrap_err();
+        assert!(matches!(err, DeviceError::Full { .. }));
+    }
+
+    #[test]
+    fn existing_file_larger_than_capacity_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d");
+        std::fs::write(&path, vec![0u8; 10_000]).unwrap();
+        let opts = FileDeviceOptions {
+            capacity: Some(4096),
+            ..Default::default()
+        };
+        let err = FileDevice::open_with(&path, &opts).err().unwrap();
+        assert!(err.to_string().contains("fixed capacity"), "{err}");
+    }
+
+    #[test]
+    fn missing_file_without_create_is_an_io_error_naming_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nope");
+        let err = FileDevice::open(&path).err().unwrap();
+        assert!(err.to_string().contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn directory_is_not_a_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = FileDeviceOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        let err = FileDevice::open_with(dir.path(), &opts).err().unwrap();
+        assert!(err.to_string().contains("neither a regular file nor a block device"), "{err}");
+    }
+
+    #[test]
+    fn read_only_device_refuses_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d");
+        std::fs::write(&path, b"abc").unwrap();
+        let opts = FileDeviceOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        let dev = FileDevice::open_with(&path, &opts).unwrap();
+        assert!(matches!(dev.write_at(b"x", 0), Err(DeviceError::Io { .. })));
+        let mut b = [0u8; 3];
+        dev.read_at(&mut b, 0).unwrap();
+        assert_eq!(&b, b"abc");
+    }
+
+    #[test]
+    fn block_device_capacity_is_its_size() {
+        // /dev/loop* or /dev/ram* may not exist in a container; use any readable block
+        // device if there is one, else the test has nothing to check.
+        let Some(path) = ["/dev/loop0", "/dev/ram0", "/dev/sda", "/dev/vda"]
+            .iter()
+            .map(Path::new)
+            .find(|p| p.exists())
+        else {
+            eprintln!("no block device to probe; skipping");
+            return;
+        };
+        let opts = FileDeviceOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        let Ok(dev) = FileDevice::open_with(path, &opts) else {
+            eprintln!("cannot open {}; skipping", path.display());
+            return;
+        };
+        assert!(dev.is_block_device());
+        assert_eq!(dev.capacity(), Some(dev.len()));
+    }
+}
