@@ -3,7 +3,7 @@
 #
 # usage: bench/compare-btrfs.sh [--specs "none lz4 zstd:1 zstd:3 zstd:9"] [--parts a,b,c]
 #            [--copies 4] [--zero-urandom-size 2G] [--quick] [--fs "btrfs squeezefs"]
-#            [--verify full|light|none] [--workdir DIR] [--results DIR] [--stop-at HH:MM]
+#            [--verify full|light|none] [--workdir DIR] [--results DIR] [--stop-at HH:MM] [--perf]
 #        bench/compare-btrfs.sh --report RESULTS_DIR      # print the tables of an earlier run
 #
 # Runs as root. Every (part, spec, filesystem) gets a freshly made filesystem:
@@ -31,6 +31,10 @@
 # `filesystem usage` Used minus the fresh filesystem's; squeezefs `du` of the pool minus the
 # fresh pool's.
 #
+# --perf samples the squeezefs daemon with `perf record -e cpu-clock` (software clock: this VM
+# has no hardware counters) for every mount session and keeps the top symbols per session in
+# the logs; it costs some throughput, so use it in a separate profiling run.
+#
 # Spec mapping: identical specs on both, except squeezefs `lz4` runs against btrfs `lzo`, and
 # `none` mounts btrfs without a compress option.
 #
@@ -52,6 +56,7 @@ ZU_SIZE=2G
 FSES="btrfs squeezefs"
 VERIFY=light
 QUICK=0
+PERF=0
 RESULTS=""
 REPORT_ONLY=""
 STOP_AT=""
@@ -79,6 +84,7 @@ while [ $# -gt 0 ]; do
         --stop-at) STOP_AT=${2:?--stop-at needs HH:MM (UTC)}; shift 2 ;;
         --report) REPORT_ONLY=${2:?--report needs a results dir}; shift 2 ;;
         --quick) QUICK=1; shift ;;
+        --perf) PERF=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) usage >&2; die "unknown argument '$1'" ;;
     esac
@@ -116,6 +122,7 @@ ZU_BYTES=$(numfmt --from=iec "$ZU_SIZE" 2>/dev/null) || die "--zero-urandom-size
 ZU_MB=$((ZU_BYTES / 1048576))
 [ -z "$STOP_AT" ] || [[ "$STOP_AT" =~ ^[0-2][0-9]:[0-5][0-9]$ ]] || die "--stop-at: '$STOP_AT' is not HH:MM"
 [ "$(id -u)" = 0 ] || die "must run as root (loop devices, mounts, drop_caches)"
+[ "$PERF" = 0 ] || command -v perf >/dev/null || die "--perf needs perf (Debian package linux-perf)"
 
 # ---- packages ---------------------------------------------------------------------------------
 need=()
@@ -328,6 +335,12 @@ fs_mount() {
     DPID=$(pgrep -P "$TPID" | head -1)
     [ -n "$DPID" ] || die "cannot find the squeezefs daemon (child of $TPID)"
     echo "$DPID" >> "$WORK/pids"
+    PERFPID=""
+    if [ "$PERF" = 1 ]; then
+        perf record -q -e cpu-clock -F 499 -p "$DPID" -o "$RESULTS/logs/$TAG.daemon$MOUNTS.perf.data" \
+            > /dev/null 2>&1 &
+        PERFPID=$!
+    fi
     # per-thread CPU split of the daemon, refreshed every second until it exits
     ( while kill -0 "$DPID" 2>/dev/null; do
           "$PY" "$LIB/cpu_snapshot.py" threads "$DPID" > "$THREADS.tmp" 2>/dev/null && [ -s "$THREADS.tmp" ] \
@@ -352,6 +365,12 @@ fs_umount() {
     wait "$TPID" || rc=$?
     kill "$wd" 2>/dev/null || true; wait "$wd" 2>/dev/null || true
     wait "$SAMPLER" 2>/dev/null || true
+    if [ -n "${PERFPID:-}" ]; then
+        wait "$PERFPID" 2>/dev/null || true
+        perf report -i "$RESULTS/logs/$TAG.daemon$MOUNTS.perf.data" --stdio --no-children --sort comm,dso,sym 2>/dev/null \
+            | grep -v '^#' | grep -v '^$' | head -40 > "$RESULTS/logs/$TAG.daemon$MOUNTS.perf.txt" || true
+        rm -f "$RESULTS/logs/$TAG.daemon$MOUNTS.perf.data"
+    fi
     [ "$rc" = 0 ] || die "squeezefs daemon exited with status $rc after unmount (see $RESULTS/logs/$TAG.daemon.log)"
     DAEMON_TOTAL=$(awk '{print $1 + $2}' "$DTIME")
     DAEMON_MAXRSS_KB=$(awk '{print $3}' "$DTIME")
