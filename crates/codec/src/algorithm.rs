@@ -98,10 +98,7 @@ impl Algorithm {
 
     /// Whether this build can compress and decompress the algorithm.
     pub fn is_built_in(self) -> bool {
-        match self {
-            Algorithm::Lzo => cfg!(feature = "lzo"),
-            _ => true,
-        }
+        self != Algorithm::Lzo || cfg!(feature = "lzo")
     }
 }
 

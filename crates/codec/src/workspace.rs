@@ -24,7 +24,9 @@
  *     4. Reserve Free → Lent: the family's reserve (rebuilt for the level if its cached
  *        context cannot serve it; always fits its budget);
  *     5. otherwise wait on the condition variable and retry from 1.
- *   release: Busy → Idle (or Reserve Lent → Free), then wake the waiters.
+ *   release: Busy → Idle (or Reserve Lent → Free), then wake the waiters. The idle list is
+ *     ordered by the last time a workspace served its *own* level: one that only served
+ *     smaller levels keeps its old place and is reclaimed first (as in btrfs).
  *   every request/release first frees idle workspaces unused for `idle_timeout` (LRU end).
  *
  * No deadlock: a caller holds at most one lease at a time and returns it when its one
@@ -194,9 +196,19 @@ struct Workspace {
     level: i32,
     bytes: usize,
     ctx: Ctx,
+    /// last time it served a request of its own size class; a bigger workspace lent to a
+    /// smaller level does not refresh it (as in btrfs), so oversized workspaces age out
+    last_fit: Instant,
 }
 
 impl Workspace {
+    fn fits_exactly(&self, level: i32) -> bool {
+        match self.family {
+            Family::ZstdC => zstd_row(self.level) == zstd_row(level),
+            _ => true,
+        }
+    }
+
     fn serves(&self, family: Family, level: i32) -> bool {
         self.family == family
             && match family {
@@ -365,16 +377,24 @@ impl Workspaces {
             .min_by_key(|(pos, i)| (i.ws.bytes, usize::MAX - pos))
             .map(|(pos, _)| pos);
         if let Some(pos) = best {
-            return Some(Plan::Reuse(st.idle.remove(pos).ws));
+            let mut ws = st.idle.remove(pos).ws;
+            if ws.fits_exactly(level) {
+                ws.last_fit = Instant::now();
+            }
+            return Some(Plan::Reuse(ws));
         }
-        // 2./3. a new one, evicting least recently used idle workspaces to make room
+        // 2./3. a new one, evicting least recently used idle workspaces to make room (only if
+        // that can make room: otherwise keep them for others and go to the reserve)
         let room = self.max_bytes - self.reserve_bytes;
-        while st.used + need > room && !st.idle.is_empty() {
-            let victim = st.idle.remove(0);
-            st.used -= victim.ws.bytes;
-            st.live -= victim.ws.bytes;
-            st.stats.reclaimed += 1;
-            freed.push(victim);
+        let idle_bytes: usize = st.idle.iter().map(|i| i.ws.bytes).sum();
+        if st.used - idle_bytes + need <= room {
+            while st.used + need > room {
+                let victim = st.idle.remove(0);
+                st.used -= victim.ws.bytes;
+                st.live -= victim.ws.bytes;
+                st.stats.reclaimed += 1;
+                freed.push(victim);
+            }
         }
         if st.used + need <= room {
             st.used += need;
@@ -399,11 +419,7 @@ impl Workspaces {
             freed.extend(self.expire(&mut st, Instant::now()));
             loop {
                 if let Some(plan) = self.plan(&mut st, family, level, need, &mut freed) {
-                    if !matches!(plan, Plan::Reuse(_)) {
-                        st.stats.busy += 1;
-                    } else {
-                        st.stats.busy += 1;
-                    }
+                    st.stats.busy += 1;
                     break plan;
                 }
                 st.stats.waits += 1;
@@ -413,10 +429,10 @@ impl Workspaces {
         drop(freed);
         match plan {
             Plan::Reuse(ws) => Ok(Lease { pool: self, ws: Some(ws), from_reserve: false }),
-            Plan::Create => match Ctx::create(family, level, need) {
+            Plan::Create => match Ctx::create(family, level, need, self.cfg.block_size) {
                 Ok(ctx) => {
                     self.note_created(need);
-                    let ws = Workspace { family, level, bytes: need, ctx };
+                    let ws = Workspace { family, level, bytes: need, ctx, last_fit: Instant::now() };
                     Ok(Lease { pool: self, ws: Some(ws), from_reserve: false })
                 }
                 Err(e) => {
@@ -435,10 +451,10 @@ impl Workspaces {
                             self.state.lock().live -= old.bytes;
                             drop(old);
                         }
-                        match Ctx::create(family, level, need) {
+                        match Ctx::create(family, level, need, self.cfg.block_size) {
                             Ok(ctx) => {
                                 self.note_created(need);
-                                Workspace { family, level, bytes: need, ctx }
+                                Workspace { family, level, bytes: need, ctx, last_fit: Instant::now() }
                             }
                             Err(e) => {
                                 let mut st = self.state.lock();
@@ -470,11 +486,48 @@ impl Workspaces {
             if from_reserve {
                 st.reserves.insert(ws.family, Reserve::Free(Some(ws)));
             } else {
-                st.idle.push(Idle { ws, since: now });
+                let since = ws.last_fit;
+                let pos = st.idle.partition_point(|i| i.since <= since);
+                st.idle.insert(pos, Idle { ws, since });
             }
             self.expire(&mut st, now)
         };
         self.returned.notify_all();
         drop(freed);
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    /// btrfs' memory per zstd level 1..=15 (KiB) from its level-support commit.
+    const BTRFS_KIB: [usize; 15] = [780, 1004, 1260, 1260, 1388, 1516, 1516, 1772, 1772, 1772, 1772, 1772, 2284, 2547, 2547];
+
+    #[test]
+    fn zstd_workspaces_are_monotonic_and_within_the_btrfs_figures() {
+        let t = SizeTable::new(128 << 10);
+        for w in t.zstd.windows(2) {
+            assert!(w[0] <= w[1]);
+        }
+        for (i, &kib) in BTRFS_KIB.iter().enumerate() {
+            assert!(t.zstd[i + 1] <= kib * 1024, "level {}: {} KiB", i + 1, t.zstd[i + 1] / 1024);
+        }
+    }
+
+    #[test]
+    fn a_workspace_serves_its_level_and_every_level_below_on_any_source_size() {
+        let block = 128 << 10;
+        let t = SizeTable::new(block);
+        let text: Vec<u8> = (0..block).map(|i| b"abcabdabeabfqq  xyz\n"[(i * 7 + i / 13) % 20]).collect();
+        let mut dst = vec![0u8; zstd_safe::compress_bound(block)];
+        for top in 1..=ZSTD_MAX_LEVEL {
+            let mut c = backend::zstd::Compressor::new(t.zstd[top as usize], block).unwrap();
+            for level in [top, top - 1, 1, -1, -7].into_iter().filter(|&l| l != 0) {
+                for len in [block, 10_000, 100] {
+                    c.compress(level, &text[..len], &mut dst).unwrap_or_else(|e| panic!("{top}/{level}/{len}: {e}"));
+                }
+            }
+        }
     }
 }

@@ -25,13 +25,78 @@ fn is_dst_too_small(code: usize) -> bool {
     unsafe { sys::ZSTD_getErrorCode(code) == sys::ZSTD_ErrorCode::ZSTD_error_dstSize_tooSmall }
 }
 
-/// Bytes a static CCtx needs to compress sources of up to `block` bytes at `level`
-/// (`ZSTD_estimateCCtxSize_usingCParams(ZSTD_getCParams(level, block, 0))`).
+/// `ZSTD_c_useRowMatchFinder` (experimental parameter 14).
+const USE_ROW_MATCH_FINDER: sys::ZSTD_cParameter = sys::ZSTD_cParameter::ZSTD_c_experimentalParam14;
+
+/// Parameters of `level` for sources of up to `block` bytes: libzstd's own table
+/// (`ZSTD_getCParams`), with two caps that bound workspace memory on small blocks:
+/// * `dfast` (level 4 on 128 KiB): both hash tables at most half a window's entries
+///   (libzstd gives them one entry per byte: 1 MiB of tables for a 128 KiB record);
+/// * binary-tree strategies (btlazy2 and up, levels 11+): chain log at most the window log
+///   (libzstd uses windowLog + 1, i.e. trees over the whole window; 2 MiB at 128 KiB).
+///
+/// Levels 1..=3 and 5..=10 are untouched, so their frames are byte-identical to the zstd
+/// CLI's; the capped levels lose a little ratio (measured in docs/benchmarks.md) and their
+/// workspaces stay under the btrfs figures for the same levels.
+pub(crate) fn cparams(level: i32, block: usize) -> sys::ZSTD_compressionParameters {
+    use sys::ZSTD_strategy::*;
+    // SAFETY: pure function of its arguments.
+    let mut p = unsafe { sys::ZSTD_getCParams(level, block as u64, 0) };
+    match p.strategy {
+        ZSTD_dfast => {
+            p.hashLog = p.hashLog.min(p.windowLog - 1);
+            p.chainLog = p.chainLog.min(p.windowLog - 1);
+        }
+        ZSTD_btlazy2 | ZSTD_btopt | ZSTD_btultra | ZSTD_btultra2 => {
+            p.chainLog = p.chainLog.min(p.windowLog);
+        }
+        _ => {}
+    }
+    p
+}
+
+/// The explicit parameters `level` needs on top of the level itself (empty when libzstd's
+/// table is used unchanged).
+fn overrides(level: i32, block: usize) -> Vec<(sys::ZSTD_cParameter, i32)> {
+    // SAFETY: pure function of its arguments.
+    let base = unsafe { sys::ZSTD_getCParams(level, block as u64, 0) };
+    let capped = cparams(level, block);
+    let mut v = Vec::new();
+    if capped.chainLog != base.chainLog {
+        v.push((sys::ZSTD_cParameter::ZSTD_c_chainLog, capped.chainLog as i32));
+    }
+    if capped.hashLog != base.hashLog {
+        v.push((sys::ZSTD_cParameter::ZSTD_c_hashLog, capped.hashLog as i32));
+    }
+    v
+}
+
+/// Bytes a static CCtx needs to compress sources of up to `block` bytes at `level`: the
+/// estimate for [`cparams`] with the row-based match finder on.
+/// `ZSTD_estimateCCtxSize_usingCParams` budgets for the larger of the row and chain match
+/// finders (for greedy/lazy levels) because libzstd picks one at run time; we pin the row
+/// finder (which libzstd picks anyway on x86-64 for windows above 16 KiB, so frames equal
+/// the zstd CLI's) and budget exactly for it.
 pub(crate) fn cctx_bytes(level: i32, block: usize) -> usize {
-    // SAFETY: pure functions of their arguments.
+    // SAFETY: the params object is created, used and freed here; all calls are checked.
     unsafe {
-        let params = sys::ZSTD_getCParams(level, block as u64, 0);
-        sys::ZSTD_estimateCCtxSize_usingCParams(params)
+        let params = sys::ZSTD_createCCtxParams();
+        if params.is_null() {
+            return sys::ZSTD_estimateCCtxSize_usingCParams(sys::ZSTD_getCParams(level, block as u64, 0));
+        }
+        let mut p = sys::ZSTD_getParams(level, block as u64, 0);
+        p.cParams = cparams(level, block);
+        let mut r = sys::ZSTD_CCtxParams_init_advanced(params, p);
+        if !is_error(r) {
+            r = sys::ZSTD_CCtxParams_setParameter(params, USE_ROW_MATCH_FINDER, 1);
+        }
+        let bytes = if is_error(r) {
+            sys::ZSTD_estimateCCtxSize_usingCParams(p.cParams)
+        } else {
+            sys::ZSTD_estimateCCtxSize_usingCCtxParams(params)
+        };
+        sys::ZSTD_freeCCtxParams(params);
+        bytes
     }
 }
 
@@ -45,6 +110,8 @@ pub(crate) struct Compressor {
     /// Backing store of the static CCtx; 8-aligned as libzstd requires. Never reallocated.
     _mem: Box<[u64]>,
     cctx: NonNull<sys::ZSTD_CCtx>,
+    /// block size the parameter caps are computed for
+    block: usize,
     level: i32,
 }
 
@@ -53,28 +120,44 @@ pub(crate) struct Compressor {
 unsafe impl Send for Compressor {}
 
 impl Compressor {
-    pub(crate) fn new(bytes: usize) -> Result<Compressor, CodecError> {
+    pub(crate) fn new(bytes: usize, block: usize) -> Result<Compressor, CodecError> {
         let mut mem = vec![0u64; bytes.div_ceil(8)].into_boxed_slice();
         // SAFETY: buffer is 8-aligned, `bytes` long, and outlives the CCtx (same struct).
         let cctx = unsafe { sys::ZSTD_initStaticCCtx(mem.as_mut_ptr().cast(), mem.len() * 8) };
         let cctx = NonNull::new(cctx).ok_or(CodecError::OutOfMemory { alg: Algorithm::Zstd })?;
-        Ok(Compressor { _mem: mem, cctx, level: i32::MIN })
+        Ok(Compressor { _mem: mem, cctx, block, level: i32::MIN })
+    }
+
+    fn set(&mut self, param: sys::ZSTD_cParameter, value: i32) -> Result<(), CodecError> {
+        // SAFETY: valid context.
+        let r = unsafe { sys::ZSTD_CCtx_setParameter(self.cctx.as_ptr(), param, value) };
+        if is_error(r) {
+            self.level = i32::MIN;
+            return Err(CodecError::Unsupported(format!("zstd parameter {param:?}={value}: {}", error_name(r))));
+        }
+        Ok(())
+    }
+
+    /// Reset to `level`'s parameters (only when the level changes: not per block).
+    fn configure(&mut self, level: i32) -> Result<(), CodecError> {
+        // SAFETY: valid context; no frame in progress between calls.
+        let r = unsafe { sys::ZSTD_CCtx_reset(self.cctx.as_ptr(), sys::ZSTD_ResetDirective::ZSTD_reset_session_and_parameters) };
+        if is_error(r) {
+            return Err(CodecError::Unsupported(format!("zstd reset: {}", error_name(r))));
+        }
+        self.set(sys::ZSTD_cParameter::ZSTD_c_compressionLevel, level)?;
+        // pin the match finder `cctx_bytes` budgeted for
+        self.set(USE_ROW_MATCH_FINDER, 1)?;
+        for (param, value) in overrides(level, self.block) {
+            self.set(param, value)?;
+        }
+        self.level = level;
+        Ok(())
     }
 
     pub(crate) fn compress(&mut self, level: i32, src: &[u8], dst: &mut [u8]) -> Result<usize, CodecError> {
         if self.level != level {
-            // SAFETY: valid context.
-            let r = unsafe {
-                sys::ZSTD_CCtx_setParameter(
-                    self.cctx.as_ptr(),
-                    sys::ZSTD_cParameter::ZSTD_c_compressionLevel,
-                    level,
-                )
-            };
-            if is_error(r) {
-                return Err(CodecError::Unsupported(format!("zstd level {level}: {}", error_name(r))));
-            }
-            self.level = level;
+            self.configure(level)?;
         }
         // SAFETY: valid context; pointers and lengths come from live slices.
         let r = unsafe {

@@ -1,0 +1,146 @@
+//! Workspace pool: bound, reuse (scan up), reclaim, reserve, and a concurrency stress test.
+
+use squeezefs_codec::*;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn sample(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let words: [&[u8]; 6] = [b"alpha ", b"beta ", b"gamma\n", b"delta ", b"\x00\x01\x02\x03", b"zeta "];
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(words[(x % 6) as usize]);
+        v.push((x >> 40) as u8);
+    }
+    v.truncate(len);
+    v
+}
+
+fn tiny_cfg(extra: usize) -> WorkspaceConfig {
+    WorkspaceConfig { max_bytes: extra, idle_timeout: Duration::from_secs(60), ..WorkspaceConfig::default() }
+}
+
+#[test]
+fn a_bound_below_the_reserves_is_raised_to_them() {
+    let ws = Workspaces::new(tiny_cfg(1));
+    let s = ws.stats();
+    assert_eq!(s.max_bytes, s.reserve_bytes);
+    assert!(s.reserve_bytes > 2 << 20, "reserves include a max-level zstd workspace");
+}
+
+#[test]
+fn a_bigger_workspace_serves_a_smaller_level() {
+    let ws = Workspaces::new(WorkspaceConfig::default());
+    let src = sample(64 << 10, 7);
+    let mut dst = vec![0u8; compress_bound(Codec::zstd(9).unwrap(), src.len())];
+    ws.compress(Codec::zstd(9).unwrap(), &src, &mut dst).unwrap();
+    assert_eq!(ws.stats().created, 1);
+    ws.compress(Codec::zstd(3).unwrap(), &src, &mut dst).unwrap();
+    ws.compress(Codec::zstd(-3).unwrap(), &src, &mut dst).unwrap();
+    assert_eq!(ws.stats().created, 1, "level 3 and -3 reuse the level-9 workspace");
+    ws.compress(Codec::zstd(12).unwrap(), &src, &mut dst).unwrap();
+    assert_eq!(ws.stats().created, 2, "level 12 needs a bigger one");
+}
+
+#[test]
+fn decompression_contexts_are_pooled() {
+    let ws = Workspaces::new(WorkspaceConfig::default());
+    let src = sample(100_000, 3);
+    let codec = Codec::zstd(3).unwrap();
+    let mut dst = vec![0u8; compress_bound(codec, src.len())];
+    let n = ws.compress(codec, &src, &mut dst).unwrap();
+    let mut back = vec![0u8; src.len()];
+    for _ in 0..20 {
+        assert_eq!(ws.decompress(Algorithm::Zstd, &dst[..n], &mut back).unwrap(), src.len());
+    }
+    assert_eq!(back, src);
+    assert_eq!(ws.stats().created, 2, "one compressor and one decompressor");
+}
+
+#[test]
+fn idle_workspaces_are_reclaimed_after_the_timeout() {
+    let cfg = WorkspaceConfig { idle_timeout: Duration::from_millis(30), ..WorkspaceConfig::default() };
+    let ws = Workspaces::new(cfg);
+    let src = sample(50_000, 9);
+    let mut dst = vec![0u8; src.len() * 2];
+    for l in [1, 5, 12] {
+        ws.compress(Codec::zstd(l).unwrap(), &src, &mut dst).unwrap();
+    }
+    ws.compress(Codec::deflate(6).unwrap(), &src, &mut dst).unwrap();
+    let before = ws.stats();
+    assert!(before.idle >= 2 && before.used_bytes > 0, "{before:?}");
+    std::thread::sleep(Duration::from_millis(60));
+    ws.reclaim_idle();
+    let after = ws.stats();
+    assert_eq!(after.idle, 0, "{after:?}");
+    assert_eq!(after.used_bytes, 0);
+    assert_eq!(after.reclaimed, before.reclaimed + before.idle as u64);
+}
+
+#[test]
+fn with_only_the_reserves_every_request_still_completes() {
+    let ws = Workspaces::new(tiny_cfg(0));
+    let src = sample(40_000, 5);
+    let mut dst = vec![0u8; 100_000];
+    for codec in [Codec::zstd(19).unwrap(), Codec::zstd(1).unwrap(), Codec::deflate(12).unwrap(), Codec::lz4hc(9).unwrap()] {
+        let n = ws.compress(codec, &src, &mut dst).unwrap();
+        let mut back = vec![0u8; src.len()];
+        ws.decompress(codec.alg, &dst[..n], &mut back).unwrap();
+        assert_eq!(back, src);
+    }
+    let s = ws.stats();
+    assert!(s.reserve_lends >= 4, "{s:?}");
+    assert!(s.peak_live_bytes <= s.max_bytes);
+}
+
+/// Many threads, random levels, a bound that fits only a couple of workspaces beyond the
+/// reserves: nobody deadlocks, the bound holds, every round trip is exact.
+#[test]
+fn many_threads_random_levels_tight_bound_never_deadlock_nor_exceed() {
+    let probe = Workspaces::new(tiny_cfg(0));
+    let reserves = probe.stats().reserve_bytes;
+    drop(probe);
+    let ws = Arc::new(Workspaces::new(tiny_cfg(reserves + (3 << 20))));
+    let (done_tx, done_rx) = mpsc::channel();
+    let threads = 12;
+    for t in 0..threads {
+        let ws = Arc::clone(&ws);
+        let done = done_tx.clone();
+        std::thread::spawn(move || {
+            let mut x: u64 = 0x1234_5678 + t as u64 * 7919;
+            let src = sample(24 << 10, t as u64 + 1);
+            let mut dst = vec![0u8; 64 << 10];
+            let mut back = vec![0u8; src.len()];
+            for _ in 0..40 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let codec = match x % 10 {
+                    0 => Codec::deflate(1 + ((x >> 8) % 12) as i32).unwrap(),
+                    1 => Codec::lz4hc(1 + ((x >> 8) % 12) as i32).unwrap(),
+                    2 => Codec::lz4(1 + ((x >> 8) % 100) as i32).unwrap(),
+                    3 => Codec::zstd(-1 - ((x >> 8) % 20) as i32).unwrap(),
+                    _ => Codec::zstd(1 + ((x >> 8) % 19) as i32).unwrap(),
+                };
+                let n = ws.compress(codec, &src, &mut dst).unwrap();
+                let m = ws.decompress(codec.alg, &dst[..n], &mut back).unwrap();
+                assert!(m == src.len() && back == src, "{codec}");
+                let s = ws.stats();
+                assert!(s.live_bytes <= s.max_bytes, "{s:?}");
+            }
+            done.send(t).unwrap();
+        });
+    }
+    drop(done_tx);
+    for _ in 0..threads {
+        done_rx.recv_timeout(Duration::from_secs(120)).expect("a worker is stuck or panicked");
+    }
+    let s = ws.stats();
+    assert!(s.peak_live_bytes <= s.max_bytes, "{s:?}");
+    assert_eq!(s.busy, 0);
+    assert!(s.reclaimed > 0 || s.reserve_lends > 0, "the bound was actually tight: {s:?}");
+}

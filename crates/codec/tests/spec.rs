@@ -1,0 +1,253 @@
+//! The spec grammar: every accepted spelling, many invalid ones, display/parse round trip.
+
+use proptest::prelude::*;
+use squeezefs_codec::*;
+
+fn fixed(alg: Algorithm, level: i32) -> Spec {
+    Spec::Fixed(Codec { alg, level })
+}
+
+#[test]
+fn every_accepted_form_parses_to_its_meaning() {
+    use Algorithm::*;
+    let cases: Vec<(&str, Spec)> = vec![
+        ("none", Spec::Off),
+        ("off", Spec::Off),
+        ("OFF", Spec::Off),
+        ("  none ", Spec::Off),
+        // zstd: ours, btrfs, ZFS
+        ("zstd", fixed(Zstd, 3)),
+        ("zstd:0", fixed(Zstd, 3)),
+        ("zstd:1", fixed(Zstd, 1)),
+        ("zstd:19", fixed(Zstd, 19)),
+        ("zstd:22", fixed(Zstd, 22)),
+        ("zstd:-5", fixed(Zstd, -5)),
+        ("zstd:-131072", fixed(Zstd, -131072)),
+        ("zstd-19", fixed(Zstd, 19)),
+        ("zstd-1", fixed(Zstd, 1)),
+        ("zstd-fast", fixed(Zstd, -1)),
+        ("zstd-fast-10", fixed(Zstd, -10)),
+        ("zstd-fast-1000", fixed(Zstd, -1000)),
+        ("zstd:fast=7", fixed(Zstd, -7)),
+        ("ZSTD:9", fixed(Zstd, 9)),
+        // deflate: btrfs zlib, ZFS gzip, ours
+        ("zlib", fixed(Deflate, 3)),
+        ("zlib3", fixed(Deflate, 3)),
+        ("zlib9", fixed(Deflate, 9)),
+        ("zlib:3", fixed(Deflate, 3)),
+        ("zlib:0", fixed(Deflate, 3)),
+        ("zlib:12", fixed(Deflate, 12)),
+        ("gzip", fixed(Deflate, 6)),
+        ("gzip-9", fixed(Deflate, 9)),
+        ("gzip-1", fixed(Deflate, 1)),
+        ("gzip:4", fixed(Deflate, 4)),
+        ("deflate", fixed(Deflate, 6)),
+        ("deflate:12", fixed(Deflate, 12)),
+        // lz4: ZFS, thesis, ours
+        ("lz4", fixed(Lz4, 1)),
+        ("lz4:fast=1", fixed(Lz4, 1)),
+        ("lz4:fast=17", fixed(Lz4, 17)),
+        ("lz4fast-17", fixed(Lz4, 17)),
+        ("lz4-fast-3", fixed(Lz4, 3)),
+        ("lz4:fast=65537", fixed(Lz4, 65537)),
+        ("lz4hc", fixed(Lz4Hc, 9)),
+        ("lz4hc:9", fixed(Lz4Hc, 9)),
+        ("lz4hc:1", fixed(Lz4Hc, 1)),
+        ("lz4hc-12", fixed(Lz4Hc, 12)),
+        // adaptive
+        ("auto", Spec::Auto { min: AUTO_DEFAULT_MIN, max: AUTO_DEFAULT_MAX }),
+        ("auto:-5..9", Spec::Auto { min: -5, max: 9 }),
+        ("auto:1..19", Spec::Auto { min: 1, max: 19 }),
+        ("auto:3..3", Spec::Auto { min: 3, max: 3 }),
+        ("qos:50", Spec::Qos { mb_per_s: 50 }),
+        ("qos-50", Spec::Qos { mb_per_s: 50 }),
+        ("qos=200", Spec::Qos { mb_per_s: 200 }),
+    ];
+    for (input, want) in cases {
+        let got: Spec = input.parse().unwrap_or_else(|e| panic!("{input:?}: {e}"));
+        assert_eq!(got, want, "{input:?}");
+    }
+}
+
+#[cfg(feature = "lzo")]
+#[test]
+fn lzo_parses_when_built_in() {
+    assert_eq!("lzo".parse::<Spec>().unwrap(), fixed(Algorithm::Lzo, 0));
+}
+
+#[cfg(not(feature = "lzo"))]
+#[test]
+fn lzo_without_the_feature_names_the_feature() {
+    let e = "lzo".parse::<Spec>().unwrap_err();
+    assert!(matches!(e, SpecError::NotBuiltIn { alg: Algorithm::Lzo }));
+    let msg = e.to_string();
+    assert!(msg.contains("--features lzo"), "{msg}");
+}
+
+#[test]
+fn display_prints_the_canonical_form() {
+    let cases = [
+        ("zstd", "zstd:3"),
+        ("zstd-fast-10", "zstd:-10"),
+        ("zlib", "zlib:3"),
+        ("gzip-9", "zlib:9"),
+        ("zlib9", "zlib:9"),
+        ("lz4fast-17", "lz4:fast=17"),
+        ("lz4", "lz4"),
+        ("lz4:fast=1", "lz4"),
+        ("lz4hc", "lz4hc:9"),
+        ("off", "none"),
+        ("auto", "auto"),
+        ("auto:-5..9", "auto:-5..9"),
+        ("qos-50", "qos:50"),
+    ];
+    for (input, canonical) in cases {
+        assert_eq!(input.parse::<Spec>().unwrap().to_string(), canonical, "{input}");
+    }
+}
+
+#[test]
+fn invalid_specs_name_the_problem_and_the_accepted_forms() {
+    let cases = [
+        "",
+        "   ",
+        "zstd:23",
+        "zstd:100",
+        "zstd-23",
+        "zstd:-131073",
+        "zstd-fast-0",
+        "zstd-fast-131073",
+        "zstd:",
+        "zstd:x",
+        "zstd:3x",
+        "zstd:+3",
+        "zstd::3",
+        "zstd-",
+        "zstd-fast-",
+        "zstd-fast-x",
+        "zstd--3",
+        "zstd3",
+        "zstd 3",
+        "zlib:13",
+        "zlib13",
+        "zlib:-1",
+        "zlib:",
+        "zlibx",
+        "gzip-13",
+        "gzip-",
+        "gzip3x",
+        "deflate:99",
+        "lz4:9",
+        "lz4:fast=0",
+        "lz4:fast=65538",
+        "lz4:fast=",
+        "lz4fast-",
+        "lz4fast",
+        "lz4hc:0",
+        "lz4hc:13",
+        "lz4hc:x",
+        "lz4x",
+        "lzo:1",
+        "lzma",
+        "brotli:5",
+        "snappy",
+        "auto:",
+        "auto:9..1",
+        "auto:1..23",
+        "auto:1-9",
+        "auto:0..5",
+        "auto:a..b",
+        "auto5",
+        "qos",
+        "qos:",
+        "qos:0",
+        "qos:-5",
+        "qos:2000000",
+        "qos:fast",
+        "none:3",
+        "off-1",
+        "zstd:99999999999999999999",
+        "zstd,lz4",
+        "\u{e9}zstd",
+        "zstd:1..5",
+    ];
+    assert!(cases.len() >= 30);
+    for input in cases {
+        let err = input.parse::<Spec>().expect_err(input);
+        let msg = err.to_string();
+        assert!(msg.len() > 20, "{input:?}: terse message {msg:?}");
+        let names_forms = msg.contains(ACCEPTED_FORMS) || matches!(err, SpecError::NotBuiltIn { .. });
+        assert!(names_forms, "{input:?}: {msg}");
+    }
+}
+
+#[test]
+fn level_errors_name_the_range() {
+    let msg = "zstd:23".parse::<Spec>().unwrap_err().to_string();
+    assert!(msg.contains("level 23") && msg.contains("1..=22"), "{msg}");
+    let msg = "lz4hc:13".parse::<Spec>().unwrap_err().to_string();
+    assert!(msg.contains("1..=12"), "{msg}");
+    let msg = "lzma".parse::<Spec>().unwrap_err().to_string();
+    assert!(msg.contains("\"lzma\""), "{msg}");
+}
+
+#[test]
+fn codec_lists_expand_ranges() {
+    let v = Spec::parse_list("zstd:1..3,lz4,none").unwrap();
+    let s: Vec<String> = v.iter().map(|c| c.to_string()).collect();
+    assert_eq!(s, ["zstd:1", "zstd:2", "zstd:3", "lz4", "none"]);
+    let v = Spec::parse_list("zstd:-2..2").unwrap();
+    assert_eq!(v.iter().map(|c| c.level).collect::<Vec<_>>(), [-2, -1, 1, 2]);
+    let v = Spec::parse_list("lz4:fast=1..3, zlib:9..7 ,lz4hc:12").unwrap();
+    let s: Vec<String> = v.iter().map(|c| c.to_string()).collect();
+    assert_eq!(s, ["lz4", "lz4:fast=2", "lz4:fast=3", "zlib:9", "zlib:8", "zlib:7", "lz4hc:12"]);
+    let v = Spec::parse_list("zstd-fast-1..3").unwrap();
+    assert_eq!(v.iter().map(|c| c.level).collect::<Vec<_>>(), [-1, -2, -3]);
+    assert_eq!(Spec::parse_list("zstd:1..15").unwrap().len(), 15);
+}
+
+#[test]
+fn bad_codec_lists_are_rejected() {
+    for bad in ["", "zstd:1..", "zstd:1..30", "zstd:1..lz4", "zstd:1..3,,lz4", "auto", "qos:5", "lz4:fast=1..65537", "zstd..3", "lz4hc:1..zstd:3"] {
+        assert!(Spec::parse_list(bad).is_err(), "{bad:?}");
+    }
+}
+
+fn any_codec() -> impl Strategy<Value = Codec> {
+    prop_oneof![
+        (ZSTD_MIN_LEVEL..=ZSTD_MAX_LEVEL).prop_filter("0 is not a level", |l| *l != 0).prop_map(|l| Codec { alg: Algorithm::Zstd, level: l }),
+        (1..=LZ4_MAX_ACCELERATION).prop_map(|l| Codec { alg: Algorithm::Lz4, level: l }),
+        (1..=LZ4HC_MAX_LEVEL).prop_map(|l| Codec { alg: Algorithm::Lz4Hc, level: l }),
+        (1..=DEFLATE_MAX_LEVEL).prop_map(|l| Codec { alg: Algorithm::Deflate, level: l }),
+    ]
+}
+
+fn any_spec() -> impl Strategy<Value = Spec> {
+    prop_oneof![
+        Just(Spec::Off),
+        any_codec().prop_map(Spec::Fixed),
+        (ZSTD_MIN_LEVEL..=ZSTD_MAX_LEVEL, ZSTD_MIN_LEVEL..=ZSTD_MAX_LEVEL)
+            .prop_filter("levels", |(a, b)| *a != 0 && *b != 0)
+            .prop_map(|(a, b)| Spec::Auto { min: a.min(b), max: a.max(b) }),
+        (1..=QOS_MAX_MB_PER_S).prop_map(|n| Spec::Qos { mb_per_s: n }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn parse_of_display_is_identity(spec in any_spec()) {
+        let text = spec.to_string();
+        prop_assert_eq!(text.parse::<Spec>().unwrap(), spec);
+    }
+
+    #[test]
+    fn codec_display_parses_back(codec in any_codec()) {
+        prop_assert_eq!(codec.to_string().parse::<Codec>().unwrap(), codec);
+    }
+
+    #[test]
+    fn arbitrary_text_never_panics(s in ".{0,24}") {
+        let _ = s.parse::<Spec>();
+        let _ = Spec::parse_list(&s);
+    }
+}
