@@ -216,6 +216,30 @@ mod tests {
         assert_eq!(safety_buffer_bytes(u64::MAX, 25), u64::MAX);
     }
 
+    /// Simulated pool: records arrive faster than the devices drain them; each device
+    /// drains at its own speed. Choosing by expected completion time splits bytes in
+    /// proportion to device speed, which keeps both devices busy.
+    #[test]
+    fn bytes_split_in_proportion_to_device_speed() {
+        let speeds = [100.0 * MB, 300.0 * MB];
+        let mut d = [dev(0, speeds[0]), dev(0, speeds[1])];
+        let mut sent = [0u64; 2];
+        let rec = 128 * 1024;
+        let dt = 0.001; // 1 ms steps; 512 MB/s offered
+        for _ in 0..2000 {
+            for _ in 0..4 {
+                let i = choose_device(&d, rec).unwrap();
+                d[i].queued_bytes += rec;
+                sent[i] += rec;
+            }
+            for (v, s) in d.iter_mut().zip(speeds) {
+                v.queued_bytes = v.queued_bytes.saturating_sub((s * dt) as u64);
+            }
+        }
+        let share = sent[1] as f64 / (sent[0] + sent[1]) as f64;
+        assert!((share - 0.75).abs() < 0.02, "fast device got {share:.3} of the bytes");
+    }
+
     fn arb_dev() -> impl Strategy<Value = DeviceView> {
         (
             0u64..1 << 40,
