@@ -1,7 +1,19 @@
 //! squeezefs metadata store: the schema over redb.
 //!
 //! CONTRACT: `records` (Ino, FileKind, Timestamp, InodeAttr, DirEntry) are used by the fs core
-//! and the engine alike. Table definitions live in one file (`tables.rs`).
+//! and the engine alike. Table definitions live in one file (`tables.rs`); every value stored
+//! in a table is encoded by hand (explicit little-endian, leading version byte) in `encode.rs`,
+//! `superblock.rs` and `extent.rs`, so the format is ours and not serde's or redb's.
 
+pub mod encode;
+pub mod error;
+pub mod extent;
+pub mod keys;
 pub mod records;
+pub mod superblock;
+pub mod tables;
+
+pub use error::MetaError;
+pub use extent::{DeviceExtent, ExtentPtr, StoredRecord};
 pub use records::*;
+pub use superblock::{DeviceKind, DeviceRecord, Features, Superblock};

@@ -6,39 +6,58 @@
 //! * Data goes through `read`/`write`/`set_size`/`punch_hole`/`allocate`: visible at once,
 //!   durable at the next txg commit; `fsync(ino)` returns only after a commit covering it.
 //! * The engine knows nothing of POSIX permissions; the fs core checks them.
+//!
+//! Durability model (DESIGN.md §10): every `meta_write` is one redb transaction committed
+//! with `Durability::None` (visible at once, no fsync); every txg ends with one durable redb
+//! commit that carries the txg's extent pointers, sizes and freed space and, with them,
+//! every namespace transaction committed before it. A crash leaves the pool at the last
+//! durable commit: namespace and data consistent (extent pointers only ever reference data
+//! that was fdatasync'ed before the commit). Data written after the quiesce of txg N is in
+//! txg N+1, while namespace changes made during N's sync are made durable by N's commit:
+//! after a crash, a file renamed during that window may show its older contents (as with
+//! ext4 `data=writeback`); applications that need ordering call `fsync`.
+//!
+//! Dropping an [`Engine`] without [`Engine::close`] behaves like a crash of the data path:
+//! dirty data not yet committed is lost (tests use this to check `fsync`).
 
+mod alloc;
+mod caches;
+mod devq;
+mod dirty;
+mod error;
+pub mod fsck;
+mod inner;
+mod metatx;
+mod options;
+mod policy;
+mod pool;
+mod read;
+pub mod scrub;
+mod sync;
+mod throttle;
+mod txg;
+pub mod units;
+mod usage;
+mod workers;
+mod write;
+
+pub use error::{EngineError, Result};
+pub use metatx::MetaTx;
+pub use options::{MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE};
+pub use policy::ADAPTIVE_PLACEHOLDER;
+pub use pool::{DEFAULT_DEVICE_FILE, META_FILE};
+pub use squeezefs_device::DeviceStatsSnapshot;
 pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
+
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
+use inner::Inner;
+use parking_lot::Mutex;
+use squeezefs_meta::{encode::decode_inode, keys, tables};
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum EngineError {
-    #[error("inode {0} not found")]
-    NoInode(Ino),
-    #[error("entry already exists")]
-    Exists,
-    #[error("no entry with that name")]
-    NoEntry,
-    #[error("no space left on the pool's devices")]
-    NoSpace,
-    #[error("pool is read-only")]
-    ReadOnly,
-    #[error("checksum mismatch in inode {ino} at offset {offset}")]
-    Checksum { ino: Ino, offset: u64 },
-    #[error("{0}")]
-    Other(String),
-}
-
-pub type Result<T> = std::result::Result<T, EngineError>;
-
-pub struct MkfsOptions {}
-pub struct OpenOptions {}
-pub struct Engine {}
-/// An open metadata write transaction (wraps one redb write transaction).
-pub struct MetaTx<'a> {
-    _p: std::marker::PhantomData<&'a ()>,
-}
+use std::thread::JoinHandle;
 
 pub struct StatFs {
     pub total_bytes: u64,
@@ -48,6 +67,7 @@ pub struct StatFs {
 }
 
 /// One row of `squeezefs stats` (compsize columns).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UsageRow {
     pub alg: squeezefs_codec::Algorithm,
     pub level: i32,
@@ -59,143 +79,325 @@ pub struct UsageRow {
     pub referenced_bytes: u64,
 }
 
+/// What the controllers and `squeezefs stats` see of one device.
+#[derive(Clone, Debug)]
+pub struct DeviceStatus {
+    pub index: u32,
+    pub name: String,
+    pub stats: DeviceStatsSnapshot,
+    /// bytes allocated to records
+    pub used_bytes: u64,
+    /// free bytes; `None` for a growable device file
+    pub free_bytes: Option<u64>,
+}
+
+/// Pool-wide parameters fixed at mkfs.
+#[derive(Clone, Debug)]
+pub struct PoolInfo {
+    pub sector: u32,
+    pub recordsize: u32,
+    pub max_inline: u32,
+    pub devices: usize,
+    pub last_txg: u64,
+}
+
+pub struct Engine {
+    inner: Arc<Inner>,
+    driver: Mutex<Option<JoinHandle<()>>>,
+}
+
 impl Engine {
-    pub fn mkfs(_pool: &Path, _opts: &MkfsOptions) -> Result<()> {
-        todo!()
+    pub fn mkfs(pool: &Path, opts: &MkfsOptions) -> Result<()> {
+        pool::mkfs(pool, opts)
     }
-    pub fn open(_pool: &Path, _opts: &OpenOptions) -> Result<Arc<Engine>> {
-        todo!()
+
+    pub fn open(pool: &Path, opts: &OpenOptions) -> Result<Arc<Engine>> {
+        let inner = pool::open(pool, opts)?;
+        let driver = if inner.read_only {
+            None
+        } else {
+            let i2 = inner.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("sqz-txg".into())
+                    .spawn(move || txg::driver(i2))
+                    .map_err(|e| EngineError::Other(format!("cannot start the txg driver: {e}")))?,
+            )
+        };
+        Ok(Arc::new(Engine { inner, driver: Mutex::new(driver) }))
     }
+
     /// Flush everything and commit; the engine refuses work afterwards.
     pub fn close(&self) -> Result<()> {
-        todo!()
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let mut r = Ok(());
+        if let Some(h) = self.driver.lock().take() {
+            self.inner.txg.shutdown();
+            let _ = h.join();
+            if let Some(e) = self.inner.txg.error() {
+                r = Err(EngineError::Suspended(e));
+            }
+        }
+        r
     }
+
     pub fn read_only(&self) -> bool {
-        todo!()
+        self.inner.read_only
     }
+
+    pub fn info(&self) -> PoolInfo {
+        PoolInfo {
+            sector: self.inner.sector as u32,
+            recordsize: self.inner.recordsize as u32,
+            max_inline: self.inner.max_inline as u32,
+            devices: self.inner.devs.len(),
+            last_txg: self.inner.txg.synced(),
+        }
+    }
+
     /// Run `f` in one atomic metadata transaction (committed non-durably; durable at txg).
-    pub fn meta_write<T>(&self, _f: impl FnOnce(&mut MetaTx<'_>) -> Result<T>) -> Result<T> {
-        todo!()
+    pub fn meta_write<T>(&self, f: impl FnOnce(&mut MetaTx<'_>) -> Result<T>) -> Result<T> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let mut tx = inner.db.begin_write()?;
+        tx.set_durability(redb::Durability::None)?;
+        let mut mtx = MetaTx::new(inner, tx);
+        let v = f(&mut mtx)?; // dropping `mtx` on error aborts the transaction
+        let MetaTx { tx, deleted, frees, .. } = mtx;
+        tx.commit()?;
+        inner.txg.note_meta_change();
+        if !frees.is_empty() {
+            inner.pending_frees.lock().extend(frees);
+        }
+        for ino in deleted {
+            let b = inner.files.purge(ino);
+            let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(b)));
+            inner.ext_cache.invalidate(ino, None);
+        }
+        Ok(v)
     }
+
     /// Current attributes, including the in-memory size of dirty data.
-    pub fn getattr(&self, _ino: Ino) -> Result<InodeAttr> {
-        todo!()
+    pub fn getattr(&self, ino: Ino) -> Result<InodeAttr> {
+        self.inner.check_open()?;
+        let mut a = self.inner.committed_inode(ino)?;
+        if let Some(f) = self.inner.files.get(ino) {
+            let fd = f.lock();
+            if !fd.retired {
+                a.size = fd.size;
+                a.blocks_bytes = fd.blocks_bytes();
+            }
+        }
+        Ok(a)
     }
-    pub fn lookup(&self, _dir: Ino, _name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
-        todo!()
+
+    pub fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
+        self.inner.check_open()?;
+        let rx = self.inner.db.begin_read()?;
+        let t = rx.open_table(tables::DIRENTS)?;
+        let k = keys::dir_name(dir, name);
+        match t.get(&k[..])? {
+            Some(v) => {
+                let (ino, kind, _) = squeezefs_meta::encode::decode_dirent(v.value())?;
+                Ok(Some((ino, kind)))
+            }
+            None => Ok(None),
+        }
     }
+
     /// Entries of `dir` with cookie > `after`, at most `limit`.
-    pub fn dir_list(&self, _dir: Ino, _after: u64, _limit: usize) -> Result<Vec<DirEntry>> {
-        todo!()
+    pub fn dir_list(&self, dir: Ino, after: u64, limit: usize) -> Result<Vec<DirEntry>> {
+        self.inner.check_open()?;
+        let rx = self.inner.db.begin_read()?;
+        let t = rx.open_table(tables::DIR_COOKIES)?;
+        metatx::list_cookies(&t, dir, after, limit)
     }
-    pub fn get_xattr(&self, _ino: Ino, _name: &[u8]) -> Result<Option<Vec<u8>>> {
-        todo!()
+
+    pub fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.inner.check_open()?;
+        let rx = self.inner.db.begin_read()?;
+        let t = rx.open_table(tables::XATTRS)?;
+        let k = keys::dir_name(ino, name);
+        let v = t.get(&k[..])?.map(|v| v.value().to_vec());
+        Ok(v)
     }
-    pub fn list_xattr(&self, _ino: Ino) -> Result<Vec<Vec<u8>>> {
-        todo!()
+
+    pub fn list_xattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        self.inner.check_open()?;
+        let rx = self.inner.db.begin_read()?;
+        let t = rx.open_table(tables::XATTRS)?;
+        let lo = keys::ino_prefix(ino);
+        let mut out = Vec::new();
+        let it = match keys::ino_prefix_end(ino) {
+            Some(hi) => t.range(&lo[..]..&hi[..])?,
+            None => t.range(&lo[..]..)?,
+        };
+        for row in it {
+            let (k, _) = row?;
+            if let Some((_, name)) = keys::split_ino_name(k.value()) {
+                out.push(name.to_vec());
+            }
+        }
+        Ok(out)
     }
+
     /// Symlink target (stored with the inode).
-    pub fn read_link(&self, _ino: Ino) -> Result<Vec<u8>> {
-        todo!()
+    pub fn read_link(&self, ino: Ino) -> Result<Vec<u8>> {
+        self.inner.check_open()?;
+        let rx = self.inner.db.begin_read()?;
+        let t = rx.open_table(tables::SYMLINKS)?;
+        let v = t.get(ino)?.ok_or(EngineError::NoInode(ino))?.value().to_vec();
+        Ok(v)
     }
+
     /// Read up to `buf.len()` bytes at `offset`; short at EOF; holes read as zeros.
-    pub fn read(&self, _ino: Ino, _offset: u64, _buf: &mut [u8]) -> Result<usize> {
-        todo!()
+    pub fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        read::read(&self.inner, ino, offset, buf)
     }
+
     /// Write `data` at `offset`, extending the size; may delay (throttle), never fails for load.
-    pub fn write(&self, _ino: Ino, _offset: u64, _data: &[u8]) -> Result<()> {
-        todo!()
+    pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
+        write::write(&self.inner, ino, offset, data)
     }
+
     /// Truncate up or down.
-    pub fn set_size(&self, _ino: Ino, _size: u64) -> Result<()> {
-        todo!()
+    pub fn set_size(&self, ino: Ino, size: u64) -> Result<()> {
+        write::set_size(&self.inner, ino, size)
     }
-    pub fn punch_hole(&self, _ino: Ino, _offset: u64, _len: u64) -> Result<()> {
-        todo!()
+
+    pub fn punch_hole(&self, ino: Ino, offset: u64, len: u64) -> Result<()> {
+        write::punch_hole(&self.inner, ino, offset, len)
     }
+
     /// fallocate mode 0 / KEEP_SIZE: ensure space is available (ENOSPC otherwise) and, unless
-    /// `keep_size`, extend the size to offset+len.
-    pub fn allocate(&self, _ino: Ino, _offset: u64, _len: u64, _keep_size: bool) -> Result<()> {
-        todo!()
+    /// `keep_size`, extend the size to offset+len. (A compressing pool cannot reserve blocks
+    /// for later writes; the range stays a hole until written.)
+    pub fn allocate(&self, ino: Ino, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        write::allocate(&self.inner, ino, offset, len, keep_size)
     }
+
     /// SEEK_DATA / SEEK_HOLE: `None` means ENXIO.
-    pub fn seek_data(&self, _ino: Ino, _offset: u64) -> Result<Option<u64>> {
-        todo!()
+    pub fn seek_data(&self, ino: Ino, offset: u64) -> Result<Option<u64>> {
+        read::seek(&self.inner, ino, offset, true)
     }
-    pub fn seek_hole(&self, _ino: Ino, _offset: u64) -> Result<Option<u64>> {
-        todo!()
+
+    pub fn seek_hole(&self, ino: Ino, offset: u64) -> Result<Option<u64>> {
+        read::seek(&self.inner, ino, offset, false)
     }
+
     /// Durable when it returns.
     pub fn fsync(&self, _ino: Ino) -> Result<()> {
-        todo!()
+        self.sync()
     }
+
     pub fn sync(&self) -> Result<()> {
-        todo!()
+        self.inner.check_open()?;
+        if self.inner.read_only {
+            return Ok(());
+        }
+        self.inner.txg.sync_and_wait(&self.inner)
     }
+
     pub fn statfs(&self) -> Result<StatFs> {
-        todo!()
+        self.inner.check_open()?;
+        let free = self.inner.free_bytes();
+        let used: u64 = self.device_stats().iter().map(|d| d.used_bytes).sum();
+        let rx = self.inner.db.begin_read()?;
+        let inodes = {
+            use redb::ReadableTableMetadata;
+            rx.open_table(tables::INODES)?.len()?
+        };
+        Ok(StatFs {
+            total_bytes: used.saturating_add(free),
+            free_bytes: free,
+            sector: self.inner.sector as u32,
+            inodes,
+        })
     }
-    /// compsize-like usage of one inode's data.
-    pub fn usage(&self, _ino: Ino) -> Result<Vec<UsageRow>> {
-        todo!()
+
+    /// compsize-like usage of one inode's data (committed records).
+    pub fn usage(&self, ino: Ino) -> Result<Vec<UsageRow>> {
+        self.inner.check_open()?;
+        usage::usage(&self.inner, ino)
     }
+
     /// Mount-wide compression for data written from now on (mount option / remount).
-    pub fn set_compression(&self, _spec: squeezefs_codec::Spec, _force: bool) {
-        todo!()
+    /// `Spec::Auto` and `Spec::Qos` compress with zstd:3 until their controllers exist.
+    pub fn set_compression(&self, spec: squeezefs_codec::Spec, force: bool) {
+        *self.inner.policy.write() = policy::Policy { spec, force };
     }
+
     /// Inodes whose link count reached 0 while open, left over from a crash: the fs core
     /// frees them at mount.
     pub fn orphans(&self) -> Result<Vec<Ino>> {
-        todo!()
+        self.inner.check_open()?;
+        let rx = self.inner.db.begin_read()?;
+        let t = rx.open_table(tables::ORPHANS)?;
+        let mut v = Vec::new();
+        for row in t.iter()? {
+            v.push(row?.0.value());
+        }
+        Ok(v)
+    }
+
+    /// Per-device queue, latency, throughput and space (for controllers and `stats`).
+    pub fn device_stats(&self) -> Vec<DeviceStatus> {
+        let space = self.inner.space.lock();
+        self.inner
+            .devs
+            .iter()
+            .zip(space.iter())
+            .enumerate()
+            .map(|(i, (d, s))| DeviceStatus {
+                index: i as u32,
+                name: d.dev.name().to_string(),
+                stats: d.queue.stats.snapshot(),
+                used_bytes: s.end - s.data_start - s.free_range_bytes(),
+                free_bytes: s.free_bytes(),
+            })
+            .collect()
+    }
+
+    /// Bytes of dirty (uncommitted) data held in memory.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.inner.dirty_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Verify every checksum (see scrub.rs).
+    pub fn scrub(&self, progress: &dyn Fn(u64, u64)) -> Result<scrub::ScrubReport> {
+        self.inner.check_open()?;
+        scrub::scrub(&self.inner, progress)
+    }
+
+    /// Check metadata and space-map consistency (see fsck.rs).
+    pub fn fsck(&self) -> Result<fsck::FsckReport> {
+        self.inner.check_open()?;
+        fsck::fsck(&self.inner)
+    }
+
+    /// Committed inode record without the in-memory overlay (tests, fsck).
+    pub fn committed_attr(&self, ino: Ino) -> Result<InodeAttr> {
+        let rx = self.inner.db.begin_read()?;
+        let t = rx.open_table(tables::INODES)?;
+        let v = t.get(ino)?.ok_or(EngineError::NoInode(ino))?;
+        Ok(decode_inode(ino, v.value())?)
     }
 }
 
-impl MetaTx<'_> {
-    pub fn alloc_ino(&mut self) -> Result<Ino> {
-        todo!()
-    }
-    pub fn get_inode(&mut self, _ino: Ino) -> Result<InodeAttr> {
-        todo!()
-    }
-    /// Insert or update; `size`/`blocks_bytes` are ignored (data path owns them).
-    pub fn put_inode(&mut self, _attr: &InodeAttr) -> Result<()> {
-        todo!()
-    }
-    /// Remove the inode, its xattrs, symlink target and data (space freed after commit).
-    pub fn delete_inode(&mut self, _ino: Ino) -> Result<()> {
-        todo!()
-    }
-    pub fn set_symlink_target(&mut self, _ino: Ino, _target: &[u8]) -> Result<()> {
-        todo!()
-    }
-    pub fn dir_get(&mut self, _dir: Ino, _name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
-        todo!()
-    }
-    /// `Err(Exists)` if the name is taken.
-    pub fn dir_insert(&mut self, _dir: Ino, _name: &[u8], _ino: Ino, _kind: FileKind) -> Result<()> {
-        todo!()
-    }
-    /// `Err(NoEntry)` if absent; returns what it removed.
-    pub fn dir_remove(&mut self, _dir: Ino, _name: &[u8]) -> Result<(Ino, FileKind)> {
-        todo!()
-    }
-    pub fn dir_is_empty(&mut self, _dir: Ino) -> Result<bool> {
-        todo!()
-    }
-    pub fn set_xattr(&mut self, _ino: Ino, _name: &[u8], _value: &[u8]) -> Result<()> {
-        todo!()
-    }
-    /// `Err(NoEntry)` if absent.
-    pub fn remove_xattr(&mut self, _ino: Ino, _name: &[u8]) -> Result<()> {
-        todo!()
-    }
-    pub fn get_xattr(&mut self, _ino: Ino, _name: &[u8]) -> Result<Option<Vec<u8>>> {
-        todo!()
-    }
-    pub fn add_orphan(&mut self, _ino: Ino) -> Result<()> {
-        todo!()
-    }
-    pub fn remove_orphan(&mut self, _ino: Ino) -> Result<()> {
-        todo!()
+impl Drop for Engine {
+    /// Without `close`: stop the driver without syncing (a crash of the data path), then
+    /// wait until no job holds the engine so the pool can be reopened at once.
+    fn drop(&mut self) {
+        if let Some(h) = self.driver.lock().take() {
+            self.inner.txg.abandon();
+            let _ = h.join();
+        }
+        self.inner.closed.store(true, Ordering::Release);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while Arc::strong_count(&self.inner) > 1 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 }

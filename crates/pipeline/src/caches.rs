@@ -1,0 +1,148 @@
+//! Read-side caches.
+//!
+//! * [`ExtentCache`]: (inode, record) → extent pointer (or "none": a hole), bounded by entry
+//!   count. Staleness guard: every commit that changes extents bumps `gen`; a lookup done
+//!   from the store is inserted only if `gen` did not move since the lookup started, so a
+//!   pointer read before a commit can never be cached after it.
+//! * [`RecordCache`]: decompressed records keyed by their physical identity (device,
+//!   offset, checksum), bounded by bytes, evicted in insertion order (a CLOCK-free FIFO is
+//!   enough under the kernel page cache). Identity includes the checksum, so space reused
+//!   by a later record can never serve old bytes.
+
+use parking_lot::Mutex;
+use squeezefs_meta::{ExtentPtr, Ino};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub struct ExtentCache {
+    map: Mutex<BTreeMap<(Ino, u64), Option<ExtentPtr>>>,
+    max_entries: usize,
+    gen: AtomicU64,
+}
+
+impl ExtentCache {
+    pub fn new(max_entries: usize) -> ExtentCache {
+        ExtentCache { map: Mutex::new(BTreeMap::new()), max_entries, gen: AtomicU64::new(0) }
+    }
+
+    pub fn gen(&self) -> u64 {
+        self.gen.load(Ordering::Acquire)
+    }
+
+    pub fn get(&self, ino: Ino, idx: u64) -> Option<Option<ExtentPtr>> {
+        self.map.lock().get(&(ino, idx)).cloned()
+    }
+
+    /// Insert a lookup made when `gen` was `seen_gen`.
+    pub fn insert(&self, ino: Ino, idx: u64, e: Option<ExtentPtr>, seen_gen: u64) {
+        let mut m = self.map.lock();
+        if self.gen.load(Ordering::Acquire) != seen_gen {
+            return;
+        }
+        if m.len() >= self.max_entries {
+            m.clear();
+        }
+        m.insert((ino, idx), e);
+    }
+
+    /// Forget records of `ino` (all of them when `idx` is None); bumps the generation.
+    pub fn invalidate(&self, ino: Ino, idx: Option<u64>) {
+        let mut m = self.map.lock();
+        self.gen.fetch_add(1, Ordering::AcqRel);
+        match idx {
+            Some(i) => {
+                m.remove(&(ino, i));
+            }
+            None => {
+                let keys: Vec<_> = m.range((ino, 0)..=(ino, u64::MAX)).map(|(k, _)| *k).collect();
+                for k in keys {
+                    m.remove(&k);
+                }
+            }
+        }
+    }
+}
+
+pub type RecordKey = (u32, u64, u64);
+
+pub struct RecordCache {
+    inner: Mutex<RecInner>,
+    max_bytes: usize,
+}
+
+struct RecInner {
+    map: HashMap<RecordKey, Arc<Vec<u8>>>,
+    order: VecDeque<RecordKey>,
+    bytes: usize,
+}
+
+impl RecordCache {
+    pub fn new(max_bytes: usize) -> RecordCache {
+        RecordCache {
+            inner: Mutex::new(RecInner { map: HashMap::new(), order: VecDeque::new(), bytes: 0 }),
+            max_bytes,
+        }
+    }
+
+    pub fn get(&self, k: &RecordKey) -> Option<Arc<Vec<u8>>> {
+        self.inner.lock().map.get(k).cloned()
+    }
+
+    pub fn contains(&self, k: &RecordKey) -> bool {
+        self.inner.lock().map.contains_key(k)
+    }
+
+    pub fn insert(&self, k: RecordKey, v: Arc<Vec<u8>>) {
+        if v.len() > self.max_bytes {
+            return;
+        }
+        let mut c = self.inner.lock();
+        if c.map.contains_key(&k) {
+            return;
+        }
+        c.bytes += v.len();
+        c.map.insert(k, v);
+        c.order.push_back(k);
+        while c.bytes > self.max_bytes {
+            let Some(old) = c.order.pop_front() else { break };
+            if let Some(v) = c.map.remove(&old) {
+                c.bytes -= v.len();
+            }
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.inner.lock().bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_cache_is_bounded() {
+        let c = RecordCache::new(1000);
+        for i in 0..10u64 {
+            c.insert((0, i, 0), Arc::new(vec![0; 300]));
+            assert!(c.bytes() <= 1000);
+        }
+        assert!(c.get(&(0, 9, 0)).is_some());
+        assert!(c.get(&(0, 0, 0)).is_none());
+    }
+
+    #[test]
+    fn stale_extent_lookup_is_not_cached() {
+        let c = ExtentCache::new(10);
+        let g = c.gen();
+        c.invalidate(1, Some(0));
+        c.insert(1, 0, None, g);
+        assert!(c.get(1, 0).is_none(), "lookup from before the commit must not be cached");
+        let g = c.gen();
+        c.insert(1, 0, None, g);
+        assert_eq!(c.get(1, 0), Some(None));
+        c.invalidate(1, None);
+        assert!(c.get(1, 0).is_none());
+    }
+}

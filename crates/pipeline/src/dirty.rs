@@ -1,0 +1,181 @@
+//! The dirty cache: per-file, per-record data not yet committed, in two layers.
+//!
+//! Each file with uncommitted changes has a [`FileData`] holding
+//! * `open`: the layer of the open txg, which `write`/`set_size`/`punch_hole` modify;
+//! * `syncing`: the frozen layer of the txg being synced (read-only, shared with the sync
+//!   stages through an `Arc`, so record bytes are never copied to sync them).
+//!
+//! A read resolves a record top-down: open layer, then syncing layer, then the committed
+//! extent. Within a layer, `trunc_floor` hides every lower-layer record at or above it (a
+//! truncation), and a `Rec::Hole` hides one record (a punched hole).
+//!
+//! Lifetime: created on the first data change of a file (from the committed size), retired by
+//! the commit stage once both layers are empty, and purged when the inode is deleted. A
+//! retired `FileData` is never used again: users re-look it up (`retired` flag).
+
+use parking_lot::Mutex;
+use squeezefs_meta::Ino;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// One dirty record.
+#[derive(Debug)]
+pub enum Rec {
+    /// Bytes from the start of the record; shorter than the record means zeros follow.
+    Data(Vec<u8>),
+    /// The whole record is a hole (punched).
+    Hole,
+}
+
+#[derive(Debug, Default)]
+pub struct Layer {
+    pub recs: BTreeMap<u64, Rec>,
+    /// Lower-layer records with index >= this are gone (truncation).
+    pub trunc_floor: Option<u64>,
+    /// File size (set when the layer is frozen).
+    pub size: u64,
+    /// Bytes of record buffers held by this layer (dirty accounting).
+    pub bytes: u64,
+}
+
+/// What a layer says about one record.
+pub enum LayerView<'a> {
+    Data(&'a [u8]),
+    Hole,
+    /// This layer does not know; look below.
+    Below,
+}
+
+impl Layer {
+    pub fn view(&self, idx: u64) -> LayerView<'_> {
+        match self.recs.get(&idx) {
+            Some(Rec::Data(d)) => LayerView::Data(d),
+            Some(Rec::Hole) => LayerView::Hole,
+            None => match self.trunc_floor {
+                Some(f) if idx >= f => LayerView::Hole,
+                _ => LayerView::Below,
+            },
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.recs.is_empty() && self.trunc_floor.is_none()
+    }
+}
+
+#[derive(Debug)]
+pub struct FileData {
+    /// Current logical size (what getattr reports).
+    pub size: u64,
+    pub open: Layer,
+    /// The open layer or the size changed since the last freeze.
+    pub open_dirty: bool,
+    pub syncing: Option<Arc<Layer>>,
+    /// Bumped by truncation and hole punching: a record loaded outside the lock is stale
+    /// if this changed meanwhile.
+    pub gen: u64,
+    pub retired: bool,
+    /// Committed physical bytes (from the inode) for getattr.
+    pub committed_blocks: u64,
+}
+
+impl FileData {
+    pub fn new(size: u64, committed_blocks: u64) -> FileData {
+        FileData {
+            size,
+            open: Layer::default(),
+            open_dirty: false,
+            syncing: None,
+            gen: 0,
+            retired: false,
+            committed_blocks,
+        }
+    }
+
+    /// Physical bytes for `st_blocks`: committed bytes plus dirty buffers (an upper bound
+    /// until the txg commits).
+    pub fn blocks_bytes(&self) -> u64 {
+        self.committed_blocks + self.open.bytes + self.syncing.as_ref().map_or(0, |l| l.bytes)
+    }
+}
+
+pub type FileRef = Arc<Mutex<FileData>>;
+
+const SHARDS: usize = 16;
+
+/// Inode → FileData, sharded so that writers to different files rarely share a lock.
+pub struct FileTable {
+    shards: Vec<Mutex<HashMap<Ino, FileRef>>>,
+}
+
+impl Default for FileTable {
+    fn default() -> Self {
+        FileTable { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+    }
+}
+
+impl FileTable {
+    fn shard(&self, ino: Ino) -> &Mutex<HashMap<Ino, FileRef>> {
+        &self.shards[(ino as usize) % SHARDS]
+    }
+
+    pub fn get(&self, ino: Ino) -> Option<FileRef> {
+        self.shard(ino).lock().get(&ino).cloned()
+    }
+
+    /// The FileData of `ino`, created with `init()` (size, blocks) if absent. `init` runs
+    /// under the shard lock so that no commit can slip between reading the committed size
+    /// and publishing the FileData.
+    pub fn get_or_create<E>(
+        &self,
+        ino: Ino,
+        init: impl FnOnce() -> Result<(u64, u64), E>,
+    ) -> Result<FileRef, E> {
+        let mut m = self.shard(ino).lock();
+        if let Some(f) = m.get(&ino) {
+            return Ok(f.clone());
+        }
+        let (size, blocks) = init()?;
+        let f = Arc::new(Mutex::new(FileData::new(size, blocks)));
+        m.insert(ino, f.clone());
+        Ok(f)
+    }
+
+    /// Drop `ino`'s FileData if it is clean (called after a commit). Takes the shard lock,
+    /// then the file lock (the same order as every other path).
+    pub fn retire_if_clean(&self, ino: Ino) {
+        let mut m = self.shard(ino).lock();
+        if let Some(f) = m.get(&ino) {
+            let mut fd = f.lock();
+            if !fd.open_dirty && fd.open.is_empty() && fd.syncing.is_none() {
+                fd.retired = true;
+                drop(fd);
+                m.remove(&ino);
+            }
+        }
+    }
+
+    /// Remove `ino` (deleted inode); returns the dirty bytes its open layer held.
+    pub fn purge(&self, ino: Ino) -> u64 {
+        let f = self.shard(ino).lock().remove(&ino);
+        match f {
+            Some(f) => {
+                let mut fd = f.lock();
+                fd.retired = true;
+                let b = fd.open.bytes;
+                fd.open = Layer::default();
+                fd.open_dirty = false;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    pub fn all(&self) -> Vec<(Ino, FileRef)> {
+        let mut v = Vec::new();
+        for s in &self.shards {
+            v.extend(s.lock().iter().map(|(k, f)| (*k, f.clone())));
+        }
+        v
+    }
+}

@@ -1,0 +1,229 @@
+//! fsck: consistency of the committed pool.
+//!
+//! * space: every device extent lies in the data area below the allocation end, no two
+//!   extents overlap, no extent overlaps a free range, free ranges are disjoint, and every
+//!   allocated byte belongs to an extent (no leak);
+//! * extents: belong to an existing inode and lie below its size; the inode's
+//!   `blocks_bytes` equals the sum of its extents;
+//! * namespace: dirents point to live inodes of the right kind, each dirent has its cookie
+//!   row and vice versa, link counts match the dirents (directories: 2 + subdirectories),
+//!   every inode is reachable or an orphan, symlinks have targets.
+
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
+use crate::error::Result;
+use crate::inner::Inner;
+use crate::sync::extent_footprint;
+use crate::units::records_for_size;
+use serde::Serialize;
+use squeezefs_device::DATA_START;
+use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, decode_inode};
+use squeezefs_meta::{keys, tables, DeviceRecord, ExtentPtr, FileKind, InodeAttr, Ino, StoredRecord, ROOT_INO};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FsckReport {
+    pub inodes: u64,
+    pub directories: u64,
+    pub extents: u64,
+    pub allocated_bytes: u64,
+    pub free_range_bytes: u64,
+    /// orphans waiting for reclaim at mount (not an error)
+    pub orphans: Vec<Ino>,
+    pub problems: Vec<String>,
+}
+
+impl FsckReport {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+pub fn fsck(inner: &Inner) -> Result<FsckReport> {
+    if !inner.read_only && inner.txg.error().is_none() {
+        // the persisted space map matches the extents at commit points: get to one
+        inner.txg.sync_and_wait(inner)?;
+    }
+    let mut r = FsckReport::default();
+    let rx = inner.db.begin_read()?;
+    let mut inodes: BTreeMap<Ino, InodeAttr> = BTreeMap::new();
+    for row in rx.open_table(tables::INODES)?.iter()? {
+        let (k, v) = row?;
+        match decode_inode(k.value(), v.value()) {
+            Ok(a) => {
+                inodes.insert(k.value(), a);
+            }
+            Err(e) => r.problems.push(format!("inode {}: {e}", k.value())),
+        }
+    }
+    r.inodes = inodes.len() as u64;
+    if !inodes.get(&ROOT_INO).is_some_and(|a| a.kind == FileKind::Dir) {
+        r.problems.push("root inode 1 is missing or not a directory".into());
+    }
+    // namespace
+    let mut links: HashMap<Ino, u32> = HashMap::new();
+    let mut subdirs: HashMap<Ino, u32> = HashMap::new();
+    let mut cookies_seen: HashSet<(Ino, u64)> = HashSet::new();
+    for row in rx.open_table(tables::DIRENTS)?.iter()? {
+        let (k, v) = row?;
+        let Some((dir, name)) = keys::split_ino_name(k.value()) else {
+            r.problems.push("dirent with a short key".into());
+            continue;
+        };
+        let name_s = String::from_utf8_lossy(name).into_owned();
+        let (ino, kind, cookie) = match decode_dirent(v.value()) {
+            Ok(x) => x,
+            Err(e) => {
+                r.problems.push(format!("dirent {dir}/{name_s}: {e}"));
+                continue;
+            }
+        };
+        cookies_seen.insert((dir, cookie));
+        match inodes.get(&dir) {
+            Some(d) if d.kind == FileKind::Dir => {}
+            _ => r.problems.push(format!("dirent {name_s:?} lives in {dir}, which is not a directory inode")),
+        }
+        match inodes.get(&ino) {
+            None => r.problems.push(format!("dirent {dir}/{name_s:?} points to missing inode {ino}")),
+            Some(a) if a.kind != kind => r.problems.push(format!(
+                "dirent {dir}/{name_s:?} says {kind:?} but inode {ino} is {:?}",
+                a.kind
+            )),
+            _ => {}
+        }
+        *links.entry(ino).or_default() += 1;
+        if kind == FileKind::Dir {
+            *subdirs.entry(dir).or_default() += 1;
+        }
+    }
+    for row in rx.open_table(tables::DIR_COOKIES)?.iter()? {
+        let (k, v) = row?;
+        let Some((dir, cookie)) = keys::unpair(k.value()) else {
+            r.problems.push("directory cookie row with a bad key".into());
+            continue;
+        };
+        if !cookies_seen.remove(&(dir, cookie)) {
+            let name = decode_cookie_entry(v.value()).map(|x| String::from_utf8_lossy(&x.2).into_owned()).unwrap_or_default();
+            r.problems.push(format!("directory {dir} cookie {cookie} ({name:?}) has no name entry"));
+        }
+    }
+    for (dir, cookie) in cookies_seen {
+        r.problems.push(format!("directory {dir}: an entry's cookie {cookie} has no listing row"));
+    }
+    let mut orphan_set = HashSet::new();
+    for row in rx.open_table(tables::ORPHANS)?.iter()? {
+        let ino = row?.0.value();
+        if !inodes.contains_key(&ino) {
+            r.problems.push(format!("orphan list names missing inode {ino}"));
+        } else {
+            orphan_set.insert(ino);
+            r.orphans.push(ino);
+        }
+    }
+    let symlinks = rx.open_table(tables::SYMLINKS)?;
+    for (ino, a) in &inodes {
+        let n = links.get(ino).copied().unwrap_or(0);
+        if a.kind == FileKind::Dir {
+            r.directories += 1;
+            let parent_link = u32::from(*ino != ROOT_INO);
+            if n != parent_link && *ino != ROOT_INO {
+                r.problems.push(format!("directory {ino} has {n} names (expected 1)"));
+            }
+            let expected = 2 + subdirs.get(ino).copied().unwrap_or(0);
+            if a.nlink != expected {
+                r.problems.push(format!("directory {ino}: link count {} but {expected} expected", a.nlink));
+            }
+        } else if a.nlink != n && !(n == 0 && orphan_set.contains(ino)) {
+            r.problems.push(format!("inode {ino}: link count {} but {n} names point to it", a.nlink));
+        }
+        if n == 0 && *ino != ROOT_INO && !orphan_set.contains(ino) {
+            r.problems.push(format!("inode {ino} is unreachable (no name, not an orphan)"));
+        }
+        if a.kind == FileKind::Symlink && symlinks.get(*ino)?.is_none() {
+            r.problems.push(format!("symlink {ino} has no target"));
+        }
+    }
+    // extents and space
+    let mut per_dev: Vec<Vec<(u64, u64, Ino)>> = vec![Vec::new(); inner.devs.len()];
+    let mut blocks: HashMap<Ino, u64> = HashMap::new();
+    for row in rx.open_table(tables::EXTENTS)?.iter()? {
+        let (k, v) = row?;
+        let Some((ino, idx)) = keys::unpair(k.value()) else {
+            r.problems.push("extent with a bad key".into());
+            continue;
+        };
+        let e = match ExtentPtr::decode(v.value()) {
+            Ok(e) => e,
+            Err(err) => {
+                r.problems.push(format!("extent of inode {ino} record {idx}: {err}"));
+                continue;
+            }
+        };
+        r.extents += 1;
+        match inodes.get(&ino) {
+            None => r.problems.push(format!("extent of missing inode {ino} (record {idx})")),
+            Some(a) => {
+                if idx >= records_for_size(a.size, inner.recordsize) {
+                    r.problems.push(format!("inode {ino}: record {idx} lies beyond its size {}", a.size));
+                }
+            }
+        }
+        *blocks.entry(ino).or_default() += extent_footprint(&e, inner.sector);
+        if let StoredRecord::Device(d) = e.stored {
+            match per_dev.get_mut(d.dev as usize) {
+                Some(v) => v.push((d.offset, crate::units::sector_bytes(u64::from(d.psize), inner.sector), ino)),
+                None => r.problems.push(format!("inode {ino} record {idx} points to device {}", d.dev)),
+            }
+        }
+    }
+    for (ino, a) in &inodes {
+        let b = blocks.get(ino).copied().unwrap_or(0);
+        if a.blocks_bytes != b {
+            r.problems.push(format!("inode {ino}: blocks_bytes {} but its extents occupy {b}", a.blocks_bytes));
+        }
+    }
+    let ft = rx.open_table(tables::FREE_SPACE)?;
+    let dt = rx.open_table(tables::DEVICES)?;
+    for (dev, exts) in per_dev.iter_mut().enumerate() {
+        let rec = match dt.get(dev as u32)? {
+            Some(v) => DeviceRecord::decode(v.value())?,
+            None => {
+                r.problems.push(format!("device record {dev} missing"));
+                continue;
+            }
+        };
+        let end = rec.alloc_end;
+        let lo = keys::dev_offset(dev as u32, 0);
+        let hi = keys::dev_offset(dev as u32, u64::MAX);
+        let mut spans: Vec<(u64, u64, String)> = Vec::new();
+        for row in ft.range(&lo[..]..=&hi[..])? {
+            let (k, v) = row?;
+            let Some((_, off)) = keys::split_dev_offset(k.value()) else { continue };
+            r.free_range_bytes += v.value();
+            spans.push((off, v.value(), "free range".to_string()));
+        }
+        for (off, len, ino) in exts.iter() {
+            r.allocated_bytes += len;
+            spans.push((*off, *len, format!("extent of inode {ino}")));
+        }
+        spans.sort_by_key(|s| s.0);
+        let mut cursor = DATA_START;
+        let mut prev = String::from("device header");
+        for (off, len, what) in spans {
+            if off < cursor {
+                r.problems.push(format!("device {dev}: {what} at {off}+{len} overlaps {prev} (double allocation)"));
+            } else if off > cursor {
+                r.problems.push(format!("device {dev}: {} bytes at {cursor} are neither free nor used (leak)", off - cursor));
+            }
+            if off + len > end {
+                r.problems.push(format!("device {dev}: {what} at {off}+{len} ends past the allocation end {end}"));
+            }
+            cursor = cursor.max(off + len);
+            prev = what;
+        }
+        if cursor < end {
+            r.problems.push(format!("device {dev}: {} bytes at {cursor} below the allocation end are neither free nor used (leak)", end - cursor));
+        }
+    }
+    Ok(r)
+}

@@ -1,0 +1,201 @@
+//! The engine's shared state (one `Arc<Inner>` held by the API, the txg driver and jobs).
+
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
+use crate::alloc::DevSpace;
+use crate::caches::{ExtentCache, RecordCache};
+use crate::devq::DevQueue;
+use crate::dirty::FileTable;
+use crate::error::{EngineError, Result};
+use crate::options::OpenOptions;
+use crate::policy::Policy;
+use crate::txg::TxgCtl;
+use crate::workers::WorkerPool;
+use parking_lot::{Condvar, Mutex, RwLock};
+use squeezefs_codec::{WorkspaceConfig, Workspaces};
+use squeezefs_device::Device;
+use squeezefs_meta::{tables, InodeAttr, Ino};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+
+pub struct DevSlot {
+    pub dev: Arc<dyn Device>,
+    pub queue: DevQueue,
+}
+
+pub struct Inner {
+    pub pool_dir: PathBuf,
+    pub db: redb::Database,
+    pub read_only: bool,
+    pub sector: u64,
+    pub recordsize: u64,
+    pub max_inline: u64,
+    pub devs: Vec<DevSlot>,
+    pub space: Mutex<Vec<DevSpace>>,
+    pub files: FileTable,
+    /// inodes with changes in the open txg
+    pub dirty_set: Mutex<HashSet<Ino>>,
+    /// bytes held by dirty record buffers (open + syncing layers)
+    pub dirty_bytes: AtomicU64,
+    /// writers delayed at the dirty bound wait here; the commit stage notifies
+    pub throttle_lock: Mutex<()>,
+    pub throttle_cv: Condvar,
+    pub txg: TxgCtl,
+    /// extents freed by namespace transactions (inode deletion), applied at the next commit
+    pub pending_frees: Mutex<Vec<(u32, u64, u64)>>,
+    pub ext_cache: ExtentCache,
+    pub rec_cache: RecordCache,
+    pub policy: RwLock<Policy>,
+    pub workers: WorkerPool,
+    ws: OnceLock<Workspaces>,
+    pub opts: OpenOptions,
+    pub closed: AtomicBool,
+    /// free bytes of the host filesystem under growable device files (refreshed per txg)
+    pub host_free: AtomicU64,
+    /// sequential-read detection: inode → end of its last read
+    pub readahead: Mutex<HashMap<Ino, u64>>,
+    /// prefetches in flight (record keys), so one record is decoded once
+    pub prefetching: Mutex<HashSet<(u32, u64, u64)>>,
+    me: OnceLock<Weak<Inner>>,
+}
+
+impl Inner {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        pool_dir: PathBuf,
+        db: redb::Database,
+        read_only: bool,
+        sector: u64,
+        recordsize: u64,
+        max_inline: u64,
+        devs: Vec<DevSlot>,
+        space: Vec<DevSpace>,
+        opts: OpenOptions,
+        last_txg: u64,
+    ) -> Inner {
+        let policy = Policy { spec: opts.compression, force: opts.force_compression };
+        Inner {
+            pool_dir,
+            db,
+            read_only,
+            sector,
+            recordsize,
+            max_inline,
+            devs,
+            space: Mutex::new(space),
+            files: FileTable::default(),
+            dirty_set: Mutex::new(HashSet::new()),
+            dirty_bytes: AtomicU64::new(0),
+            throttle_lock: Mutex::new(()),
+            throttle_cv: Condvar::new(),
+            txg: TxgCtl::new(last_txg),
+            pending_frees: Mutex::new(Vec::new()),
+            ext_cache: ExtentCache::new(1 << 18),
+            rec_cache: RecordCache::new(opts.record_cache_bytes),
+            policy: RwLock::new(policy),
+            workers: WorkerPool::new(opts.workers, "sqz-work"),
+            ws: OnceLock::new(),
+            opts,
+            closed: AtomicBool::new(false),
+            host_free: AtomicU64::new(u64::MAX),
+            readahead: Mutex::new(HashMap::new()),
+            prefetching: Mutex::new(HashSet::new()),
+            me: OnceLock::new(),
+        }
+    }
+
+    /// Wrap in an `Arc` and remember it (jobs on workers need an owned reference).
+    pub fn into_arc(self) -> Arc<Inner> {
+        let a = Arc::new(self);
+        let _ = a.me.set(Arc::downgrade(&a));
+        a
+    }
+
+    pub fn self_arc(&self) -> Arc<Inner> {
+        self.me.get().and_then(Weak::upgrade).expect("Inner lives in an Arc")
+    }
+
+    /// Compression contexts, created on first use (a pool that stores raw never needs them).
+    pub fn workspaces(&self) -> &Workspaces {
+        self.ws.get_or_init(|| {
+            let workers = self.workers.threads().max(1);
+            Workspaces::new(WorkspaceConfig {
+                max_bytes: (64usize << 20).max(workers * (8 << 20)),
+                idle_timeout: std::time::Duration::from_secs(60),
+                ..Default::default()
+            })
+        })
+    }
+
+    pub fn check_writable(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(EngineError::Closed);
+        }
+        if self.read_only {
+            return Err(EngineError::ReadOnly);
+        }
+        if let Some(e) = self.txg.error() {
+            return Err(EngineError::Suspended(e));
+        }
+        Ok(())
+    }
+
+    pub fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(EngineError::Closed);
+        }
+        Ok(())
+    }
+
+    /// Committed inode record (size/blocks as committed).
+    pub fn committed_inode(&self, ino: Ino) -> Result<InodeAttr> {
+        let rx = self.db.begin_read()?;
+        let t = rx.open_table(tables::INODES)?;
+        let v = t.get(ino)?.ok_or(EngineError::NoInode(ino))?;
+        Ok(squeezefs_meta::encode::decode_inode(ino, v.value())?)
+    }
+
+    /// Free bytes over all devices (growable devices: the host filesystem's free space).
+    pub fn free_bytes(&self) -> u64 {
+        let space = self.space.lock();
+        let host = self.host_free.load(Ordering::Relaxed);
+        let mut total = 0u64;
+        let mut growable_ranges = 0u64;
+        let mut any_growable = false;
+        for s in space.iter() {
+            match s.free_bytes() {
+                Some(f) => total = total.saturating_add(f),
+                None => {
+                    any_growable = true;
+                    growable_ranges += s.free_range_bytes();
+                }
+            }
+        }
+        if any_growable {
+            total = total.saturating_add(host).saturating_add(growable_ranges);
+        }
+        total
+    }
+
+    /// Refresh the cached free space of the host filesystem holding the pool directory.
+    pub fn refresh_host_free(&self) {
+        if let Some(f) = host_free_bytes(&self.pool_dir) {
+            self.host_free.store(f, Ordering::Relaxed);
+        }
+    }
+}
+
+/// statvfs of `path`: bytes available to unprivileged users.
+pub fn host_free_bytes(path: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid NUL-terminated path and st a writable statvfs.
+    let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if r != 0 {
+        return None;
+    }
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}

@@ -1,0 +1,65 @@
+//! Options of `mkfs` and `open`.
+
+use squeezefs_codec::Spec;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default record size: 128 KiB (DESIGN.md §2).
+pub const DEFAULT_RECORDSIZE: u32 = 128 * 1024;
+/// Default largest stored size of a file kept inline in the metadata store.
+pub const DEFAULT_MAX_INLINE: u32 = 2048;
+/// Record sizes accepted by mkfs: powers of two in this range.
+pub const MIN_RECORDSIZE: u32 = 4096;
+pub const MAX_RECORDSIZE: u32 = 1024 * 1024;
+
+#[derive(Clone, Debug, Default)]
+pub struct MkfsOptions {
+    /// Device files or block devices. Empty: one growable file `data.0` inside the pool
+    /// directory.
+    pub devices: Vec<PathBuf>,
+    /// 512 or 4096; `None`: 4096 if any device is a block device, else 512.
+    pub sector: Option<u32>,
+    /// Power of two between 4 KiB and 1 MiB; `None`: 128 KiB.
+    pub recordsize: Option<u32>,
+    /// Overwrite an existing pool / non-empty devices.
+    pub force: bool,
+    /// Largest stored (compressed) size of a small file kept inline; `None`: 2 KiB.
+    pub max_inline: Option<u32>,
+    /// Fixed capacity for the pool's own device file (tests of ENOSPC); `None`: growable.
+    pub device_capacity: Option<u64>,
+}
+
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    /// Open read-only (no writes at all, no txg).
+    pub read_only: bool,
+    /// Mount-wide compression for new data (`compress=` / `compress-force=`).
+    pub compression: Spec,
+    /// `compress-force`: compress every record, skipping the heuristic.
+    pub force_compression: bool,
+    /// Upper bound on dirty (not yet synced) data; writers are delayed near it.
+    pub max_dirty_bytes: u64,
+    /// A txg closes at the latest after this long.
+    pub txg_timeout: Duration,
+    /// Compress workers; 0 = one per core.
+    pub workers: usize,
+    /// Bytes of decompressed records kept for reads.
+    pub record_cache_bytes: usize,
+    /// Override the device paths recorded at mkfs (devices moved); index = device index.
+    pub devices: Vec<PathBuf>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            read_only: false,
+            compression: Spec::Off,
+            force_compression: false,
+            max_dirty_bytes: 256 * 1024 * 1024,
+            txg_timeout: Duration::from_secs(5),
+            workers: 0,
+            record_cache_bytes: 64 * 1024 * 1024,
+            devices: Vec::new(),
+        }
+    }
+}

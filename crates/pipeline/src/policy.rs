@@ -1,0 +1,113 @@
+//! Compression policy and the per-record compress step (runs on a worker).
+//!
+//! Mount-wide policy: a [`Spec`] plus `force`. `Spec::Auto` and `Spec::Qos` map to zstd:3
+//! until the auto/qos controllers land (a later issue): they are accepted and stored, and
+//! data is compressed with the controllers' starting level.
+
+use squeezefs_codec::{heuristic, saves_a_sector, Algorithm, Codec, Spec, Workspaces};
+use xxhash_rust::xxh3::xxh3_64;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    pub spec: Spec,
+    pub force: bool,
+}
+
+/// The starting codec of the adaptive modes until their controllers exist.
+pub const ADAPTIVE_PLACEHOLDER: Codec = Codec { alg: Algorithm::Zstd, level: 3 };
+
+impl Policy {
+    /// The codec to try for a record, `None` = store raw.
+    pub fn codec(&self) -> Option<Codec> {
+        match self.spec {
+            Spec::Off => None,
+            Spec::Fixed(c) if c.alg == Algorithm::None => None,
+            Spec::Fixed(c) => Some(c),
+            // controllers are a later issue; see module comment
+            _ => Some(ADAPTIVE_PLACEHOLDER),
+        }
+    }
+}
+
+/// Result of compressing one record.
+pub enum Compressed {
+    /// all zeros: becomes a hole
+    Zeros,
+    /// store the record's own bytes
+    Raw { hash: u64 },
+    /// store these bytes
+    Packed { codec: Codec, bytes: Vec<u8>, hash: u64 },
+}
+
+/// Fast all-zero test (u64 words; the tail bytewise).
+pub fn is_zeros(data: &[u8]) -> bool {
+    let (pre, mid, post) = unsafe { data.align_to::<u64>() };
+    pre.iter().all(|&b| b == 0) && mid.iter().all(|&w| w == 0) && post.iter().all(|&b| b == 0)
+}
+
+/// Heuristic, compression with early abort (output must save a sector), checksum of what
+/// will be stored. Never copies the raw record.
+pub fn compress_record<'a>(
+    data: &[u8],
+    policy: Policy,
+    sector: usize,
+    ws: impl FnOnce() -> &'a Workspaces,
+) -> Compressed {
+    if is_zeros(data) {
+        return Compressed::Zeros;
+    }
+    let raw = || Compressed::Raw { hash: xxh3_64(data) };
+    let Some(codec) = policy.codec() else { return raw() };
+    if !policy.force && heuristic::assess(data) != heuristic::Verdict::Compressible {
+        return raw();
+    }
+    // the largest output that still saves a sector: the codec aborts early beyond it
+    let limit = (data.len().div_ceil(sector)).saturating_sub(1) * sector;
+    if limit == 0 {
+        return raw();
+    }
+    let mut dst = vec![0u8; limit];
+    match ws().compress(codec, data, &mut dst) {
+        Ok(n) if saves_a_sector(n, data.len(), sector) => {
+            dst.truncate(n);
+            let hash = xxh3_64(&dst);
+            Compressed::Packed { codec, bytes: dst, hash }
+        }
+        Ok(_) => raw(),
+        Err(squeezefs_codec::CodecError::DstTooSmall) => raw(),
+        Err(e) => {
+            log::warn!("compression with {codec:?} failed ({e}); storing the record raw");
+            raw()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_detection_over_alignments() {
+        let mut v = vec![0u8; 1000];
+        for start in 0..9 {
+            assert!(is_zeros(&v[start..]));
+        }
+        for i in [0, 7, 8, 500, 999] {
+            v[i] = 1;
+            assert!(!is_zeros(&v), "byte {i}");
+            v[i] = 0;
+        }
+    }
+
+    #[test]
+    fn off_policy_stores_raw_and_zeros_become_holes() {
+        let p = Policy { spec: Spec::Off, force: false };
+        let no_ws = || -> &'static Workspaces { unreachable!("off never compresses") };
+        assert!(matches!(compress_record(&[0u8; 4096], p, 512, no_ws), Compressed::Zeros));
+        let data = vec![5u8; 4096];
+        match compress_record(&data, p, 512, no_ws) {
+            Compressed::Raw { hash } => assert_eq!(hash, xxh3_64(&data)),
+            _ => panic!("expected raw"),
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! Creating and opening a pool: a directory holding the metadata store (`meta.redb`) and,
+//! unless devices are named, one growable device file (`data.0`).
+
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
+use crate::alloc::DevSpace;
+use crate::devq::DevQueue;
+use crate::error::{EngineError, Result};
+use crate::inner::{DevSlot, Inner};
+use crate::options::{MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, MAX_RECORDSIZE, MIN_RECORDSIZE};
+use squeezefs_device::{
+    is_nonempty, read_header, write_header, Device, DeviceHeader, FileDevice, FileDeviceOptions, PoolId, DATA_START,
+};
+use squeezefs_meta::encode::encode_inode;
+use squeezefs_meta::{keys, tables, DeviceKind, DeviceRecord, Features, FileKind, InodeAttr, Superblock, Timestamp, ROOT_INO};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub const META_FILE: &str = "meta.redb";
+pub const DEFAULT_DEVICE_FILE: &str = "data.0";
+
+pub fn now() -> Timestamp {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
+}
+
+fn pool_err(msg: String) -> EngineError {
+    EngineError::Pool(msg)
+}
+
+fn validate(opts: &MkfsOptions) -> Result<(u32, u32)> {
+    if let Some(s) = opts.sector {
+        if s != 512 && s != 4096 {
+            return Err(pool_err(format!("sector size {s} is not supported (accepted: 512 or 4096)")));
+        }
+    }
+    let rs = opts.recordsize.unwrap_or(DEFAULT_RECORDSIZE);
+    if !rs.is_power_of_two() || !(MIN_RECORDSIZE..=MAX_RECORDSIZE).contains(&rs) {
+        return Err(pool_err(format!(
+            "record size {rs} is not supported (accepted: a power of two from {MIN_RECORDSIZE} to {MAX_RECORDSIZE} bytes, e.g. 128K)"
+        )));
+    }
+    let mi = opts.max_inline.unwrap_or(DEFAULT_MAX_INLINE);
+    if mi > rs / 2 {
+        return Err(pool_err(format!("max_inline {mi} exceeds half the record size ({} bytes)", rs / 2)));
+    }
+    Ok((rs, mi))
+}
+
+pub fn mkfs(pool: &Path, opts: &MkfsOptions) -> Result<()> {
+    let (recordsize, max_inline) = validate(opts)?;
+    let meta = pool.join(META_FILE);
+    if pool.exists() && !pool.is_dir() {
+        return Err(pool_err(format!("{} exists and is not a directory; a pool is a directory", pool.display())));
+    }
+    if meta.exists() {
+        if !opts.force {
+            return Err(pool_err(format!(
+                "{} already holds a squeezefs pool; use --force to overwrite it",
+                pool.display()
+            )));
+        }
+        std::fs::remove_file(&meta).map_err(|e| pool_err(format!("cannot remove {}: {e}", meta.display())))?;
+    }
+    std::fs::create_dir_all(pool).map_err(|e| pool_err(format!("cannot create {}: {e}", pool.display())))?;
+    let own = opts.devices.is_empty();
+    let paths: Vec<PathBuf> = if own { vec![pool.join(DEFAULT_DEVICE_FILE)] } else { opts.devices.clone() };
+    let mut devs: Vec<(FileDevice, PathBuf, DeviceKind)> = Vec::new();
+    for p in &paths {
+        if own && p.exists() {
+            if !opts.force {
+                return Err(pool_err(format!("{} exists; use --force to overwrite it", p.display())));
+            }
+            std::fs::remove_file(p).map_err(|e| pool_err(format!("cannot remove {}: {e}", p.display())))?;
+        }
+        let capacity = if own { opts.device_capacity } else { None };
+        let d = FileDevice::open_with(p, &FileDeviceOptions { read_only: false, create: true, capacity })
+            .map_err(|e| pool_err(format!("cannot open device {}: {e}", p.display())))?;
+        if !own && !opts.force && is_nonempty(&d).map_err(|e| pool_err(e.to_string()))? {
+            return Err(pool_err(format!(
+                "device {} is not empty (it may hold a filesystem or another pool); use --force to overwrite it",
+                p.display()
+            )));
+        }
+        let kind = if d.is_block_device() {
+            DeviceKind::Block
+        } else if capacity.is_some() {
+            DeviceKind::FixedFile
+        } else {
+            DeviceKind::GrowableFile
+        };
+        let recorded = if own {
+            PathBuf::from(DEFAULT_DEVICE_FILE)
+        } else {
+            std::fs::canonicalize(p).unwrap_or_else(|_| p.clone())
+        };
+        devs.push((d, recorded, kind));
+    }
+    let any_block = devs.iter().any(|d| d.2 == DeviceKind::Block);
+    let sector = opts.sector.unwrap_or(if any_block { 4096 } else { 512 });
+    let pool_id = PoolId::random();
+    let count = devs.len() as u32;
+    for (i, (d, _, _)) in devs.iter().enumerate() {
+        let h = DeviceHeader {
+            pool_id,
+            device_index: i as u32,
+            device_count: count,
+            sector_size: sector,
+            capacity: d.capacity(),
+        };
+        write_header(d, &h).map_err(|e| pool_err(e.to_string()))?;
+    }
+    let db = redb::Database::create(&meta)?;
+    let tx = db.begin_write()?;
+    {
+        let sb = Superblock {
+            features: Features::current(),
+            pool_id: pool_id.0,
+            sector,
+            recordsize,
+            max_inline,
+            device_count: count,
+            next_ino: ROOT_INO + 1,
+            txg: 0,
+            created: now().secs,
+        };
+        tx.open_table(tables::SUPERBLOCK)?.insert(0u8, &sb.encode()[..])?;
+        let mut dt = tx.open_table(tables::DEVICES)?;
+        for (i, (d, path, kind)) in devs.iter().enumerate() {
+            use std::os::unix::ffi::OsStrExt;
+            let rec = DeviceRecord {
+                kind: *kind,
+                capacity: d.capacity().unwrap_or(0),
+                alloc_end: DATA_START,
+                path: path.as_os_str().as_bytes().to_vec(),
+            };
+            dt.insert(i as u32, &rec.encode()[..])?;
+        }
+        let t = now();
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let root = InodeAttr {
+            ino: ROOT_INO,
+            kind: FileKind::Dir,
+            perm: 0o755,
+            uid,
+            gid,
+            nlink: 2,
+            size: 0,
+            blocks_bytes: 0,
+            rdev: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            generation: 1,
+        };
+        tx.open_table(tables::INODES)?.insert(ROOT_INO, &encode_inode(&root)[..])?;
+        // create the remaining tables so read transactions find them
+        tx.open_table(tables::DIRENTS)?;
+        tx.open_table(tables::DIR_COOKIES)?;
+        tx.open_table(tables::DIR_NEXT_COOKIE)?;
+        tx.open_table(tables::XATTRS)?;
+        tx.open_table(tables::SYMLINKS)?;
+        tx.open_table(tables::ORPHANS)?;
+        tx.open_table(tables::EXTENTS)?;
+        tx.open_table(tables::FREE_SPACE)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+pub fn open(pool: &Path, opts: &OpenOptions) -> Result<Arc<Inner>> {
+    let meta = pool.join(META_FILE);
+    if !meta.exists() {
+        return Err(pool_err(format!(
+            "{} is not a squeezefs pool (no {META_FILE}); create one with `squeezefs mkfs`",
+            pool.display()
+        )));
+    }
+    let db = redb::Database::open(&meta).map_err(|e| match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => {
+            pool_err(format!("pool {} is already open (mounted or in use by another command)", pool.display()))
+        }
+        e => pool_err(format!("cannot open the metadata store {}: {e}", meta.display())),
+    })?;
+    let rx = db.begin_read()?;
+    let sb = {
+        let t = rx.open_table(tables::SUPERBLOCK)?;
+        let v = t.get(0u8)?.ok_or_else(|| pool_err("the pool has no superblock".into()))?;
+        Superblock::decode(v.value())?
+    };
+    let unknown = sb.features.unknown_incompat();
+    if unknown != 0 {
+        return Err(pool_err(format!(
+            "pool {} uses features this build does not support (incompat flags {unknown:#x}); upgrade squeezefs",
+            pool.display()
+        )));
+    }
+    let mut read_only = opts.read_only;
+    let ro_unknown = sb.features.unknown_ro_compat();
+    if ro_unknown != 0 && !read_only {
+        log::warn!(
+            "pool {} uses read-only-compatible features this build does not know ({ro_unknown:#x}); opening read-only",
+            pool.display()
+        );
+        read_only = true;
+    }
+    let pool_id = PoolId(sb.pool_id);
+    let mut devs = Vec::new();
+    let mut space = Vec::new();
+    {
+        let dt = rx.open_table(tables::DEVICES)?;
+        let ft = rx.open_table(tables::FREE_SPACE)?;
+        for i in 0..sb.device_count {
+            let rec = {
+                let v = dt.get(i)?.ok_or_else(|| pool_err(format!("device record {i} missing")))?;
+                DeviceRecord::decode(v.value())?
+            };
+            let path = match opts.devices.get(i as usize) {
+                Some(p) => p.clone(),
+                None => {
+                    use std::os::unix::ffi::OsStrExt;
+                    let p = PathBuf::from(std::ffi::OsStr::from_bytes(&rec.path));
+                    if p.is_relative() { pool.join(p) } else { p }
+                }
+            };
+            let capacity = (rec.kind == DeviceKind::FixedFile).then_some(rec.capacity);
+            let d = FileDevice::open_with(&path, &FileDeviceOptions { read_only, create: false, capacity })
+                .map_err(|e| pool_err(format!("device #{i} of pool {}: {e}", pool.display())))?;
+            let h = read_header(&d).map_err(|e| pool_err(e.to_string()))?;
+            h.check(&path.display().to_string(), &pool_id, i).map_err(|e| pool_err(e.to_string()))?;
+            if h.sector_size != sb.sector {
+                return Err(pool_err(format!(
+                    "{} has sector size {} but the pool uses {}",
+                    path.display(),
+                    h.sector_size,
+                    sb.sector
+                )));
+            }
+            let lo = keys::dev_offset(i, 0);
+            let hi = keys::dev_offset(i, u64::MAX);
+            let mut free = BTreeMap::new();
+            for row in ft.range(&lo[..]..=&hi[..])? {
+                let (k, v) = row?;
+                if let Some((_, off)) = keys::split_dev_offset(k.value()) {
+                    free.insert(off, v.value());
+                }
+            }
+            let cap = match rec.kind {
+                DeviceKind::GrowableFile => None,
+                _ => d.capacity(),
+            };
+            space.push(DevSpace::new(DATA_START, rec.alloc_end, cap, free));
+            let dev: Arc<dyn Device> = Arc::new(d);
+            devs.push(dev);
+        }
+    }
+    drop(rx);
+    let slots = devs
+        .into_iter()
+        .enumerate()
+        .map(|(i, dev)| DevSlot { queue: DevQueue::start(dev.clone(), i), dev })
+        .collect();
+    let inner = Inner::new(
+        pool.to_path_buf(),
+        db,
+        read_only,
+        u64::from(sb.sector),
+        u64::from(sb.recordsize),
+        u64::from(sb.max_inline),
+        slots,
+        space,
+        opts.clone(),
+        sb.txg,
+    )
+    .into_arc();
+    inner.refresh_host_free();
+    Ok(inner)
+}

@@ -1,0 +1,395 @@
+//! The read path: layered lookup (open layer → syncing layer → committed extent), extent
+//! cache, verified device reads, decompression into the bounded record cache, parallel
+//! decoding of multi-record reads and prefetch of sequential streams.
+
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
+use crate::caches::RecordKey;
+use crate::dirty::{Layer, LayerView};
+use crate::error::{EngineError, Result};
+use crate::inner::Inner;
+use crate::units::{record_start_byte, records_for_size};
+use squeezefs_codec::Algorithm;
+use squeezefs_meta::{keys, tables, ExtentPtr, Ino, StoredRecord};
+use std::sync::Arc;
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Records read ahead of a sequential reader (8 × 128 KiB = 1 MiB).
+pub const PREFETCH_RECORDS: u64 = 8;
+
+/// Extent pointer of a committed record (cached).
+pub fn extent(inner: &Inner, ino: Ino, idx: u64) -> Result<Option<ExtentPtr>> {
+    if let Some(e) = inner.ext_cache.get(ino, idx) {
+        return Ok(e);
+    }
+    let gen = inner.ext_cache.gen();
+    let rx = inner.db.begin_read()?;
+    let t = rx.open_table(tables::EXTENTS)?;
+    let k = keys::pair(ino, idx);
+    let e = match t.get(&k[..])? {
+        Some(v) => Some(ExtentPtr::decode(v.value())?),
+        None => None,
+    };
+    inner.ext_cache.insert(ino, idx, e.clone(), gen);
+    Ok(e)
+}
+
+/// Decoded bytes of a committed record; `None` = hole.
+pub fn committed_record(inner: &Inner, ino: Ino, idx: u64) -> Result<Option<Arc<Vec<u8>>>> {
+    match extent(inner, ino, idx)? {
+        None => Ok(None),
+        Some(e) => load(inner, ino, idx, &e).map(Some),
+    }
+}
+
+fn record_key(e: &ExtentPtr) -> Option<RecordKey> {
+    match e.stored {
+        StoredRecord::Device(d) => Some((d.dev, d.offset, e.hash)),
+        StoredRecord::Inline(_) => None,
+    }
+}
+
+/// Read, verify and decode the record an extent points to.
+pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<u8>>> {
+    let key = record_key(e);
+    if let Some(k) = &key {
+        if let Some(v) = inner.rec_cache.get(k) {
+            return Ok(v);
+        }
+    }
+    let offset_in_file = record_start_byte(idx, inner.recordsize);
+    let stored: std::borrow::Cow<'_, [u8]> = match &e.stored {
+        StoredRecord::Inline(v) => v.as_slice().into(),
+        StoredRecord::Device(d) => {
+            let dev = inner
+                .devs
+                .get(d.dev as usize)
+                .ok_or_else(|| EngineError::Corrupt(format!("inode {ino} record {idx} points to device {} of {}", d.dev, inner.devs.len())))?;
+            let mut buf = vec![0u8; d.psize as usize];
+            dev.dev.read_at(&mut buf, d.offset).map_err(|err| {
+                log::error!("read of inode {ino} at offset {offset_in_file} failed: {err}");
+                EngineError::from(err)
+            })?;
+            buf.into()
+        }
+    };
+    let h = xxh3_64(&stored);
+    if h != e.hash {
+        let place = match &e.stored {
+            StoredRecord::Device(d) => format!("device {} offset {}", d.dev, d.offset),
+            StoredRecord::Inline(_) => "inline".to_string(),
+        };
+        log::error!(
+            "checksum mismatch: inode {ino} file offset {offset_in_file} ({place}, {} bytes): stored xxh3 {:016x}, computed {h:016x}",
+            stored.len(),
+            e.hash
+        );
+        return Err(EngineError::Checksum { ino, offset: offset_in_file });
+    }
+    let out = Arc::new(decode(inner, e, &stored, ino, offset_in_file)?);
+    if let Some(k) = key {
+        inner.rec_cache.insert(k, out.clone());
+    }
+    Ok(out)
+}
+
+fn decode(inner: &Inner, e: &ExtentPtr, stored: &[u8], ino: Ino, off: u64) -> Result<Vec<u8>> {
+    let logical = e.logical as usize;
+    let alg = Algorithm::from_id(e.alg)
+        .ok_or_else(|| EngineError::Corrupt(format!("inode {ino} offset {off}: unknown algorithm id {}", e.alg)))?;
+    if alg == Algorithm::None {
+        if stored.len() != logical {
+            return Err(EngineError::Corrupt(format!(
+                "inode {ino} offset {off}: raw record of {} bytes, {logical} expected",
+                stored.len()
+            )));
+        }
+        return Ok(stored.to_vec());
+    }
+    let mut out = vec![0u8; logical];
+    let n = inner
+        .workspaces()
+        .decompress(alg, stored, &mut out)
+        .map_err(|err| EngineError::Corrupt(format!("inode {ino} offset {off}: {err}")))?;
+    if n != logical {
+        return Err(EngineError::Corrupt(format!(
+            "inode {ino} offset {off}: decoded {n} bytes, {logical} expected"
+        )));
+    }
+    Ok(out)
+}
+
+/// Where the bytes of one record come from, decided under the file lock.
+enum Source {
+    /// copied already (open/syncing layer or hole)
+    Done,
+    Layer(Arc<Layer>),
+    Committed,
+}
+
+pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
+    inner.check_open()?;
+    let rs = inner.recordsize;
+    let f = inner.files.get(ino);
+    let size = match &f {
+        Some(f) => f.lock().size,
+        None => inner.committed_inode(ino)?.size,
+    };
+    if off >= size || buf.is_empty() {
+        return Ok(0);
+    }
+    let n = (size - off).min(buf.len() as u64) as usize;
+    let buf = &mut buf[..n];
+    let end = off + n as u64;
+    let first = off / rs;
+    let last = (end - 1) / rs;
+    buf.fill(0);
+    // slice of `buf` and of the record for record idx
+    let span = |idx: u64| {
+        let rstart = record_start_byte(idx, rs);
+        let a = off.max(rstart);
+        let b = end.min(rstart + rs);
+        ((a - off) as usize..(b - off) as usize, (a - rstart) as usize..(b - rstart) as usize)
+    };
+    let mut sources: Vec<(u64, Source)> = Vec::with_capacity((last - first + 1) as usize);
+    if let Some(f) = &f {
+        let fd = f.lock();
+        for idx in first..=last {
+            let (bs, rsl) = span(idx);
+            let src = match fd.open.view(idx) {
+                LayerView::Data(d) => {
+                    copy_part(&mut buf[bs], d, rsl);
+                    Source::Done
+                }
+                LayerView::Hole => Source::Done,
+                LayerView::Below => match &fd.syncing {
+                    Some(s) => match s.view(idx) {
+                        LayerView::Data(_) => Source::Layer(s.clone()),
+                        LayerView::Hole => Source::Done,
+                        LayerView::Below => Source::Committed,
+                    },
+                    None => Source::Committed,
+                },
+            };
+            sources.push((idx, src));
+        }
+    } else {
+        sources.extend((first..=last).map(|i| (i, Source::Committed)));
+    }
+    let mut committed = Vec::new();
+    for (idx, src) in sources {
+        match src {
+            Source::Done => {}
+            Source::Layer(l) => {
+                let (bs, rsl) = span(idx);
+                if let LayerView::Data(d) = l.view(idx) {
+                    copy_part(&mut buf[bs], d, rsl);
+                }
+            }
+            Source::Committed => committed.push(idx),
+        }
+    }
+    let records = fetch_committed(inner, ino, &committed)?;
+    for (idx, rec) in committed.iter().zip(records) {
+        if let Some(r) = rec {
+            let (bs, rsl) = span(*idx);
+            copy_part(&mut buf[bs], &r, rsl);
+        }
+    }
+    readahead(inner, ino, off, end, size, f.is_none());
+    Ok(n)
+}
+
+/// Copy `rec[rsl]` into `dst`; bytes past the record's end stay zero.
+fn copy_part(dst: &mut [u8], rec: &[u8], rsl: std::ops::Range<usize>) {
+    let hi = rsl.end.min(rec.len());
+    if rsl.start < hi {
+        dst[..hi - rsl.start].copy_from_slice(&rec[rsl.start..hi]);
+    }
+}
+
+/// Decode several committed records, in parallel on the workers when more than one must be
+/// read from a device.
+fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Vec<Option<Arc<Vec<u8>>>>> {
+    let mut exts = Vec::with_capacity(idxs.len());
+    for &i in idxs {
+        exts.push(extent(inner, ino, i)?);
+    }
+    let misses = exts
+        .iter()
+        .filter(|e| e.as_ref().and_then(record_key).is_some_and(|k| !inner.rec_cache.contains(&k)))
+        .count();
+    if misses < 2 || inner.workers.threads() < 2 {
+        return idxs
+            .iter()
+            .zip(exts)
+            .map(|(&i, e)| e.map(|e| load_retrying(inner, ino, i, e)).transpose())
+            .collect();
+    }
+    // parallel: the workers need 'static data, so they get owned pointers and a sender
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let me = inner.self_arc();
+    for (pos, (&i, e)) in idxs.iter().zip(exts).enumerate() {
+        let Some(e) = e else {
+            let _ = tx.send((pos, Ok(None)));
+            continue;
+        };
+        let tx = tx.clone();
+        let me = me.clone();
+        inner.workers.execute(move || {
+            let r = load_retrying(&me, ino, i, e).map(Some);
+            let _ = tx.send((pos, r));
+        });
+    }
+    drop(tx);
+    let mut out: Vec<Option<Arc<Vec<u8>>>> = vec![None; idxs.len()];
+    let mut err = None;
+    for (pos, r) in rx.iter() {
+        match r {
+            Ok(v) => out[pos] = v,
+            Err(e) => {
+                err.get_or_insert(e);
+            }
+        }
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// A checksum mismatch right after a commit may come from a pointer looked up before the
+/// commit freed and the next txg reused its space: look the pointer up again once.
+fn load_retrying(inner: &Inner, ino: Ino, idx: u64, e: ExtentPtr) -> Result<Arc<Vec<u8>>> {
+    match load(inner, ino, idx, &e) {
+        Err(EngineError::Checksum { .. }) => {
+            inner.ext_cache.invalidate(ino, Some(idx));
+            match extent(inner, ino, idx)? {
+                Some(e2) if e2 != e => load(inner, ino, idx, &e2),
+                _ => load(inner, ino, idx, &e),
+            }
+        }
+        r => r,
+    }
+}
+
+/// Sequential readers get the next records decoded in the background.
+fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool) {
+    let sequential = {
+        let mut ra = inner.readahead.lock();
+        if ra.len() > 4096 {
+            ra.clear();
+        }
+        let seq = ra.get(&ino).is_some_and(|&e| e == off) || off == 0;
+        ra.insert(ino, end);
+        seq
+    };
+    if !sequential || !clean {
+        return;
+    }
+    let rs = inner.recordsize;
+    let next = end.div_ceil(rs);
+    let stop = (next + PREFETCH_RECORDS).min(records_for_size(size, rs));
+    let me = inner.self_arc();
+    for idx in next..stop {
+        let Ok(Some(e)) = extent(inner, ino, idx) else { continue };
+        let Some(k) = record_key(&e) else { continue };
+        if inner.rec_cache.contains(&k) || !inner.prefetching.lock().insert(k) {
+            continue;
+        }
+        let me = me.clone();
+        inner.workers.execute(move || {
+            let _ = load(&me, ino, idx, &e);
+            me.prefetching.lock().remove(&k);
+        });
+    }
+}
+
+/// State of a record for SEEK_DATA / SEEK_HOLE.
+fn has_data(inner: &Inner, ino: Ino, idx: u64, open: Option<&Layer>, syncing: Option<&Layer>) -> Result<bool> {
+    for l in [open, syncing].into_iter().flatten() {
+        match l.view(idx) {
+            LayerView::Data(_) => return Ok(true),
+            LayerView::Hole => return Ok(false),
+            LayerView::Below => {}
+        }
+    }
+    Ok(extent(inner, ino, idx)?.is_some())
+}
+
+/// SEEK_DATA (`want_data`) or SEEK_HOLE: the first offset at or after `off` in data / in a
+/// hole. `None` = ENXIO (at or past EOF; for SEEK_DATA also "no data after off").
+pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option<u64>> {
+    inner.check_open()?;
+    let rs = inner.recordsize;
+    let f = crate::write::file_ref(inner, ino)?;
+    // snapshot the layers (the open layer is copied as a set of indices only)
+    let (size, open, syncing) = {
+        let fd = f.lock();
+        let open = Layer {
+            recs: fd
+                .open
+                .recs
+                .iter()
+                .map(|(k, v)| {
+                    (*k, match v {
+                        crate::dirty::Rec::Data(_) => crate::dirty::Rec::Data(Vec::new()),
+                        crate::dirty::Rec::Hole => crate::dirty::Rec::Hole,
+                    })
+                })
+                .collect(),
+            trunc_floor: fd.open.trunc_floor,
+            size: fd.size,
+            bytes: 0,
+        };
+        (fd.size, open, fd.syncing.clone())
+    };
+    drop(f);
+    inner.files.retire_if_clean(ino);
+    if off >= size {
+        return Ok(None);
+    }
+    let nrec = records_for_size(size, rs);
+    let mut idx = off / rs;
+    // candidate indices with data, to jump over long holes
+    let next_candidate = |from: u64| -> Result<Option<u64>> {
+        let mut best: Option<u64> = None;
+        let mut consider = |c: u64| {
+            if best.is_none_or(|b| c < b) {
+                best = Some(c);
+            }
+        };
+        for l in [Some(&open), syncing.as_deref()].into_iter().flatten() {
+            if let Some((&k, _)) = l.recs.range(from..).find(|(_, r)| matches!(r, crate::dirty::Rec::Data(_))) {
+                consider(k);
+            }
+        }
+        let rx = inner.db.begin_read()?;
+        let t = rx.open_table(tables::EXTENTS)?;
+        let a = keys::pair(ino, from);
+        let b = keys::pair(ino, u64::MAX);
+        if let Some(row) = t.range(&a[..]..=&b[..])?.next() {
+            let (k, _) = row?;
+            if let Some((_, i)) = keys::unpair(k.value()) {
+                consider(i);
+            }
+        }
+        Ok(best)
+    };
+    while idx < nrec {
+        let data = has_data(inner, ino, idx, Some(&open), syncing.as_deref())?;
+        if data == want_data {
+            return Ok(Some(record_start_byte(idx, rs).max(off)));
+        }
+        if want_data {
+            match next_candidate(idx + 1)? {
+                Some(c) if c < nrec => idx = c,
+                _ => return Ok(None),
+            }
+        } else {
+            idx += 1;
+        }
+    }
+    // past the last record: SEEK_HOLE finds the implicit hole at EOF
+    Ok(if want_data { None } else { Some(size) })
+}

@@ -1,0 +1,357 @@
+/*
+ * The SYNCING stages of one txg, run in order by the txg driver (txg.rs):
+ *
+ * 1. `cut`      — list the data records of every frozen layer (records are already cut to
+ *                 `recordsize` by the dirty cache; the last one is short).
+ * 2. `compress` — workers (one per core): zero test, heuristic, compression with early
+ *                 abort, xxh3 of the stored bytes; results stream back as they finish.
+ * 3. `place`    — as results arrive: small files inline; other records get a device
+ *                 (smallest expected completion, crates/control) and packed sector space,
+ *                 and go to that device's write queue at once (compression and device
+ *                 writes overlap).
+ * 4. `issue`/wait — device writers drain their queues in large sequential batches;
+ *                 the driver waits for every write of the txg.
+ * 5. `flush`    — fdatasync every device written.
+ * 6. `commit`   — one durable redb transaction: extent pointers, sizes, blocks, freed
+ *                 space (replaced records and inode deletions), allocation state, txg.
+ * 7. `release`  — invalidate extent caches, drop the syncing layers, return dirty bytes,
+ *                 wake throttled writers.
+ *
+ * No lock is held across compression or I/O: the stages work on frozen `Arc<Layer>`s.
+ */
+
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
+use crate::devq::{Completion, Payload, WriteReq};
+use crate::dirty::{Layer, Rec};
+use crate::error::{EngineError, Result};
+use crate::inner::Inner;
+use crate::policy::{compress_record, Compressed};
+use crate::units::sector_bytes;
+use squeezefs_control::{choose_device, DeviceView};
+use squeezefs_meta::{keys, tables, DeviceExtent, ExtentPtr, Ino, StoredRecord, Superblock};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// What the txg does to one record.
+enum Outcome {
+    Hole,
+    Extent(ExtentPtr),
+}
+
+struct Placed {
+    layer: usize,
+    idx: u64,
+    outcome: Outcome,
+}
+
+pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) -> Result<()> {
+    inner.refresh_host_free();
+    let jobs = cut(&frozen);
+    let mut allocated: Vec<DeviceExtent> = Vec::new();
+    let result = (|| {
+        let results = compress(inner, &frozen, &jobs);
+        let completion = Arc::new(Completion::default());
+        let mut written = vec![false; inner.devs.len()];
+        let mut placed = Vec::with_capacity(jobs.len());
+        let mut first_err = None;
+        for _ in 0..jobs.len() {
+            let (li, idx, c) = results.recv().expect("compress workers alive");
+            if first_err.is_some() {
+                continue; // drain the remaining results
+            }
+            match place(inner, txg, &frozen[li].1, idx, c, &completion, &mut allocated, &mut written) {
+                Ok(outcome) => placed.push(Placed { layer: li, idx, outcome }),
+                Err(e) => first_err = Some(e),
+            }
+        }
+        let write_err = completion.wait();
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        if let Some(e) = write_err {
+            return Err(if e == "no space" { EngineError::NoSpace } else { EngineError::Io(e) });
+        }
+        flush(inner, &written)?;
+        commit(inner, txg, &frozen, placed)
+    })();
+    match result {
+        Ok(blocks) => {
+            release(inner, &frozen, &blocks);
+            Ok(())
+        }
+        Err(e) => {
+            // nothing of this txg is referenced: give its space back (in memory only)
+            let mut space = inner.space.lock();
+            for d in allocated {
+                space[d.dev as usize].free(d.offset, sector_bytes(u64::from(d.psize), inner.sector));
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Stage 1: (layer, record) pairs holding data.
+fn cut(frozen: &[(Ino, Arc<Layer>)]) -> Vec<(usize, u64)> {
+    let mut jobs = Vec::new();
+    for (li, (_, layer)) in frozen.iter().enumerate() {
+        for (&idx, rec) in &layer.recs {
+            if matches!(rec, Rec::Data(_)) {
+                jobs.push((li, idx));
+            }
+        }
+    }
+    jobs
+}
+
+type CompressResult = (usize, u64, Compressed);
+
+/// Stage 2: hand every record to the workers; results arrive in completion order.
+fn compress(
+    inner: &Arc<Inner>,
+    frozen: &[(Ino, Arc<Layer>)],
+    jobs: &[(usize, u64)],
+) -> crossbeam_channel::Receiver<CompressResult> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let policy = *inner.policy.read();
+    let sector = inner.sector as usize;
+    for &(li, idx) in jobs {
+        let layer = frozen[li].1.clone();
+        let tx = tx.clone();
+        let inner2 = inner.clone();
+        inner.workers.execute(move || {
+            let data: &[u8] = match layer.recs.get(&idx) {
+                Some(Rec::Data(d)) => d,
+                _ => &[],
+            };
+            let c = compress_record(data, policy, sector, || inner2.workspaces());
+            let _ = tx.send((li, idx, c));
+        });
+    }
+    rx
+}
+
+/// Stage 3: inline, or device choice + packed allocation + queueing.
+#[allow(clippy::too_many_arguments)]
+fn place(
+    inner: &Inner,
+    txg: u64,
+    layer: &Arc<Layer>,
+    idx: u64,
+    c: Compressed,
+    completion: &Arc<Completion>,
+    allocated: &mut Vec<DeviceExtent>,
+    written: &mut [bool],
+) -> Result<Outcome> {
+    let data: &[u8] = match layer.recs.get(&idx) {
+        Some(Rec::Data(d)) => d,
+        _ => &[],
+    };
+    let logical = data.len() as u32;
+    let (alg, level, hash, payload) = match c {
+        Compressed::Zeros => return Ok(Outcome::Hole),
+        Compressed::Raw { hash } => (0u8, 0, hash, Payload::LayerRec { layer: layer.clone(), idx }),
+        Compressed::Packed { codec, bytes, hash } => (codec.alg.id(), codec.level, hash, Payload::Owned(bytes)),
+    };
+    let stored_len = payload.bytes().len() as u64;
+    if idx == 0 && layer.size <= inner.recordsize && stored_len <= inner.max_inline {
+        let bytes = payload.bytes().to_vec();
+        return Ok(Outcome::Extent(ExtentPtr {
+            logical,
+            alg,
+            level,
+            hash,
+            birth: txg,
+            stored: StoredRecord::Inline(bytes),
+        }));
+    }
+    let need = sector_bytes(stored_len, inner.sector);
+    let (dev, offset) = {
+        let mut space = inner.space.lock();
+        let views: Vec<DeviceView> = inner
+            .devs
+            .iter()
+            .zip(space.iter())
+            .map(|(d, s)| {
+                let st = d.queue.stats.snapshot();
+                DeviceView {
+                    queued_bytes: st.queued_bytes,
+                    throughput_bps: st.throughput_bps,
+                    free_bytes: s.free_bytes().unwrap_or(u64::MAX),
+                }
+            })
+            .collect();
+        let dev = choose_device(&views, need).ok_or(EngineError::NoSpace)?;
+        let off = space[dev].alloc(need).ok_or(EngineError::NoSpace)?;
+        (dev, off)
+    };
+    let ext = DeviceExtent { dev: dev as u32, offset, psize: stored_len as u32 };
+    allocated.push(ext);
+    written[dev] = true;
+    completion.add(1);
+    inner.devs[dev].queue.submit(WriteReq { offset, payload, done: completion.clone() });
+    Ok(Outcome::Extent(ExtentPtr { logical, alg, level, hash, birth: txg, stored: StoredRecord::Device(ext) }))
+}
+
+/// Stage 5: make the txg's data durable before any pointer to it is.
+fn flush(inner: &Inner, written: &[bool]) -> Result<()> {
+    for (i, w) in written.iter().enumerate() {
+        if *w {
+            inner.devs[i].dev.sync()?;
+        }
+    }
+    Ok(())
+}
+
+/// Physical bytes an extent occupies (for `blocks_bytes`).
+pub fn extent_footprint(e: &ExtentPtr, sector: u64) -> u64 {
+    match &e.stored {
+        StoredRecord::Device(d) => sector_bytes(u64::from(d.psize), sector),
+        StoredRecord::Inline(v) => v.len() as u64,
+    }
+}
+
+/// Stage 6: one durable metadata transaction. Returns the new committed blocks per inode.
+fn commit(
+    inner: &Inner,
+    txg: u64,
+    frozen: &[(Ino, Arc<Layer>)],
+    placed: Vec<Placed>,
+) -> Result<HashMap<Ino, u64>> {
+    // frees of namespace transactions committed (non-durably) before this point
+    let mut frees: Vec<(u32, u64, u64)> = std::mem::take(&mut *inner.pending_frees.lock());
+    let mut unreferenced: Vec<(u32, u64, u64)> = Vec::new();
+    let mut by_layer: Vec<Vec<Placed>> = (0..frozen.len()).map(|_| Vec::new()).collect();
+    for p in placed {
+        by_layer[p.layer].push(p);
+    }
+    let sector = inner.sector;
+    let mut blocks_out = HashMap::new();
+    let tx = inner.db.begin_write()?;
+    {
+        let mut inodes = tx.open_table(tables::INODES)?;
+        let mut extents = tx.open_table(tables::EXTENTS)?;
+        let free_of = |e: &ExtentPtr, frees: &mut Vec<(u32, u64, u64)>| {
+            if let StoredRecord::Device(d) = e.stored {
+                frees.push((d.dev, d.offset, sector_bytes(u64::from(d.psize), sector)));
+            }
+        };
+        for (li, (ino, layer)) in frozen.iter().enumerate() {
+            let attr = match inodes.get(*ino)? {
+                Some(v) => Some(squeezefs_meta::encode::decode_inode(*ino, v.value())?),
+                None => None,
+            };
+            let Some(mut attr) = attr else {
+                // deleted while syncing: nothing references what we just wrote
+                for p in &by_layer[li] {
+                    if let Outcome::Extent(e) = &p.outcome {
+                        free_of(e, &mut unreferenced);
+                    }
+                }
+                continue;
+            };
+            let mut blocks = attr.blocks_bytes as i64;
+            if let Some(floor) = layer.trunc_floor {
+                let lo = keys::pair(*ino, floor);
+                let hi = keys::pair(*ino, u64::MAX);
+                let mut gone = Vec::new();
+                for row in extents.range(&lo[..]..=&hi[..])? {
+                    let (k, v) = row?;
+                    gone.push((k.value().to_vec(), ExtentPtr::decode(v.value())?));
+                }
+                for (k, e) in gone {
+                    extents.remove(&k[..])?;
+                    blocks -= extent_footprint(&e, sector) as i64;
+                    free_of(&e, &mut frees);
+                }
+            }
+            for (&idx, rec) in &layer.recs {
+                if matches!(rec, Rec::Hole) {
+                    let k = keys::pair(*ino, idx);
+                    if let Some(old) = extents.remove(&k[..])? {
+                        let e = ExtentPtr::decode(old.value())?;
+                        blocks -= extent_footprint(&e, sector) as i64;
+                        free_of(&e, &mut frees);
+                    }
+                }
+            }
+            for p in &by_layer[li] {
+                let k = keys::pair(*ino, p.idx);
+                let old = extents.remove(&k[..])?.map(|v| ExtentPtr::decode(v.value())).transpose()?;
+                if let Some(e) = old {
+                    blocks -= extent_footprint(&e, sector) as i64;
+                    free_of(&e, &mut frees);
+                }
+                if let Outcome::Extent(e) = &p.outcome {
+                    extents.insert(&k[..], &e.encode()[..])?;
+                    blocks += extent_footprint(e, sector) as i64;
+                }
+            }
+            attr.size = layer.size;
+            attr.blocks_bytes = blocks.max(0) as u64;
+            inodes.insert(*ino, &squeezefs_meta::encode::encode_inode(&attr)[..])?;
+            blocks_out.insert(*ino, attr.blocks_bytes);
+        }
+        let mut sbt = tx.open_table(tables::SUPERBLOCK)?;
+        let mut sb = {
+            let v = sbt.get(0u8)?.ok_or_else(|| EngineError::Corrupt("superblock missing".into()))?;
+            Superblock::decode(v.value())?
+        };
+        sb.txg = txg;
+        sbt.insert(0u8, &sb.encode()[..])?;
+        // space: apply frees now (reused only by the next txg, after this commit is durable)
+        let mut space = inner.space.lock();
+        for (dev, off, len) in frees.iter().chain(unreferenced.iter()) {
+            space[*dev as usize].free(*off, *len);
+        }
+        let mut ft = tx.open_table(tables::FREE_SPACE)?;
+        let mut dt = tx.open_table(tables::DEVICES)?;
+        for (i, s) in space.iter_mut().enumerate() {
+            let (changes, end_changed) = s.take_changes();
+            for (start, len) in changes {
+                let k = keys::dev_offset(i as u32, start);
+                match len {
+                    Some(l) => {
+                        ft.insert(&k[..], l)?;
+                    }
+                    None => {
+                        ft.remove(&k[..])?;
+                    }
+                }
+            }
+            if end_changed {
+                let mut rec = {
+                    let v = dt.get(i as u32)?.ok_or_else(|| EngineError::Corrupt(format!("device {i} record missing")))?;
+                    squeezefs_meta::DeviceRecord::decode(v.value())?
+                };
+                rec.alloc_end = s.end;
+                dt.insert(i as u32, &rec.encode()[..])?;
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(blocks_out)
+}
+
+/// Stage 7.
+fn release(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], blocks: &HashMap<Ino, u64>) {
+    let mut bytes = 0u64;
+    for (ino, layer) in frozen {
+        bytes += layer.bytes;
+        // before the syncing layer disappears, so no reader sees a stale cached pointer
+        inner.ext_cache.invalidate(*ino, None);
+        if let Some(f) = inner.files.get(*ino) {
+            let mut fd = f.lock();
+            if fd.syncing.as_ref().is_some_and(|s| Arc::ptr_eq(s, layer)) {
+                fd.syncing = None;
+                if let Some(b) = blocks.get(ino) {
+                    fd.committed_blocks = *b;
+                }
+            }
+        }
+        inner.files.retire_if_clean(*ino);
+    }
+    let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(bytes)));
+    inner.throttle_cv.notify_all();
+}

@@ -1,0 +1,274 @@
+/*
+ * Transaction groups: the state machine and its one driver thread.
+ *
+ * States of a txg (number N):
+ *   OPEN       N accepts writes: `write`/`set_size`/`punch_hole` change the open layer of
+ *              each file's dirty data; namespace changes commit to redb non-durably.
+ *   QUIESCING  the driver took N's dirty-inode set and freezes each file's open layer into
+ *              its syncing layer (per-file lock, one at a time: a write either lands wholly
+ *              in N or wholly in N+1). N+1 is OPEN from the moment N starts quiescing.
+ *   SYNCING    the stages of sync.rs run on N's frozen layers: cut → compress → allocate
+ *              → issue → flush → commit → release. Writers keep filling N+1 meanwhile
+ *              (double buffering); only one txg syncs at a time.
+ *   COMMITTED  N's extent pointers, sizes, freed space and every namespace change before
+ *              the commit are durable (one durable redb commit). `fsync`/`sync` waiters
+ *              for N return.
+ *
+ * Transitions OPEN → QUIESCING happen when any of these holds (checked by the driver):
+ *   - someone waits for N (`fsync`, `sync`, `close`): `want >= N`;
+ *   - dirty data reached `SYNC_DIRTY_PERCENT` of `max_dirty_bytes` (ZFS
+ *     zfs_dirty_data_sync_percent);
+ *   - the txg has been open `txg_timeout` (default 5 s) and something changed.
+ * A failed sync (device I/O error, no space at allocation) moves the pool to SUSPENDED:
+ * nothing more is synced, the pool on disk stays at the last committed txg, every later
+ * write/fsync reports the error; data of the failed txg stays readable from memory.
+ *
+ * Tunables: `OpenOptions::txg_timeout`, `OpenOptions::max_dirty_bytes`,
+ * `SYNC_DIRTY_PERCENT` (20), the throttle in throttle.rs.
+ */
+
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
+use crate::dirty::Layer;
+use crate::inner::Inner;
+use crate::sync;
+use parking_lot::{Condvar, Mutex};
+use squeezefs_meta::Ino;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Start syncing when dirty data passes this percentage of `max_dirty_bytes`.
+pub const SYNC_DIRTY_PERCENT: u64 = 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// no txg between OPEN and COMMITTED besides the open one
+    Idle,
+    Quiescing(u64),
+    Syncing(u64),
+}
+
+pub struct TxgState {
+    /// the OPEN txg
+    pub open: u64,
+    /// last COMMITTED txg
+    pub synced: u64,
+    /// highest txg someone waits for
+    pub want: u64,
+    pub phase: Phase,
+    pub error: Option<String>,
+    pub shutdown: bool,
+    /// exit without syncing (engine dropped without close)
+    pub abandon: bool,
+    pub exited: bool,
+    pub opened_at: Instant,
+    /// a namespace transaction committed (non-durably) since the last quiesce
+    pub meta_dirty: bool,
+}
+
+pub struct TxgCtl {
+    st: Mutex<TxgState>,
+    wake: Condvar,
+    done: Condvar,
+}
+
+impl TxgCtl {
+    pub fn new(last_txg: u64) -> TxgCtl {
+        TxgCtl {
+            st: Mutex::new(TxgState {
+                open: last_txg + 1,
+                synced: last_txg,
+                want: 0,
+                phase: Phase::Idle,
+                error: None,
+                shutdown: false,
+                abandon: false,
+                exited: false,
+                opened_at: Instant::now(),
+                meta_dirty: false,
+            }),
+            wake: Condvar::new(),
+            done: Condvar::new(),
+        }
+    }
+
+    pub fn error(&self) -> Option<String> {
+        self.st.lock().error.clone()
+    }
+
+    pub fn synced(&self) -> u64 {
+        self.st.lock().synced
+    }
+
+    pub fn note_meta_change(&self) {
+        self.st.lock().meta_dirty = true;
+    }
+
+    /// Wake the driver (dirty threshold reached).
+    pub fn kick(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Make every change made before this call durable: wait for the commit of the txg
+    /// holding them.
+    pub fn sync_and_wait(&self, inner: &Inner) -> crate::Result<()> {
+        let mut st = self.st.lock();
+        if let Some(e) = &st.error {
+            return Err(crate::EngineError::Suspended(e.clone()));
+        }
+        if st.exited {
+            return Err(crate::EngineError::Closed);
+        }
+        let open_clean = !st.meta_dirty && inner.dirty_set.lock().is_empty();
+        let target = match (open_clean, st.phase) {
+            (true, Phase::Idle) => return Ok(()),
+            // nothing changed since N was frozen: N's commit suffices
+            (true, Phase::Quiescing(n) | Phase::Syncing(n)) => n,
+            (false, _) => st.open,
+        };
+        st.want = st.want.max(target);
+        self.wake.notify_one();
+        while st.synced < target {
+            if let Some(e) = &st.error {
+                return Err(crate::EngineError::Suspended(e.clone()));
+            }
+            if st.exited {
+                return Err(crate::EngineError::Closed);
+            }
+            self.done.wait(&mut st);
+        }
+        Ok(())
+    }
+
+    /// Ask the driver to exit at once without syncing.
+    pub fn abandon(&self) {
+        let mut st = self.st.lock();
+        st.abandon = true;
+        self.wake.notify_one();
+        while !st.exited {
+            self.done.wait(&mut st);
+        }
+    }
+
+    /// Ask the driver to sync what is left and exit; waits for it.
+    pub fn shutdown(&self) {
+        let mut st = self.st.lock();
+        st.shutdown = true;
+        self.wake.notify_one();
+        while !st.exited {
+            self.done.wait(&mut st);
+        }
+    }
+}
+
+/// The driver: one thread per engine, runs txgs one after another.
+pub fn driver(inner: Arc<Inner>) {
+    let ctl = &inner.txg;
+    loop {
+        let txg = {
+            let mut st = ctl.st.lock();
+            loop {
+                let has_work = st.meta_dirty || !inner.dirty_set.lock().is_empty();
+                if st.abandon || (st.shutdown && (!has_work || st.error.is_some())) {
+                    st.exited = true;
+                    ctl.done.notify_all();
+                    return;
+                }
+                if st.error.is_some() {
+                    // suspended: wake waiters (they see the error) and idle
+                    ctl.done.notify_all();
+                    ctl.wake.wait_for(&mut st, Duration::from_secs(1));
+                    continue;
+                }
+                if st.shutdown || st.want >= st.open {
+                    break;
+                }
+                let dirty = inner.dirty_bytes.load(Ordering::Relaxed);
+                let threshold = inner.opts.max_dirty_bytes / 100 * SYNC_DIRTY_PERCENT;
+                if has_work && dirty >= threshold {
+                    break;
+                }
+                let elapsed = st.opened_at.elapsed();
+                if elapsed >= inner.opts.txg_timeout {
+                    if has_work {
+                        break;
+                    }
+                    st.opened_at = Instant::now();
+                    continue;
+                }
+                ctl.wake.wait_for(&mut st, inner.opts.txg_timeout - elapsed);
+            }
+            let txg = st.open;
+            st.open += 1;
+            st.phase = Phase::Quiescing(txg);
+            st.meta_dirty = false;
+            st.opened_at = Instant::now();
+            txg
+        };
+        let frozen = quiesce(&inner);
+        ctl.st.lock().phase = Phase::Syncing(txg);
+        let r = sync::sync_txg(&inner, txg, frozen);
+        let mut st = ctl.st.lock();
+        st.phase = Phase::Idle;
+        match r {
+            Ok(()) => st.synced = txg,
+            Err(e) => {
+                log::error!("txg {txg} failed, pool suspended at txg {}: {e}", st.synced);
+                st.error = Some(e.to_string());
+            }
+        }
+        ctl.done.notify_all();
+        drop(st);
+        inner.throttle_cv.notify_all();
+    }
+}
+
+/// QUIESCING: freeze the open layer of every dirty file into its syncing layer.
+fn quiesce(inner: &Inner) -> Vec<(Ino, Arc<Layer>)> {
+    let inos = std::mem::take(&mut *inner.dirty_set.lock());
+    let mut inos: Vec<Ino> = inos.into_iter().collect();
+    inos.sort_unstable();
+    let rs = inner.recordsize;
+    let mut out = Vec::with_capacity(inos.len());
+    for ino in inos {
+        let Some(f) = inner.files.get(ino) else { continue };
+        let mut fd = f.lock();
+        if fd.retired || !fd.open_dirty {
+            continue;
+        }
+        debug_assert!(fd.syncing.is_none(), "one txg syncs at a time");
+        let mut layer = std::mem::take(&mut fd.open);
+        layer.size = fd.size;
+        normalize(&mut layer, rs, inner);
+        let layer = Arc::new(layer);
+        fd.syncing = Some(layer.clone());
+        fd.open_dirty = false;
+        out.push((ino, layer));
+    }
+    out
+}
+
+/// Give every data record exactly its logical length (zeros after a short buffer).
+fn normalize(layer: &mut Layer, rs: u64, inner: &Inner) {
+    let size = layer.size;
+    let mut grow: i64 = 0;
+    for (&idx, rec) in layer.recs.iter_mut() {
+        if let crate::dirty::Rec::Data(buf) = rec {
+            let want = crate::units::record_len_in_file(idx, size, rs) as usize;
+            if want == 0 {
+                grow -= buf.len() as i64;
+                *rec = crate::dirty::Rec::Hole;
+                continue;
+            }
+            grow += want as i64 - buf.len() as i64;
+            buf.resize(want, 0);
+        }
+    }
+    layer.bytes = (layer.bytes as i64 + grow) as u64;
+    if grow >= 0 {
+        inner.dirty_bytes.fetch_add(grow as u64, Ordering::Relaxed);
+    } else {
+        inner.dirty_bytes.fetch_sub((-grow) as u64, Ordering::Relaxed);
+    }
+}

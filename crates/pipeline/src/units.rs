@@ -1,0 +1,81 @@
+//! Offset arithmetic, one unit per function: byte offsets, record indices, sectors.
+//! Everything is checked: offsets near u64::MAX are refused, never wrapped.
+
+/// Largest file size the engine accepts (2^62 bytes): keeps `offset + len` and
+/// `record_index * recordsize` far from overflow.
+pub const MAX_FILE_SIZE: u64 = 1 << 62;
+
+/// Index of the record holding byte `offset`.
+pub fn record_of_byte(offset: u64, recordsize: u64) -> u64 {
+    offset / recordsize
+}
+
+/// First byte of record `idx`.
+pub fn record_start_byte(idx: u64, recordsize: u64) -> u64 {
+    idx.saturating_mul(recordsize)
+}
+
+/// Number of records needed to hold `size` bytes (= index of the first record wholly at or
+/// past `size`).
+pub fn records_for_size(size: u64, recordsize: u64) -> u64 {
+    size.div_ceil(recordsize)
+}
+
+/// Logical length of record `idx` in a file of `size` bytes (the last record is short;
+/// records past the end have length 0).
+pub fn record_len_in_file(idx: u64, size: u64, recordsize: u64) -> u64 {
+    let start = record_start_byte(idx, recordsize);
+    size.saturating_sub(start).min(recordsize)
+}
+
+/// Bytes occupied on a device by `bytes` stored bytes: rounded up to whole sectors.
+pub fn sector_bytes(bytes: u64, sector: u64) -> u64 {
+    bytes.div_ceil(sector) * sector
+}
+
+/// `offset + len` if it stays within [`MAX_FILE_SIZE`].
+pub fn checked_end(offset: u64, len: u64) -> Option<u64> {
+    offset.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn byte_lies_inside_its_record(off in 0u64..MAX_FILE_SIZE, shift in 12u32..21) {
+            let rs = 1u64 << shift;
+            let idx = record_of_byte(off, rs);
+            let start = record_start_byte(idx, rs);
+            prop_assert!(start <= off && off < start + rs);
+        }
+
+        #[test]
+        fn record_lengths_sum_to_size(size in 0u64..(1u64 << 40), shift in 12u32..21) {
+            let rs = 1u64 << shift;
+            let n = records_for_size(size, rs);
+            if n > 0 {
+                let last = record_len_in_file(n - 1, size, rs);
+                prop_assert!(last > 0 && last <= rs);
+                prop_assert_eq!((n - 1) * rs + last, size);
+            }
+            prop_assert_eq!(record_len_in_file(n, size, rs), 0);
+        }
+
+        #[test]
+        fn sector_bytes_is_smallest_multiple(b in 0u64..(1u64 << 50), s in prop::sample::select(vec![512u64, 4096])) {
+            let r = sector_bytes(b, s);
+            prop_assert!(r >= b && r.is_multiple_of(s) && r < b + s);
+        }
+    }
+
+    #[test]
+    fn checked_end_refuses_overflow() {
+        assert_eq!(checked_end(1, 2), Some(3));
+        assert_eq!(checked_end(MAX_FILE_SIZE, 0), Some(MAX_FILE_SIZE));
+        assert_eq!(checked_end(MAX_FILE_SIZE, 1), None);
+        assert_eq!(checked_end(u64::MAX, 1), None);
+    }
+}

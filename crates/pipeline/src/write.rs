@@ -1,0 +1,336 @@
+//! Data changes into the open txg: write, truncate, punch hole, allocate.
+//!
+//! A record that a change covers only partly is first loaded from the layers below (syncing
+//! layer or committed extent) *outside* the file lock; the file's `gen` tells whether a
+//! truncation or punch raced with the load, in which case the load is redone.
+
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
+use crate::dirty::{FileRef, LayerView, Rec};
+use crate::error::{EngineError, Result};
+use crate::inner::Inner;
+use crate::read;
+use crate::throttle;
+use crate::units::{checked_end, record_start_byte, records_for_size, MAX_FILE_SIZE};
+use squeezefs_meta::{keys, tables, Ino};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+/// The file's dirty state, created from the committed inode if needed.
+pub fn file_ref(inner: &Inner, ino: Ino) -> Result<FileRef> {
+    loop {
+        let f = inner.files.get_or_create(ino, || {
+            let a = inner.committed_inode(ino)?;
+            Ok::<_, EngineError>((a.size, a.blocks_bytes))
+        })?;
+        if !f.lock().retired {
+            return Ok(f);
+        }
+    }
+}
+
+/// Content of record `idx` below the open layer (syncing layer, else committed), as an
+/// owned buffer; `None` = hole. `open_floor_hides` short-cuts truncated records.
+fn lower_record(inner: &Inner, ino: Ino, f: &FileRef, idx: u64) -> Result<Option<Vec<u8>>> {
+    let syncing = {
+        let fd = f.lock();
+        if fd.open.trunc_floor.is_some_and(|fl| idx >= fl) {
+            return Ok(None);
+        }
+        fd.syncing.clone()
+    };
+    if let Some(s) = syncing {
+        match s.view(idx) {
+            LayerView::Data(d) => return Ok(Some(d.to_vec())),
+            LayerView::Hole => return Ok(None),
+            LayerView::Below => {}
+        }
+    }
+    match read::committed_record(inner, ino, idx)? {
+        Some(r) => Ok(Some(r.to_vec())),
+        None => Ok(None),
+    }
+}
+
+/// What to put into a byte range.
+#[derive(Clone, Copy)]
+enum Fill<'a> {
+    Data(&'a [u8]),
+    Zeros,
+}
+
+/// Apply `fill` to `[off, end)`. `Data` extends the size; `Zeros` (hole punching) never
+/// creates a buffer for a record that has no data.
+fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<()> {
+    let rs = inner.recordsize;
+    let first = off / rs;
+    let last = (end - 1) / rs;
+    let covers = |idx: u64| {
+        let s = record_start_byte(idx, rs);
+        off <= s && end >= s + rs
+    };
+    let mut f = file_ref(inner, ino)?;
+    loop {
+        let (gen, need) = {
+            let fd = f.lock();
+            if fd.retired {
+                drop(fd);
+                f = file_ref(inner, ino)?;
+                continue;
+            }
+            let need: Vec<u64> = (first..=last)
+                .filter(|&i| !fd.open.recs.contains_key(&i) && !covers(i))
+                .collect();
+            (fd.gen, need)
+        };
+        let mut loaded: HashMap<u64, Option<Vec<u8>>> = HashMap::new();
+        for idx in need {
+            loaded.insert(idx, lower_record(inner, ino, &f, idx)?);
+        }
+        let mut fd = f.lock();
+        if fd.retired || fd.gen != gen {
+            drop(fd);
+            f = file_ref(inner, ino)?;
+            continue;
+        }
+        let mut grown: u64 = 0;
+        for idx in first..=last {
+            let rstart = record_start_byte(idx, rs);
+            let a = (off.max(rstart) - rstart) as usize;
+            let b = (end.min(rstart + rs) - rstart) as usize;
+            let entry = match fd.open.recs.get_mut(&idx) {
+                Some(e) => e,
+                None => {
+                    let base = loaded.remove(&idx).flatten();
+                    if base.is_none() && matches!(fill, Fill::Zeros) {
+                        continue; // already a hole
+                    }
+                    let base = base.unwrap_or_default();
+                    grown += base.len() as u64;
+                    fd.open.recs.insert(idx, Rec::Data(base));
+                    fd.open.recs.get_mut(&idx).expect("just inserted")
+                }
+            };
+            if matches!(entry, Rec::Hole) {
+                if matches!(fill, Fill::Zeros) {
+                    continue;
+                }
+                *entry = Rec::Data(Vec::new());
+            }
+            let Rec::Data(buf) = entry else { unreachable!() };
+            match fill {
+                Fill::Data(d) => {
+                    if buf.len() < b {
+                        grown += (b - buf.len()) as u64;
+                        buf.resize(b, 0);
+                    }
+                    let src = &d[(rstart + a as u64 - off) as usize..(rstart + b as u64 - off) as usize];
+                    buf[a..b].copy_from_slice(src);
+                }
+                Fill::Zeros => {
+                    let hi = b.min(buf.len());
+                    if a < hi {
+                        buf[a..hi].fill(0);
+                    }
+                }
+            }
+        }
+        fd.open.bytes += grown;
+        inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
+        if matches!(fill, Fill::Data(_)) {
+            fd.size = fd.size.max(end);
+        }
+        fd.open_dirty = true;
+        inner.dirty_set.lock().insert(ino);
+        return Ok(());
+    }
+}
+
+pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<()> {
+    inner.check_writable()?;
+    if data.is_empty() {
+        return Ok(());
+    }
+    let end = checked_end(off, data.len() as u64).ok_or_else(|| too_big(off, data.len() as u64))?;
+    throttle::delay(inner)?;
+    reserve(inner, data.len() as u64)?;
+    apply(inner, ino, off, end, Fill::Data(data))?;
+    throttle::maybe_kick(inner);
+    Ok(())
+}
+
+fn too_big(off: u64, len: u64) -> EngineError {
+    EngineError::Invalid(format!(
+        "range {off}+{len} exceeds the largest file size ({MAX_FILE_SIZE} bytes)"
+    ))
+}
+
+/// ENOSPC before accepting data: free space must cover every dirty byte stored raw.
+fn reserve(inner: &Inner, len: u64) -> Result<()> {
+    let dirty = inner.dirty_bytes.load(Ordering::Relaxed);
+    let slack = inner.sector * 2;
+    if inner.free_bytes() < dirty.saturating_add(len).saturating_add(slack) {
+        return Err(EngineError::NoSpace);
+    }
+    Ok(())
+}
+
+pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
+    inner.check_writable()?;
+    if size > MAX_FILE_SIZE {
+        return Err(too_big(0, size));
+    }
+    let rs = inner.recordsize;
+    let mut f = file_ref(inner, ino)?;
+    loop {
+        let (gen, old) = {
+            let mut fd = f.lock();
+            if fd.retired {
+                drop(fd);
+                f = file_ref(inner, ino)?;
+                continue;
+            }
+            if size >= fd.size {
+                if size > fd.size {
+                    fd.size = size;
+                    fd.open_dirty = true;
+                    inner.dirty_set.lock().insert(ino);
+                }
+                return Ok(());
+            }
+            (fd.gen, fd.size)
+        };
+        let _ = old;
+        let partial = (!size.is_multiple_of(rs)).then_some(size / rs);
+        let loaded = match partial {
+            Some(p) if !f.lock().open.recs.contains_key(&p) => lower_record(inner, ino, &f, p)?,
+            _ => None,
+        };
+        let mut fd = f.lock();
+        if fd.retired || fd.gen != gen {
+            drop(fd);
+            f = file_ref(inner, ino)?;
+            continue;
+        }
+        let floor = records_for_size(size, rs);
+        let dropped: Vec<u64> = fd.open.recs.range(floor..).map(|(k, _)| *k).collect();
+        let mut freed = 0u64;
+        for k in dropped {
+            if let Some(Rec::Data(b)) = fd.open.recs.remove(&k) {
+                freed += b.len() as u64;
+            }
+        }
+        let mut grown = 0u64;
+        if let Some(p) = partial {
+            let keep = (size - record_start_byte(p, rs)) as usize;
+            if let (std::collections::btree_map::Entry::Vacant(v), Some(b)) = (fd.open.recs.entry(p), loaded) {
+                grown += b.len() as u64;
+                v.insert(Rec::Data(b));
+            }
+            if let Some(Rec::Data(b)) = fd.open.recs.get_mut(&p) {
+                if b.len() > keep {
+                    freed += (b.len() - keep) as u64;
+                    b.truncate(keep);
+                }
+            }
+        }
+        fd.open.trunc_floor = Some(fd.open.trunc_floor.map_or(floor, |f| f.min(floor)));
+        fd.open.bytes = fd.open.bytes + grown - freed;
+        inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
+        let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
+        fd.size = size;
+        fd.gen += 1;
+        fd.open_dirty = true;
+        inner.dirty_set.lock().insert(ino);
+        return Ok(());
+    }
+}
+
+pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
+    inner.check_writable()?;
+    if len == 0 {
+        return Ok(());
+    }
+    let end = checked_end(off, len).unwrap_or(MAX_FILE_SIZE);
+    let rs = inner.recordsize;
+    let f = file_ref(inner, ino)?;
+    let size = f.lock().size;
+    let end = end.min(size);
+    if off >= end {
+        return Ok(());
+    }
+    // whole records: from the first record starting at or after `off` up to the last one
+    // ending at or before `end` (the short last record counts when `end` is the size)
+    let full_lo = off.div_ceil(rs);
+    let full_hi = if end >= size { records_for_size(size, rs) } else { end / rs };
+    // edges: zero inside records that are only partly covered
+    let lo_edge_end = record_start_byte(full_lo, rs).min(end);
+    if off < lo_edge_end {
+        apply(inner, ino, off, lo_edge_end, Fill::Zeros)?;
+    }
+    let hi_edge_start = record_start_byte(full_hi, rs).max(off);
+    if full_hi >= full_lo && hi_edge_start < end {
+        apply(inner, ino, hi_edge_start, end, Fill::Zeros)?;
+    }
+    if full_hi > full_lo {
+        // records that hold data below the open layer get a Hole marker
+        let mut lower: Vec<u64> = committed_indices(inner, ino, full_lo, full_hi)?;
+        let f = file_ref(inner, ino)?;
+        let mut fd = f.lock();
+        if let Some(s) = &fd.syncing {
+            lower.extend(s.recs.range(full_lo..full_hi).map(|(k, _)| *k));
+        }
+        let open_keys: Vec<u64> = fd.open.recs.range(full_lo..full_hi).map(|(k, _)| *k).collect();
+        let mut freed = 0u64;
+        for k in open_keys {
+            if let Some(Rec::Data(b)) = fd.open.recs.remove(&k) {
+                freed += b.len() as u64;
+            }
+            lower.push(k);
+        }
+        for k in lower {
+            if fd.open.trunc_floor.is_some_and(|fl| k >= fl) {
+                continue;
+            }
+            fd.open.recs.insert(k, Rec::Hole);
+        }
+        fd.open.bytes -= freed;
+        let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
+        fd.gen += 1;
+        fd.open_dirty = true;
+        inner.dirty_set.lock().insert(ino);
+    }
+    Ok(())
+}
+
+/// Committed record indices of `ino` in `[lo, hi)`.
+fn committed_indices(inner: &Inner, ino: Ino, lo: u64, hi: u64) -> Result<Vec<u64>> {
+    let rx = inner.db.begin_read()?;
+    let t = rx.open_table(tables::EXTENTS)?;
+    let a = keys::pair(ino, lo);
+    let b = keys::pair(ino, hi);
+    let mut v = Vec::new();
+    for row in t.range(&a[..]..&b[..])? {
+        let (k, _) = row?;
+        if let Some((_, idx)) = keys::unpair(k.value()) {
+            v.push(idx);
+        }
+    }
+    Ok(v)
+}
+
+pub fn allocate(inner: &Inner, ino: Ino, off: u64, len: u64, keep_size: bool) -> Result<()> {
+    inner.check_writable()?;
+    let end = checked_end(off, len).ok_or_else(|| too_big(off, len))?;
+    reserve(inner, len)?;
+    if !keep_size {
+        let f = file_ref(inner, ino)?;
+        let size = f.lock().size;
+        if end > size {
+            set_size(inner, ino, end)?;
+        }
+    } else {
+        inner.committed_inode(ino).map(|_| ())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,72 @@
+#![allow(dead_code)]
+use squeezefs_pipeline::*;
+use std::path::Path;
+use std::sync::Arc;
+
+pub fn now() -> Timestamp {
+    Timestamp { secs: 1_700_000_000, nanos: 0 }
+}
+
+pub fn attr(ino: Ino, kind: FileKind, nlink: u32) -> InodeAttr {
+    InodeAttr {
+        ino,
+        kind,
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+        nlink,
+        size: 0,
+        blocks_bytes: 0,
+        rdev: 0,
+        atime: now(),
+        mtime: now(),
+        ctime: now(),
+        crtime: now(),
+        generation: 1,
+    }
+}
+
+/// Create a regular file `name` in the root; returns its inode.
+pub fn create(e: &Engine, name: &str) -> Ino {
+    e.meta_write(|tx| {
+        let ino = tx.alloc_ino()?;
+        tx.put_inode(&attr(ino, FileKind::File, 1))?;
+        tx.dir_insert(ROOT_INO, name.as_bytes(), ino, FileKind::File)?;
+        Ok(ino)
+    })
+    .unwrap()
+}
+
+pub fn fast_opts() -> OpenOptions {
+    OpenOptions { txg_timeout: std::time::Duration::from_millis(200), ..Default::default() }
+}
+
+pub fn new_pool(dir: &Path) -> Arc<Engine> {
+    Engine::mkfs(dir, &MkfsOptions::default()).unwrap();
+    Engine::open(dir, &fast_opts()).unwrap()
+}
+
+pub fn read_all(e: &Engine, ino: Ino) -> Vec<u8> {
+    let size = e.getattr(ino).unwrap().size as usize;
+    let mut buf = vec![0u8; size];
+    let mut done = 0;
+    while done < size {
+        let n = e.read(ino, done as u64, &mut buf[done..]).unwrap();
+        assert!(n > 0, "short read at {done} of {size}");
+        done += n;
+    }
+    buf
+}
+
+/// Deterministic pseudo-random bytes (incompressible).
+pub fn noise(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

@@ -1,0 +1,286 @@
+mod common;
+use common::*;
+use squeezefs_pipeline::*;
+
+#[test]
+fn mkfs_open_root_exists_and_reopen() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let e = new_pool(&pool);
+    let root = e.getattr(ROOT_INO).unwrap();
+    assert_eq!(root.kind, FileKind::Dir);
+    assert_eq!(root.nlink, 2);
+    e.close().unwrap();
+    drop(e);
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    assert_eq!(e.getattr(ROOT_INO).unwrap().kind, FileKind::Dir);
+}
+
+#[test]
+fn mkfs_refuses_existing_pool_without_force() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let err = Engine::mkfs(&pool, &MkfsOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("--force"), "{err}");
+    Engine::mkfs(&pool, &MkfsOptions { force: true, ..Default::default() }).unwrap();
+}
+
+#[test]
+fn mkfs_rejects_bad_sector_and_recordsize() {
+    let d = tempfile::tempdir().unwrap();
+    let err = Engine::mkfs(&d.path().join("p"), &MkfsOptions { sector: Some(1024), ..Default::default() }).unwrap_err();
+    assert!(err.to_string().contains("512 or 4096"), "{err}");
+    let err = Engine::mkfs(&d.path().join("p"), &MkfsOptions { recordsize: Some(3000), ..Default::default() }).unwrap_err();
+    assert!(err.to_string().contains("power of two"), "{err}");
+}
+
+#[test]
+fn open_missing_pool_is_a_clear_error() {
+    let d = tempfile::tempdir().unwrap();
+    let err = Engine::open(&d.path().join("nope"), &OpenOptions::default()).err().unwrap();
+    assert!(err.to_string().contains("not a squeezefs pool"), "{err}");
+}
+
+#[test]
+fn namespace_ops() {
+    let d = tempfile::tempdir().unwrap();
+    let e = new_pool(&d.path().join("pool"));
+    let f = create(&e, "a");
+    assert_eq!(e.lookup(ROOT_INO, b"a").unwrap(), Some((f, FileKind::File)));
+    assert!(e.lookup(ROOT_INO, b"b").unwrap().is_none());
+    let err = e.meta_write(|tx| tx.dir_insert(ROOT_INO, b"a", f, FileKind::File)).unwrap_err();
+    assert!(matches!(err, EngineError::Exists));
+    e.meta_write(|tx| tx.set_xattr(f, b"user.x", b"1")).unwrap();
+    assert_eq!(e.get_xattr(f, b"user.x").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(e.list_xattr(f).unwrap(), vec![b"user.x".to_vec()]);
+    assert!(matches!(e.meta_write(|tx| tx.remove_xattr(f, b"user.y")), Err(EngineError::NoEntry)));
+    // a failed transaction leaves nothing behind
+    let r: Result<()> = e.meta_write(|tx| {
+        tx.dir_insert(ROOT_INO, b"ghost", f, FileKind::File)?;
+        Err(EngineError::Other("abort".into()))
+    });
+    assert!(r.is_err());
+    assert!(e.lookup(ROOT_INO, b"ghost").unwrap().is_none());
+    let l = e.dir_list(ROOT_INO, 0, 10).unwrap();
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].name, b"a");
+    assert!(!e.meta_write(|tx| tx.dir_is_empty(ROOT_INO)).unwrap());
+    e.meta_write(|tx| {
+        tx.dir_remove(ROOT_INO, b"a")?;
+        tx.delete_inode(f)
+    })
+    .unwrap();
+    assert!(e.meta_write(|tx| tx.dir_is_empty(ROOT_INO)).unwrap());
+    assert!(matches!(e.getattr(f), Err(EngineError::NoInode(_))));
+    // symlink + orphan
+    let s = e
+        .meta_write(|tx| {
+            let ino = tx.alloc_ino()?;
+            tx.put_inode(&attr(ino, FileKind::Symlink, 1))?;
+            tx.set_symlink_target(ino, b"/target")?;
+            tx.dir_insert(ROOT_INO, b"s", ino, FileKind::Symlink)?;
+            Ok(ino)
+        })
+        .unwrap();
+    assert_eq!(e.read_link(s).unwrap(), b"/target");
+    e.meta_write(|tx| tx.add_orphan(s)).unwrap();
+    assert_eq!(e.orphans().unwrap(), vec![s]);
+    e.meta_write(|tx| tx.remove_orphan(s)).unwrap();
+    assert!(e.orphans().unwrap().is_empty());
+}
+
+#[test]
+fn dir_list_cookies_are_stable_and_paginate() {
+    let d = tempfile::tempdir().unwrap();
+    let e = new_pool(&d.path().join("pool"));
+    for i in 0..50 {
+        create(&e, &format!("f{i:03}"));
+    }
+    let mut seen = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = e.dir_list(ROOT_INO, after, 7).unwrap();
+        if page.is_empty() {
+            break;
+        }
+        for w in page.windows(2) {
+            assert!(w[0].cookie < w[1].cookie);
+        }
+        after = page.last().unwrap().cookie;
+        seen.extend(page.into_iter().map(|x| x.name));
+        // removing an entry already listed must not disturb the listing
+        if seen.len() == 14 {
+            e.meta_write(|tx| tx.dir_remove(ROOT_INO, b"f000").map(|_| ())).unwrap();
+        }
+    }
+    assert_eq!(seen.len(), 50);
+}
+
+#[test]
+fn write_read_round_trip_and_reopen() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let e = new_pool(&pool);
+    let f = create(&e, "big");
+    let data = noise(1, 1_000_000);
+    e.write(f, 0, &data).unwrap();
+    assert_eq!(e.getattr(f).unwrap().size, 1_000_000);
+    assert_eq!(read_all(&e, f), data);
+    e.sync().unwrap();
+    assert_eq!(read_all(&e, f), data);
+    e.write(f, 500_000, b"hello").unwrap();
+    e.close().unwrap();
+    drop(e);
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    let mut want = data.clone();
+    want[500_000..500_005].copy_from_slice(b"hello");
+    assert_eq!(read_all(&e, f), want);
+    assert!(e.fsck().unwrap().is_clean(), "{:?}", e.fsck().unwrap().problems);
+}
+
+#[test]
+fn fsync_is_durable_without_close() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let opts = OpenOptions { txg_timeout: std::time::Duration::from_secs(3600), ..Default::default() };
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let e = Engine::open(&pool, &opts).unwrap();
+    let f = create(&e, "durable");
+    let g = create(&e, "lost");
+    e.write(f, 0, b"kept").unwrap();
+    e.fsync(f).unwrap();
+    e.write(g, 0, b"not synced").unwrap();
+    drop(e); // no close: dirty data of `g` is lost like in a crash
+    let e = Engine::open(&pool, &opts).unwrap();
+    assert_eq!(read_all(&e, f), b"kept");
+    assert_eq!(e.getattr(g).unwrap().size, 0);
+    assert!(e.fsck().unwrap().is_clean());
+}
+
+#[test]
+fn holes_read_as_zeros_and_zero_records_are_not_stored() {
+    let d = tempfile::tempdir().unwrap();
+    let e = new_pool(&d.path().join("pool"));
+    let f = create(&e, "sparse");
+    e.write(f, 10 << 20, b"end").unwrap();
+    e.write(f, 0, &vec![0u8; 256 << 10]).unwrap();
+    e.sync().unwrap();
+    let a = e.getattr(f).unwrap();
+    assert_eq!(a.size, (10 << 20) + 3);
+    assert!(a.blocks_bytes <= 4096, "only the last record is stored: {}", a.blocks_bytes);
+    let mut buf = vec![1u8; 4096];
+    e.read(f, 5 << 20, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+    assert_eq!(e.seek_data(f, 0).unwrap(), Some(10 << 20));
+    assert_eq!(e.seek_hole(f, 0).unwrap(), Some(0));
+    assert_eq!(e.seek_hole(f, 10 << 20).unwrap(), Some((10 << 20) + 3));
+    assert_eq!(e.seek_data(f, (10 << 20) + 3).unwrap(), None);
+}
+
+#[test]
+fn truncate_and_punch() {
+    let d = tempfile::tempdir().unwrap();
+    let e = new_pool(&d.path().join("pool"));
+    let f = create(&e, "t");
+    let data = noise(2, 600_000);
+    e.write(f, 0, &data).unwrap();
+    e.sync().unwrap();
+    e.set_size(f, 200_001).unwrap();
+    assert_eq!(read_all(&e, f), &data[..200_001]);
+    e.set_size(f, 400_000).unwrap();
+    let got = read_all(&e, f);
+    assert_eq!(&got[..200_001], &data[..200_001]);
+    assert!(got[200_001..].iter().all(|&b| b == 0));
+    e.sync().unwrap();
+    assert_eq!(read_all(&e, f), got);
+    e.punch_hole(f, 100, 300_000).unwrap();
+    let mut want = got.clone();
+    want[100..300_100].fill(0);
+    assert_eq!(read_all(&e, f), want);
+    e.sync().unwrap();
+    assert_eq!(read_all(&e, f), want);
+    assert_eq!(e.getattr(f).unwrap().size, 400_000);
+    assert!(e.fsck().unwrap().is_clean(), "{:?}", e.fsck().unwrap().problems);
+}
+
+#[test]
+fn small_files_are_inline() {
+    let d = tempfile::tempdir().unwrap();
+    let e = new_pool(&d.path().join("pool"));
+    let f = create(&e, "small");
+    e.write(f, 0, b"tiny file").unwrap();
+    e.sync().unwrap();
+    assert_eq!(read_all(&e, f), b"tiny file");
+    let st = e.device_stats();
+    assert_eq!(st[0].used_bytes, 0, "inline data uses no device space");
+    assert_eq!(e.getattr(f).unwrap().blocks_bytes, 9);
+}
+
+#[test]
+fn flipped_byte_is_a_checksum_error_and_scrub_finds_it() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let e = new_pool(&pool);
+    let f = create(&e, "victim");
+    e.write(f, 0, &noise(3, 300_000)).unwrap();
+    e.close().unwrap();
+    drop(e);
+    // flip one byte in the second record (device data starts at 4096)
+    let dev = pool.join(DEFAULT_DEVICE_FILE);
+    let mut bytes = std::fs::read(&dev).unwrap();
+    let at = 4096 + 131072 + 77;
+    bytes[at] ^= 0x40;
+    std::fs::write(&dev, &bytes).unwrap();
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    let mut buf = vec![0u8; 4096];
+    e.read(f, 0, &mut buf).unwrap();
+    let err = e.read(f, 131072 + 10, &mut buf).unwrap_err();
+    assert!(matches!(err, EngineError::Checksum { ino, offset: 131072 } if ino == f), "{err}");
+    let rep = e.scrub(&|_, _| {}).unwrap();
+    assert_eq!(rep.records, 3);
+    assert_eq!(rep.damaged.len(), 1);
+    assert_eq!(rep.damaged[0].offset, 131072);
+    assert_eq!(rep.damaged[0].path.as_deref(), Some("/victim"));
+}
+
+#[test]
+fn multi_device_placement_uses_every_device() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let devs = vec![d.path().join("d0"), d.path().join("d1")];
+    Engine::mkfs(&pool, &MkfsOptions { devices: devs.clone(), ..Default::default() }).unwrap();
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    let f = create(&e, "spread");
+    let data = noise(4, 8 << 20);
+    e.write(f, 0, &data).unwrap();
+    e.sync().unwrap();
+    let st = e.device_stats();
+    assert!(st.iter().all(|s| s.used_bytes > 0), "{st:?}");
+    assert_eq!(read_all(&e, f), data);
+    e.close().unwrap();
+    drop(e);
+    // swapped devices are refused with a clear message
+    let opts = OpenOptions { devices: vec![devs[1].clone(), devs[0].clone()], ..fast_opts() };
+    let err = Engine::open(&pool, &opts).err().unwrap();
+    assert!(err.to_string().contains("swapped"), "{err}");
+}
+
+#[test]
+fn delete_frees_space_after_commit() {
+    let d = tempfile::tempdir().unwrap();
+    let e = new_pool(&d.path().join("pool"));
+    let f = create(&e, "x");
+    e.write(f, 0, &noise(5, 1 << 20)).unwrap();
+    e.sync().unwrap();
+    let used = e.device_stats()[0].used_bytes;
+    assert!(used >= 1 << 20);
+    e.meta_write(|tx| {
+        tx.dir_remove(ROOT_INO, b"x")?;
+        tx.delete_inode(f)
+    })
+    .unwrap();
+    e.sync().unwrap();
+    assert_eq!(e.device_stats()[0].used_bytes, 0);
+    assert!(e.fsck().unwrap().is_clean(), "{:?}", e.fsck().unwrap().problems);
+}
