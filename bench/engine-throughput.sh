@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Engine write throughput against what the machine can do, all measured in this run.
+#
+#   bench/engine-throughput.sh [WORKDIR]
+#
+# Writes the Silesia corpus files ×4 through the engine API (crates/pipeline/examples/
+# engine_throughput.rs: 1 MiB writes, then sync) at zstd:1 and compares with
+#   target = 0.9 × min(cores × single-thread zstd:1 speed, device write speed × ratio)
+# where the single-thread speed comes from the zstd CLI (-b1, 128 KiB blocks, the engine's
+# record size), the device speed from dd with O_DIRECT on the filesystem holding WORKDIR,
+# and the ratio from the engine's own run. WORKDIR defaults to a new directory in /var/tmp.
+# Corpus: $SQUEEZEFS_CORPUS or ../shared/corpus (zip files); skipped with a message if absent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+CORPUS=${SQUEEZEFS_CORPUS:-$ROOT/../shared/corpus}
+if ! ls "$CORPUS"/*.zip >/dev/null 2>&1; then
+    echo "engine-throughput: no corpus zip files in $CORPUS; skipping (set SQUEEZEFS_CORPUS)" >&2
+    exit 0
+fi
+for tool in zstd unzip dd nproc python3; do
+    command -v $tool >/dev/null || { echo "engine-throughput: needs $tool" >&2; exit 1; }
+done
+WORK=${1:-$(mktemp -d /var/tmp/sqz-engine-bench.XXXXXX)}
+mkdir -p "$WORK/corpus"
+for z in "$CORPUS"/*.zip; do unzip -qo "$z" -d "$WORK/corpus"; done
+mapfile -t FILES < <(find "$WORK/corpus" -type f | sort)
+cat "${FILES[@]}" > "$WORK/all.bin"
+BYTES=$(stat -c %s "$WORK/all.bin")
+CORES=$(nproc)
+
+echo "== build (release)"
+cargo build --locked --release -q -p squeezefs-pipeline --example engine_throughput
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/engine_throughput
+
+echo "== single-thread zstd:1, 128 KiB blocks (zstd CLI)"
+Z1=$(zstd -b1 -B131072 -i3 -T1 "$WORK/all.bin" 2>&1 | tr '\r' '\n' | grep -Eo '[0-9.]+ MB/s' | tail -2 | head -1 | cut -d' ' -f1)
+echo "zstd:1 single thread: $Z1 MB/s"
+
+echo "== device write speed (dd, O_DIRECT, 1 GiB) on $(df --output=source "$WORK" | tail -1)"
+t0=$(date +%s.%N)
+dd if=/dev/zero of="$WORK/dd.test" bs=1M count=1024 oflag=direct conv=fdatasync status=none
+t1=$(date +%s.%N)
+rm -f "$WORK/dd.test"
+DEV=$(python3 -c "print(round(1073741824/1e6/($t1-$t0),1))")
+echo "device write: $DEV MB/s"
+
+echo "== engine: corpus ($BYTES bytes) ×4 at zstd:1"
+best=""
+for writers in 1 2; do
+    rm -rf "$WORK/pool"
+    out=$("$BIN" --pool "$WORK/pool" --compression zstd:1 --copies 4 --writers $writers "${FILES[@]}")
+    echo "$out"
+    best=$(python3 -c "
+import json,sys
+a=json.loads('''$out''')
+b=json.loads('''${best:-null}''') if '''$best''' else None
+print(json.dumps(a if b is None or a['mb_per_s']>b['mb_per_s'] else b))")
+done
+rm -rf "$WORK/pool"
+
+python3 - "$best" "$Z1" "$DEV" "$CORES" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1]); z1 = float(sys.argv[2]); dev = float(sys.argv[3]); cores = int(sys.argv[4])
+cpu_bound = cores * z1
+dev_bound = dev * r["ratio"]
+target = 0.9 * min(cpu_bound, dev_bound)
+got = r["mb_per_s"]
+print(f"cores × zstd:1      = {cores} × {z1:.0f} = {cpu_bound:.0f} MB/s")
+print(f"device × ratio      = {dev:.0f} × {r['ratio']:.2f} = {dev_bound:.0f} MB/s")
+print(f"target (90% of min) = {target:.0f} MB/s")
+print(f"engine              = {got:.0f} MB/s ({r['writers']} writer(s)) = {100*got/min(cpu_bound,dev_bound):.0f}% of the bound -> {'PASS' if got >= target else 'MISS'}")
+PY

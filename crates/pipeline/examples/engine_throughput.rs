@@ -1,0 +1,172 @@
+//! Benchmark driver for bench/engine-throughput.sh: writes the given files `--copies` times
+//! through the engine API (1 MiB writes, like FUSE with max_write = 1 MiB), then `sync`, and
+//! prints one JSON line with the logical bytes, the wall time and the stored bytes.
+//!
+//! ```text
+//! engine_throughput --pool DIR [--compression SPEC] [--copies N] [--writers N]
+//!                   [--workers N] FILE...
+//! ```
+//! The inputs are read into memory first, so only the engine is timed (write + sync).
+
+use squeezefs_pipeline::{Engine, FileKind, InodeAttr, MkfsOptions, OpenOptions, Timestamp, ROOT_INO};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+const CHUNK: usize = 1 << 20;
+
+struct Args {
+    pool: PathBuf,
+    compression: String,
+    copies: usize,
+    writers: usize,
+    workers: usize,
+    files: Vec<PathBuf>,
+}
+
+fn usage(msg: &str) -> ! {
+    eprintln!("engine_throughput: {msg}");
+    eprintln!(
+        "usage: engine_throughput --pool DIR [--compression SPEC] [--copies N] [--writers N] [--workers N] FILE..."
+    );
+    std::process::exit(2);
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        pool: PathBuf::new(),
+        compression: "zstd:1".into(),
+        copies: 4,
+        writers: 1,
+        workers: 0,
+        files: Vec::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut val = |name: &str| it.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
+        let num = |name: &str, v: String| -> usize {
+            v.parse().unwrap_or_else(|_| usage(&format!("{name} takes a number, not {v:?}")))
+        };
+        match arg.as_str() {
+            "--pool" => a.pool = PathBuf::from(val("--pool")),
+            "--compression" => a.compression = val("--compression"),
+            "--copies" => a.copies = num("--copies", val("--copies")),
+            "--writers" => a.writers = num("--writers", val("--writers")).max(1),
+            "--workers" => a.workers = num("--workers", val("--workers")),
+            s if s.starts_with("--") => usage(&format!("unknown option {s}")),
+            _ => a.files.push(PathBuf::from(arg)),
+        }
+    }
+    if a.pool.as_os_str().is_empty() {
+        usage("--pool is required");
+    }
+    if a.files.is_empty() {
+        usage("no input files");
+    }
+    a
+}
+
+fn now() -> Timestamp {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
+}
+
+fn create(e: &Engine, name: &str) -> u64 {
+    e.meta_write(|tx| {
+        let ino = tx.alloc_ino()?;
+        let t = now();
+        tx.put_inode(&InodeAttr {
+            ino,
+            kind: FileKind::File,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            size: 0,
+            blocks_bytes: 0,
+            rdev: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            generation: 0,
+        })?;
+        tx.dir_insert(ROOT_INO, name.as_bytes(), ino, FileKind::File)?;
+        Ok(ino)
+    })
+    .unwrap_or_else(|err| panic!("create {name}: {err}"))
+}
+
+fn main() {
+    let a = parse_args();
+    let inputs: Vec<(String, Arc<Vec<u8>>)> = a
+        .files
+        .iter()
+        .map(|p| {
+            let data = std::fs::read(p).unwrap_or_else(|e| usage(&format!("cannot read {}: {e}", p.display())));
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            (name, Arc::new(data))
+        })
+        .collect();
+    let compression = a
+        .compression
+        .parse()
+        .unwrap_or_else(|e| usage(&format!("bad --compression: {e}")));
+    Engine::mkfs(&a.pool, &MkfsOptions { force: true, ..MkfsOptions::default() })
+        .unwrap_or_else(|e| usage(&format!("mkfs {}: {e}", a.pool.display())));
+    let engine = Engine::open(
+        &a.pool,
+        &OpenOptions { compression, workers: a.workers, ..OpenOptions::default() },
+    )
+    .unwrap_or_else(|e| usage(&format!("open {}: {e}", a.pool.display())));
+
+    // Jobs: (file name in the pool, data); writers take them round-robin.
+    let mut jobs = Vec::new();
+    for c in 0..a.copies {
+        for (name, data) in &inputs {
+            jobs.push((format!("copy{c}_{name}"), data.clone()));
+        }
+    }
+    let logical: u64 = jobs.iter().map(|(_, d)| d.len() as u64).sum();
+    let t0 = Instant::now();
+    let inos: Vec<u64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..a.writers)
+            .map(|w| {
+                let engine = &engine;
+                let jobs = &jobs;
+                s.spawn(move || {
+                    let mut inos = Vec::new();
+                    for (name, data) in jobs.iter().skip(w).step_by(a.writers) {
+                        let ino = create(engine, name);
+                        for (k, chunk) in data.chunks(CHUNK).enumerate() {
+                            engine
+                                .write(ino, (k * CHUNK) as u64, chunk)
+                                .unwrap_or_else(|e| panic!("write {name}: {e}"));
+                        }
+                        inos.push(ino);
+                    }
+                    inos
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("writer thread")).collect()
+    });
+    engine.sync().unwrap_or_else(|e| panic!("sync: {e}"));
+    let secs = t0.elapsed().as_secs_f64();
+
+    let (mut disk, mut uncompressed) = (0u64, 0u64);
+    for ino in &inos {
+        for row in engine.usage(*ino).unwrap_or_else(|e| panic!("usage: {e}")) {
+            disk += row.disk_bytes;
+            uncompressed += row.uncompressed_bytes;
+        }
+    }
+    engine.close().unwrap_or_else(|e| panic!("close: {e}"));
+    let ratio = if disk > 0 { uncompressed as f64 / disk as f64 } else { 0.0 };
+    println!(
+        "{{\"logical_bytes\":{logical},\"seconds\":{secs:.4},\"mb_per_s\":{:.1},\"disk_bytes\":{disk},\"ratio\":{ratio:.3},\"writers\":{},\"compression\":\"{}\"}}",
+        logical as f64 / 1e6 / secs,
+        a.writers,
+        a.compression
+    );
+}

@@ -1,0 +1,301 @@
+//! Shared by the crash tests: deterministic file contents, the child's operation log, and
+//! the checker that decides whether a pool image after a crash is acceptable.
+//!
+//! Acceptance rule (what fsync promises): for every file, every byte acknowledged by an
+//! `fsync` (or a pool-wide `sync`) that returned before the crash is intact; bytes written
+//! after the last acknowledgement may hold their old value or any later write's value (or
+//! zero where an unacknowledged write extended the file), never anything else. A file that
+//! was never acknowledged may be missing.
+
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+use squeezefs_device::doubles::SplitMix64;
+use squeezefs_pipeline::{Engine, EngineError, FileKind, InodeAttr, Timestamp, ROOT_INO};
+use std::fmt;
+
+/// Files the workload spreads over, named `f0`, `f1`, … in the root directory.
+pub const FILES: usize = 6;
+/// Writes start below this offset, so files stay around 1 MiB.
+pub const MAX_OFFSET: u64 = 768 * 1024;
+
+/// Byte `j` of the content of a write with `seed`: 16 letters drawn from a seeded stream,
+/// 8 bytes per draw, so the data compresses (about 2:1) and every write differs. Seeds with
+/// the low 5 bits zero give all-zero writes (holes).
+pub fn content_byte(seed: u64, j: u64) -> u8 {
+    if seed & 31 == 0 {
+        return 0;
+    }
+    let mut r = SplitMix64::new(seed ^ (j / 8).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let v = r.next_u64();
+    b"abcdefghijklmnop"[((v >> ((j % 8) * 8)) & 15) as usize]
+}
+
+pub fn content(seed: u64, len: u64) -> Vec<u8> {
+    (0..len).map(|j| content_byte(seed, j)).collect()
+}
+
+/// One line of the child's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogRec {
+    /// The child opened the pool and starts working.
+    Ready,
+    /// File `f{file}` was created (not yet durable).
+    Create(usize),
+    /// Intent: this write is about to be issued (logged before `Engine::write`).
+    Write { file: usize, off: u64, len: u64, seed: u64 },
+    /// `fsync` of the file returned Ok.
+    Fsync(usize),
+    /// `Engine::sync` returned Ok.
+    SyncAll,
+}
+
+impl fmt::Display for LogRec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogRec::Ready => write!(f, "R"),
+            LogRec::Create(i) => write!(f, "C {i}"),
+            LogRec::Write { file, off, len, seed } => write!(f, "W {file} {off} {len} {seed}"),
+            LogRec::Fsync(i) => write!(f, "S {i}"),
+            LogRec::SyncAll => write!(f, "A"),
+        }
+    }
+}
+
+/// Parse a log; a torn last line (the child died while writing it) is ignored.
+pub fn parse_log(text: &str) -> Vec<LogRec> {
+    let mut out = Vec::new();
+    for line in text.split_inclusive('\n') {
+        if !line.ends_with('\n') {
+            break;
+        }
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let num = |i: usize| w.get(i).and_then(|s| s.parse::<u64>().ok());
+        let rec = match w.first().copied() {
+            Some("R") => LogRec::Ready,
+            Some("C") => LogRec::Create(num(1).expect("C file") as usize),
+            Some("W") => LogRec::Write {
+                file: num(1).expect("W file") as usize,
+                off: num(2).expect("W off"),
+                len: num(3).expect("W len"),
+                seed: num(4).expect("W seed"),
+            },
+            Some("S") => LogRec::Fsync(num(1).expect("S file") as usize),
+            Some("A") => LogRec::SyncAll,
+            other => panic!("bad log line {other:?}: {line:?}"),
+        };
+        out.push(rec);
+    }
+    out
+}
+
+/// What one file may look like after the crash.
+#[derive(Clone, Debug, Default)]
+pub struct FileExpect {
+    /// Content as of the last acknowledgement; `None` = never durable, may be missing.
+    pub acked: Option<Vec<u8>>,
+    /// Writes issued after the last acknowledgement, in order: (offset, len, seed).
+    pub pending: Vec<(u64, u64, u64)>,
+}
+
+/// Apply a write of `content(seed, len)` at `off` to `buf`.
+pub fn apply_write(buf: &mut Vec<u8>, off: u64, len: u64, seed: u64) {
+    let end = (off + len) as usize;
+    if buf.len() < end {
+        buf.resize(end, 0);
+    }
+    for j in 0..len {
+        buf[(off + j) as usize] = content_byte(seed, j);
+    }
+}
+
+/// Expectations per file from the state verified before this child ran (`baseline`, the
+/// content each file had, `None` if absent) and this child's log.
+pub fn expectations(baseline: &[Option<Vec<u8>>], log: &[LogRec]) -> Vec<FileExpect> {
+    let mut cur: Vec<Option<Vec<u8>>> = baseline.to_vec();
+    let mut exp: Vec<FileExpect> = baseline
+        .iter()
+        .map(|b| FileExpect { acked: b.clone(), pending: Vec::new() })
+        .collect();
+    let ack = |i: usize, cur: &[Option<Vec<u8>>], exp: &mut [FileExpect]| {
+        if cur[i].is_some() {
+            exp[i].acked = cur[i].clone();
+            exp[i].pending.clear();
+        }
+    };
+    for rec in log {
+        match *rec {
+            LogRec::Ready => {}
+            LogRec::Create(i) => {
+                if cur[i].is_none() {
+                    cur[i] = Some(Vec::new());
+                }
+            }
+            LogRec::Write { file, off, len, seed } => {
+                apply_write(cur[file].get_or_insert_with(Vec::new), off, len, seed);
+                exp[file].pending.push((off, len, seed));
+            }
+            LogRec::Fsync(i) => ack(i, &cur, &mut exp),
+            LogRec::SyncAll => {
+                for i in 0..cur.len() {
+                    ack(i, &cur, &mut exp);
+                }
+            }
+        }
+    }
+    exp
+}
+
+/// Check one file's actual content (`None` = file missing) against its expectation.
+pub fn check_file(name: &str, exp: &FileExpect, actual: Option<&[u8]>) -> Result<(), String> {
+    let Some(data) = actual else {
+        return match &exp.acked {
+            None => Ok(()),
+            Some(a) => Err(format!("{name}: missing, but {} bytes were acknowledged", a.len())),
+        };
+    };
+    let acked: &[u8] = exp.acked.as_deref().unwrap_or(&[]);
+    if data.len() < acked.len() {
+        return Err(format!(
+            "{name}: size {} is below the acknowledged size {}",
+            data.len(),
+            acked.len()
+        ));
+    }
+    let max_end = exp
+        .pending
+        .iter()
+        .map(|&(o, l, _)| (o + l) as usize)
+        .chain([acked.len()])
+        .max()
+        .unwrap_or(0);
+    if data.len() > max_end {
+        return Err(format!(
+            "{name}: size {} is beyond anything written ({} bytes at most)",
+            data.len(),
+            max_end
+        ));
+    }
+    let mut explained = vec![false; data.len()];
+    for &(off, len, seed) in &exp.pending {
+        for j in 0..len {
+            let p = (off + j) as usize;
+            if p < data.len() && !explained[p] && data[p] == content_byte(seed, j) {
+                explained[p] = true;
+            }
+        }
+    }
+    for (p, &b) in data.iter().enumerate() {
+        let old = acked.get(p).copied().unwrap_or(0);
+        if b != old && !explained[p] {
+            return Err(format!(
+                "{name}: byte {p} is {b:#04x}: neither the acknowledged value {old:#04x} nor any later write's"
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn file_name(i: usize) -> Vec<u8> {
+    format!("f{i}").into_bytes()
+}
+
+fn now() -> Timestamp {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
+}
+
+/// Create a regular file `name` in the root directory; returns its inode.
+pub fn create_file(engine: &Engine, name: &[u8]) -> Result<u64, EngineError> {
+    engine.meta_write(|tx| {
+        let ino = tx.alloc_ino()?;
+        let t = now();
+        tx.put_inode(&InodeAttr {
+            ino,
+            kind: FileKind::File,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            size: 0,
+            blocks_bytes: 0,
+            rdev: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            generation: 0,
+        })?;
+        tx.dir_insert(ROOT_INO, name, ino, FileKind::File)?;
+        Ok(ino)
+    })
+}
+
+/// Remove file `name` from the root directory and free its inode.
+pub fn delete_file(engine: &Engine, name: &[u8]) -> Result<(), EngineError> {
+    engine.meta_write(|tx| {
+        let (ino, _) = tx.dir_remove(ROOT_INO, name)?;
+        tx.delete_inode(ino)
+    })
+}
+
+/// The whole content of `ino`, read in 64 KiB pieces.
+pub fn read_all(engine: &Engine, ino: u64) -> Result<Vec<u8>, EngineError> {
+    let size = engine.getattr(ino)?.size;
+    let mut out = vec![0u8; size as usize];
+    let mut pos = 0usize;
+    while pos < out.len() {
+        let end = (pos + 65536).min(out.len());
+        let n = engine.read(ino, pos as u64, &mut out[pos..end])?;
+        assert!(n > 0, "short read at {pos} of {size}");
+        pos += n;
+    }
+    Ok(out)
+}
+
+/// Current content of every workload file (`None` = missing).
+pub fn read_files(engine: &Engine) -> Result<Vec<Option<Vec<u8>>>, EngineError> {
+    (0..FILES)
+        .map(|i| match engine.lookup(ROOT_INO, &file_name(i))? {
+            None => Ok(None),
+            Some((ino, _)) => read_all(engine, ino).map(Some),
+        })
+        .collect()
+}
+
+/// Unit tests of the checker itself, run from each crash test binary.
+pub fn self_test() {
+    // content is deterministic, compressible letters, zero for seeds ≡ 0 mod 32
+    assert_eq!(content(7, 100), content(7, 100));
+    assert_ne!(content(7, 100), content(8, 100));
+    assert!(content(7, 100).iter().all(|b| (b'a'..=b'p').contains(b)));
+    assert!(content(64, 10).iter().all(|&b| b == 0));
+
+    let log = parse_log("R\nC 0\nW 0 0 10 5\nS 0\nW 0 5 10 6\nW 0 ");
+    assert_eq!(log.len(), 5, "torn last line ignored");
+    let exp = expectations(&[None, None], &log);
+    assert_eq!(exp[0].acked.as_deref(), Some(&content(5, 10)[..]));
+    assert_eq!(exp[0].pending, vec![(5, 10, 6)]);
+    assert!(exp[1].acked.is_none());
+
+    let acked = content(5, 10);
+    let mut later = acked.clone();
+    apply_write(&mut later, 5, 10, 6);
+    check_file("f0", &exp[0], Some(&acked)).unwrap();
+    check_file("f0", &exp[0], Some(&later)).unwrap();
+    // a torn mix of old and new is fine byte by byte
+    let mut mixed = later.clone();
+    mixed[5] = acked[5];
+    check_file("f0", &exp[0], Some(&mixed)).unwrap();
+    // garbage, a lost acked byte, a short file, a missing file: all refused
+    let mut bad = acked.clone();
+    bad[2] = b'z';
+    assert!(check_file("f0", &exp[0], Some(&bad)).is_err());
+    assert!(check_file("f0", &exp[0], Some(&acked[..9])).is_err());
+    assert!(check_file("f0", &exp[0], None).is_err());
+    check_file("f1", &exp[1], None).unwrap();
+    let mut long = later.clone();
+    long.push(b'a');
+    assert!(check_file("f0", &exp[0], Some(&long)).is_err());
+}
