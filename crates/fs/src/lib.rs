@@ -1,1 +1,203 @@
 //! POSIX semantics over the engine, returning typed errors; tested without mounting.
+//!
+//! [`Fs`] mirrors the FUSE low-level operations (lookup/forget, getattr/setattr, mknod,
+//! mkdir, unlink, rmdir, symlink, rename, link, open/read/write/release, readdir, xattrs,
+//! fallocate, lseek, fsync, statfs) with inode numbers as handles. Semantics follow ext4
+//! (same errno for the same situation). Namespace changes and their checks run inside one
+//! engine metadata transaction, so a check and the change it guards are atomic; data goes
+//! straight to the engine without any fs-wide lock.
+mod attr;
+mod config;
+mod creds;
+mod data;
+mod dir;
+mod error;
+mod handles;
+mod inodes;
+mod name;
+mod namespace;
+pub mod perm;
+pub mod time;
+pub mod usage;
+mod xattr;
+
+pub use attr::{SetAttr, TimeSet};
+pub use config::{Compression, FsConfig};
+pub use creds::Creds;
+pub use dir::DirItem;
+pub use error::{FsError, Result};
+pub use name::NAME_MAX;
+
+/// Names of the virtual extended attributes served by the fs core.
+pub mod xattr_names {
+    pub use crate::usage::XATTR_USAGE as USAGE;
+    pub use crate::xattr::{XATTR_MOUNT as MOUNT, XATTR_REMOUNT as REMOUNT};
+}
+pub use squeezefs_pipeline::{FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
+
+use parking_lot::Mutex;
+use squeezefs_pipeline::{Engine, EngineError, MetaTx};
+use std::sync::Arc;
+
+/// The filesystem core over one open engine.
+pub struct Fs {
+    engine: Arc<Engine>,
+    cfg: FsConfig,
+    compression: Mutex<Option<Compression>>,
+    inodes: inodes::InodeTable,
+    handles: handles::Handles,
+}
+
+impl Fs {
+    /// Wrap an open engine: applies the mount-wide compression and frees orphans left by a
+    /// crash (inodes unlinked while open that never saw their last close).
+    pub fn new(engine: Arc<Engine>, cfg: FsConfig) -> Result<Fs> {
+        if let Some(c) = cfg.compression {
+            engine.set_compression(c.spec, c.force);
+        }
+        let fs = Fs {
+            compression: Mutex::new(cfg.compression),
+            engine,
+            cfg,
+            inodes: inodes::InodeTable::new(),
+            handles: handles::Handles::default(),
+        };
+        if !fs.engine.read_only() && !fs.cfg.read_only {
+            for ino in fs.engine.orphans()? {
+                fs.tx(|tx| {
+                    tx.delete_inode(ino)?;
+                    tx.remove_orphan(ino)?;
+                    Ok(())
+                })?;
+            }
+        }
+        Ok(fs)
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub fn config(&self) -> &FsConfig {
+        &self.cfg
+    }
+
+    /// Unmount: free orphans still referenced by the kernel, then flush and close the engine.
+    pub fn shutdown(&self) -> Result<()> {
+        if !self.read_only() {
+            for ino in self.inodes.referenced() {
+                if let Ok(a) = self.stat(ino) {
+                    if a.nlink == 0 {
+                        self.delete_inode(ino)?;
+                    }
+                }
+            }
+        }
+        self.engine.close()?;
+        Ok(())
+    }
+
+    /// Change the mount-wide compression for data written from now on (remount).
+    pub fn set_compression(&self, c: Compression) {
+        self.engine.set_compression(c.spec, c.force);
+        *self.compression.lock() = Some(c);
+    }
+
+    pub fn compression(&self) -> Option<Compression> {
+        *self.compression.lock()
+    }
+
+    /// Attributes as stat(2) shows them: the engine's, plus a symlink's size being the
+    /// length of its target (the engine's data path leaves it 0).
+    fn stat(&self, ino: Ino) -> std::result::Result<InodeAttr, EngineError> {
+        let mut a = self.engine.getattr(ino)?;
+        if a.kind == FileKind::Symlink && a.size == 0 {
+            a.size = self.engine.read_link(ino)?.len() as u64;
+        }
+        Ok(a)
+    }
+
+    fn read_only(&self) -> bool {
+        self.cfg.read_only || self.engine.read_only()
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.read_only() {
+            Err(FsError::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Permission check unless the kernel was asked to do it alone (default_permissions).
+    fn check_perm(&self, a: &InodeAttr, c: &Creds, mask: u32) -> Result<()> {
+        if self.cfg.check_permissions {
+            perm::check(a, c, mask)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Run `f` in one engine metadata transaction; an fs-level error aborts it.
+    fn tx<T>(&self, f: impl FnOnce(&mut MetaTx<'_>) -> Result<T>) -> Result<T> {
+        let mut fs_err = None;
+        let r = self.engine.meta_write(|tx| match f(tx) {
+            Ok(v) => Ok(v),
+            Err(FsError::Engine(e)) => Err(e),
+            Err(e) => {
+                fs_err = Some(e);
+                Err(EngineError::Other("transaction aborted by a failed fs check".into()))
+            }
+        });
+        match (r, fs_err) {
+            (_, Some(e)) => Err(e),
+            (Ok(v), None) => Ok(v),
+            (Err(e), None) => Err(e.into()),
+        }
+    }
+
+    /// The last reference to `ino` went away: delete it if it has no links left.
+    fn maybe_delete(&self, ino: Ino) -> Result<()> {
+        if self.read_only() {
+            return Ok(());
+        }
+        match self.stat(ino) {
+            Ok(a) if a.nlink == 0 => self.delete_inode(ino),
+            Ok(_) => Ok(()),
+            Err(EngineError::NoInode(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn delete_inode(&self, ino: Ino) -> Result<()> {
+        self.tx(|tx| {
+            let a = tx.get_inode(ino)?;
+            if a.nlink == 0 {
+                tx.delete_inode(ino)?;
+                tx.remove_orphan(ino)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Kernel lookup count: `n` more references (lookup, create, readdirplus entries).
+    pub fn remember(&self, ino: Ino, n: u64) {
+        self.inodes.add_lookup(ino, n);
+    }
+
+    /// FUSE forget: the kernel dropped `n` references.
+    pub fn forget(&self, ino: Ino, n: u64) {
+        if self.inodes.forget(ino, n) == inodes::Drop::Unreferenced {
+            if let Err(e) = self.maybe_delete(ino) {
+                log::warn!("freeing unlinked inode {ino}: {e}");
+            }
+        }
+    }
+
+    pub fn statfs(&self) -> Result<squeezefs_pipeline::StatFs> {
+        Ok(self.engine.statfs()?)
+    }
+}
+
+#[cfg(test)]
+mod tests;

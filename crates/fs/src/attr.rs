@@ -1,0 +1,170 @@
+//! getattr / setattr (chmod, chown, truncate, utimensat) with the rules of setattr_prepare.
+use crate::creds::Creds;
+use crate::error::{FsError, Result};
+use crate::perm::{self, MAY_WRITE, S_ISGID};
+use crate::{time, Fs};
+use squeezefs_pipeline::{FileKind, Ino, InodeAttr, Timestamp};
+
+/// Largest file size (ext4 with 4 KiB blocks: 16 TiB).
+pub const MAX_FILE_SIZE: u64 = 16 << 40;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeSet {
+    /// UTIME_NOW
+    Now,
+    At(Timestamp),
+}
+
+/// The fields of one setattr request; `None` leaves a field unchanged (UTIME_OMIT).
+#[derive(Clone, Debug, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeSet>,
+    pub mtime: Option<TimeSet>,
+    /// explicit ctime (the kernel sends it with the writeback cache)
+    pub ctime: Option<Timestamp>,
+    /// set when the request came through an open file (ftruncate): no permission check
+    pub fh: Option<u64>,
+}
+
+impl Fs {
+    pub fn getattr(&self, ino: Ino) -> Result<InodeAttr> {
+        Ok(self.stat(ino)?)
+    }
+
+    pub fn setattr(&self, c: &Creds, ino: Ino, s: &SetAttr) -> Result<InodeAttr> {
+        self.check_writable()?;
+        let now = time::now();
+        let checks = self.cfg.check_permissions;
+        // size first: the data path owns it, and a failed truncate must change nothing else
+        let cur = self.stat(ino)?;
+        if let Some(size) = s.size {
+            match cur.kind {
+                FileKind::File => {}
+                FileKind::Dir => return Err(FsError::IsDir),
+                _ => return Err(FsError::Invalid("truncate of a non-regular file")),
+            }
+            if size > MAX_FILE_SIZE {
+                return Err(FsError::FileTooBig);
+            }
+            if checks && s.fh.is_none() {
+                perm::check(&cur, c, MAY_WRITE)?;
+            }
+        }
+        let attr_change = s.mode.is_some()
+            || s.uid.is_some()
+            || s.gid.is_some()
+            || s.atime.is_some()
+            || s.mtime.is_some()
+            || s.ctime.is_some();
+        if attr_change {
+            // validate everything before changing anything
+            self.tx(|tx| {
+                let a = tx.get_inode(ino)?;
+                if checks {
+                    check_setattr(&a, c, s)?;
+                }
+                Ok(())
+            })?;
+        }
+        if let Some(size) = s.size {
+            self.engine.set_size(ino, size)?;
+        }
+        self.tx(|tx| {
+            let mut a = tx.get_inode(ino)?;
+            let mut changed = false;
+            if s.size.is_some() {
+                a.mtime = now;
+                a.ctime = now;
+                a.perm = perm::mode_after_write(a.perm, c);
+                changed = true;
+            }
+            if s.uid.is_some() || s.gid.is_some() {
+                if let Some(uid) = s.uid {
+                    a.uid = uid;
+                }
+                if let Some(gid) = s.gid {
+                    a.gid = gid;
+                }
+                if a.kind != FileKind::Dir {
+                    a.perm = perm::strip_suid_sgid(a.perm);
+                }
+                a.ctime = now;
+                changed = true;
+            }
+            if let Some(mode) = s.mode {
+                let mut mode = mode & 0o7777;
+                if checks && !c.is_root() && !c.in_group(a.gid) {
+                    mode &= !S_ISGID;
+                }
+                a.perm = mode;
+                a.ctime = now;
+                changed = true;
+            }
+            for (t, field) in [(s.atime, &mut a.atime), (s.mtime, &mut a.mtime)] {
+                if let Some(t) = t {
+                    *field = match t {
+                        TimeSet::Now => now,
+                        TimeSet::At(ts) => ts,
+                    };
+                    changed = true;
+                }
+            }
+            if s.atime.is_some() || s.mtime.is_some() {
+                a.ctime = now;
+            }
+            if let Some(ct) = s.ctime {
+                a.ctime = ct;
+                changed = true;
+            }
+            if changed {
+                tx.put_inode(&a)?;
+            }
+            Ok(())
+        })?;
+        Ok(self.stat(ino)?)
+    }
+}
+
+/// setattr_prepare: who may change what (EPERM for ownership rules, EACCES for
+/// UTIME_NOW by a writer who is not the owner).
+fn check_setattr(a: &InodeAttr, c: &Creds, s: &SetAttr) -> Result<()> {
+    if c.is_root() {
+        return Ok(());
+    }
+    if let Some(uid) = s.uid {
+        if uid != a.uid || c.uid != a.uid {
+            return Err(FsError::Perm);
+        }
+    }
+    if let Some(gid) = s.gid {
+        if c.uid != a.uid || (gid != a.gid && !c.in_group(gid)) {
+            return Err(FsError::Perm);
+        }
+    }
+    if let Some(mode) = s.mode {
+        // the kernel clears setuid/setgid after a write by sending the new mode with the
+        // writer's credentials (file_remove_privs): allowed whoever the writer is
+        let only_drops_privs = mode & 0o7777 == perm::strip_suid_sgid(a.perm)
+            || mode & 0o7777 == a.perm & !(perm::S_ISUID | S_ISGID);
+        if c.uid != a.uid && !only_drops_privs {
+            return Err(FsError::Perm);
+        }
+    }
+    if s.ctime.is_some() {
+        // only the kernel sets ctime explicitly (writeback cache time flush): no check
+        return Ok(());
+    }
+    let explicit = |t: Option<TimeSet>| matches!(t, Some(TimeSet::At(_)));
+    if explicit(s.atime) || explicit(s.mtime) {
+        if c.uid != a.uid {
+            return Err(FsError::Perm);
+        }
+    } else if (s.atime.is_some() || s.mtime.is_some()) && c.uid != a.uid {
+        perm::check(a, c, MAY_WRITE)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! Settings of one mounted fs core (validated by the mount option parser in crates/fuse).
+use squeezefs_codec::Spec;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compression {
+    pub spec: Spec,
+    /// compress-force: skip the compressibility heuristic
+    pub force: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct FsConfig {
+    pub read_only: bool,
+    /// false with `default_permissions`: the kernel alone checks permissions
+    pub check_permissions: bool,
+    /// mount-wide compression; `None` keeps the engine's default
+    pub compression: Option<Compression>,
+}
+
+impl Default for FsConfig {
+    fn default() -> Self {
+        FsConfig { read_only: false, check_permissions: true, compression: None }
+    }
+}

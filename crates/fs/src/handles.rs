@@ -1,0 +1,44 @@
+//! Open file and directory handles: fh number → (inode, open flags).
+use parking_lot::Mutex;
+use squeezefs_pipeline::Ino;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Clone, Copy, Debug)]
+pub struct Handle {
+    pub ino: Ino,
+}
+
+pub struct Handles {
+    next: AtomicU64,
+    map: Mutex<HashMap<u64, Handle>>,
+    /// striped locks serialising "read size, write at size" of O_APPEND writers
+    append: Vec<Mutex<()>>,
+}
+
+impl Default for Handles {
+    fn default() -> Self {
+        Handles {
+            next: AtomicU64::new(1),
+            map: Mutex::new(HashMap::new()),
+            append: (0..64).map(|_| Mutex::new(())).collect(),
+        }
+    }
+}
+
+impl Handles {
+    pub fn insert(&self, h: Handle) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed);
+        self.map.lock().insert(fh, h);
+        fh
+    }
+    pub fn get(&self, fh: u64) -> Option<Handle> {
+        self.map.lock().get(&fh).copied()
+    }
+    pub fn append_lock(&self, ino: Ino) -> parking_lot::MutexGuard<'_, ()> {
+        self.append[(ino as usize) % self.append.len()].lock()
+    }
+    pub fn remove(&self, fh: u64) -> Option<Handle> {
+        self.map.lock().remove(&fh)
+    }
+}

@@ -1,0 +1,390 @@
+//! Namespace operations: lookup, create (mknod/mkdir/symlink), link, unlink, rmdir, rename.
+//! Each runs its checks and changes in one metadata transaction.
+use crate::creds::Creds;
+use crate::error::{FsError, Result};
+use crate::perm::{self, MAY_EXEC, MAY_WRITE, S_ISGID};
+use crate::{name, time, Fs};
+use squeezefs_pipeline::{FileKind, Ino, InodeAttr, MetaTx, Timestamp};
+
+/// ext4's link limit (EXT4_LINK_MAX).
+const LINK_MAX: u32 = 65000;
+
+pub const RENAME_NOREPLACE: u32 = 1;
+pub const RENAME_EXCHANGE: u32 = 2;
+
+/// Parent directory, checked for being a live directory.
+fn dir_attr(tx: &mut MetaTx<'_>, dir: Ino) -> Result<InodeAttr> {
+    let a = tx.get_inode(dir)?;
+    if a.kind != FileKind::Dir {
+        return Err(FsError::NotDir);
+    }
+    if a.nlink == 0 {
+        return Err(FsError::NotFound);
+    }
+    Ok(a)
+}
+
+fn touch_dir(tx: &mut MetaTx<'_>, dir: &mut InodeAttr, now: Timestamp) -> Result<()> {
+    dir.mtime = now;
+    dir.ctime = now;
+    tx.put_inode(dir)?;
+    Ok(())
+}
+
+impl Fs {
+    /// Look `name` up in `parent`; counts one kernel reference on success.
+    pub fn lookup(&self, c: &Creds, parent: Ino, name: &[u8]) -> Result<InodeAttr> {
+        name::check_lookup(name)?;
+        let pa = self.stat(parent)?;
+        if pa.kind != FileKind::Dir {
+            return Err(FsError::NotDir);
+        }
+        self.check_perm(&pa, c, MAY_EXEC)?;
+        let a = self.lookup_attr(parent, name)?;
+        self.inodes.add_lookup(a.ino, 1);
+        Ok(a)
+    }
+
+    fn lookup_attr(&self, parent: Ino, name: &[u8]) -> Result<InodeAttr> {
+        if name == b"." {
+            return Ok(self.stat(parent)?);
+        }
+        if name == b".." {
+            let p = self.inodes.parent(parent).ok_or(FsError::NotFound)?;
+            return Ok(self.stat(p)?);
+        }
+        let (ino, kind) = self.engine.lookup(parent, name)?.ok_or(FsError::NotFound)?;
+        if kind == FileKind::Dir {
+            self.inodes.set_parent(ino, parent);
+        }
+        Ok(self.stat(ino)?)
+    }
+
+    /// Create a non-directory node (regular file, device, FIFO, socket); `perm` is already
+    /// masked by the caller's umask. Counts one kernel reference.
+    pub fn mknod(
+        &self,
+        c: &Creds,
+        parent: Ino,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        rdev: u32,
+    ) -> Result<InodeAttr> {
+        if kind == FileKind::Dir || kind == FileKind::Symlink {
+            return Err(FsError::Invalid("mknod creates files, devices, FIFOs and sockets"));
+        }
+        self.create_node(c, parent, name, kind, perm, rdev, None)
+    }
+
+    pub fn mkdir(&self, c: &Creds, parent: Ino, name: &[u8], perm: u32) -> Result<InodeAttr> {
+        self.create_node(c, parent, name, FileKind::Dir, perm, 0, None)
+    }
+
+    pub fn symlink(&self, c: &Creds, parent: Ino, name: &[u8], target: &[u8]) -> Result<InodeAttr> {
+        name::check_symlink_target(target)?;
+        self.create_node(c, parent, name, FileKind::Symlink, 0o777, 0, Some(target))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create_node(
+        &self,
+        c: &Creds,
+        parent: Ino,
+        name: &[u8],
+        kind: FileKind,
+        perm: u32,
+        rdev: u32,
+        target: Option<&[u8]>,
+    ) -> Result<InodeAttr> {
+        name::check_new(name)?;
+        self.check_writable()?;
+        let now = time::now();
+        let attr = self.tx(|tx| {
+            let mut pa = dir_attr(tx, parent)?;
+            self.check_perm(&pa, c, MAY_WRITE | MAY_EXEC)?;
+            if tx.dir_get(parent, name)?.is_some() {
+                return Err(FsError::Exists);
+            }
+            if kind == FileKind::Dir && pa.nlink >= LINK_MAX {
+                return Err(FsError::TooManyLinks);
+            }
+            let ino = tx.alloc_ino()?;
+            // inode_init_owner: group from a setgid parent, which directories inherit
+            let mut mode = perm & 0o7777;
+            let gid = if pa.perm & S_ISGID != 0 {
+                if kind == FileKind::Dir {
+                    mode |= S_ISGID;
+                }
+                pa.gid
+            } else {
+                c.gid
+            };
+            if kind != FileKind::Dir && mode & S_ISGID != 0 && !c.is_root() && !c.in_group(gid) {
+                mode &= !S_ISGID;
+            }
+            let attr = InodeAttr {
+                ino,
+                kind,
+                perm: mode,
+                uid: c.uid,
+                gid,
+                nlink: if kind == FileKind::Dir { 2 } else { 1 },
+                size: target.map_or(0, |t| t.len() as u64),
+                blocks_bytes: 0,
+                rdev,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                crtime: now,
+                generation: 0,
+            };
+            tx.put_inode(&attr)?;
+            if let Some(t) = target {
+                tx.set_symlink_target(ino, t)?;
+            }
+            tx.dir_insert(parent, name, ino, kind)?;
+            if kind == FileKind::Dir {
+                pa.nlink += 1;
+            }
+            touch_dir(tx, &mut pa, now)?;
+            Ok(attr)
+        })?;
+        if kind == FileKind::Dir {
+            self.inodes.set_parent(attr.ino, parent);
+        }
+        self.inodes.add_lookup(attr.ino, 1);
+        Ok(self.stat(attr.ino).unwrap_or(attr))
+    }
+
+    /// Hard link `ino` as `newparent/newname`. Counts one kernel reference.
+    pub fn link(&self, c: &Creds, ino: Ino, newparent: Ino, newname: &[u8]) -> Result<InodeAttr> {
+        name::check_new(newname)?;
+        self.check_writable()?;
+        let now = time::now();
+        self.tx(|tx| {
+            let mut a = tx.get_inode(ino)?;
+            if a.kind == FileKind::Dir {
+                return Err(FsError::Perm);
+            }
+            let mut pa = dir_attr(tx, newparent)?;
+            self.check_perm(&pa, c, MAY_WRITE | MAY_EXEC)?;
+            if tx.dir_get(newparent, newname)?.is_some() {
+                return Err(FsError::Exists);
+            }
+            if a.nlink == 0 {
+                return Err(FsError::NotFound);
+            }
+            if a.nlink >= LINK_MAX {
+                return Err(FsError::TooManyLinks);
+            }
+            tx.dir_insert(newparent, newname, ino, a.kind)?;
+            a.nlink += 1;
+            a.ctime = now;
+            tx.put_inode(&a)?;
+            touch_dir(tx, &mut pa, now)
+        })?;
+        self.inodes.add_lookup(ino, 1);
+        Ok(self.stat(ino)?)
+    }
+
+    pub fn unlink(&self, c: &Creds, parent: Ino, name: &[u8]) -> Result<()> {
+        self.remove_entry(c, parent, name, false)
+    }
+
+    pub fn rmdir(&self, c: &Creds, parent: Ino, name: &[u8]) -> Result<()> {
+        if name == b"." {
+            return Err(FsError::Invalid("rmdir of '.'"));
+        }
+        if name == b".." {
+            return Err(FsError::NotEmpty);
+        }
+        self.remove_entry(c, parent, name, true)
+    }
+
+    fn remove_entry(&self, c: &Creds, parent: Ino, name: &[u8], want_dir: bool) -> Result<()> {
+        name::check_lookup(name)?;
+        self.check_writable()?;
+        let now = time::now();
+        let victim = self.tx(|tx| {
+            let mut pa = dir_attr(tx, parent)?;
+            self.check_perm(&pa, c, MAY_EXEC)?;
+            let (ino, kind) = tx.dir_get(parent, name)?.ok_or(FsError::NotFound)?;
+            let va = tx.get_inode(ino)?;
+            if self.cfg.check_permissions {
+                perm::check_delete(&pa, &va, c)?;
+            }
+            match (want_dir, kind == FileKind::Dir) {
+                (true, false) => return Err(FsError::NotDir),
+                (false, true) => return Err(FsError::IsDir),
+                (true, true) if !tx.dir_is_empty(ino)? => return Err(FsError::NotEmpty),
+                _ => {}
+            }
+            tx.dir_remove(parent, name)?;
+            if kind == FileKind::Dir {
+                pa.nlink = pa.nlink.saturating_sub(1);
+            }
+            touch_dir(tx, &mut pa, now)?;
+            self.drop_link(tx, va, now)?;
+            Ok((ino, kind))
+        })?;
+        if victim.1 == FileKind::Dir {
+            self.inodes.remove_parent(victim.0);
+        }
+        Ok(())
+    }
+
+    /// One name of `a` went away: lower nlink; at zero delete it, or keep it as an orphan
+    /// while the kernel or an open handle still references it.
+    fn drop_link(&self, tx: &mut MetaTx<'_>, mut a: InodeAttr, now: Timestamp) -> Result<()> {
+        a.nlink = if a.kind == FileKind::Dir { 0 } else { a.nlink.saturating_sub(1) };
+        a.ctime = now;
+        if a.nlink > 0 {
+            tx.put_inode(&a)?;
+        } else if self.inodes.is_referenced(a.ino) {
+            tx.put_inode(&a)?;
+            tx.add_orphan(a.ino)?;
+        } else {
+            tx.delete_inode(a.ino)?;
+        }
+        Ok(())
+    }
+
+    /// rename/renameat2 with RENAME_NOREPLACE or RENAME_EXCHANGE.
+    pub fn rename(
+        &self,
+        c: &Creds,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<()> {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 {
+            return Err(FsError::Invalid("rename flags: only RENAME_NOREPLACE and RENAME_EXCHANGE"));
+        }
+        if flags & RENAME_NOREPLACE != 0 && flags & RENAME_EXCHANGE != 0 {
+            return Err(FsError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
+        }
+        let exchange = flags & RENAME_EXCHANGE != 0;
+        name::check_lookup(name)?;
+        name::check_lookup(newname)?;
+        for n in [name, newname] {
+            if n == b"." || n == b".." {
+                return Err(FsError::Busy);
+            }
+        }
+        self.check_writable()?;
+        let now = time::now();
+        let (src, dst) = self.tx(|tx| {
+            let mut pa = dir_attr(tx, parent)?;
+            let mut npa = if newparent == parent { pa.clone() } else { dir_attr(tx, newparent)? };
+            self.check_perm(&pa, c, MAY_WRITE | MAY_EXEC)?;
+            self.check_perm(&npa, c, MAY_WRITE | MAY_EXEC)?;
+            let (sino, skind) = tx.dir_get(parent, name)?.ok_or(FsError::NotFound)?;
+            let dst = tx.dir_get(newparent, newname)?;
+            if exchange && dst.is_none() {
+                return Err(FsError::NotFound);
+            }
+            if flags & RENAME_NOREPLACE != 0 && dst.is_some() {
+                return Err(FsError::Exists);
+            }
+            let mut sa = tx.get_inode(sino)?;
+            // a directory cannot move below itself
+            if skind == FileKind::Dir && self.inodes.is_within(newparent, sino) {
+                return Err(FsError::Invalid("cannot move a directory into its own subtree"));
+            }
+            let da = match dst {
+                Some((dino, _)) => Some(tx.get_inode(dino)?),
+                None => None,
+            };
+            if let Some(da) = &da {
+                if da.ino == sino {
+                    return Ok((None, None)); // two names of one inode: nothing to do
+                }
+                if exchange {
+                    if da.kind == FileKind::Dir && self.inodes.is_within(parent, da.ino) {
+                        return Err(FsError::Invalid("cannot move a directory into its own subtree"));
+                    }
+                } else if skind == FileKind::Dir && da.kind != FileKind::Dir {
+                    return Err(FsError::NotDir);
+                } else if skind != FileKind::Dir && da.kind == FileKind::Dir {
+                    return Err(FsError::IsDir);
+                } else if da.kind == FileKind::Dir && !tx.dir_is_empty(da.ino)? {
+                    return Err(FsError::NotEmpty);
+                } else if da.kind == FileKind::Dir && self.inodes.is_within(parent, da.ino) {
+                    return Err(FsError::NotEmpty);
+                }
+            }
+            if self.cfg.check_permissions {
+                perm::check_delete(&pa, &sa, c)?;
+                if let Some(da) = &da {
+                    perm::check_delete(&npa, da, c)?;
+                }
+                // a directory changing parent rewrites its "..": needs write on it
+                if parent != newparent {
+                    if skind == FileKind::Dir {
+                        perm::check(&sa, c, MAY_WRITE)?;
+                    }
+                    if let Some(da) = da.as_ref().filter(|d| exchange && d.kind == FileKind::Dir) {
+                        perm::check(da, c, MAY_WRITE)?;
+                    }
+                }
+            }
+            // all checks passed: change the namespace
+            tx.dir_remove(parent, name)?;
+            if let Some(da) = &da {
+                tx.dir_remove(newparent, newname)?;
+                if exchange {
+                    tx.dir_insert(parent, name, da.ino, da.kind)?;
+                } else {
+                    if da.kind == FileKind::Dir {
+                        npa.nlink = npa.nlink.saturating_sub(1);
+                    }
+                    self.drop_link(tx, da.clone(), now)?;
+                }
+            }
+            tx.dir_insert(newparent, newname, sino, skind)?;
+            if parent != newparent {
+                if skind == FileKind::Dir {
+                    pa.nlink = pa.nlink.saturating_sub(1);
+                    npa.nlink += 1;
+                }
+                if let Some(da) = da.as_ref().filter(|d| exchange && d.kind == FileKind::Dir) {
+                    npa.nlink = npa.nlink.saturating_sub(1);
+                    pa.nlink += 1;
+                    let _ = da;
+                }
+            }
+            sa.ctime = now;
+            tx.put_inode(&sa)?;
+            if let Some(da) = da.as_ref().filter(|_| exchange) {
+                let mut da = da.clone();
+                da.ctime = now;
+                tx.put_inode(&da)?;
+            }
+            if parent == newparent {
+                // one directory: merge the nlink changes (none for same-dir renames,
+                // except a replaced directory)
+                npa.mtime = now;
+                npa.ctime = now;
+                tx.put_inode(&npa)?;
+            } else {
+                touch_dir(tx, &mut pa, now)?;
+                touch_dir(tx, &mut npa, now)?;
+            }
+            Ok((Some((sino, skind)), da.map(|d| (d.ino, d.kind))))
+        })?;
+        if let Some((sino, FileKind::Dir)) = src {
+            self.inodes.set_parent(sino, newparent);
+        }
+        if let Some((dino, FileKind::Dir)) = dst {
+            if exchange {
+                self.inodes.set_parent(dino, parent);
+            } else {
+                self.inodes.remove_parent(dino);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,136 @@
+//! POSIX permission rules, as the Linux VFS applies them for ext4 (generic_permission,
+//! may_delete, setattr_prepare). Pure functions of (attributes, credentials).
+use crate::creds::Creds;
+use crate::error::{FsError, Result};
+use squeezefs_pipeline::{FileKind, InodeAttr};
+
+pub const MAY_EXEC: u32 = 1;
+pub const MAY_WRITE: u32 = 2;
+pub const MAY_READ: u32 = 4;
+
+pub const S_ISUID: u32 = 0o4000;
+pub const S_ISGID: u32 = 0o2000;
+pub const S_ISVTX: u32 = 0o1000;
+pub const S_IXGRP: u32 = 0o010;
+
+/// generic_permission: `mask` is a combination of MAY_*; EACCES when denied.
+pub fn check(attr: &InodeAttr, c: &Creds, mask: u32) -> Result<()> {
+    if c.is_root() {
+        // CAP_DAC_OVERRIDE: read/write always; exec only for directories or if any x bit set
+        if mask & MAY_EXEC == 0 || attr.kind == FileKind::Dir || attr.perm & 0o111 != 0 {
+            return Ok(());
+        }
+        return Err(FsError::Access);
+    }
+    let bits = if c.uid == attr.uid {
+        (attr.perm >> 6) & 7
+    } else if c.in_group(attr.gid) {
+        (attr.perm >> 3) & 7
+    } else {
+        attr.perm & 7
+    };
+    if bits & mask == mask {
+        Ok(())
+    } else {
+        Err(FsError::Access)
+    }
+}
+
+/// Owner or CAP_FOWNER (inode_owner_or_capable).
+pub fn is_owner(attr: &InodeAttr, c: &Creds) -> bool {
+    c.is_root() || c.uid == attr.uid
+}
+
+/// may_delete/may_create on the directory plus the sticky-bit rule for the victim.
+pub fn check_delete(dir: &InodeAttr, victim: &InodeAttr, c: &Creds) -> Result<()> {
+    check(dir, c, MAY_WRITE | MAY_EXEC)?;
+    if dir.perm & S_ISVTX != 0 && !c.is_root() && c.uid != dir.uid && c.uid != victim.uid {
+        return Err(FsError::Perm);
+    }
+    Ok(())
+}
+
+/// Mode bits after a write by `c`: setuid always goes, setgid only with group-exec
+/// (otherwise it means mandatory locking); root (CAP_FSETID) keeps both.
+pub fn mode_after_write(perm: u32, c: &Creds) -> u32 {
+    if c.is_root() {
+        return perm;
+    }
+    strip_suid_sgid(perm)
+}
+
+/// setuid cleared; setgid cleared if group-executable.
+pub fn strip_suid_sgid(perm: u32) -> u32 {
+    let mut p = perm & !S_ISUID;
+    if p & S_IXGRP != 0 {
+        p &= !S_ISGID;
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use squeezefs_pipeline::Timestamp;
+
+    fn attr(kind: FileKind, perm: u32, uid: u32, gid: u32) -> InodeAttr {
+        InodeAttr {
+            ino: 2,
+            kind,
+            perm,
+            uid,
+            gid,
+            nlink: 1,
+            size: 0,
+            blocks_bytes: 0,
+            rdev: 0,
+            atime: Timestamp::default(),
+            mtime: Timestamp::default(),
+            ctime: Timestamp::default(),
+            crtime: Timestamp::default(),
+            generation: 0,
+        }
+    }
+
+    #[test]
+    fn owner_group_other_classes_are_exclusive() {
+        // owner has no read even though others do: denied (classes do not fall through)
+        let a = attr(FileKind::File, 0o044, 1000, 100);
+        let owner = Creds::with_groups(1000, 100, vec![]);
+        assert!(matches!(check(&a, &owner, MAY_READ), Err(FsError::Access)));
+        let member = Creds::with_groups(2000, 5, vec![100]);
+        assert!(check(&a, &member, MAY_READ).is_ok());
+        let other = Creds::with_groups(3000, 5, vec![]);
+        assert!(check(&a, &other, MAY_READ).is_ok());
+        assert!(matches!(check(&a, &other, MAY_WRITE), Err(FsError::Access)));
+    }
+
+    #[test]
+    fn root_needs_an_x_bit_to_exec_files_but_not_dirs() {
+        let root = Creds::root();
+        assert!(check(&attr(FileKind::File, 0o600, 1, 1), &root, MAY_EXEC).is_err());
+        assert!(check(&attr(FileKind::File, 0o601, 1, 1), &root, MAY_EXEC).is_ok());
+        assert!(check(&attr(FileKind::Dir, 0o000, 1, 1), &root, MAY_EXEC).is_ok());
+        assert!(check(&attr(FileKind::File, 0o000, 1, 1), &root, MAY_READ | MAY_WRITE).is_ok());
+    }
+
+    #[test]
+    fn sticky_dir_allows_only_owners_to_delete() {
+        let dir = attr(FileKind::Dir, 0o1777, 0, 0);
+        let victim = attr(FileKind::File, 0o644, 1000, 1000);
+        let stranger = Creds::with_groups(2000, 2000, vec![]);
+        assert!(matches!(check_delete(&dir, &victim, &stranger), Err(FsError::Perm)));
+        let owner = Creds::with_groups(1000, 1000, vec![]);
+        assert!(check_delete(&dir, &victim, &owner).is_ok());
+        assert!(check_delete(&dir, &victim, &Creds::root()).is_ok());
+    }
+
+    #[test]
+    fn write_strips_setuid_and_exec_setgid_for_non_root() {
+        let c = Creds::with_groups(1000, 1000, vec![]);
+        assert_eq!(mode_after_write(0o6755, &c), 0o0755);
+        // setgid without group exec is mandatory-locking: kept
+        assert_eq!(mode_after_write(0o6745, &c), 0o2745);
+        assert_eq!(mode_after_write(0o6755, &Creds::root()), 0o6755);
+    }
+}

@@ -1,0 +1,390 @@
+//! Unit tests of the fs core on a real engine in a temporary pool (no mounting).
+use super::*;
+use crate::namespace::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+use squeezefs_pipeline::{MkfsOptions, OpenOptions};
+
+pub(crate) fn new_fs() -> (tempfile::TempDir, Fs) {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let engine = Engine::open(&pool, &OpenOptions::default()).unwrap();
+    (dir, Fs::new(engine, FsConfig::default()).unwrap())
+}
+
+fn root() -> Creds {
+    Creds::root()
+}
+
+fn user(uid: u32) -> Creds {
+    Creds::with_groups(uid, uid, vec![])
+}
+
+fn errno<T: std::fmt::Debug>(r: Result<T>) -> i32 {
+    r.expect_err("expected an error").errno()
+}
+
+fn file(fs: &Fs, c: &Creds, parent: Ino, name: &str, data: &[u8]) -> Ino {
+    let (a, fh) = fs.create(c, parent, name.as_bytes(), 0o644, libc::O_RDWR).unwrap();
+    fs.write(c, a.ino, 0, data, false).unwrap();
+    fs.release(fh).unwrap();
+    a.ino
+}
+
+#[test]
+fn create_write_read_round_trip() {
+    let (_d, fs) = new_fs();
+    let ino = file(&fs, &root(), ROOT_INO, "a", b"hello world");
+    assert_eq!(fs.read(ino, 0, 100).unwrap(), b"hello world");
+    assert_eq!(fs.read(ino, 6, 3).unwrap(), b"wor");
+    let a = fs.lookup(&root(), ROOT_INO, b"a").unwrap();
+    assert_eq!((a.ino, a.size, a.nlink, a.kind), (ino, 11, 1, FileKind::File));
+    assert_eq!(errno(fs.lookup(&root(), ROOT_INO, b"b")), libc::ENOENT);
+    assert_eq!(errno(fs.mknod(&root(), ROOT_INO, b"a", FileKind::File, 0o644, 0)), libc::EEXIST);
+}
+
+#[test]
+fn names_over_255_bytes_are_enametoolong() {
+    let (_d, fs) = new_fs();
+    let long = vec![b'x'; 256];
+    assert_eq!(errno(fs.mkdir(&root(), ROOT_INO, &long, 0o755)), libc::ENAMETOOLONG);
+    assert_eq!(errno(fs.lookup(&root(), ROOT_INO, &long)), libc::ENAMETOOLONG);
+    let ok = vec![b'y'; 255];
+    fs.mkdir(&root(), ROOT_INO, &ok, 0o755).unwrap();
+    assert_eq!(fs.lookup(&root(), ROOT_INO, &ok).unwrap().kind, FileKind::Dir);
+}
+
+#[test]
+fn directory_link_counts_follow_subdirectories() {
+    let (_d, fs) = new_fs();
+    let r0 = fs.getattr(ROOT_INO).unwrap().nlink;
+    let d = fs.mkdir(&root(), ROOT_INO, b"d", 0o755).unwrap();
+    assert_eq!(d.nlink, 2);
+    assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, r0 + 1);
+    fs.mkdir(&root(), d.ino, b"e", 0o755).unwrap();
+    assert_eq!(fs.getattr(d.ino).unwrap().nlink, 3);
+    assert_eq!(errno(fs.rmdir(&root(), ROOT_INO, b"d")), libc::ENOTEMPTY);
+    assert_eq!(errno(fs.unlink(&root(), ROOT_INO, b"d")), libc::EISDIR);
+    fs.rmdir(&root(), d.ino, b"e").unwrap();
+    fs.rmdir(&root(), ROOT_INO, b"d").unwrap();
+    assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, r0);
+    file(&fs, &root(), ROOT_INO, "f", b"");
+    assert_eq!(errno(fs.rmdir(&root(), ROOT_INO, b"f")), libc::ENOTDIR);
+}
+
+#[test]
+fn unlinked_open_file_lives_until_last_release() {
+    let (_d, fs) = new_fs();
+    let ino = file(&fs, &root(), ROOT_INO, "f", b"data");
+    let fh = fs.open(&root(), ino, libc::O_RDONLY).unwrap();
+    fs.unlink(&root(), ROOT_INO, b"f").unwrap();
+    assert_eq!(errno(fs.lookup(&root(), ROOT_INO, b"f")), libc::ENOENT);
+    assert_eq!(fs.read(ino, 0, 10).unwrap(), b"data");
+    assert_eq!(fs.getattr(ino).unwrap().nlink, 0);
+    assert_eq!(fs.engine().orphans().unwrap(), vec![ino]);
+    fs.release(fh).unwrap();
+    // the kernel still holds the reference `create` gave it: kept until forget
+    assert_eq!(fs.engine().orphans().unwrap(), vec![ino]);
+    fs.forget(ino, 1);
+    assert!(fs.engine().orphans().unwrap().is_empty());
+    assert!(fs.getattr(ino).is_err());
+}
+
+#[test]
+fn orphans_left_by_a_crash_are_freed_at_mount() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let ino;
+    {
+        let fs = Fs::new(Engine::open(&pool, &OpenOptions::default()).unwrap(), FsConfig::default()).unwrap();
+        ino = file(&fs, &root(), ROOT_INO, "f", b"data");
+        let _fh = fs.open(&root(), ino, libc::O_RDONLY).unwrap();
+        fs.unlink(&root(), ROOT_INO, b"f").unwrap();
+        // the daemon dies: the engine is closed, the fs core never sees the release
+        fs.engine().close().unwrap();
+    }
+    let engine = Engine::open(&pool, &OpenOptions::default()).unwrap();
+    assert_eq!(engine.orphans().unwrap(), vec![ino]);
+    let fs = Fs::new(engine, FsConfig::default()).unwrap();
+    assert!(fs.engine().orphans().unwrap().is_empty());
+    assert!(fs.getattr(ino).is_err());
+}
+
+#[test]
+fn forget_frees_an_unlinked_inode_the_kernel_still_knew() {
+    let (_d, fs) = new_fs();
+    let ino = file(&fs, &root(), ROOT_INO, "f", b"x");
+    // file() left one kernel reference from create
+    fs.unlink(&root(), ROOT_INO, b"f").unwrap();
+    assert_eq!(fs.getattr(ino).unwrap().nlink, 0);
+    fs.forget(ino, 1);
+    assert!(fs.getattr(ino).is_err());
+}
+
+#[test]
+fn hard_links_share_data_and_count() {
+    let (_d, fs) = new_fs();
+    let ino = file(&fs, &root(), ROOT_INO, "f", b"abc");
+    let a = fs.link(&root(), ino, ROOT_INO, b"g").unwrap();
+    assert_eq!(a.nlink, 2);
+    fs.unlink(&root(), ROOT_INO, b"f").unwrap();
+    let g = fs.lookup(&root(), ROOT_INO, b"g").unwrap();
+    assert_eq!((g.ino, g.nlink), (ino, 1));
+    assert_eq!(fs.read(ino, 0, 10).unwrap(), b"abc");
+    let d = fs.mkdir(&root(), ROOT_INO, b"d", 0o755).unwrap();
+    assert_eq!(errno(fs.link(&root(), d.ino, ROOT_INO, b"dl")), libc::EPERM);
+    assert_eq!(errno(fs.link(&root(), ino, ROOT_INO, b"d")), libc::EEXIST);
+}
+
+#[test]
+fn rename_rules_match_ext4() {
+    let (_d, fs) = new_fs();
+    let c = root();
+    let a = fs.mkdir(&c, ROOT_INO, b"a", 0o755).unwrap();
+    let b = fs.mkdir(&c, a.ino, b"b", 0o755).unwrap();
+    // a directory into its own subtree
+    assert_eq!(errno(fs.rename(&c, ROOT_INO, b"a", b.ino, b"x", 0)), libc::EINVAL);
+    assert_eq!(errno(fs.rename(&c, ROOT_INO, b"a", a.ino, b"x", 0)), libc::EINVAL);
+    let f = file(&fs, &c, ROOT_INO, "f", b"1");
+    let g = file(&fs, &c, ROOT_INO, "g", b"2");
+    assert_eq!(errno(fs.rename(&c, ROOT_INO, b"f", ROOT_INO, b"a", 0)), libc::EISDIR);
+    assert_eq!(errno(fs.rename(&c, ROOT_INO, b"a", ROOT_INO, b"f", 0)), libc::ENOTDIR);
+    let e = fs.mkdir(&c, ROOT_INO, b"e", 0o755).unwrap();
+    assert_eq!(errno(fs.rename(&c, ROOT_INO, b"e", ROOT_INO, b"a", 0)), libc::ENOTEMPTY);
+    assert_eq!(errno(fs.rename(&c, ROOT_INO, b"f", ROOT_INO, b"g", RENAME_NOREPLACE)), libc::EEXIST);
+    assert_eq!(errno(fs.rename(&c, ROOT_INO, b"f", ROOT_INO, b"zz", RENAME_EXCHANGE)), libc::ENOENT);
+    assert_eq!(errno(fs.rename(&c, ROOT_INO, b"nope", ROOT_INO, b"zz", 0)), libc::ENOENT);
+    assert_eq!(
+        errno(fs.rename(&c, ROOT_INO, b"f", ROOT_INO, b"g", RENAME_EXCHANGE | RENAME_NOREPLACE)),
+        libc::EINVAL
+    );
+    // exchange a file and a directory across directories
+    fs.rename(&c, ROOT_INO, b"f", a.ino, b"b", RENAME_EXCHANGE).unwrap();
+    assert_eq!(fs.lookup(&c, a.ino, b"b").unwrap().ino, f);
+    assert_eq!(fs.lookup(&c, ROOT_INO, b"f").unwrap().ino, b.ino);
+    assert_eq!(fs.getattr(a.ino).unwrap().nlink, 2);
+    // replace a file: the old target goes away
+    fs.rename(&c, ROOT_INO, b"g", a.ino, b"b", 0).unwrap();
+    assert_eq!(fs.lookup(&c, a.ino, b"b").unwrap().ino, g);
+    assert!(fs.getattr(f).is_err() || fs.getattr(f).unwrap().nlink == 0);
+    // replace an empty directory with a directory
+    fs.rename(&c, ROOT_INO, b"f", ROOT_INO, b"e", 0).unwrap();
+    assert_eq!(fs.lookup(&c, ROOT_INO, b"e").unwrap().ino, b.ino);
+    let _ = e;
+}
+
+#[test]
+fn permission_errors_match_ext4() {
+    let (_d, fs) = new_fs();
+    let (r, u) = (root(), user(1000));
+    let d = fs.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap();
+    assert_eq!(errno(fs.mknod(&u, d.ino, b"x", FileKind::File, 0o644, 0)), libc::EACCES);
+    let f = file(&fs, &r, d.ino, "f", b"secret");
+    fs.setattr(&r, f, &SetAttr { mode: Some(0o600), ..Default::default() }).unwrap();
+    assert_eq!(errno(fs.open(&u, f, libc::O_RDONLY)), libc::EACCES);
+    assert_eq!(errno(fs.setattr(&u, f, &SetAttr { mode: Some(0o777), ..Default::default() })), libc::EPERM);
+    assert_eq!(errno(fs.setattr(&u, f, &SetAttr { uid: Some(1000), ..Default::default() })), libc::EPERM);
+    assert_eq!(errno(fs.unlink(&u, d.ino, b"f")), libc::EACCES);
+    // search permission on the directory
+    fs.setattr(&r, d.ino, &SetAttr { mode: Some(0o700), ..Default::default() }).unwrap();
+    assert_eq!(errno(fs.lookup(&u, d.ino, b"f")), libc::EACCES);
+    // utimensat: UTIME_NOW needs write access, explicit times need ownership
+    let g = file(&fs, &r, ROOT_INO, "g", b"");
+    fs.setattr(&r, g, &SetAttr { mode: Some(0o666), ..Default::default() }).unwrap();
+    fs.setattr(&u, g, &SetAttr { mtime: Some(TimeSet::Now), atime: Some(TimeSet::Now), ..Default::default() }).unwrap();
+    let t = Timestamp { secs: 1000, nanos: 5 };
+    assert_eq!(errno(fs.setattr(&u, g, &SetAttr { mtime: Some(TimeSet::At(t)), ..Default::default() })), libc::EPERM);
+    fs.setattr(&r, g, &SetAttr { mode: Some(0o644), ..Default::default() }).unwrap();
+    assert_eq!(errno(fs.setattr(&u, g, &SetAttr { mtime: Some(TimeSet::Now), ..Default::default() })), libc::EACCES);
+    fs.setattr(&r, g, &SetAttr { mtime: Some(TimeSet::At(t)), ..Default::default() }).unwrap();
+    assert_eq!(fs.getattr(g).unwrap().mtime, t);
+}
+
+#[test]
+fn sticky_directory_protects_other_users_files() {
+    let (_d, fs) = new_fs();
+    let r = root();
+    let tmp = fs.mkdir(&r, ROOT_INO, b"tmp", 0o1777).unwrap();
+    let (alice, bob) = (user(1000), user(1001));
+    let (a, fh) = fs.create(&alice, tmp.ino, b"a", 0o666, libc::O_RDWR).unwrap();
+    fs.release(fh).unwrap();
+    assert_eq!(errno(fs.unlink(&bob, tmp.ino, b"a")), libc::EPERM);
+    assert_eq!(errno(fs.rename(&bob, tmp.ino, b"a", tmp.ino, b"b", 0)), libc::EPERM);
+    fs.unlink(&alice, tmp.ino, b"a").unwrap();
+    let _ = a;
+}
+
+#[test]
+fn setuid_is_cleared_by_unprivileged_write_and_by_chown() {
+    let (_d, fs) = new_fs();
+    let (r, u) = (root(), user(1000));
+    let f = file(&fs, &r, ROOT_INO, "f", b"x");
+    fs.setattr(&r, f, &SetAttr { mode: Some(0o6777), ..Default::default() }).unwrap();
+    fs.write(&r, f, 0, b"y", false).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().perm, 0o6777, "root (CAP_FSETID) keeps the bits");
+    fs.write(&u, f, 0, b"z", false).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().perm, 0o0777);
+    fs.setattr(&r, f, &SetAttr { mode: Some(0o6755), ..Default::default() }).unwrap();
+    fs.setattr(&r, f, &SetAttr { uid: Some(5), gid: Some(5), ..Default::default() }).unwrap();
+    let a = fs.getattr(f).unwrap();
+    assert_eq!((a.perm, a.uid, a.gid), (0o0755, 5, 5));
+}
+
+#[test]
+fn setgid_directory_passes_its_group_on() {
+    let (_d, fs) = new_fs();
+    let r = root();
+    let d = fs.mkdir(&r, ROOT_INO, b"d", 0o2777).unwrap();
+    fs.setattr(&r, d.ino, &SetAttr { gid: Some(50), ..Default::default() }).unwrap();
+    let u = user(1000);
+    let sub = fs.mkdir(&u, d.ino, b"s", 0o755).unwrap();
+    assert_eq!((sub.gid, sub.perm & 0o2000), (50, 0o2000));
+    let (f, fh) = fs.create(&u, d.ino, b"f", 0o644, libc::O_RDWR).unwrap();
+    fs.release(fh).unwrap();
+    assert_eq!((f.gid, f.perm & 0o2000), (50, 0));
+}
+
+#[test]
+fn xattr_flags_and_namespaces() {
+    let (_d, fs) = new_fs();
+    let (r, u) = (root(), user(1000));
+    let f = file(&fs, &r, ROOT_INO, "f", b"");
+    fs.setxattr(&r, f, b"user.a", b"1", 0).unwrap();
+    assert_eq!(errno(fs.setxattr(&r, f, b"user.a", b"2", xattr::XATTR_CREATE)), libc::EEXIST);
+    assert_eq!(errno(fs.setxattr(&r, f, b"user.b", b"2", xattr::XATTR_REPLACE)), libc::ENODATA);
+    fs.setxattr(&r, f, b"user.a", b"3", xattr::XATTR_REPLACE).unwrap();
+    assert_eq!(fs.getxattr(&r, f, b"user.a").unwrap(), b"3");
+    assert_eq!(errno(fs.getxattr(&r, f, b"user.nope")), libc::ENODATA);
+    assert_eq!(errno(fs.setxattr(&r, f, b"bogus.a", b"", 0)), libc::EOPNOTSUPP);
+    assert_eq!(errno(fs.setxattr(&r, f, b"user.big", &vec![0; 65537], 0)), libc::E2BIG);
+    fs.setxattr(&r, f, b"trusted.t", b"x", 0).unwrap();
+    assert_eq!(fs.listxattr(&r, f).unwrap().len(), 2);
+    assert_eq!(fs.listxattr(&u, f).unwrap(), vec![b"user.a".to_vec()]);
+    assert_eq!(errno(fs.getxattr(&u, f, b"trusted.t")), libc::ENODATA);
+    assert_eq!(errno(fs.setxattr(&u, f, b"user.a", b"x", 0)), libc::EACCES);
+    let l = fs.symlink(&r, ROOT_INO, b"l", b"f").unwrap();
+    assert_eq!(errno(fs.setxattr(&r, l.ino, b"user.a", b"x", 0)), libc::EPERM);
+    fs.removexattr(&r, f, b"user.a").unwrap();
+    assert_eq!(errno(fs.removexattr(&r, f, b"user.a")), libc::ENODATA);
+    // virtual attributes are answered but never listed
+    let table = fs.getxattr(&r, f, usage::XATTR_USAGE.as_bytes()).unwrap();
+    usage::decode(&table).unwrap();
+    assert!(!fs.listxattr(&r, f).unwrap().iter().any(|n| n.starts_with(b"user.squeezefs")));
+}
+
+#[test]
+fn remount_xattr_changes_compression_for_root_only() {
+    let (_d, fs) = new_fs();
+    let name = xattr_names::REMOUNT.as_bytes();
+    fs.setxattr(&root(), ROOT_INO, name, b"compress=zstd:9", 0).unwrap();
+    let info = String::from_utf8(fs.getxattr(&root(), ROOT_INO, xattr_names::MOUNT.as_bytes()).unwrap()).unwrap();
+    assert!(info.contains("compress=zstd:9"), "{info}");
+    assert_eq!(errno(fs.setxattr(&user(1), ROOT_INO, name, b"compress=lz4", 0)), libc::EPERM);
+    assert_eq!(errno(fs.setxattr(&root(), ROOT_INO, name, b"compress=nonsense", 0)), libc::EINVAL);
+    assert_eq!(errno(fs.setxattr(&root(), ROOT_INO, name, b"ro", 0)), libc::EINVAL);
+}
+
+#[test]
+fn truncate_and_holes() {
+    let (_d, fs) = new_fs();
+    let r = root();
+    let f = file(&fs, &r, ROOT_INO, "f", &[7u8; 10_000]);
+    fs.setattr(&r, f, &SetAttr { size: Some(4), ..Default::default() }).unwrap();
+    assert_eq!(fs.read(f, 0, 100).unwrap(), vec![7u8; 4]);
+    fs.setattr(&r, f, &SetAttr { size: Some(1 << 20), ..Default::default() }).unwrap();
+    let data = fs.read(f, 0, 8).unwrap();
+    assert_eq!(data, [7, 7, 7, 7, 0, 0, 0, 0]);
+    let big = 5u64 << 30; // past 4 GiB
+    fs.write(&r, f, big, b"tail", false).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().size, big + 4);
+    assert_eq!(fs.read(f, big, 10).unwrap(), b"tail");
+    assert_eq!(fs.lseek(f, 0, data::SEEK_DATA).unwrap(), 0);
+    let hole = fs.lseek(f, 0, data::SEEK_HOLE).unwrap();
+    assert!(hole >= 4 && hole <= 1 << 20, "hole at {hole}");
+    let next = fs.lseek(f, 1 << 20, data::SEEK_DATA).unwrap();
+    assert!(next <= big && next > 1 << 20, "data at {next}");
+    assert_eq!(errno(fs.lseek(f, big + 4, data::SEEK_DATA)), libc::ENXIO);
+    let d = fs.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap();
+    assert_eq!(errno(fs.setattr(&r, d.ino, &SetAttr { size: Some(0), ..Default::default() })), libc::EISDIR);
+}
+
+#[test]
+fn fallocate_modes() {
+    let (_d, fs) = new_fs();
+    let r = root();
+    let f = file(&fs, &r, ROOT_INO, "f", &[1u8; 8192]);
+    fs.fallocate(&r, f, 8192, 4096, 0).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().size, 12288);
+    fs.fallocate(&r, f, 12288, 4096, data::FALLOC_FL_KEEP_SIZE).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().size, 12288);
+    fs.fallocate(&r, f, 0, 4096, data::FALLOC_FL_PUNCH_HOLE | data::FALLOC_FL_KEEP_SIZE).unwrap();
+    assert_eq!(fs.read(f, 0, 4).unwrap(), [0, 0, 0, 0]);
+    assert_eq!(fs.read(f, 4096, 2).unwrap(), [1, 1]);
+    assert_eq!(fs.getattr(f).unwrap().size, 12288);
+    assert_eq!(errno(fs.fallocate(&r, f, 0, 4096, data::FALLOC_FL_PUNCH_HOLE)), libc::EOPNOTSUPP);
+    assert_eq!(errno(fs.fallocate(&r, f, 0, 0, 0)), libc::EINVAL);
+}
+
+#[test]
+fn readdir_resumes_at_offsets_over_many_entries() {
+    let (_d, fs) = new_fs();
+    let r = root();
+    let d = fs.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap();
+    for i in 0..1000 {
+        fs.mknod(&r, d.ino, format!("f{i}").as_bytes(), FileKind::File, 0o644, 0).unwrap();
+    }
+    let mut names = Vec::new();
+    let mut off = 0;
+    loop {
+        let items = fs.readdir(d.ino, off, 97, false).unwrap();
+        if items.is_empty() {
+            break;
+        }
+        for it in items {
+            off = it.next_offset;
+            names.push(String::from_utf8(it.name).unwrap());
+        }
+    }
+    assert_eq!(names.len(), 1002);
+    assert_eq!(&names[..2], &[".", ".."]);
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 1002, "no entry listed twice");
+    let t = std::time::Instant::now();
+    for i in (0..1000).step_by(7) {
+        fs.lookup(&r, d.ino, format!("f{i}").as_bytes()).unwrap();
+    }
+    assert!(t.elapsed().as_secs() < 5);
+}
+
+#[test]
+fn symlinks_and_special_files() {
+    let (_d, fs) = new_fs();
+    let r = root();
+    let l = fs.symlink(&r, ROOT_INO, b"l", b"/some/where").unwrap();
+    assert_eq!((l.kind, l.size), (FileKind::Symlink, 11));
+    assert_eq!(fs.readlink(l.ino).unwrap(), b"/some/where");
+    assert_eq!(errno(fs.symlink(&r, ROOT_INO, b"m", &vec![b'a'; 4096])), libc::ENAMETOOLONG);
+    let p = fs.mknod(&r, ROOT_INO, b"p", FileKind::Fifo, 0o600, 0).unwrap();
+    assert_eq!(p.kind, FileKind::Fifo);
+    let c = fs.mknod(&r, ROOT_INO, b"c", FileKind::CharDev, 0o600, 0x0103).unwrap();
+    assert_eq!((c.kind, c.rdev), (FileKind::CharDev, 0x0103));
+}
+
+#[test]
+fn read_only_fs_refuses_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    {
+        let fs = Fs::new(Engine::open(&pool, &OpenOptions::default()).unwrap(), FsConfig::default()).unwrap();
+        file(&fs, &root(), ROOT_INO, "f", b"x");
+        fs.shutdown().unwrap();
+    }
+    let cfg = FsConfig { read_only: true, ..FsConfig::default() };
+    let fs = Fs::new(Engine::open(&pool, &OpenOptions::default()).unwrap(), cfg).unwrap();
+    let f = fs.lookup(&root(), ROOT_INO, b"f").unwrap();
+    assert_eq!(fs.read(f.ino, 0, 10).unwrap(), b"x");
+    assert_eq!(errno(fs.mkdir(&root(), ROOT_INO, b"d", 0o755)), libc::EROFS);
+    assert_eq!(errno(fs.open(&root(), f.ino, libc::O_WRONLY)), libc::EROFS);
+}

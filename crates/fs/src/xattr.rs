@@ -1,0 +1,209 @@
+//! Extended attributes (user., trusted., security.) with the VFS rules of
+//! xattr_permission, plus three virtual attributes answered by the fs itself:
+//! * `user.squeezefs.usage` (get, any file or directory): compsize rows, see [`crate::usage`];
+//!   on the root directory it first commits all dirty data (a sync);
+//! * `user.squeezefs.mount` (get, root directory): the mount's settings and daemon pid;
+//! * `trusted.squeezefs.remount` (set, root directory, root only): `compress=SPEC` or
+//!   `compress-force=SPEC`, applied to data written from now on (what `squeezefs mount -o
+//!   remount` sends).
+//! Virtual names never appear in listxattr, so copies (`cp -a`, rsync -X) ignore them.
+use crate::creds::Creds;
+use crate::error::{FsError, Result};
+use crate::perm::{self, MAY_READ, MAY_WRITE, S_ISVTX};
+use crate::{time, usage, Compression, Fs};
+use squeezefs_codec::Spec;
+use squeezefs_pipeline::{FileKind, Ino, InodeAttr, ROOT_INO};
+
+pub const XATTR_CREATE: i32 = 1;
+pub const XATTR_REPLACE: i32 = 2;
+/// XATTR_NAME_MAX and XATTR_SIZE_MAX of Linux.
+const NAME_MAX: usize = 255;
+const SIZE_MAX: usize = 65536;
+
+pub const XATTR_MOUNT: &str = "user.squeezefs.mount";
+pub const XATTR_REMOUNT: &str = "trusted.squeezefs.remount";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ns {
+    User,
+    Trusted,
+    Security,
+}
+
+fn namespace(name: &[u8]) -> Result<Ns> {
+    if name.is_empty() || name.len() > NAME_MAX {
+        return Err(FsError::Range);
+    }
+    if name.starts_with(b"user.") && name.len() > 5 {
+        Ok(Ns::User)
+    } else if name.starts_with(b"trusted.") && name.len() > 8 {
+        Ok(Ns::Trusted)
+    } else if name.starts_with(b"security.") && name.len() > 9 {
+        Ok(Ns::Security)
+    } else if name.starts_with(b"system.") {
+        Err(FsError::NotSupported("system.* attributes (POSIX ACLs are not supported)"))
+    } else {
+        Err(FsError::NotSupported("xattr namespace: use user., trusted. or security."))
+    }
+}
+
+impl Fs {
+    /// xattr_permission (+ the LSM rule that only CAP_SYS_ADMIN writes security.*).
+    fn check_xattr(&self, a: &InodeAttr, c: &Creds, ns: Ns, write: bool) -> Result<()> {
+        let denied = if write { FsError::Perm } else { FsError::NoXattr };
+        match ns {
+            Ns::Trusted if !c.is_root() => return Err(denied),
+            Ns::Trusted => return Ok(()),
+            Ns::Security if write && !c.is_root() => return Err(FsError::Perm),
+            Ns::Security => return Ok(()),
+            Ns::User => {
+                if a.kind != FileKind::File && a.kind != FileKind::Dir {
+                    return Err(denied);
+                }
+                if write && a.kind == FileKind::Dir && a.perm & S_ISVTX != 0 && !perm::is_owner(a, c) {
+                    return Err(FsError::Perm);
+                }
+            }
+        }
+        self.check_perm(a, c, if write { MAY_WRITE } else { MAY_READ })
+    }
+
+    pub fn getxattr(&self, c: &Creds, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        let ns = namespace(name)?;
+        let a = self.stat(ino)?;
+        self.check_xattr(&a, c, ns, false)?;
+        if name == usage::XATTR_USAGE.as_bytes() {
+            if ino == ROOT_INO && !self.read_only() {
+                // asking the root commits dirty data first, so the rows that follow
+                // describe everything written so far (what `squeezefs stats` does)
+                self.engine.sync()?;
+            }
+            return self.usage_table(ino);
+        }
+        if name == XATTR_MOUNT.as_bytes() && ino == ROOT_INO {
+            return Ok(self.mount_info().into_bytes());
+        }
+        self.engine.get_xattr(ino, name)?.ok_or(FsError::NoXattr)
+    }
+
+    fn usage_table(&self, ino: Ino) -> Result<Vec<u8>> {
+        let rows: Vec<usage::Row> = self
+            .engine
+            .usage(ino)?
+            .into_iter()
+            .map(|r| usage::Row {
+                alg: r.alg,
+                level: r.level,
+                disk_bytes: r.disk_bytes,
+                uncompressed_bytes: r.uncompressed_bytes,
+                referenced_bytes: r.referenced_bytes,
+            })
+            .collect();
+        Ok(usage::encode(&rows))
+    }
+
+    /// `key=value` lines describing this mount (read by `squeezefs stats` and `umount`).
+    pub fn mount_info(&self) -> String {
+        let mut s = format!("pid={}\n", std::process::id());
+        match self.compression() {
+            Some(Compression { spec, force: true }) => s.push_str(&format!("compress-force={spec}\n")),
+            Some(Compression { spec, force: false }) => s.push_str(&format!("compress={spec}\n")),
+            None => s.push_str("compress=none\n"),
+        }
+        s.push_str(if self.read_only() { "ro\n" } else { "rw\n" });
+        if !self.cfg.check_permissions {
+            s.push_str("default_permissions\n");
+        }
+        s
+    }
+
+    pub fn listxattr(&self, c: &Creds, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        let _ = self.stat(ino)?;
+        let mut names = self.engine.list_xattr(ino)?;
+        if !c.is_root() {
+            names.retain(|n| !n.starts_with(b"trusted."));
+        }
+        Ok(names)
+    }
+
+    pub fn setxattr(&self, c: &Creds, ino: Ino, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        let ns = namespace(name)?;
+        if value.len() > SIZE_MAX {
+            return Err(FsError::TooBig);
+        }
+        if flags & !(XATTR_CREATE | XATTR_REPLACE) != 0 {
+            return Err(FsError::Invalid("setxattr flags"));
+        }
+        if name == XATTR_REMOUNT.as_bytes() {
+            if ino != ROOT_INO {
+                return Err(FsError::Invalid("trusted.squeezefs.remount is set on the mount's root"));
+            }
+            if !c.is_root() {
+                return Err(FsError::Perm);
+            }
+            return self.remount(value);
+        }
+        if name == usage::XATTR_USAGE.as_bytes() || name == XATTR_MOUNT.as_bytes() {
+            return Err(FsError::Perm);
+        }
+        self.check_writable()?;
+        let now = time::now();
+        self.tx(|tx| {
+            let mut a = tx.get_inode(ino)?;
+            self.check_xattr(&a, c, ns, true)?;
+            let exists = tx.get_xattr(ino, name)?.is_some();
+            if flags & XATTR_CREATE != 0 && exists {
+                return Err(FsError::Exists);
+            }
+            if flags & XATTR_REPLACE != 0 && !exists {
+                return Err(FsError::NoXattr);
+            }
+            tx.set_xattr(ino, name, value)?;
+            a.ctime = now;
+            tx.put_inode(&a)?;
+            Ok(())
+        })
+    }
+
+    pub fn removexattr(&self, c: &Creds, ino: Ino, name: &[u8]) -> Result<()> {
+        let ns = namespace(name)?;
+        self.check_writable()?;
+        let now = time::now();
+        self.tx(|tx| {
+            let mut a = tx.get_inode(ino)?;
+            self.check_xattr(&a, c, ns, true)?;
+            match tx.remove_xattr(ino, name) {
+                Ok(()) => {}
+                Err(squeezefs_pipeline::EngineError::NoEntry) => return Err(FsError::NoXattr),
+                Err(e) => return Err(e.into()),
+            }
+            a.ctime = now;
+            tx.put_inode(&a)?;
+            Ok(())
+        })
+    }
+
+    /// Apply `compress=SPEC` / `compress-force=SPEC` (comma-separated) to new writes.
+    fn remount(&self, value: &[u8]) -> Result<()> {
+        let text = std::str::from_utf8(value).map_err(|_| FsError::Invalid("remount options are not UTF-8"))?;
+        let mut new = None;
+        for opt in text.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            let (force, spec) = if let Some(s) = opt.strip_prefix("compress-force=") {
+                (true, s)
+            } else if let Some(s) = opt.strip_prefix("compress=") {
+                (false, s)
+            } else {
+                return Err(FsError::Invalid("remount accepts compress=SPEC and compress-force=SPEC"));
+            };
+            let spec: Spec = spec.parse().map_err(|_| FsError::Invalid("bad compression spec"))?;
+            new = Some(Compression { spec, force });
+        }
+        match new {
+            Some(c) => {
+                self.set_compression(c);
+                Ok(())
+            }
+            None => Err(FsError::Invalid("empty remount option list")),
+        }
+    }
+}

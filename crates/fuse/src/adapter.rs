@@ -1,0 +1,514 @@
+//! The fuser `Filesystem` over `squeezefs_fs::Fs`: converts arguments, calls the core,
+//! maps `FsError` to errno. No semantics live here.
+use fuser::{
+    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use squeezefs_fs::{time, Creds, FileKind, Fs, FsError, InodeAttr, SetAttr, TimeSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Entry and attribute lifetime in the kernel caches: we are the only writer of the pool.
+const TTL: Duration = Duration::from_secs(3600);
+/// st_blksize: the default record size, so tools use large buffers.
+const BLKSIZE: u32 = 128 * 1024;
+/// Largest write request (the kernel caps it with its max_pages limit).
+const MAX_WRITE: u32 = 1 << 20;
+/// Directory entries fetched from the engine per readdir call.
+const READDIR_BATCH: usize = 256;
+
+pub struct FuseFs {
+    fs: Arc<Fs>,
+    writeback: bool,
+}
+
+impl FuseFs {
+    /// `writeback`: ask for the kernel writeback cache (not for read-only mounts).
+    pub fn new(fs: Arc<Fs>, writeback: bool) -> FuseFs {
+        FuseFs { fs, writeback }
+    }
+}
+
+fn creds(req: &Request) -> Creds {
+    Creds::from_request(req.uid(), req.gid(), req.pid())
+}
+
+fn errno(e: &FsError) -> Errno {
+    if matches!(e, FsError::Corrupt(_) | FsError::Engine(_)) {
+        log::error!("{e}");
+    }
+    Errno::from_i32(e.errno())
+}
+
+fn file_type(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::CharDev => FileType::CharDevice,
+        FileKind::BlockDev => FileType::BlockDevice,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+    }
+}
+
+/// File type bits of a mode (S_IFMT) → kind.
+fn kind_of_mode(mode: u32) -> Option<FileKind> {
+    Some(match mode & libc::S_IFMT {
+        libc::S_IFREG | 0 => FileKind::File,
+        libc::S_IFDIR => FileKind::Dir,
+        libc::S_IFLNK => FileKind::Symlink,
+        libc::S_IFCHR => FileKind::CharDev,
+        libc::S_IFBLK => FileKind::BlockDev,
+        libc::S_IFIFO => FileKind::Fifo,
+        libc::S_IFSOCK => FileKind::Socket,
+        _ => return None,
+    })
+}
+
+pub(crate) fn file_attr(a: &InodeAttr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks_bytes.div_ceil(512),
+        atime: time::to_system(a.atime),
+        mtime: time::to_system(a.mtime),
+        ctime: time::to_system(a.ctime),
+        crtime: time::to_system(a.crtime),
+        kind: file_type(a.kind),
+        perm: (a.perm & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: BLKSIZE,
+        flags: 0,
+    }
+}
+
+fn time_set(t: Option<TimeOrNow>) -> Option<TimeSet> {
+    t.map(|t| match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(st) => TimeSet::At(time::from_system(st)),
+    })
+}
+
+fn reply_entry(reply: ReplyEntry, r: Result<InodeAttr, FsError>) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(a.generation)),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, r: Result<(), FsError>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+/// getxattr/listxattr size protocol: 0 asks for the size, too small is ERANGE.
+fn reply_xattr(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, FsError>) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+impl Filesystem for FuseFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let mut wanted = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_ASYNC_DIO
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_MAX_PAGES
+            | InitFlags::FUSE_CACHE_SYMLINKS;
+        if self.writeback {
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        for flag in wanted.iter() {
+            if config.add_capabilities(flag).is_err() {
+                log::info!("kernel lacks FUSE capability {flag:?}");
+            }
+        }
+        let _ = config.set_max_write(MAX_WRITE);
+        let _ = config.set_max_readahead(MAX_WRITE).or_else(|max| config.set_max_readahead(max));
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.fs.shutdown() {
+            log::error!("flushing the pool at unmount: {e}");
+        }
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply_entry(reply, self.fs.lookup(&creds(req), parent.0, name.as_bytes()));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let s = SetAttr {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: time_set(atime),
+            mtime: time_set(mtime),
+            ctime: ctime.map(time::from_system),
+            fh: fh.map(|f| f.0),
+        };
+        match self.fs.setattr(&creds(req), ino.0, &s) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = kind_of_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        reply_entry(
+            reply,
+            self.fs.mknod(&creds(req), parent.0, name.as_bytes(), kind, mode & 0o7777, rdev),
+        );
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        reply_entry(reply, self.fs.mkdir(&creds(req), parent.0, name.as_bytes(), mode & 0o7777));
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.unlink(&creds(req), parent.0, name.as_bytes()));
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.rmdir(&creds(req), parent.0, name.as_bytes()));
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        reply_entry(
+            reply,
+            self.fs.symlink(&creds(req), parent.0, link_name.as_bytes(), target.as_os_str().as_bytes()),
+        );
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(
+            reply,
+            self.fs.rename(&creds(req), parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags.bits()),
+        );
+    }
+
+    fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        reply_entry(reply, self.fs.link(&creds(req), ino.0, newparent.0, newname.as_bytes()));
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.open(&creds(req), ino.0, flags.0) {
+            // we are the only writer: cached pages stay valid across opens
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // the kernel resolves O_APPEND offsets itself (it owns the size)
+        let from_cache = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        match self.fs.write(&creds(req), ino.0, offset, data, from_cache) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.release(fh.0));
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.fsync(ino.0));
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.opendir(&creds(req), ino.0, flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let mut offset = offset;
+        loop {
+            let items = match self.fs.readdir(ino.0, offset, READDIR_BATCH, false) {
+                Ok(i) => i,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            if items.is_empty() {
+                return reply.ok();
+            }
+            for it in items {
+                if reply.add(INodeNo(it.ino), it.next_offset, file_type(it.kind), OsStr::from_bytes(&it.name)) {
+                    return reply.ok();
+                }
+                offset = it.next_offset;
+            }
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let mut offset = offset;
+        loop {
+            let items = match self.fs.readdir(ino.0, offset, READDIR_BATCH, true) {
+                Ok(i) => i,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            if items.is_empty() {
+                return reply.ok();
+            }
+            for it in items {
+                let dot = it.name == b"." || it.name == b"..";
+                let attr = match &it.attr {
+                    Some(a) => file_attr(a),
+                    None => match self.fs.getattr(it.ino) {
+                        Ok(a) => file_attr(&a),
+                        Err(e) => return reply.error(errno(&e)),
+                    },
+                };
+                if reply.add(INodeNo(it.ino), it.next_offset, OsStr::from_bytes(&it.name), &TTL, &attr, Generation(0)) {
+                    return reply.ok();
+                }
+                // the kernel counts a lookup for every entry it received except . and ..
+                if !dot {
+                    self.fs.remember(it.ino, 1);
+                }
+                offset = it.next_offset;
+            }
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.releasedir(fh.0));
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.fsync(ino.0));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => {
+                let bsize = 4096u64;
+                reply.statfs(
+                    s.total_bytes / bsize,
+                    s.free_bytes / bsize,
+                    s.free_bytes / bsize,
+                    s.inodes + (1 << 32),
+                    1 << 32,
+                    bsize as u32,
+                    squeezefs_fs::NAME_MAX as u32,
+                    bsize as u32,
+                )
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.setxattr(&creds(req), ino.0, name.as_bytes(), value, flags));
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, size, self.fs.getxattr(&creds(req), ino.0, name.as_bytes()));
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let r = self.fs.listxattr(&creds(req), ino.0).map(|names| {
+            let mut out = Vec::new();
+            for n in names {
+                out.extend_from_slice(&n);
+                out.push(0);
+            }
+            out
+        });
+        reply_xattr(reply, size, r);
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.removexattr(&creds(req), ino.0, name.as_bytes()));
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs.access(&creds(req), ino.0, mask.bits() as u32));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.fs.create(&creds(req), parent.0, name.as_bytes(), mode & 0o7777, flags) {
+            Ok((a, fh)) => reply.created(
+                &TTL,
+                &file_attr(&a),
+                Generation(a.generation),
+                FileHandle(fh),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs.fallocate(&creds(req), ino.0, offset, length, mode));
+    }
+
+    fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        if offset < 0 {
+            return reply.error(Errno::ENXIO);
+        }
+        match self.fs.lseek(ino.0, offset as u64, whence) {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_type_bits_map_to_kinds() {
+        assert_eq!(kind_of_mode(libc::S_IFREG | 0o644), Some(FileKind::File));
+        assert_eq!(kind_of_mode(0o644), Some(FileKind::File));
+        assert_eq!(kind_of_mode(libc::S_IFIFO | 0o600), Some(FileKind::Fifo));
+        assert_eq!(kind_of_mode(libc::S_IFCHR), Some(FileKind::CharDev));
+        assert_eq!(kind_of_mode(0o170000), None);
+    }
+}

@@ -1,0 +1,154 @@
+//! Establishing and tearing down the kernel mount.
+//!
+//! As root we call mount(2) ourselves with type `fuse.squeezefs` and the pool as source,
+//! so /proc/mounts reads `POOL MNT fuse.squeezefs ...` like any other filesystem; fuser
+//! then serves the /dev/fuse descriptor (`Session::from_fd`). Unprivileged users go
+//! through fusermount3 (fuser's `Session::new`).
+use crate::adapter::FuseFs;
+use crate::mount_config::MountConfig;
+use fuser::{Config, MountOption, Session, SessionACL};
+use squeezefs_fs::Fs;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+
+pub const FS_TYPE: &str = "fuse.squeezefs";
+
+/// Request-serving threads (each with its own cloned /dev/fuse descriptor).
+fn n_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 8) * 2
+}
+
+fn cstring(p: &[u8]) -> io::Result<CString> {
+    CString::new(p).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+fn session_config(cfg: &MountConfig) -> Config {
+    let mut c = Config::default();
+    c.acl = if cfg.allow_other { SessionACL::All } else { SessionACL::Owner };
+    c.n_threads = Some(n_threads());
+    c.clone_fd = true;
+    c
+}
+
+/// Mount `fs` on `mountpoint`; the returned session is live (INIT answered).
+pub fn mount(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Session<FuseFs>> {
+    let adapter = FuseFs::new(fs, !cfg.read_only);
+    let fsname = cfg.fsname.clone().unwrap_or_else(|| pool.display().to_string().replace(',', "_"));
+    if unsafe { libc::geteuid() } == 0 {
+        let fd = mount_as_root(&fsname, mountpoint, cfg)?;
+        Session::from_fd(adapter, fd, session_config(cfg).acl, session_config(cfg))
+    } else {
+        let mut c = session_config(cfg);
+        c.mount_options = vec![
+            MountOption::FSName(fsname),
+            MountOption::Subtype("squeezefs".into()),
+            MountOption::DefaultPermissions,
+        ];
+        if cfg.read_only {
+            c.mount_options.push(MountOption::RO);
+        }
+        if cfg.flags.noexec {
+            c.mount_options.push(MountOption::NoExec);
+        }
+        if cfg.flags.noatime {
+            c.mount_options.push(MountOption::NoAtime);
+        }
+        Session::new(adapter, mountpoint, &c)
+    }
+}
+
+fn mount_as_root(fsname: &str, mountpoint: &Path, cfg: &MountConfig) -> io::Result<OwnedFd> {
+    let root_mode = std::fs::metadata(mountpoint)?.mode() & libc::S_IFMT;
+    let dev = cstring(b"/dev/fuse")?;
+    let raw = unsafe { libc::open(dev.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if raw < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("opening /dev/fuse: {e} (is the fuse module loaded?)")));
+    }
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // The kernel always checks permissions (VFS rules, the same errno as ext4, also on
+    // cached dentries); the fs core checks again unless default_permissions was given.
+    let mut data = format!("fd={raw},rootmode={root_mode:o},user_id=0,group_id=0,default_permissions");
+    if cfg.allow_other {
+        data.push_str(",allow_other");
+    }
+    data.push_str(&format!(",max_read={}", 1 << 20));
+    let mut flags: libc::c_ulong = 0;
+    if cfg.read_only {
+        flags |= libc::MS_RDONLY;
+    }
+    if cfg.flags.nodev {
+        flags |= libc::MS_NODEV;
+    }
+    if cfg.flags.nosuid {
+        flags |= libc::MS_NOSUID;
+    }
+    if cfg.flags.noexec {
+        flags |= libc::MS_NOEXEC;
+    }
+    if cfg.flags.noatime {
+        flags |= libc::MS_NOATIME;
+    }
+    if cfg.flags.sync {
+        flags |= libc::MS_SYNCHRONOUS;
+    }
+    if cfg.flags.dirsync {
+        flags |= libc::MS_DIRSYNC;
+    }
+    let src = cstring(fsname.as_bytes())?;
+    let target = cstring(mountpoint.as_os_str().as_bytes())?;
+    let fstype = cstring(FS_TYPE.as_bytes())?;
+    let data_c = cstring(data.as_bytes())?;
+    let r = unsafe {
+        libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), flags, data_c.as_ptr().cast())
+    };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("mount({}) failed: {e}", mountpoint.display())));
+    }
+    Ok(fd)
+}
+
+/// Unmount `mountpoint`. `lazy` detaches a busy mount (MNT_DETACH).
+pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
+    if unsafe { libc::geteuid() } == 0 {
+        let target = cstring(mountpoint.as_os_str().as_bytes())?;
+        let r = unsafe { libc::umount2(target.as_ptr(), if lazy { libc::MNT_DETACH } else { 0 }) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        return Ok(());
+    }
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-u");
+    if lazy {
+        cmd.arg("-z");
+    }
+    let out = cmd.arg(mountpoint).output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "fusermount3 -u {}: {}",
+            mountpoint.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Abort the FUSE connection serving `dev` (st_dev of the mount root) through fusectl,
+/// so a detached-but-busy mount stops waiting for its last user.
+pub fn abort_connection(dev: u64) -> io::Result<()> {
+    let minor = libc::minor(dev as libc::dev_t);
+    let dir = Path::new("/sys/fs/fuse/connections");
+    if !dir.join(minor.to_string()).exists() {
+        let _ = std::process::Command::new("mount")
+            .args(["-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"])
+            .status();
+    }
+    std::fs::write(dir.join(minor.to_string()).join("abort"), b"1")
+}
