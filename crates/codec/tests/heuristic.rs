@@ -31,7 +31,7 @@ fn text_like(len: usize, seed: u64) -> Vec<u8> {
         let r = rng.next_u32() as usize;
         let w = words[(r % words.len()) * (r / words.len() % words.len()) / words.len()];
         out.extend_from_slice(w.as_bytes());
-        out.push(if r % 17 == 0 { b'\n' } else if r % 11 == 0 { b',' } else { b' ' });
+        out.push(if r.is_multiple_of(17) { b'\n' } else if r.is_multiple_of(11) { b',' } else { b' ' });
     }
     out.truncate(len);
     out
