@@ -109,6 +109,53 @@ fn crash_child_process() {
     child_main(Path::new(&pool), Path::new(&log), seed.parse().expect("seed"));
 }
 
+/// The child's workload in-process and without kills: after `sync` and a reopen every file
+/// must equal the model exactly. Separates plain data-path bugs from crash bugs.
+#[test]
+fn workload_without_kills_reads_back_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pool = dir.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).expect("mkfs");
+    let engine = Engine::open(&pool, &open_options()).expect("open");
+    let mut rng = SplitMix64::new(env_u64("SQUEEZEFS_CRASH_SEED").unwrap_or(42));
+    let mut model: Vec<Vec<u8>> = vec![Vec::new(); FILES];
+    let inos: Vec<u64> = (0..FILES).map(|i| create_file(&engine, &file_name(i)).expect("create")).collect();
+    for n in 0..1500u64 {
+        let file = rng.below(FILES as u64) as usize;
+        let off = rng.below(MAX_OFFSET);
+        let len = match rng.below(10) {
+            0..=3 => 1 + rng.below(4096),
+            4..=7 => 4096 + rng.below(124 * 1024),
+            _ => 128 * 1024 + rng.below(384 * 1024),
+        };
+        engine.write(inos[file], off, &content(n, len)).expect("write");
+        apply_write(&mut model[file], off, len, n);
+        if rng.below(20) == 0 {
+            engine.fsync(inos[file]).expect("fsync");
+        }
+        if n % 100 == 99 {
+            // reads see the latest writes at once, whatever txg they are in
+            let got = read_all(&engine, inos[file]).expect("read");
+            let exact = FileExpect { acked: Some(model[file].clone()), pending: Vec::new() };
+            if let Err(msg) = check_file(&format!("f{file}"), &exact, Some(&got)) {
+                panic!("after write {n}, before reopen: {msg}");
+            }
+        }
+    }
+    engine.sync().expect("sync");
+    engine.close().expect("close");
+    drop(engine);
+    let engine = Engine::open(&pool, &open_options()).expect("reopen");
+    for (i, m) in model.iter().enumerate() {
+        let got = read_all(&engine, inos[i]).expect("read");
+        if let Err(msg) = check_file(&format!("f{i}"), &FileExpect { acked: Some(m.clone()), pending: Vec::new() }, Some(&got)) {
+            panic!("after reopen: {msg}");
+        }
+    }
+    check_pool_integrity(&engine, "workload without kills");
+    engine.close().expect("close");
+}
+
 #[test]
 fn crash_checker_self_test() {
     self_test();
@@ -145,7 +192,8 @@ fn one_kill(
         .expect("spawn child");
     // One kill in eight lands at a random point of start-up (open, recovery); the others
     // after the child is working, at a random moment within its first 250 ms of work.
-    if rng.below(8) == 0 {
+    let during_startup = rng.below(8) == 0;
+    if during_startup {
         std::thread::sleep(Duration::from_millis(rng.below(60)));
     } else {
         let t0 = Instant::now();
@@ -182,7 +230,16 @@ fn one_kill(
         .unwrap_or_else(|e| panic!("kill {k} (seed {seed}): reading back failed: {e}"));
     for (i, (e, a)) in exp.iter().zip(&actual).enumerate() {
         if let Err(msg) = check_file(&format!("f{i}"), e, a.as_deref()) {
-            panic!("kill {k} (seed {seed}): {msg}");
+            let tail: Vec<String> = log.iter().rev().take(12).rev().map(|r| r.to_string()).collect();
+            let scrub = engine.scrub(&|_, _| {}).map(|r| format!("{:?}", r.damaged));
+            let fsck = engine.fsck().map(|r| format!("{:?}", r.problems));
+            drop(engine);
+            let kept = keep_for_post_mortem(pool, &log_path, k);
+            panic!(
+                "kill {k} (child seed {seed}, {}): {msg}\nlast log records: {tail:?}\n\
+                 scrub damage: {scrub:?}\nfsck problems: {fsck:?}\npool and log kept in {kept}",
+                if during_startup { "killed during start-up" } else { "killed while working" }
+            );
         }
     }
     check_pool_integrity(&engine, &format!("kill {k} (seed {seed})"));
@@ -190,6 +247,24 @@ fn one_kill(
     let acked_bytes = exp.iter().filter_map(|e| e.acked.as_ref()).map(|a| a.len() as u64).sum();
     std::fs::remove_file(&log_path).ok();
     (actual, Outcome { acked_bytes, log_records: log.len() })
+}
+
+/// Copy the pool and the child's log next to the temp dir for inspection after a failure.
+fn keep_for_post_mortem(pool: &Path, log: &Path, k: u64) -> String {
+    let dest = std::env::temp_dir().join(format!("squeezefs-crash-failure-{}-{k}", std::process::id()));
+    let copy = || -> std::io::Result<()> {
+        std::fs::create_dir_all(dest.join("pool"))?;
+        for entry in std::fs::read_dir(pool)? {
+            let entry = entry?;
+            std::fs::copy(entry.path(), dest.join("pool").join(entry.file_name()))?;
+        }
+        std::fs::copy(log, dest.join("child.log"))?;
+        Ok(())
+    };
+    match copy() {
+        Ok(()) => dest.display().to_string(),
+        Err(e) => format!("(nowhere: copying to {} failed: {e})", dest.display()),
+    }
 }
 
 /// Scrub (every checksum) and fsck (metadata/space map) must both come out clean.

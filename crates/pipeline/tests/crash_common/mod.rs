@@ -184,13 +184,26 @@ pub fn check_file(name: &str, exp: &FileExpect, actual: Option<&[u8]>) -> Result
             }
         }
     }
-    for (p, &b) in data.iter().enumerate() {
+    let bad = |p: usize| {
         let old = acked.get(p).copied().unwrap_or(0);
-        if b != old && !explained[p] {
-            return Err(format!(
-                "{name}: byte {p} is {b:#04x}: neither the acknowledged value {old:#04x} nor any later write's"
-            ));
-        }
+        data[p] != old && !explained[p]
+    };
+    if let Some(first) = (0..data.len()).find(|&p| bad(p)) {
+        let end = (first..data.len()).find(|&p| !bad(p)).unwrap_or(data.len());
+        let count = (first..data.len()).filter(|&p| bad(p)).count();
+        let old = acked.get(first).copied().unwrap_or(0);
+        let all_zero = data[first..end].iter().all(|&b| b == 0);
+        return Err(format!(
+            "{name} (size {}, acknowledged size {}): bytes {first}..{end} ({}{}) hold neither the acknowledged \
+             data nor any later write's (first: {:#04x}, acknowledged {old:#04x}); {count} bad bytes in all; \
+             {} writes pending",
+            data.len(),
+            acked.len(),
+            end - first,
+            if all_zero { ", all zero" } else { "" },
+            data[first],
+            exp.pending.len()
+        ));
     }
     Ok(())
 }
