@@ -11,7 +11,7 @@
 
 mod algorithm;
 mod backend;
-// pub mod bench;
+pub mod bench;
 mod bound;
 mod error;
 pub mod heuristic;
