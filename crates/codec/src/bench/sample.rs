@@ -40,11 +40,11 @@ fn text(len: usize, rng: &mut Rng) -> Vec<u8> {
             out.extend_from_slice(w.as_bytes());
         }
         sentence += 1;
-        let end = (r >> 20) % 14 == 0;
-        out.extend_from_slice(if end { b". " } else if (r >> 30) % 9 == 0 { b", " } else { b" " });
+        let end = (r >> 20).is_multiple_of(14);
+        out.extend_from_slice(if end { b". " } else if (r >> 30).is_multiple_of(9) { b", " } else { b" " });
         if end {
             sentence = 0;
-            if (r >> 40) % 6 == 0 {
+            if (r >> 40).is_multiple_of(6) {
                 out.push(b'\n');
             }
         }
