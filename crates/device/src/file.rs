@@ -14,7 +14,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::Path;
+use crate::power_loss::{recorder_for, PowerLoss};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// How to open a [`FileDevice`].
 #[derive(Debug, Clone, Default)]
@@ -35,6 +37,8 @@ pub struct FileDevice {
     block_device: bool,
     /// Highest byte ever written or present; grows monotonically.
     len: AtomicU64,
+    /// Set when a crash test armed `power_loss` for this path.
+    power: Option<Arc<PowerLoss>>,
 }
 
 impl FileDevice {
@@ -93,6 +97,7 @@ impl FileDevice {
             capacity,
             block_device,
             len: AtomicU64::new(len),
+            power: recorder_for(path),
         })
     }
 
@@ -153,15 +158,21 @@ impl Device for FileDevice {
                 });
             }
         }
-        self.file
-            .write_all_at(data, offset)
-            .map_err(|e| self.io_err(e))?;
+        match &self.power {
+            Some(p) => p.write(&self.file, self.len.load(Ordering::Acquire), data, offset),
+            None => self.file.write_all_at(data, offset),
+        }
+        .map_err(|e| self.io_err(e))?;
         self.len.fetch_max(end, Ordering::AcqRel);
         Ok(())
     }
 
     fn sync(&self) -> Result<(), DeviceError> {
-        self.file.sync_data().map_err(|e| self.io_err(e))
+        match &self.power {
+            Some(p) => p.sync(&self.file),
+            None => self.file.sync_data(),
+        }
+        .map_err(|e| self.io_err(e))
     }
 
     fn len(&self) -> u64 {

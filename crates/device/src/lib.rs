@@ -13,6 +13,7 @@ pub mod doubles;
 mod file;
 mod header;
 mod pool_id;
+pub mod power_loss;
 mod stats;
 
 pub use file::{FileDevice, FileDeviceOptions};
