@@ -2,9 +2,14 @@
 //! Each subcommand lives in its own module (`cmd_*.rs`).
 use clap::{Parser, Subcommand};
 
+mod cmd_bench;
 mod cmd_fsck;
 mod cmd_mkfs;
+mod cmd_mount;
 mod cmd_scrub;
+mod cmd_stats;
+mod cmd_umount;
+mod mount_helper;
 
 #[derive(Parser)]
 #[command(name = "squeezefs", version, about = "A transparently compressing FUSE filesystem")]
@@ -15,19 +20,34 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Benchmark the codecs in memory: ratio, speeds and workspace memory per codec/level
+    Bench(cmd_bench::BenchArgs),
     /// Create a pool (a directory with the metadata store and, by default, one data file)
     Mkfs(cmd_mkfs::MkfsArgs),
     /// Verify every checksum of a pool and list damaged files
     Scrub(cmd_scrub::ScrubArgs),
     /// Check a pool's metadata and space map; exit status 1 if not clean
     Fsck(cmd_fsck::FsckArgs),
+    /// Mount a pool (daemonizes once the mount is live unless --foreground)
+    Mount(cmd_mount::MountArgs),
+    /// Unmount, waiting until the pool is flushed and closed
+    Umount(cmd_umount::UmountArgs),
+    /// Compression statistics of a file, a tree or a mount (compsize columns)
+    Stats(cmd_stats::StatsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
+    if mount_helper::invoked_as_helper() {
+        return mount_helper::run();
+    }
     let cli = Cli::parse();
     match cli.cmd {
+        Command::Bench(a) => cmd_bench::run(a),
         Command::Mkfs(a) => cmd_mkfs::run(a),
         Command::Scrub(a) => cmd_scrub::run(a),
         Command::Fsck(a) => cmd_fsck::run(a),
+        Command::Mount(a) => cmd_mount::run(a),
+        Command::Umount(a) => cmd_umount::run(a),
+        Command::Stats(a) => cmd_stats::run(a),
     }
 }

@@ -200,6 +200,11 @@ impl Fs {
         }
         match new {
             Some(c) => {
+                // commit what was written under the old setting first, so the new one
+                // applies exactly to writes made after the remount
+                if !self.read_only() {
+                    self.engine.sync()?;
+                }
                 self.set_compression(c);
                 Ok(())
             }

@@ -1,0 +1,228 @@
+//! `squeezefs mount POOL MOUNTPOINT [-o OPTS] [--foreground]`
+//!
+//! Daemon life cycle (states → transitions):
+//! * parse: options → MountConfig; bad options exit 1 with nothing mounted.
+//! * fork (unless --foreground): the parent waits on a pipe for the child's verdict and
+//!   exits 0 once the mount is live, or 1 with the child's error. The fork happens before
+//!   any thread exists (the engine starts threads when it opens the pool).
+//! * serve: open the pool, mount, answer INIT; report "ok"; detach stdio; serve requests.
+//! * stop: unmount (`squeezefs umount`, `umount`, SIGTERM/SIGINT/SIGHUP) ends the session;
+//!   the fs core then frees orphans and closes the engine (flush + commit); exit 0.
+//! `-o remount,...` does not fork: it sends the new options to the live mount (see
+//! `squeezefs_fs` xattr docs: `trusted.squeezefs.remount` on the mount's root).
+use anyhow::{anyhow, bail, Context, Result};
+use squeezefs_fs::{Fs, FsConfig};
+use squeezefs_fuse::{mount, MountConfig};
+use squeezefs_pipeline::{Engine, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(clap::Args, Debug)]
+pub struct MountArgs {
+    /// Pool to mount (made by `squeezefs mkfs`)
+    pub pool: PathBuf,
+    /// Directory to mount it on
+    pub mountpoint: PathBuf,
+    /// Options, comma-separated: compress=SPEC, compress-force=SPEC, recordsize=SIZE, ro,
+    /// allow_other, default_permissions, remount, and generic fstab options
+    #[arg(short = 'o', value_name = "OPTS")]
+    pub options: Vec<String>,
+    /// Stay in the foreground (do not daemonize)
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+}
+
+pub fn run(args: MountArgs) -> Result<()> {
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).try_init();
+    let cfg = MountConfig::parse(&args.options.join(","))?;
+    if cfg.remount {
+        return remount(&args.mountpoint, &cfg);
+    }
+    let mountpoint = std::fs::canonicalize(&args.mountpoint)
+        .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
+    if !mountpoint.is_dir() {
+        bail!("mount point {} is not a directory", mountpoint.display());
+    }
+    let pool = std::fs::canonicalize(&args.pool).with_context(|| format!("pool {}", args.pool.display()))?;
+    if args.foreground {
+        return serve(&pool, &mountpoint, &cfg, |r| {
+            if let Err(e) = &r {
+                eprintln!("squeezefs mount: {e}");
+            }
+        });
+    }
+    daemonize(|report| serve(&pool, &mountpoint, &cfg, report))
+}
+
+/// `-o remount,compress=SPEC`: send the change to the daemon serving `mountpoint`.
+fn remount(mountpoint: &Path, cfg: &MountConfig) -> Result<()> {
+    let Some(req) = cfg.remount_request() else {
+        // generic flags only (e.g. `mount -o remount` from a script): nothing to change
+        return Ok(());
+    };
+    crate::cmd_stats::mount_info(mountpoint)
+        .with_context(|| format!("{} is not the root of a squeezefs mount", mountpoint.display()))?;
+    crate::cmd_stats::set_xattr(mountpoint, squeezefs_fs::xattr_names::REMOUNT, req.as_bytes())
+        .with_context(|| format!("remount {} with {req}", mountpoint.display()))?;
+    Ok(())
+}
+
+/// Fork; the parent exits with the child's verdict on the mount.
+fn daemonize(child: impl FnOnce(&mut dyn FnMut(Result<(), String>)) -> Result<()>) -> Result<()> {
+    let mut fds = [0 as RawFd; 2];
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    match unsafe { libc::fork() } {
+        -1 => bail!("fork: {}", std::io::Error::last_os_error()),
+        0 => {
+            drop(rd);
+            unsafe { libc::setsid() };
+            let mut pipe = Some(std::fs::File::from(wr));
+            let mut report = |r: Result<(), String>| {
+                if let Some(mut p) = pipe.take() {
+                    let msg = match r {
+                        Ok(()) => "ok".to_string(),
+                        Err(e) => format!("error: {e}"),
+                    };
+                    let _ = p.write_all(msg.as_bytes());
+                    detach_stdio();
+                }
+            };
+            let r = child(&mut report);
+            // an error after the mount was live has nowhere to go but the exit status
+            std::process::exit(if r.is_ok() { 0 } else { 1 });
+        }
+        pid => {
+            drop(wr);
+            let mut msg = String::new();
+            let _ = std::fs::File::from(rd).read_to_string(&mut msg);
+            if msg == "ok" {
+                return Ok(());
+            }
+            let mut status = 0;
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            match msg.strip_prefix("error: ") {
+                Some(e) => Err(anyhow!("{e}")),
+                None => Err(anyhow!("the mount daemon exited before the mount was live (status {status})")),
+            }
+        }
+    }
+}
+
+fn detach_stdio() {
+    let null = c"/dev/null";
+    unsafe {
+        let fd = libc::open(null.as_ptr(), libc::O_RDWR);
+        if fd >= 0 {
+            libc::dup2(fd, 0);
+            libc::dup2(fd, 1);
+            libc::dup2(fd, 2);
+            if fd > 2 {
+                libc::close(fd);
+            }
+        }
+        libc::chdir(c"/".as_ptr());
+    }
+}
+
+/// Signals that stop the daemon; blocked in every thread, taken by one sigwait thread.
+fn stop_signals() -> libc::sigset_t {
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+fn serve(
+    pool: &Path,
+    mountpoint: &Path,
+    cfg: &MountConfig,
+    report: impl FnOnce(Result<(), String>),
+) -> Result<()> {
+    let set = stop_signals();
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    let session = match open_and_mount(pool, mountpoint, cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = format!("{e:#}");
+            report(Err(msg.clone()));
+            bail!(msg);
+        }
+    };
+    let mnt = mountpoint.to_path_buf();
+    std::thread::Builder::new()
+        .name("squeezefs-signals".into())
+        .spawn(move || {
+            let mut sig = 0;
+            unsafe { libc::sigwait(&set, &mut sig) };
+            stop_on_signal(&mnt);
+        })
+        .context("starting the signal thread")?;
+    report(Ok(()));
+    session.run().context("serving FUSE requests")?;
+    Ok(())
+}
+
+fn open_and_mount(pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> Result<squeezefs_fuse::Session<squeezefs_fuse::FuseFs>> {
+    let engine = Engine::open(pool, &open_options(cfg)).with_context(|| format!("opening pool {}", pool.display()))?;
+    if let Some(rs) = cfg.recordsize {
+        let pool_rs = engine.info().recordsize;
+        if rs != pool_rs {
+            let _ = engine.close();
+            bail!(
+                "recordsize={rs}: this pool's record size is {pool_rs} (set at mkfs); a different \
+                 record size per mount is not supported by the engine yet"
+            );
+        }
+    }
+    let fs_cfg = FsConfig {
+        read_only: cfg.read_only,
+        check_permissions: !cfg.default_permissions,
+        compression: cfg.compression,
+    };
+    let fs = Arc::new(Fs::new(engine.clone(), fs_cfg).context("starting the filesystem")?);
+    match mount::mount(fs.clone(), pool, mountpoint, cfg) {
+        Ok(s) => Ok(s),
+        Err(e) => {
+            let _ = fs.shutdown();
+            Err(anyhow!("mounting {} on {}: {e}", pool.display(), mountpoint.display()))
+        }
+    }
+}
+
+fn open_options(cfg: &MountConfig) -> OpenOptions {
+    let mut o = OpenOptions { read_only: cfg.read_only, ..OpenOptions::default() };
+    if let Some(c) = cfg.compression {
+        o.compression = c.spec;
+        o.force_compression = c.force;
+    }
+    o
+}
+
+/// SIGTERM & co: unmount; a busy mount is detached and its connection aborted, so the
+/// session ends and the pool is flushed and closed either way.
+fn stop_on_signal(mnt: &Path) {
+    let dev = std::fs::metadata(mnt).map(|m| m.dev()).ok();
+    match mount::unmount(mnt, false) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            let _ = mount::unmount(mnt, true);
+            if let Some(dev) = dev {
+                if let Err(e) = mount::abort_connection(dev) {
+                    log::error!("aborting the FUSE connection of {}: {e}", mnt.display());
+                }
+            }
+        }
+        Err(e) => log::error!("unmounting {}: {e}", String::from_utf8_lossy(mnt.as_os_str().as_bytes())),
+    }
+}

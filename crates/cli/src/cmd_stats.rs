@@ -1,0 +1,231 @@
+//! `squeezefs stats PATH [--json]`: compsize-like usage of a file, a tree or a mount.
+//!
+//! The daemon answers the virtual xattr `user.squeezefs.usage` on every file with its
+//! rows (algorithm, level, disk, uncompressed, referenced); this command walks the tree
+//! (staying on PATH's filesystem, counting hard-linked files once), sums per
+//! algorithm:level and prints the totals.
+use anyhow::{bail, Context, Result};
+use squeezefs_codec::Algorithm;
+use squeezefs_fs::{usage, xattr_names};
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug)]
+pub struct StatsArgs {
+    /// File or directory on a squeezefs mount
+    pub path: PathBuf,
+    /// Machine-readable output
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn cpath(p: &Path) -> std::io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| std::io::Error::other("path contains NUL"))
+}
+
+/// lgetxattr with the size-probe protocol.
+pub fn get_xattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let p = cpath(path)?;
+    let n = CString::new(name).map_err(std::io::Error::other)?;
+    loop {
+        let len = unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
+        if len < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut buf = vec![0u8; len as usize];
+        let got = unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if got >= 0 {
+            buf.truncate(got as usize);
+            return Ok(buf);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ERANGE) {
+            return Err(e);
+        }
+    }
+}
+
+pub fn set_xattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    let p = cpath(path)?;
+    let n = CString::new(name).map_err(std::io::Error::other)?;
+    let r = unsafe { libc::lsetxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The `key=value` lines a squeezefs daemon reports on its root directory.
+pub fn mount_info(root: &Path) -> Result<String> {
+    let v = get_xattr(root, xattr_names::MOUNT)
+        .with_context(|| format!("reading {} on {}", xattr_names::MOUNT, root.display()))?;
+    Ok(String::from_utf8_lossy(&v).into_owned())
+}
+
+/// The root of the mount holding `path`: the topmost ancestor on the same device.
+fn mount_root(path: &Path) -> PathBuf {
+    let Ok(dev) = std::fs::metadata(path).map(|m| m.dev()) else { return path.to_path_buf() };
+    let mut root = path.to_path_buf();
+    while let Some(parent) = root.parent() {
+        match std::fs::metadata(parent) {
+            Ok(m) if m.dev() == dev => root = parent.to_path_buf(),
+            _ => break,
+        }
+    }
+    root
+}
+
+#[derive(Default, Clone, Copy)]
+struct Sums {
+    disk: u64,
+    uncompressed: u64,
+    referenced: u64,
+}
+
+impl Sums {
+    fn add(&mut self, r: &usage::Row) {
+        self.disk += r.disk_bytes;
+        self.uncompressed += r.uncompressed_bytes;
+        self.referenced += r.referenced_bytes;
+    }
+    fn percent(&self) -> u64 {
+        (self.disk * 100).checked_div(self.uncompressed).unwrap_or(0)
+    }
+}
+
+#[derive(Default)]
+struct Walk {
+    files: u64,
+    rows: BTreeMap<(u8, i32), Sums>,
+    seen: HashSet<(u64, u64)>,
+}
+
+impl Walk {
+    fn visit(&mut self, path: &Path, dev: u64) -> Result<()> {
+        let m = std::fs::symlink_metadata(path).with_context(|| format!("stat {}", path.display()))?;
+        if m.dev() != dev || m.file_type().is_symlink() {
+            return Ok(());
+        }
+        if m.is_file() {
+            if m.nlink() > 1 && !self.seen.insert((m.dev(), m.ino())) {
+                return Ok(());
+            }
+            let raw = get_xattr(path, usage::XATTR_USAGE).map_err(|e| {
+                if matches!(e.raw_os_error(), Some(libc::ENODATA) | Some(libc::EOPNOTSUPP)) {
+                    anyhow::anyhow!("{} is not on a squeezefs mount (no usage attribute)", path.display())
+                } else {
+                    anyhow::anyhow!("reading usage of {}: {e}", path.display())
+                }
+            })?;
+            for r in usage::decode(&raw).with_context(|| format!("usage of {}", path.display()))? {
+                self.rows.entry((r.alg.id(), r.level)).or_default().add(&r);
+            }
+            self.files += 1;
+        } else if m.is_dir() {
+            let entries = std::fs::read_dir(path).with_context(|| format!("listing {}", path.display()))?;
+            for e in entries {
+                let e = e.with_context(|| format!("listing {}", path.display()))?;
+                self.visit(&e.path(), dev)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn alg_name(id: u8, level: i32) -> String {
+    match Algorithm::from_id(id) {
+        Some(Algorithm::None) => "none".into(),
+        Some(a) => format!("{}:{level}", a.name()),
+        None => format!("alg{id}:{level}"),
+    }
+}
+
+fn human(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n}B")
+    } else {
+        format!("{v:.1}{}", UNITS[u])
+    }
+}
+
+pub fn run(args: StatsArgs) -> Result<()> {
+    let path = std::fs::canonicalize(&args.path).with_context(|| format!("{}", args.path.display()))?;
+    let dev = std::fs::metadata(&path)?.dev();
+    let root = mount_root(&path);
+    let info = mount_info(&root).map_err(|_| anyhow::anyhow!("{} is not on a squeezefs mount", path.display()))?;
+    let compression = info
+        .lines()
+        .find(|l| l.starts_with("compress=") || l.starts_with("compress-force="))
+        .unwrap_or("compress=default")
+        .to_string();
+    // reading the root's usage commits dirty data, so the numbers include recent writes
+    get_xattr(&root, usage::XATTR_USAGE).with_context(|| format!("syncing {}", root.display()))?;
+    let mut w = Walk::default();
+    w.visit(&path, dev)?;
+    let mut total = Sums::default();
+    for s in w.rows.values() {
+        total.disk += s.disk;
+        total.uncompressed += s.uncompressed;
+        total.referenced += s.referenced;
+    }
+    if args.json {
+        let rows: Vec<serde_json::Value> = w
+            .rows
+            .iter()
+            .map(|((id, level), s)| {
+                serde_json::json!({
+                    "algorithm": Algorithm::from_id(*id).map_or("unknown", |a| a.name()),
+                    "level": level,
+                    "disk_bytes": s.disk,
+                    "uncompressed_bytes": s.uncompressed,
+                    "referenced_bytes": s.referenced,
+                })
+            })
+            .collect();
+        let out = serde_json::json!({
+            "path": path.display().to_string(),
+            "mount": root.display().to_string(),
+            "mount_compression": compression,
+            "files": w.files,
+            "total": {
+                "disk_bytes": total.disk,
+                "uncompressed_bytes": total.uncompressed,
+                "referenced_bytes": total.referenced,
+            },
+            "rows": rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    if w.files == 0 && !path.is_dir() {
+        bail!("{} is not a regular file or directory", path.display());
+    }
+    println!("Mount {} ({compression})", root.display());
+    println!("Processed {} files.", w.files);
+    println!("{:<12} {:>5} {:>12} {:>12} {:>12}", "Type", "Perc", "Disk Usage", "Uncompressed", "Referenced");
+    let line = |name: &str, s: &Sums| {
+        println!(
+            "{:<12} {:>4}% {:>12} {:>12} {:>12}",
+            name,
+            s.percent(),
+            human(s.disk),
+            human(s.uncompressed),
+            human(s.referenced)
+        )
+    };
+    line("TOTAL", &total);
+    for ((id, level), s) in &w.rows {
+        line(&alg_name(*id, *level), s);
+    }
+    Ok(())
+}

@@ -1,0 +1,59 @@
+//! `squeezefs umount MOUNTPOINT`: unmount and wait until the daemon has flushed and
+//! closed the pool (so the pool can be mounted or checked again at once).
+use anyhow::{bail, Context, Result};
+use squeezefs_fuse::mount;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct UmountArgs {
+    /// Mount point of a squeezefs filesystem
+    pub mountpoint: PathBuf,
+    /// Detach a busy mount now; it goes away when its last user leaves
+    #[arg(short = 'l', long)]
+    pub lazy: bool,
+    /// Seconds to wait for the daemon to finish flushing
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+}
+
+pub fn run(args: UmountArgs) -> Result<()> {
+    let mnt = std::fs::canonicalize(&args.mountpoint)
+        .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
+    // the daemon's pid, to wait for its exit; a dead daemon's mount is still unmounted
+    let pid = crate::cmd_stats::mount_info(&mnt).ok().and_then(|info| {
+        info.lines().find_map(|l| l.strip_prefix("pid=")).and_then(|p| p.parse::<i32>().ok())
+    });
+    if pid.is_none() && !is_fuse_squeezefs_mount(&mnt) {
+        bail!("{} is not a squeezefs mount", mnt.display());
+    }
+    mount::unmount(&mnt, args.lazy).map_err(|e| match e.raw_os_error() {
+        Some(libc::EBUSY) => anyhow::anyhow!("unmounting {}: target is busy (use --lazy to detach)", mnt.display()),
+        _ => anyhow::anyhow!("unmounting {}: {e}", mnt.display()),
+    })?;
+    if let (Some(pid), false) = (pid, args.lazy) {
+        let deadline = Instant::now() + Duration::from_secs(args.timeout);
+        while unsafe { libc::kill(pid, 0) } == 0 && !is_zombie(pid) {
+            if Instant::now() > deadline {
+                bail!("the daemon (pid {pid}) is still flushing after {} s", args.timeout);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(())
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+/// /proc/self/mounts lists `mnt` with type fuse.squeezefs (daemon gone: ENOTCONN case).
+fn is_fuse_squeezefs_mount(mnt: &std::path::Path) -> bool {
+    let Ok(m) = std::fs::read_to_string("/proc/self/mounts") else { return false };
+    m.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.len() > 2 && f[2] == mount::FS_TYPE && std::path::Path::new(f[1]) == mnt
+    })
+}

@@ -1,0 +1,90 @@
+//! `mount.fuse.squeezefs`: the entry point mount(8) runs for `mount -t fuse.squeezefs`
+//! and for fstab lines of that type. Install it as a link to the squeezefs binary:
+//!
+//! ```text
+//! ln -s "$(command -v squeezefs)" /sbin/mount.fuse.squeezefs
+//! ```
+//!
+//! When the binary is called under that name (argv[0]) it takes mount(8)'s calling
+//! convention, `mount.fuse.squeezefs POOL MOUNTPOINT [-o OPTS] [-n] [-s] [-f] [-v]`,
+//! and runs `squeezefs mount POOL MOUNTPOINT -o OPTS`. -n (no mtab), -s (sloppy) and -v
+//! are accepted and ignored; -f (fake) exits without mounting.
+use anyhow::{bail, Result};
+
+pub const HELPER_NAME: &str = "mount.fuse.squeezefs";
+
+pub fn invoked_as_helper() -> bool {
+    std::env::args_os()
+        .next()
+        .and_then(|a| std::path::Path::new(&a).file_name().map(|f| f.to_os_string()))
+        .is_some_and(|f| f.to_str().is_some_and(|s| s.starts_with("mount.fuse")))
+}
+
+/// The helper's arguments → `squeezefs mount` arguments (`None`: fake mount, do nothing).
+pub fn translate(args: &[String]) -> Result<Option<crate::cmd_mount::MountArgs>> {
+    let mut positional = Vec::new();
+    let mut opts = Vec::new();
+    let mut fake = false;
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "-o" => {
+                let Some(o) = args.get(i + 1) else { bail!("{HELPER_NAME}: -o needs an option list") };
+                opts.push(o.clone());
+                i += 1;
+            }
+            s if s.starts_with("-o") => opts.push(s[2..].to_string()),
+            "-n" | "-s" | "-v" => {}
+            "-f" => fake = true,
+            s if s.starts_with('-') => {
+                bail!("{HELPER_NAME}: unknown flag '{s}' (accepted: -o OPTS, -n, -s, -f, -v)")
+            }
+            s => positional.push(s.to_string()),
+        }
+        i += 1;
+    }
+    if positional.len() != 2 {
+        bail!("usage: {HELPER_NAME} POOL MOUNTPOINT [-o OPTIONS]");
+    }
+    if fake {
+        return Ok(None);
+    }
+    // old-style fstab source "squeezefs#POOL"
+    let pool = positional[0].strip_prefix("squeezefs#").unwrap_or(&positional[0]).to_string();
+    Ok(Some(crate::cmd_mount::MountArgs {
+        pool: pool.into(),
+        mountpoint: positional[1].clone().into(),
+        options: opts,
+        foreground: false,
+    }))
+}
+
+pub fn run() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match translate(&args)? {
+        Some(m) => crate::cmd_mount::run(m),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn mount8_arguments_are_translated() {
+        let m = translate(&s(&["/pool", "/mnt", "-o", "rw,compress=zstd"])).unwrap().unwrap();
+        assert_eq!(m.pool, std::path::PathBuf::from("/pool"));
+        assert_eq!(m.mountpoint, std::path::PathBuf::from("/mnt"));
+        assert_eq!(m.options, vec!["rw,compress=zstd".to_string()]);
+        let m = translate(&s(&["-n", "squeezefs#/p", "/m", "-oro", "-v"])).unwrap().unwrap();
+        assert_eq!((m.pool.to_str().unwrap(), m.options[0].as_str()), ("/p", "ro"));
+        assert!(translate(&s(&["/p", "/m", "-f"])).unwrap().is_none());
+        assert!(translate(&s(&["/p"])).is_err());
+        assert!(translate(&s(&["/p", "/m", "-x"])).is_err());
+    }
+}

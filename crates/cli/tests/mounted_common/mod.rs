@@ -1,0 +1,168 @@
+//! Shared helpers of the mounted integration tests: a pool in a temp dir, mounted with
+//! the built `squeezefs` binary, always unmounted on drop (even when a test fails).
+#![allow(dead_code)]
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_squeezefs");
+
+/// Mounted tests need root and /dev/fuse; elsewhere they skip with a message.
+pub fn can_mount() -> bool {
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/dev/fuse").exists() {
+        eprintln!("skipping: mounted tests need root and /dev/fuse");
+        return false;
+    }
+    true
+}
+
+pub fn run(args: &[&str]) -> std::process::Output {
+    Command::new(BIN).args(args).output().expect("running squeezefs")
+}
+
+pub fn run_ok(args: &[&str]) {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "squeezefs {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub struct Mounted {
+    pub dir: tempfile::TempDir,
+    pub pool: PathBuf,
+    pub mnt: PathBuf,
+    pub opts: String,
+    mounted: bool,
+}
+
+impl Mounted {
+    /// mkfs a fresh pool and mount it with `opts` (allow_other is always added so that
+    /// tests can act as other users).
+    pub fn new(opts: &str) -> Mounted {
+        let dir = tempfile::Builder::new().prefix("sqzmnt").tempdir_in("/tmp").unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let pool = dir.path().join("pool");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        run_ok(&["mkfs", pool.to_str().unwrap()]);
+        let mut m = Mounted { dir, pool, mnt, opts: opts.to_string(), mounted: false };
+        m.mount();
+        m
+    }
+
+    fn full_opts(&self) -> String {
+        if self.opts.is_empty() {
+            "allow_other".into()
+        } else {
+            format!("allow_other,{}", self.opts)
+        }
+    }
+
+    pub fn mount(&mut self) {
+        assert!(!self.mounted);
+        run_ok(&["mount", self.pool.to_str().unwrap(), self.mnt.to_str().unwrap(), "-o", &self.full_opts()]);
+        self.mounted = true;
+    }
+
+    pub fn umount(&mut self) {
+        assert!(self.mounted);
+        self.mounted = false;
+        run_ok(&["umount", self.mnt.to_str().unwrap()]);
+    }
+
+    pub fn remount(&mut self) {
+        self.umount();
+        self.mount();
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// Pid of the daemon serving this mount.
+    pub fn daemon_pid(&self) -> i32 {
+        let v = xattr_get(&self.mnt, "user.squeezefs.mount").expect("mount info");
+        let s = String::from_utf8(v).unwrap();
+        s.lines().find_map(|l| l.strip_prefix("pid=")).unwrap().parse().unwrap()
+    }
+
+    /// The daemon died (killed): clean up the dead mount, nothing was flushed at exit.
+    pub fn forget_dead_mount(&mut self) {
+        let c = cstr(&self.mnt);
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        self.mounted = false;
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.mounted {
+            let out = run(&["umount", self.mnt.to_str().unwrap()]);
+            if !out.status.success() {
+                let c = cstr(&self.mnt);
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+        }
+    }
+}
+
+pub fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+pub fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// getxattr with the size-query protocol; Err(errno).
+pub fn xattr_get(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    let c = cstr(p);
+    let n = CString::new(name).unwrap();
+    let len = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
+    if len < 0 {
+        return Err(errno());
+    }
+    let mut buf = vec![0u8; len as usize];
+    let got = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if got < 0 {
+        return Err(errno());
+    }
+    buf.truncate(got as usize);
+    Ok(buf)
+}
+
+/// Run `f` in a forked child with uid/gid `id` and no supplementary groups; returns
+/// what `f` returned (an errno, 0 for success). `f` must only make system calls.
+pub fn as_user(id: u32, f: impl FnOnce() -> i32) -> i32 {
+    unsafe {
+        match libc::fork() {
+            -1 => panic!("fork failed"),
+            0 => {
+                let ok = libc::setgroups(0, std::ptr::null()) == 0
+                    && libc::setresgid(id, id, id) == 0
+                    && libc::setresuid(id, id, id) == 0;
+                libc::_exit(if ok { f() } else { 255 });
+            }
+            pid => {
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, 0);
+                assert!(libc::WIFEXITED(status), "child died");
+                libc::WEXITSTATUS(status)
+            }
+        }
+    }
+}
+
+/// A syscall's result as 0 / errno.
+pub fn rc(r: libc::c_int) -> i32 {
+    if r < 0 {
+        errno()
+    } else {
+        0
+    }
+}

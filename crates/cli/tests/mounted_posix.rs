@@ -1,0 +1,542 @@
+//! Targeted tests on a mounted squeezefs: errno parity with ext4 (the host's /tmp),
+//! rename flags, xattrs, mmap, O_APPEND, sparse files, unlink-while-open, durability.
+mod mounted_common;
+use mounted_common::*;
+use std::ffi::CString;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+const NOBODY: u32 = 65534;
+
+fn c(p: &Path) -> CString {
+    cstr(p)
+}
+
+fn chown(p: &Path, uid: u32) {
+    std::os::unix::fs::lchown(p, Some(uid), Some(uid)).unwrap();
+}
+
+fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn write(p: &Path, data: &[u8]) {
+    std::fs::write(p, data).unwrap();
+}
+
+/// One errno-parity case: `setup` runs as root in a fresh directory, then `op` runs in a
+/// child as `uid` and returns 0 or an errno. The same case runs on ext4 and on squeezefs.
+struct Case {
+    name: &'static str,
+    uid: u32,
+    setup: fn(&Path),
+    op: fn(&Path) -> i32,
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case { name: "create in root's 0755 dir", uid: NOBODY, setup: |d| chmod(d, 0o755), op: |d| {
+            let p = c(&d.join("new"));
+            rc(unsafe { libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) })
+        }},
+        Case { name: "unlink another user's file in a sticky dir", uid: NOBODY, setup: |d| {
+            chmod(d, 0o1777);
+            write(&d.join("f"), b"x");
+            chown(&d.join("f"), 1000);
+        }, op: |d| rc(unsafe { libc::unlink(c(&d.join("f")).as_ptr()) }) },
+        Case { name: "chmod someone else's file", uid: NOBODY, setup: |d| write(&d.join("f"), b"x"), op: |d| {
+            rc(unsafe { libc::chmod(c(&d.join("f")).as_ptr(), 0o777) })
+        }},
+        Case { name: "chown to self", uid: NOBODY, setup: |d| write(&d.join("f"), b"x"), op: |d| {
+            rc(unsafe { libc::chown(c(&d.join("f")).as_ptr(), NOBODY, NOBODY) })
+        }},
+        Case { name: "read a 0600 file", uid: NOBODY, setup: |d| {
+            write(&d.join("f"), b"x");
+            chmod(&d.join("f"), 0o600);
+        }, op: |d| rc(unsafe { libc::open(c(&d.join("f")).as_ptr(), libc::O_RDONLY) }) },
+        Case { name: "stat inside a 0700 dir", uid: NOBODY, setup: |d| {
+            std::fs::create_dir(d.join("p")).unwrap();
+            write(&d.join("p/f"), b"x");
+            chmod(&d.join("p"), 0o700);
+        }, op: |d| {
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            rc(unsafe { libc::stat(c(&d.join("p/f")).as_ptr(), &mut st) })
+        }},
+        Case { name: "utimensat explicit time on a 0666 file", uid: NOBODY, setup: |d| {
+            write(&d.join("f"), b"x");
+            chmod(&d.join("f"), 0o666);
+        }, op: |d| {
+            let ts = [libc::timespec { tv_sec: 5, tv_nsec: 0 }, libc::timespec { tv_sec: 5, tv_nsec: 0 }];
+            rc(unsafe { libc::utimensat(libc::AT_FDCWD, c(&d.join("f")).as_ptr(), ts.as_ptr(), 0) })
+        }},
+        Case { name: "utimensat UTIME_NOW on a 0666 file", uid: NOBODY, setup: |d| {
+            write(&d.join("f"), b"x");
+            chmod(&d.join("f"), 0o666);
+        }, op: |d| rc(unsafe { libc::utimensat(libc::AT_FDCWD, c(&d.join("f")).as_ptr(), std::ptr::null(), 0) }) },
+        Case { name: "utimensat UTIME_NOW on a 0644 file", uid: NOBODY, setup: |d| write(&d.join("f"), b"x"), op: |d| {
+            rc(unsafe { libc::utimensat(libc::AT_FDCWD, c(&d.join("f")).as_ptr(), std::ptr::null(), 0) })
+        }},
+        Case { name: "truncate a 0644 file", uid: NOBODY, setup: |d| write(&d.join("f"), b"xyz"), op: |d| {
+            rc(unsafe { libc::truncate(c(&d.join("f")).as_ptr(), 0) })
+        }},
+        Case { name: "user xattr on a 0644 file", uid: NOBODY, setup: |d| write(&d.join("f"), b"x"), op: |d| {
+            let n = CString::new("user.k").unwrap();
+            rc(unsafe { libc::setxattr(c(&d.join("f")).as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) })
+        }},
+        Case { name: "trusted xattr as a user", uid: NOBODY, setup: |d| {
+            write(&d.join("f"), b"x");
+            chown(&d.join("f"), NOBODY);
+        }, op: |d| {
+            let n = CString::new("trusted.k").unwrap();
+            rc(unsafe { libc::setxattr(c(&d.join("f")).as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) })
+        }},
+        Case { name: "hard link to an unreadable file (protected_hardlinks)", uid: NOBODY, setup: |d| {
+            chmod(d, 0o777);
+            write(&d.join("f"), b"x");
+            chmod(&d.join("f"), 0o600);
+        }, op: |d| rc(unsafe { libc::link(c(&d.join("f")).as_ptr(), c(&d.join("g")).as_ptr()) }) },
+        Case { name: "rmdir a non-empty dir", uid: 0, setup: |d| {
+            std::fs::create_dir_all(d.join("a/b")).unwrap();
+        }, op: |d| rc(unsafe { libc::rmdir(c(&d.join("a")).as_ptr()) }) },
+        Case { name: "rename a dir into its own subtree", uid: 0, setup: |d| {
+            std::fs::create_dir_all(d.join("a/b")).unwrap();
+        }, op: |d| rc(unsafe { libc::rename(c(&d.join("a")).as_ptr(), c(&d.join("a/b/c")).as_ptr()) }) },
+        Case { name: "rename a dir over a non-empty dir", uid: 0, setup: |d| {
+            std::fs::create_dir_all(d.join("a")).unwrap();
+            std::fs::create_dir_all(d.join("b/c")).unwrap();
+        }, op: |d| rc(unsafe { libc::rename(c(&d.join("a")).as_ptr(), c(&d.join("b")).as_ptr()) }) },
+        Case { name: "rename a file over a dir", uid: 0, setup: |d| {
+            write(&d.join("f"), b"x");
+            std::fs::create_dir(d.join("b")).unwrap();
+        }, op: |d| rc(unsafe { libc::rename(c(&d.join("f")).as_ptr(), c(&d.join("b")).as_ptr()) }) },
+        Case { name: "RENAME_NOREPLACE over an existing file", uid: 0, setup: |d| {
+            write(&d.join("f"), b"x");
+            write(&d.join("g"), b"y");
+        }, op: |d| renameat2(&d.join("f"), &d.join("g"), libc::RENAME_NOREPLACE) },
+        Case { name: "RENAME_EXCHANGE with a missing target", uid: 0, setup: |d| write(&d.join("f"), b"x"), op: |d| {
+            renameat2(&d.join("f"), &d.join("none"), libc::RENAME_EXCHANGE)
+        }},
+        Case { name: "RENAME_EXCHANGE of a file and a dir", uid: 0, setup: |d| {
+            write(&d.join("f"), b"x");
+            std::fs::create_dir_all(d.join("b/c")).unwrap();
+        }, op: |d| renameat2(&d.join("f"), &d.join("b"), libc::RENAME_EXCHANGE) },
+        Case { name: "RENAME_NOREPLACE|RENAME_EXCHANGE", uid: 0, setup: |d| {
+            write(&d.join("f"), b"x");
+            write(&d.join("g"), b"y");
+        }, op: |d| renameat2(&d.join("f"), &d.join("g"), libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE) },
+        Case { name: "mkdir over an existing name", uid: 0, setup: |d| write(&d.join("f"), b"x"), op: |d| {
+            rc(unsafe { libc::mkdir(c(&d.join("f")).as_ptr(), 0o755) })
+        }},
+        Case { name: "256-byte name", uid: 0, setup: |_| {}, op: |d| {
+            let p = c(&d.join("n".repeat(256)));
+            rc(unsafe { libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) })
+        }},
+        Case { name: "255-byte name", uid: 0, setup: |_| {}, op: |d| {
+            let p = c(&d.join("n".repeat(255)));
+            let fd = unsafe { libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) };
+            if fd < 0 { return errno(); }
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            rc(unsafe { libc::stat(p.as_ptr(), &mut st) })
+        }},
+        Case { name: "symlink loop", uid: 0, setup: |d| {
+            std::os::unix::fs::symlink("l2", d.join("l1")).unwrap();
+            std::os::unix::fs::symlink("l1", d.join("l2")).unwrap();
+        }, op: |d| rc(unsafe { libc::open(c(&d.join("l1")).as_ptr(), libc::O_RDONLY) }) },
+        Case { name: "O_NOFOLLOW on a symlink", uid: 0, setup: |d| {
+            write(&d.join("f"), b"x");
+            std::os::unix::fs::symlink("f", d.join("l")).unwrap();
+        }, op: |d| rc(unsafe { libc::open(c(&d.join("l")).as_ptr(), libc::O_RDONLY | libc::O_NOFOLLOW) }) },
+        Case { name: "rmdir '.'", uid: 0, setup: |d| std::fs::create_dir(d.join("a")).unwrap(), op: |d| {
+            rc(unsafe { libc::rmdir(c(&d.join("a/.")).as_ptr()) })
+        }},
+        Case { name: "unlink a directory", uid: 0, setup: |d| std::fs::create_dir(d.join("a")).unwrap(), op: |d| {
+            rc(unsafe { libc::unlink(c(&d.join("a")).as_ptr()) })
+        }},
+        Case { name: "XATTR_CREATE on an existing attribute", uid: 0, setup: |d| {
+            write(&d.join("f"), b"x");
+            xattr_set(&d.join("f"), "user.k", b"1", 0).unwrap();
+        }, op: |d| xattr_set(&d.join("f"), "user.k", b"2", libc::XATTR_CREATE).err().unwrap_or(0) },
+        Case { name: "XATTR_REPLACE of a missing attribute", uid: 0, setup: |d| write(&d.join("f"), b"x"), op: |d| {
+            xattr_set(&d.join("f"), "user.k", b"2", libc::XATTR_REPLACE).err().unwrap_or(0)
+        }},
+        Case { name: "getxattr into a too small buffer", uid: 0, setup: |d| {
+            write(&d.join("f"), b"x");
+            xattr_set(&d.join("f"), "user.k", b"0123456789", 0).unwrap();
+        }, op: |d| {
+            let n = CString::new("user.k").unwrap();
+            let mut buf = [0u8; 4];
+            rc(unsafe { libc::getxattr(c(&d.join("f")).as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), 4) } as i32)
+        }},
+        Case { name: "user xattr on a symlink", uid: 0, setup: |d| {
+            std::os::unix::fs::symlink("f", d.join("l")).unwrap();
+        }, op: |d| {
+            let n = CString::new("user.k").unwrap();
+            rc(unsafe { libc::lsetxattr(c(&d.join("l")).as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) })
+        }},
+        Case { name: "removexattr of a missing attribute", uid: 0, setup: |d| write(&d.join("f"), b"x"), op: |d| {
+            let n = CString::new("user.nope").unwrap();
+            rc(unsafe { libc::removexattr(c(&d.join("f")).as_ptr(), n.as_ptr()) })
+        }},
+        Case { name: "write through O_RDONLY", uid: 0, setup: |d| write(&d.join("f"), b"x"), op: |d| {
+            let fd = unsafe { libc::open(c(&d.join("f")).as_ptr(), libc::O_RDONLY) };
+            rc(unsafe { libc::write(fd, b"y".as_ptr().cast(), 1) } as i32)
+        }},
+        Case { name: "chmod by the owner keeps setgid only for members", uid: NOBODY, setup: |d| {
+            write(&d.join("f"), b"x");
+            std::os::unix::fs::lchown(d.join("f"), Some(NOBODY), Some(0)).unwrap();
+        }, op: |d| {
+            let p = c(&d.join("f"));
+            if unsafe { libc::chmod(p.as_ptr(), 0o2755) } != 0 { return errno(); }
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            unsafe { libc::stat(p.as_ptr(), &mut st) };
+            (st.st_mode & 0o7777) as i32 % 250
+        }},
+        Case { name: "write by a user clears setuid", uid: NOBODY, setup: |d| {
+            write(&d.join("f"), b"x");
+            chmod(&d.join("f"), 0o4777);
+        }, op: |d| {
+            let p = c(&d.join("f"));
+            let fd = unsafe { libc::open(p.as_ptr(), libc::O_WRONLY) };
+            if fd < 0 { return errno(); }
+            unsafe { libc::write(fd, b"y".as_ptr().cast(), 1); libc::close(fd) };
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            unsafe { libc::stat(p.as_ptr(), &mut st) };
+            if st.st_mode & 0o4000 != 0 { 1 } else { 0 }
+        }},
+    ]
+}
+
+fn renameat2(a: &Path, b: &Path, flags: u32) -> i32 {
+    let (a, b) = (c(a), c(b));
+    rc(unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) })
+}
+
+fn xattr_set(p: &Path, name: &str, v: &[u8], flags: i32) -> Result<(), i32> {
+    let n = CString::new(name).unwrap();
+    let r = unsafe { libc::setxattr(c(p).as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), flags) };
+    if r < 0 { Err(errno()) } else { Ok(()) }
+}
+
+fn run_case(base: &Path, i: usize, case: &Case) -> i32 {
+    let d = base.join(format!("case{i}"));
+    std::fs::create_dir(&d).unwrap();
+    chmod(&d, 0o755);
+    (case.setup)(&d);
+    let op = case.op;
+    as_user(case.uid, move || op(&d))
+}
+
+#[test]
+fn errno_parity_with_ext4() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new("");
+    let host = tempfile::Builder::new().prefix("sqzref").tempdir_in("/tmp").unwrap();
+    chmod(host.path(), 0o755);
+    let mut mismatches = Vec::new();
+    for (i, case) in cases().iter().enumerate() {
+        let ext4 = run_case(host.path(), i, case);
+        let ours = run_case(&m.mnt, i, case);
+        if ext4 != ours {
+            mismatches.push(format!("{}: ext4 {ext4}, squeezefs {ours}", case.name));
+        }
+    }
+    assert!(mismatches.is_empty(), "errno differences:\n{}", mismatches.join("\n"));
+}
+
+#[test]
+fn rename_exchange_swaps_and_exdev_across_mounts() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new("");
+    write(&m.path("a"), b"first");
+    std::fs::create_dir(m.path("d")).unwrap();
+    write(&m.path("d/b"), b"second");
+    assert_eq!(renameat2(&m.path("a"), &m.path("d/b"), libc::RENAME_EXCHANGE), 0);
+    assert_eq!(std::fs::read(m.path("a")).unwrap(), b"second");
+    assert_eq!(std::fs::read(m.path("d/b")).unwrap(), b"first");
+    let other = tempfile::tempdir_in("/tmp").unwrap();
+    assert_eq!(
+        rc(unsafe { libc::rename(c(&m.path("a")).as_ptr(), c(&other.path().join("x")).as_ptr()) }),
+        libc::EXDEV
+    );
+    // rename over an existing file replaces it
+    std::fs::rename(m.path("a"), m.path("d/b")).unwrap();
+    assert_eq!(std::fs::read(m.path("d/b")).unwrap(), b"second");
+    assert!(!m.path("a").exists());
+}
+
+#[test]
+fn xattr_values_sizes_and_listing() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new("");
+    let f = m.path("f");
+    write(&f, b"x");
+    xattr_set(&f, "user.one", b"1", 0).unwrap();
+    xattr_set(&f, "user.two", &[7u8; 3000], 0).unwrap();
+    xattr_set(&f, "security.s", b"sec", 0).unwrap();
+    assert_eq!(xattr_get(&f, "user.two").unwrap(), vec![7u8; 3000]);
+    let mut list = vec![0u8; 256];
+    let n = unsafe { libc::listxattr(c(&f).as_ptr(), list.as_mut_ptr().cast(), list.len()) };
+    let names: Vec<&[u8]> = list[..n as usize].split(|&b| b == 0).filter(|s| !s.is_empty()).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    let small = unsafe { libc::listxattr(c(&f).as_ptr(), list.as_mut_ptr().cast(), 3) };
+    assert_eq!((small, errno()), (-1, libc::ERANGE));
+    assert_eq!(xattr_get(&f, "user.none"), Err(libc::ENODATA));
+    // survives a remount
+    let mut m = m;
+    m.remount();
+    assert_eq!(xattr_get(&m.path("f"), "user.one").unwrap(), b"1");
+}
+
+#[test]
+fn shared_writable_mmap_reaches_the_file() {
+    if !can_mount() {
+        return;
+    }
+    let mut m = Mounted::new("compress=zstd");
+    let p = m.path("mm");
+    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&p).unwrap();
+    f.set_len(1 << 20).unwrap();
+    use std::os::fd::AsRawFd;
+    unsafe {
+        let addr = libc::mmap(std::ptr::null_mut(), 1 << 20, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0);
+        assert_ne!(addr, libc::MAP_FAILED);
+        let s = std::slice::from_raw_parts_mut(addr as *mut u8, 1 << 20);
+        for (i, b) in s.iter_mut().enumerate() {
+            *b = (i % 251) as u8;
+        }
+        assert_eq!(libc::msync(addr, 1 << 20, libc::MS_SYNC), 0);
+        libc::munmap(addr, 1 << 20);
+    }
+    drop(f);
+    m.remount();
+    let data = std::fs::read(m.path("mm")).unwrap();
+    assert_eq!(data.len(), 1 << 20);
+    assert!(data.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+}
+
+#[test]
+fn o_append_writes_land_at_the_end() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new("");
+    let p = m.path("log");
+    write(&p, b"start\n");
+    let mut a = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    let mut b = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    for i in 0..50 {
+        writeln!(a, "a{i}").unwrap();
+        writeln!(b, "b{i}").unwrap();
+    }
+    drop((a, b));
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(text.starts_with("start\n"));
+    assert_eq!(text.lines().count(), 101);
+    assert!(text.contains("a49\n") && text.contains("b49\n"));
+}
+
+#[test]
+fn sparse_files_seek_data_hole_and_past_4_gib() {
+    if !can_mount() {
+        return;
+    }
+    let mut m = Mounted::new("compress=lz4");
+    let p = m.path("sparse");
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&p).unwrap();
+    f.write_all(&[1u8; 4096]).unwrap();
+    let far = 5u64 << 30;
+    f.seek(SeekFrom::Start(far)).unwrap();
+    f.write_all(b"tail").unwrap();
+    f.sync_all().unwrap();
+    use std::os::fd::AsRawFd;
+    let fd = f.as_raw_fd();
+    let hole = unsafe { libc::lseek(fd, 0, libc::SEEK_HOLE) };
+    assert!(hole >= 4096 && (hole as u64) < far, "first hole at {hole}");
+    let data = unsafe { libc::lseek(fd, hole, libc::SEEK_DATA) };
+    assert!(data as u64 <= far && data > hole, "next data at {data}");
+    let end = unsafe { libc::lseek(fd, far as i64 + 4, libc::SEEK_DATA) };
+    assert_eq!((end, errno()), (-1, libc::ENXIO));
+    drop(f);
+    m.remount();
+    let md = std::fs::metadata(m.path("sparse")).unwrap();
+    assert_eq!(md.len(), far + 4);
+    assert!(md.blocks() * 512 < 1 << 20, "sparse file uses {} blocks", md.blocks());
+    let mut f = std::fs::File::open(m.path("sparse")).unwrap();
+    f.seek(SeekFrom::Start(far - 4)).unwrap();
+    let mut buf = [9u8; 8];
+    f.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"\0\0\0\0tail");
+    // punch a hole and keep the size
+    let f = std::fs::OpenOptions::new().write(true).open(m.path("sparse")).unwrap();
+    assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 0, 4096) }, 0);
+    assert_eq!(std::fs::read(m.path("sparse")).map(|_| ()).is_ok(), true);
+}
+
+#[test]
+fn unlinked_open_file_keeps_its_data_until_close() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new("");
+    let p = m.path("tmpfile");
+    write(&p, &vec![5u8; 300_000]);
+    let mut f = std::fs::File::open(&p).unwrap();
+    std::fs::remove_file(&p).unwrap();
+    assert!(!p.exists());
+    let mut data = Vec::new();
+    f.read_to_end(&mut data).unwrap();
+    assert_eq!(data, vec![5u8; 300_000]);
+    drop(f);
+    assert!(std::fs::read_dir(&m.mnt).unwrap().next().is_none());
+}
+
+#[test]
+fn fsync_is_durable_even_if_the_daemon_is_killed() {
+    if !can_mount() {
+        return;
+    }
+    let mut m = Mounted::new("compress=zstd");
+    let mut f = std::fs::File::create(m.path("durable")).unwrap();
+    f.write_all(&vec![42u8; 1 << 20]).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let pid = m.daemon_pid();
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    while unsafe { libc::kill(pid, 0) } == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    m.forget_dead_mount();
+    m.mount();
+    assert_eq!(std::fs::read(m.path("durable")).unwrap(), vec![42u8; 1 << 20]);
+}
+
+#[test]
+fn sigterm_flushes_and_unmounts() {
+    if !can_mount() {
+        return;
+    }
+    let mut m = Mounted::new("");
+    write(&m.path("f"), b"unsynced data");
+    let pid = m.daemon_pid();
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let t = std::time::Instant::now();
+    while unsafe { libc::kill(pid, 0) } == 0 {
+        assert!(t.elapsed().as_secs() < 30, "daemon did not exit on SIGTERM");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains(m.mnt.to_str().unwrap()), "still mounted after SIGTERM");
+    m.forget_dead_mount();
+    m.mount();
+    assert_eq!(std::fs::read(m.path("f")).unwrap(), b"unsynced data");
+}
+
+#[test]
+fn bad_options_mount_nothing() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new("");
+    let other = m.dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    for opts in ["frobnicate", "compress=zstd:99", "compress", "recordsize=3K", "ro=yes"] {
+        let out = run(&["mount", m.pool.to_str().unwrap(), other.to_str().unwrap(), "-o", opts]);
+        assert!(!out.status.success(), "-o {opts} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("option"), "-o {opts}: unclear message: {err}");
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        assert!(!mounts.contains(other.to_str().unwrap()), "-o {opts} mounted something");
+    }
+    // the pool is busy (mounted): a second mount fails with a message, not a hang
+    let out = run(&["mount", m.pool.to_str().unwrap(), other.to_str().unwrap()]);
+    assert!(!out.status.success());
+}
+
+#[test]
+fn remount_switches_compression_for_new_writes() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new("compress=zstd:3");
+    let text: Vec<u8> = (0..400_000u32).flat_map(|i| format!("line {i} of text\n").into_bytes()).collect();
+    write(&m.path("a"), &text);
+    run_ok(&["mount", "-o", "remount,compress=lz4", m.pool.to_str().unwrap(), m.mnt.to_str().unwrap()]);
+    write(&m.path("b"), &text);
+    let out = run(&["stats", m.mnt.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["mount_compression"], "compress=lz4");
+    let algs: Vec<String> = v["rows"].as_array().unwrap().iter().map(|r| r["algorithm"].as_str().unwrap().to_string()).collect();
+    assert!(algs.contains(&"zstd".to_string()) && algs.contains(&"lz4".to_string()), "{algs:?}");
+    let total = &v["total"];
+    assert_eq!(total["referenced_bytes"].as_u64().unwrap(), 2 * text.len() as u64);
+    assert!(total["disk_bytes"].as_u64().unwrap() < text.len() as u64);
+    // per file
+    let out = run(&["stats", m.path("a").to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["rows"][0]["algorithm"], "zstd");
+    // a bad spec at remount is refused and changes nothing
+    let out = run(&["mount", "-o", "remount,compress=nope", m.pool.to_str().unwrap(), m.mnt.to_str().unwrap()]);
+    assert!(!out.status.success());
+}
+
+#[test]
+fn mount_t_fuse_squeezefs_through_the_helper() {
+    if !can_mount() || !Path::new("/usr/bin/mount").exists() && !Path::new("/bin/mount").exists() {
+        return;
+    }
+    let helper = Path::new("/sbin/mount.fuse.squeezefs");
+    let installed_here = if helper.exists() {
+        false
+    } else {
+        std::os::unix::fs::symlink(BIN, helper).unwrap();
+        true
+    };
+    let mut m = Mounted::new("");
+    m.umount();
+    let out = std::process::Command::new("mount")
+        .args(["-t", "fuse.squeezefs", m.pool.to_str().unwrap(), m.mnt.to_str().unwrap(), "-o", "compress=zstd:1,allow_other"])
+        .output()
+        .unwrap();
+    let ok = out.status.success();
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    if ok {
+        write(&m.path("via-helper"), b"x");
+        let _ = run(&["umount", m.mnt.to_str().unwrap()]);
+    }
+    if installed_here {
+        let _ = std::fs::remove_file(helper);
+    }
+    assert!(ok, "mount -t fuse.squeezefs failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(mounts.lines().any(|l| l.contains(m.mnt.to_str().unwrap()) && l.contains("fuse.squeezefs")));
+    m.mount();
+    assert!(m.path("via-helper").exists());
+}
+
+#[test]
+fn large_directory_lists_and_looks_up_every_entry() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new("");
+    let d = m.path("big");
+    std::fs::create_dir(&d).unwrap();
+    const N: usize = 20_000;
+    for i in 0..N {
+        std::fs::File::create(d.join(format!("entry-{i:06}"))).unwrap();
+    }
+    let names: std::collections::HashSet<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), N);
+    let t = std::time::Instant::now();
+    for i in (0..N).step_by(97) {
+        assert!(d.join(format!("entry-{i:06}")).exists());
+    }
+    assert!(t.elapsed().as_secs() < 5);
+}
