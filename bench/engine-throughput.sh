@@ -33,9 +33,15 @@ echo "== build (release)"
 cargo build --locked --release -q -p squeezefs-pipeline --example engine_throughput
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/engine_throughput
 
-echo "== single-thread zstd:1, 128 KiB blocks (zstd CLI)"
-Z1=$(zstd -b1 -B131072 -i3 -T1 "$WORK/all.bin" 2>&1 | tr '\r' '\n' | grep -Eo '[0-9.]+ MB/s' | tail -2 | head -1 | cut -d' ' -f1)
-echo "zstd:1 single thread: $Z1 MB/s"
+# Single-thread zstd:1 on 128 KiB blocks; measured before and after the engine runs, the
+# faster of the two is used (a conservative target when other work shares the cores).
+zstd1() {
+    zstd -b1 -B131072 -i3 -T1 "$WORK/all.bin" 2>&1 | tr '\r' '\n' | grep -E 'MB/s' | tail -1
+}
+echo "== single-thread zstd:1, 128 KiB blocks (zstd CLI); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+Z1_LINE=$(zstd1)
+echo "$Z1_LINE"
+Z1A=$(echo "$Z1_LINE" | grep -Eo '[0-9.]+ MB/s' | head -1 | cut -d' ' -f1)
 
 echo "== device write speed (dd, O_DIRECT, 1 GiB) on $(df --output=source "$WORK" | tail -1)"
 t0=$(date +%s.%N)
@@ -58,6 +64,10 @@ b=json.loads('''${best:-null}''') if '''$best''' else None
 print(json.dumps(a if b is None or a['mb_per_s']>b['mb_per_s'] else b))")
 done
 rm -rf "$WORK/pool"
+Z1_LINE=$(zstd1)
+echo "zstd:1 again: $Z1_LINE; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+Z1B=$(echo "$Z1_LINE" | grep -Eo '[0-9.]+ MB/s' | head -1 | cut -d' ' -f1)
+Z1=$(python3 -c "print(max($Z1A, $Z1B))")
 
 python3 - "$best" "$Z1" "$DEV" "$CORES" <<'PY'
 import json, sys
