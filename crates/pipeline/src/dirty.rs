@@ -71,8 +71,9 @@ pub struct FileData {
     /// The open layer or the size changed since the last freeze.
     pub open_dirty: bool,
     pub syncing: Option<Arc<Layer>>,
-    /// Bumped by truncation and hole punching: a record loaded outside the lock is stale
-    /// if this changed meanwhile.
+    /// Bumped by truncation, hole punching and by freezing the open layer (quiesce): a
+    /// decision taken under an earlier lock hold ("record k is in the open layer", "record k
+    /// loaded from below") is stale if this changed meanwhile.
     pub gen: u64,
     pub retired: bool,
     /// Committed physical bytes (from the inode) for getattr.

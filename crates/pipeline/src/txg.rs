@@ -244,6 +244,9 @@ fn quiesce(inner: &Inner) -> Vec<(Ino, Arc<Layer>)> {
         let layer = Arc::new(layer);
         fd.syncing = Some(layer.clone());
         fd.open_dirty = false;
+        // records moved out of the open layer: a write that looked at the open layer before
+        // this freeze must redo its read-modify-write decisions (see write.rs)
+        fd.gen += 1;
         out.push((ino, layer));
     }
     out

@@ -4,14 +4,14 @@
 //! layer or committed extent) *outside* the file lock; the file's `gen` tells whether a
 //! truncation or punch raced with the load, in which case the load is redone.
 
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use crate::dirty::{FileRef, LayerView, Rec};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::read;
 use crate::throttle;
 use crate::units::{checked_end, record_start_byte, records_for_size, MAX_FILE_SIZE};
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
 use squeezefs_meta::{keys, tables, Ino};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -117,14 +117,17 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
                 }
                 *entry = Rec::Data(Vec::new());
             }
-            let Rec::Data(buf) = entry else { unreachable!() };
+            let Rec::Data(buf) = entry else {
+                unreachable!()
+            };
             match fill {
                 Fill::Data(d) => {
                     if buf.len() < b {
                         grown += (b - buf.len()) as u64;
                         buf.resize(b, 0);
                     }
-                    let src = &d[(rstart + a as u64 - off) as usize..(rstart + b as u64 - off) as usize];
+                    let src =
+                        &d[(rstart + a as u64 - off) as usize..(rstart + b as u64 - off) as usize];
                     buf[a..b].copy_from_slice(src);
                 }
                 Fill::Zeros => {
@@ -223,7 +226,9 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
         let mut grown = 0u64;
         if let Some(p) = partial {
             let keep = (size - record_start_byte(p, rs)) as usize;
-            if let (std::collections::btree_map::Entry::Vacant(v), Some(b)) = (fd.open.recs.entry(p), loaded) {
+            if let (std::collections::btree_map::Entry::Vacant(v), Some(b)) =
+                (fd.open.recs.entry(p), loaded)
+            {
                 grown += b.len() as u64;
                 v.insert(Rec::Data(b));
             }
@@ -237,7 +242,11 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
         fd.open.trunc_floor = Some(fd.open.trunc_floor.map_or(floor, |f| f.min(floor)));
         fd.open.bytes = fd.open.bytes + grown - freed;
         inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
-        let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
+        let _ = inner
+            .dirty_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| {
+                Some(d.saturating_sub(freed))
+            });
         fd.size = size;
         fd.gen += 1;
         fd.open_dirty = true;
@@ -262,7 +271,11 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
     // whole records: from the first record starting at or after `off` up to the last one
     // ending at or before `end` (the short last record counts when `end` is the size)
     let full_lo = off.div_ceil(rs);
-    let full_hi = if end >= size { records_for_size(size, rs) } else { end / rs };
+    let full_hi = if end >= size {
+        records_for_size(size, rs)
+    } else {
+        end / rs
+    };
     // edges: zero inside records that are only partly covered
     let lo_edge_end = record_start_byte(full_lo, rs).min(end);
     if off < lo_edge_end {
@@ -273,32 +286,49 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
         apply(inner, ino, hi_edge_start, end, Fill::Zeros)?;
     }
     if full_hi > full_lo {
-        // records that hold data below the open layer get a Hole marker
-        let mut lower: Vec<u64> = committed_indices(inner, ino, full_lo, full_hi)?;
-        let f = file_ref(inner, ino)?;
-        let mut fd = f.lock();
-        if let Some(s) = &fd.syncing {
-            lower.extend(s.recs.range(full_lo..full_hi).map(|(k, _)| *k));
-        }
-        let open_keys: Vec<u64> = fd.open.recs.range(full_lo..full_hi).map(|(k, _)| *k).collect();
-        let mut freed = 0u64;
-        for k in open_keys {
-            if let Some(Rec::Data(b)) = fd.open.recs.remove(&k) {
-                freed += b.len() as u64;
-            }
-            lower.push(k);
-        }
-        for k in lower {
-            if fd.open.trunc_floor.is_some_and(|fl| k >= fl) {
+        loop {
+            // records that hold data below the open layer get a Hole marker; a commit between
+            // the scan and the lock (it bumps the extent-cache generation) means a rescan
+            let seen = inner.ext_cache.gen();
+            let mut lower: Vec<u64> = committed_indices(inner, ino, full_lo, full_hi)?;
+            let f = file_ref(inner, ino)?;
+            let mut fd = f.lock();
+            if inner.ext_cache.gen() != seen {
                 continue;
             }
-            fd.open.recs.insert(k, Rec::Hole);
+            if let Some(s) = &fd.syncing {
+                lower.extend(s.recs.range(full_lo..full_hi).map(|(k, _)| *k));
+            }
+            let open_keys: Vec<u64> = fd
+                .open
+                .recs
+                .range(full_lo..full_hi)
+                .map(|(k, _)| *k)
+                .collect();
+            let mut freed = 0u64;
+            for k in open_keys {
+                if let Some(Rec::Data(b)) = fd.open.recs.remove(&k) {
+                    freed += b.len() as u64;
+                }
+                lower.push(k);
+            }
+            for k in lower {
+                if fd.open.trunc_floor.is_some_and(|fl| k >= fl) {
+                    continue;
+                }
+                fd.open.recs.insert(k, Rec::Hole);
+            }
+            fd.open.bytes -= freed;
+            let _ = inner
+                .dirty_bytes
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| {
+                    Some(d.saturating_sub(freed))
+                });
+            fd.gen += 1;
+            fd.open_dirty = true;
+            inner.dirty_set.lock().insert(ino);
+            break;
         }
-        fd.open.bytes -= freed;
-        let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
-        fd.gen += 1;
-        fd.open_dirty = true;
-        inner.dirty_set.lock().insert(ino);
     }
     Ok(())
 }
