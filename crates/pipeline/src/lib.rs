@@ -46,7 +46,8 @@ pub use metatx::MetaTx;
 pub use options::{MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE};
 pub use policy::ADAPTIVE_PLACEHOLDER;
 pub use pool::{DEFAULT_DEVICE_FILE, META_FILE};
-pub use squeezefs_device::DeviceStatsSnapshot;
+pub use squeezefs_device::{Device, DeviceStatsSnapshot};
+pub use squeezefs_meta::{DeviceExtent, ExtentPtr, StoredRecord};
 pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
 
 #[allow(unused_imports)]
@@ -108,11 +109,28 @@ pub struct Engine {
 
 impl Engine {
     pub fn mkfs(pool: &Path, opts: &MkfsOptions) -> Result<()> {
-        pool::mkfs(pool, opts)
+        pool::mkfs(pool, opts, None)
+    }
+
+    /// Like `mkfs`, but the data devices are these objects (tests: crash images, fault
+    /// injection). The metadata store is still `meta.redb` in `pool`.
+    pub fn mkfs_with_devices(pool: &Path, devices: Vec<Arc<dyn Device>>, opts: &MkfsOptions) -> Result<()> {
+        if devices.is_empty() {
+            return Err(EngineError::Invalid("mkfs_with_devices needs at least one device".into()));
+        }
+        pool::mkfs(pool, opts, Some(devices))
     }
 
     pub fn open(pool: &Path, opts: &OpenOptions) -> Result<Arc<Engine>> {
-        let inner = pool::open(pool, opts)?;
+        Self::start(pool::open(pool, opts, None)?)
+    }
+
+    /// Like `open`, with these device objects (index = device index); headers are checked.
+    pub fn open_with_devices(pool: &Path, devices: Vec<Arc<dyn Device>>, opts: &OpenOptions) -> Result<Arc<Engine>> {
+        Self::start(pool::open(pool, opts, Some(devices))?)
+    }
+
+    fn start(inner: Arc<Inner>) -> Result<Arc<Engine>> {
         let driver = if inner.read_only {
             None
         } else {
@@ -375,6 +393,23 @@ impl Engine {
     pub fn fsck(&self) -> Result<fsck::FsckReport> {
         self.inner.check_open()?;
         fsck::fsck(&self.inner)
+    }
+
+    /// Committed extents of a file: (file offset, extent pointer), in file order.
+    pub fn extents(&self, ino: Ino) -> Result<Vec<(u64, ExtentPtr)>> {
+        self.inner.check_open()?;
+        let rx = self.inner.db.begin_read()?;
+        let t = rx.open_table(tables::EXTENTS)?;
+        let a = keys::pair(ino, 0);
+        let b = keys::pair(ino, u64::MAX);
+        let mut out = Vec::new();
+        for row in t.range(&a[..]..=&b[..])? {
+            let (k, v) = row?;
+            if let Some((_, idx)) = keys::unpair(k.value()) {
+                out.push((units::record_start_byte(idx, self.inner.recordsize), ExtentPtr::decode(v.value())?));
+            }
+        }
+        Ok(out)
     }
 
     /// Committed inode record without the in-memory overlay (tests, fsck).

@@ -48,7 +48,7 @@ fn validate(opts: &MkfsOptions) -> Result<(u32, u32)> {
     Ok((rs, mi))
 }
 
-pub fn mkfs(pool: &Path, opts: &MkfsOptions) -> Result<()> {
+pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<()> {
     let (recordsize, max_inline) = validate(opts)?;
     let meta = pool.join(META_FILE);
     if pool.exists() && !pool.is_dir() {
@@ -64,9 +64,24 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions) -> Result<()> {
         std::fs::remove_file(&meta).map_err(|e| pool_err(format!("cannot remove {}: {e}", meta.display())))?;
     }
     std::fs::create_dir_all(pool).map_err(|e| pool_err(format!("cannot create {}: {e}", pool.display())))?;
-    let own = opts.devices.is_empty();
-    let paths: Vec<PathBuf> = if own { vec![pool.join(DEFAULT_DEVICE_FILE)] } else { opts.devices.clone() };
-    let mut devs: Vec<(FileDevice, PathBuf, DeviceKind)> = Vec::new();
+    let mut devs: Vec<(Arc<dyn Device>, PathBuf, DeviceKind)> = Vec::new();
+    if let Some(list) = injected {
+        for d in list {
+            if !opts.force && is_nonempty(&*d).map_err(|e| pool_err(e.to_string()))? {
+                return Err(pool_err(format!("device {} is not empty; use --force to overwrite it", d.name())));
+            }
+            let kind = if d.capacity().is_some() { DeviceKind::FixedFile } else { DeviceKind::GrowableFile };
+            devs.push((d.clone(), PathBuf::from(d.name()), kind));
+        }
+    }
+    let own = opts.devices.is_empty() && devs.is_empty();
+    let paths: Vec<PathBuf> = if own {
+        vec![pool.join(DEFAULT_DEVICE_FILE)]
+    } else if devs.is_empty() {
+        opts.devices.clone()
+    } else {
+        Vec::new()
+    };
     for p in &paths {
         if own && p.exists() {
             if !opts.force {
@@ -95,7 +110,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions) -> Result<()> {
         } else {
             std::fs::canonicalize(p).unwrap_or_else(|_| p.clone())
         };
-        devs.push((d, recorded, kind));
+        devs.push((Arc::new(d), recorded, kind));
     }
     let any_block = devs.iter().any(|d| d.2 == DeviceKind::Block);
     let sector = opts.sector.unwrap_or(if any_block { 4096 } else { 512 });
@@ -109,7 +124,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions) -> Result<()> {
             sector_size: sector,
             capacity: d.capacity(),
         };
-        write_header(d, &h).map_err(|e| pool_err(e.to_string()))?;
+        write_header(&**d, &h).map_err(|e| pool_err(e.to_string()))?;
     }
     let db = redb::Database::create(&meta)?;
     let tx = db.begin_write()?;
@@ -170,7 +185,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions) -> Result<()> {
     Ok(())
 }
 
-pub fn open(pool: &Path, opts: &OpenOptions) -> Result<Arc<Inner>> {
+pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<Arc<Inner>> {
     let meta = pool.join(META_FILE);
     if !meta.exists() {
         return Err(pool_err(format!(
@@ -226,9 +241,14 @@ pub fn open(pool: &Path, opts: &OpenOptions) -> Result<Arc<Inner>> {
                 }
             };
             let capacity = (rec.kind == DeviceKind::FixedFile).then_some(rec.capacity);
-            let d = FileDevice::open_with(&path, &FileDeviceOptions { read_only, create: false, capacity })
-                .map_err(|e| pool_err(format!("device #{i} of pool {}: {e}", pool.display())))?;
-            let h = read_header(&d).map_err(|e| pool_err(e.to_string()))?;
+            let d: Arc<dyn Device> = match injected.as_ref().and_then(|v| v.get(i as usize)) {
+                Some(d) => d.clone(),
+                None => Arc::new(
+                    FileDevice::open_with(&path, &FileDeviceOptions { read_only, create: false, capacity })
+                        .map_err(|e| pool_err(format!("device #{i} of pool {}: {e}", pool.display())))?,
+                ),
+            };
+            let h = read_header(&*d).map_err(|e| pool_err(e.to_string()))?;
             h.check(&path.display().to_string(), &pool_id, i).map_err(|e| pool_err(e.to_string()))?;
             if h.sector_size != sb.sector {
                 return Err(pool_err(format!(
@@ -252,8 +272,7 @@ pub fn open(pool: &Path, opts: &OpenOptions) -> Result<Arc<Inner>> {
                 _ => d.capacity(),
             };
             space.push(DevSpace::new(DATA_START, rec.alloc_end, cap, free));
-            let dev: Arc<dyn Device> = Arc::new(d);
-            devs.push(dev);
+            devs.push(d);
         }
     }
     drop(rx);

@@ -122,13 +122,21 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
             };
             match fill {
                 Fill::Data(d) => {
-                    if buf.len() < b {
-                        grown += (b - buf.len()) as u64;
-                        buf.resize(b, 0);
-                    }
                     let src =
                         &d[(rstart + a as u64 - off) as usize..(rstart + b as u64 - off) as usize];
-                    buf[a..b].copy_from_slice(src);
+                    if buf.len() <= a {
+                        // appending (the common case): one copy, no zero fill first
+                        grown += (b - buf.len()) as u64;
+                        buf.reserve(b - buf.len());
+                        buf.resize(a, 0);
+                        buf.extend_from_slice(src);
+                    } else {
+                        if buf.len() < b {
+                            grown += (b - buf.len()) as u64;
+                            buf.resize(b, 0);
+                        }
+                        buf[a..b].copy_from_slice(src);
+                    }
                 }
                 Fill::Zeros => {
                     let hi = b.min(buf.len());

@@ -1,6 +1,7 @@
 mod common;
 use common::*;
 use squeezefs_pipeline::*;
+use std::sync::Arc;
 
 #[test]
 fn mkfs_open_root_exists_and_reopen() {
@@ -283,4 +284,30 @@ fn delete_frees_space_after_commit() {
     e.sync().unwrap();
     assert_eq!(e.device_stats()[0].used_bytes, 0);
     assert!(e.fsck().unwrap().is_clean(), "{:?}", e.fsck().unwrap().problems);
+}
+
+#[test]
+fn injected_devices_round_trip_and_extents_are_listed() {
+    use squeezefs_device::doubles::MemDevice;
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let mem: Arc<dyn Device> = Arc::new(MemDevice::new("mem0"));
+    Engine::mkfs_with_devices(&pool, vec![mem.clone()], &MkfsOptions::default()).unwrap();
+    let e = Engine::open_with_devices(&pool, vec![mem.clone()], &fast_opts()).unwrap();
+    let f = create(&e, "m");
+    let data = noise(12, 300_000);
+    e.write(f, 0, &data).unwrap();
+    e.close().unwrap();
+    drop(e);
+    let e = Engine::open_with_devices(&pool, vec![mem.clone()], &fast_opts()).unwrap();
+    assert_eq!(read_all(&e, f), data);
+    let ex = e.extents(f).unwrap();
+    assert_eq!(ex.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 131072, 262144]);
+    assert!(matches!(ex[2].1.stored, StoredRecord::Device(DeviceExtent { dev: 0, psize: 37856, .. })));
+    // a device of another pool is refused
+    let other: Arc<dyn Device> = Arc::new(MemDevice::new("mem1"));
+    Engine::mkfs_with_devices(&d.path().join("p2"), vec![other.clone()], &MkfsOptions::default()).unwrap();
+    drop(e);
+    let err = Engine::open_with_devices(&pool, vec![other], &fast_opts()).err().unwrap();
+    assert!(err.to_string().contains("belongs to pool"), "{err}");
 }
