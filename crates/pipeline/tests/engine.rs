@@ -311,3 +311,32 @@ fn injected_devices_round_trip_and_extents_are_listed() {
     let err = Engine::open_with_devices(&pool, vec![other], &fast_opts()).err().unwrap();
     assert!(err.to_string().contains("belongs to pool"), "{err}");
 }
+
+#[test]
+fn device_failure_suspends_the_pool_at_its_last_commit() {
+    use squeezefs_device::doubles::{FailAfter, MemDevice};
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let mem = Arc::new(MemDevice::new("mem0"));
+    let failing = Arc::new(FailAfter::new(mem.clone(), u64::MAX));
+    let dev: Arc<dyn Device> = failing.clone();
+    Engine::mkfs_with_devices(&pool, vec![dev.clone()], &MkfsOptions::default()).unwrap();
+    let e = Engine::open_with_devices(&pool, vec![dev.clone()], &fast_opts()).unwrap();
+    let f = create(&e, "f");
+    let good = noise(20, 200_000);
+    e.write(f, 0, &good).unwrap();
+    e.sync().unwrap();
+    failing.reset(0);
+    e.write(f, 0, &noise(21, 200_000)).unwrap();
+    let err = e.sync().unwrap_err();
+    assert!(matches!(err, EngineError::Suspended(_)), "{err}");
+    assert!(matches!(e.write(f, 0, b"x"), Err(EngineError::Suspended(_))));
+    // the data of the failed txg is still served from memory
+    assert_eq!(read_all(&e, f), noise(21, 200_000));
+    assert!(e.close().is_err());
+    drop(e);
+    failing.reset(u64::MAX);
+    let e = Engine::open_with_devices(&pool, vec![dev], &fast_opts()).unwrap();
+    assert_eq!(read_all(&e, f), good, "the pool stays at the last committed txg");
+    assert!(e.fsck().unwrap().is_clean(), "{:?}", e.fsck().unwrap().problems);
+}
