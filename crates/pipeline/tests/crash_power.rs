@@ -10,13 +10,22 @@
 //! references data not yet synced to the device. The redb metadata file is not cut (redb's
 //! own crash safety covers it).
 //!
-//! Rounds: `SQUEEZEFS_POWER_CUTS` (default 40). Seed: `SQUEEZEFS_CRASH_SEED`.
+//! Two rigs run the same rounds:
+//! * `power_cut_…`: the pool's real device file, armed with `power_loss` (the engine opens
+//!   it by path, as in production);
+//! * `crash_image_…`: an in-memory `CrashDevice` handed to `Engine::open_with_devices`; each
+//!   round continues on the crash image of the previous one.
+//!
+//! Rounds: `SQUEEZEFS_POWER_CUTS` (default 40 for the file rig, 30 for the in-memory one).
+//! Seed: `SQUEEZEFS_CRASH_SEED`.
 
 mod crash_common;
 
 use crash_common::*;
-use squeezefs_device::doubles::{CrashMode, SplitMix64};
-use squeezefs_device::power_loss;
+use squeezefs_device::doubles::{CrashDevice, CrashMode, SplitMix64};
+use squeezefs_device::power_loss::{self, PowerLoss};
+use squeezefs_device::Device;
+use std::path::{Path, PathBuf};
 use squeezefs_pipeline::{Engine, MkfsOptions, OpenOptions, ROOT_INO};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,31 +92,126 @@ fn workload(engine: &Engine, seed: u64, log: &Mutex<Vec<LogRec>>, stop: &AtomicB
     }
 }
 
-#[test]
-fn power_cut_at_random_points_keeps_acknowledged_data() {
-    let rounds = std::env::var("SQUEEZEFS_POWER_CUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(40u64);
-    let seed = std::env::var("SQUEEZEFS_CRASH_SEED")
+/// Where the pool's data device lives and how its power is cut.
+enum Rig {
+    File { pool: PathBuf, dev_path: PathBuf, power: Option<Arc<PowerLoss>> },
+    Mem { pool: PathBuf, dev: Arc<CrashDevice> },
+}
+
+impl Rig {
+    fn new(dir: &Path, in_memory: bool) -> Rig {
+        let pool = dir.join("pool");
+        if in_memory {
+            let dev = Arc::new(CrashDevice::new("crashdev0", 512));
+            let devs: Vec<Arc<dyn Device>> = vec![dev.clone()];
+            Engine::mkfs_with_devices(&pool, devs, &MkfsOptions::default()).expect("mkfs");
+            // mkfs syncs what it wrote; start from its durable image.
+            Rig::Mem { pool, dev }
+        } else {
+            Engine::mkfs(&pool, &MkfsOptions::default()).expect("mkfs");
+            let dev_path = pool.join("data.0");
+            assert!(dev_path.exists(), "expected the pool's device file at {}", dev_path.display());
+            Rig::File { pool, dev_path, power: None }
+        }
+    }
+
+    /// Open the engine with power on (recording unsynced writes).
+    fn open(&mut self) -> Arc<Engine> {
+        match self {
+            Rig::File { pool, dev_path, power } => {
+                *power = Some(power_loss::arm(dev_path, 512).expect("arm"));
+                Engine::open(pool, &open_options()).expect("open")
+            }
+            Rig::Mem { pool, dev } => {
+                let devs: Vec<Arc<dyn Device>> = vec![dev.clone()];
+                Engine::open_with_devices(pool, devs, &open_options()).expect("open")
+            }
+        }
+    }
+
+    /// Open for checking after the crash image was applied (nothing recorded).
+    fn reopen(&self) -> Result<Arc<Engine>, squeezefs_pipeline::EngineError> {
+        match self {
+            Rig::File { pool, .. } => Engine::open(pool, &open_options()),
+            Rig::Mem { pool, dev } => {
+                let devs: Vec<Arc<dyn Device>> = vec![dev.clone()];
+                Engine::open_with_devices(pool, devs, &open_options())
+            }
+        }
+    }
+
+    fn cut_now(&self) {
+        match self {
+            Rig::File { power, .. } => power.as_ref().expect("armed").cut_now(),
+            Rig::Mem { dev, .. } => dev.cut_power_after(0),
+        }
+    }
+
+    fn cut_after_writes(&self, n: u64) {
+        match self {
+            Rig::File { power, .. } => power.as_ref().expect("armed").cut_after_writes(n),
+            Rig::Mem { dev, .. } => dev.cut_power_after(n),
+        }
+    }
+
+    fn is_cut(&self) -> bool {
+        match self {
+            Rig::File { power, .. } => power.as_ref().expect("armed").is_cut(),
+            Rig::Mem { dev, .. } => dev.power_is_cut(),
+        }
+    }
+
+    /// (device writes, syncs, writes not yet synced) since `open`.
+    fn counts(&self) -> (u64, u64, usize) {
+        match self {
+            Rig::File { power, .. } => {
+                let p = power.as_ref().expect("armed");
+                let (w, s) = p.counts();
+                (w, s, p.pending_writes())
+            }
+            Rig::Mem { dev, .. } => (dev.write_count(), dev.sync_count(), dev.pending_writes()),
+        }
+    }
+
+    /// Replace the device contents with what a power loss now would leave.
+    fn crash(&mut self, mode: CrashMode) {
+        match self {
+            Rig::File { dev_path, power, .. } => {
+                power.take().expect("armed").apply_crash(mode).expect("apply crash image");
+                power_loss::disarm(dev_path);
+            }
+            Rig::Mem { dev, .. } => {
+                let image = dev.crash_image(mode);
+                *dev = Arc::new(CrashDevice::with_image("crashdev0", 512, image, None));
+            }
+        }
+    }
+}
+
+fn seed_from_env() -> u64 {
+    std::env::var("SQUEEZEFS_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    })
+}
+
+fn run_rounds(label: &str, in_memory: bool, default_rounds: u64) {
+    let rounds = std::env::var("SQUEEZEFS_POWER_CUTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-        });
-    eprintln!("power-cut test: {rounds} cuts, SQUEEZEFS_CRASH_SEED={seed}");
+        .unwrap_or(default_rounds);
+    let seed = seed_from_env();
+    eprintln!("{label}: {rounds} cuts, SQUEEZEFS_CRASH_SEED={seed}");
     let dir = tempfile::tempdir().expect("tempdir");
-    let pool = dir.path().join("pool");
-    Engine::mkfs(&pool, &MkfsOptions::default()).expect("mkfs");
-    let dev_path = pool.join("data.0");
-    assert!(dev_path.exists(), "expected the pool's device file at {}", dev_path.display());
+    let mut rig = Rig::new(dir.path(), in_memory);
     let mut rng = SplitMix64::new(seed);
     let mut baseline: Vec<Option<Vec<u8>>> = vec![None; FILES];
     let (mut total_writes, mut total_syncs, mut total_pending) = (0u64, 0u64, 0usize);
     let t0 = Instant::now();
     for round in 0..rounds {
-        let power = power_loss::arm(&dev_path, 512).expect("arm");
-        let engine = Engine::open(&pool, &open_options()).expect("open");
+        let engine = rig.open();
         let log = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let child_seed = rng.next_u64();
@@ -119,19 +223,19 @@ fn power_cut_at_random_points_keeps_acknowledged_data() {
         // (which lands them between the writes of one txg, or between data and commit).
         if rng.below(2) == 0 {
             std::thread::sleep(Duration::from_micros(rng.below(200_000)));
-            power.cut_now();
+            rig.cut_now();
         } else {
-            power.cut_after_writes(1 + rng.below(8));
+            rig.cut_after_writes(1 + rng.below(8));
             let t = Instant::now();
-            while !power.is_cut() && t.elapsed() < Duration::from_secs(5) {
+            while !rig.is_cut() && t.elapsed() < Duration::from_secs(5) {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            power.cut_now();
+            rig.cut_now();
         }
-        let (writes, syncs) = power.counts();
+        let (writes, syncs, pending) = rig.counts();
         total_writes += writes;
         total_syncs += syncs;
-        total_pending += power.pending_writes();
+        total_pending += pending;
         // The workload stops at its first failed call; stop it anyway after a while in case
         // it only touches the dirty cache.
         let t = Instant::now();
@@ -147,14 +251,12 @@ fn power_cut_at_random_points_keeps_acknowledged_data() {
             1 => CrashMode::KeepUnsynced,
             _ => CrashMode::Random { seed: rng.next_u64() },
         };
-        power.apply_crash(mode).expect("apply crash image");
-        power_loss::disarm(&dev_path);
+        rig.crash(mode);
 
         let log = log.lock().unwrap().clone();
         let exp = expectations(&baseline, &log);
-        let what = format!("cut {round} (seed {seed}, {mode:?})");
-        let engine = Engine::open(&pool, &open_options())
-            .unwrap_or_else(|e| panic!("{what}: reopening after the power cut failed: {e}"));
+        let what = format!("{label}: cut {round} (seed {seed}, {mode:?})");
+        let engine = rig.reopen().unwrap_or_else(|e| panic!("{what}: reopening after the power cut failed: {e}"));
         let actual = read_files(&engine).unwrap_or_else(|e| panic!("{what}: reading back failed: {e}"));
         for (i, (e, a)) in exp.iter().zip(&actual).enumerate() {
             if let Err(msg) = check_file(&format!("f{i}"), e, a.as_deref()) {
@@ -170,9 +272,19 @@ fn power_cut_at_random_points_keeps_acknowledged_data() {
         baseline = actual;
     }
     eprintln!(
-        "power-cut test: {rounds} cuts passed in {:.1} s; {total_writes} device writes, {total_syncs} syncs, {total_pending} unsynced writes at the cuts",
+        "{label}: {rounds} cuts passed in {:.1} s; {total_writes} device writes, {total_syncs} syncs, {total_pending} unsynced writes at the cuts",
         t0.elapsed().as_secs_f64()
     );
     assert!(total_writes > rounds, "the engine hardly wrote: {total_writes} device writes");
     assert!(total_pending > 0, "no cut ever caught an unsynced write: the test exercised nothing");
+}
+
+#[test]
+fn power_cut_at_random_points_keeps_acknowledged_data() {
+    run_rounds("power-cut test (device file)", false, 40);
+}
+
+#[test]
+fn crash_image_of_an_in_memory_device_keeps_acknowledged_data() {
+    run_rounds("crash-image test (CrashDevice)", true, 30);
 }
