@@ -58,6 +58,8 @@ pub struct Inner {
     pub readahead: Mutex<HashMap<Ino, u64>>,
     /// prefetches in flight (record keys), so one record is decoded once
     pub prefetching: Mutex<HashSet<(u32, u64, u64)>>,
+    /// notified whenever a prefetch finishes
+    pub prefetch_cv: Condvar,
     me: OnceLock<Weak<Inner>>,
 }
 
@@ -102,6 +104,7 @@ impl Inner {
             host_free: AtomicU64::new(u64::MAX),
             readahead: Mutex::new(HashMap::new()),
             prefetching: Mutex::new(HashSet::new()),
+            prefetch_cv: Condvar::new(),
             me: OnceLock::new(),
         }
     }

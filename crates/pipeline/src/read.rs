@@ -14,8 +14,9 @@ use squeezefs_meta::{keys, tables, ExtentPtr, Ino, StoredRecord};
 use std::sync::Arc;
 use xxhash_rust::xxh3::xxh3_64;
 
-/// Records read ahead of a sequential reader (8 × 128 KiB = 1 MiB).
-pub const PREFETCH_RECORDS: u64 = 8;
+/// Records read ahead of a sequential reader (16 × 128 KiB = 2 MiB): two FUSE reads of
+/// 1 MiB, so the next read finds its records decoded while the one after it decodes.
+pub const PREFETCH_RECORDS: u64 = 16;
 
 /// Extent pointer of a committed record (cached).
 pub fn extent(inner: &Inner, ino: Ino, idx: u64) -> Result<Option<ExtentPtr>> {
@@ -32,6 +33,30 @@ pub fn extent(inner: &Inner, ino: Ino, idx: u64) -> Result<Option<ExtentPtr>> {
     };
     inner.ext_cache.insert(ino, idx, e.clone(), gen);
     Ok(e)
+}
+
+/// Extent pointers of several records of one file: cached ones from the cache, the others
+/// from one read transaction.
+pub fn extents_of(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Vec<Option<ExtentPtr>>> {
+    let mut out: Vec<Option<Option<ExtentPtr>>> = idxs.iter().map(|&i| inner.ext_cache.get(ino, i)).collect();
+    if out.iter().all(Option::is_some) {
+        return Ok(out.into_iter().map(Option::unwrap).collect());
+    }
+    let gen = inner.ext_cache.gen();
+    let rx = inner.db.begin_read()?;
+    let t = rx.open_table(tables::EXTENTS)?;
+    for (slot, &idx) in out.iter_mut().zip(idxs) {
+        if slot.is_none() {
+            let k = keys::pair(ino, idx);
+            let e = match t.get(&k[..])? {
+                Some(v) => Some(ExtentPtr::decode(v.value())?),
+                None => None,
+            };
+            inner.ext_cache.insert(ino, idx, e.clone(), gen);
+            *slot = Some(e);
+        }
+    }
+    Ok(out.into_iter().map(Option::unwrap).collect())
 }
 
 /// Decoded bytes of a committed record; `None` = hole.
@@ -56,7 +81,26 @@ pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<
         if let Some(v) = inner.rec_cache.get(k) {
             return Ok(v);
         }
+        // a prefetch is decoding this record: wait for it instead of decoding it twice
+        let mut inflight = inner.prefetching.lock();
+        while inflight.contains(k) {
+            inner.prefetch_cv.wait_for(&mut inflight, std::time::Duration::from_millis(20));
+        }
+        drop(inflight);
+        if let Some(v) = inner.rec_cache.get(k) {
+            return Ok(v);
+        }
     }
+    load_uncached(inner, ino, idx, e, key)
+}
+
+fn load_uncached(
+    inner: &Inner,
+    ino: Ino,
+    idx: u64,
+    e: &ExtentPtr,
+    key: Option<RecordKey>,
+) -> Result<Arc<Vec<u8>>> {
     let offset_in_file = record_start_byte(idx, inner.recordsize);
     let stored: std::borrow::Cow<'_, [u8]> = match &e.stored {
         StoredRecord::Inline(v) => v.as_slice().into(),
@@ -211,10 +255,7 @@ fn copy_part(dst: &mut [u8], rec: &[u8], rsl: std::ops::Range<usize>) {
 /// Decode several committed records, in parallel on the workers when more than one must be
 /// read from a device.
 fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Vec<Option<Arc<Vec<u8>>>>> {
-    let mut exts = Vec::with_capacity(idxs.len());
-    for &i in idxs {
-        exts.push(extent(inner, ino, i)?);
-    }
+    let exts = extents_of(inner, ino, idxs)?;
     let misses = exts
         .iter()
         .filter(|e| e.as_ref().and_then(record_key).is_some_and(|k| !inner.rec_cache.contains(&k)))
@@ -291,16 +332,19 @@ fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool
     let next = end.div_ceil(rs);
     let stop = (next + PREFETCH_RECORDS).min(records_for_size(size, rs));
     let me = inner.self_arc();
-    for idx in next..stop {
-        let Ok(Some(e)) = extent(inner, ino, idx) else { continue };
+    let idxs: Vec<u64> = (next..stop).collect();
+    let Ok(exts) = extents_of(inner, ino, &idxs) else { return };
+    for (idx, e) in idxs.into_iter().zip(exts) {
+        let Some(e) = e else { continue };
         let Some(k) = record_key(&e) else { continue };
         if inner.rec_cache.contains(&k) || !inner.prefetching.lock().insert(k) {
             continue;
         }
         let me = me.clone();
         inner.workers.execute(move || {
-            let _ = load(&me, ino, idx, &e);
+            let _ = load_uncached(&me, ino, idx, &e, Some(k));
             me.prefetching.lock().remove(&k);
+            me.prefetch_cv.notify_all();
         });
     }
 }
