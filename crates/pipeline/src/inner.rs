@@ -60,6 +60,9 @@ pub struct Inner {
     pub prefetching: Mutex<HashSet<(u32, u64, u64)>>,
     /// notified whenever a prefetch finishes
     pub prefetch_cv: Condvar,
+    /// next inode number; persisted in the superblock at every txg commit (at open, the
+    /// largest inode number in the store + 1 wins over a stale superblock value)
+    pub next_ino: AtomicU64,
     me: OnceLock<Weak<Inner>>,
 }
 
@@ -76,6 +79,7 @@ impl Inner {
         space: Vec<DevSpace>,
         opts: OpenOptions,
         last_txg: u64,
+        next_ino: u64,
     ) -> Inner {
         let policy = Policy { spec: opts.compression, force: opts.force_compression };
         Inner {
@@ -105,6 +109,7 @@ impl Inner {
             readahead: Mutex::new(HashMap::new()),
             prefetching: Mutex::new(HashSet::new()),
             prefetch_cv: Condvar::new(),
+            next_ino: AtomicU64::new(next_ino),
             me: OnceLock::new(),
         }
     }

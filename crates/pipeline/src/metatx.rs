@@ -12,7 +12,7 @@ use crate::sync::extent_footprint;
 use squeezefs_meta::encode::{
     decode_cookie_entry, decode_dirent, decode_inode, encode_cookie_entry, encode_dirent, encode_inode,
 };
-use squeezefs_meta::{keys, tables, ExtentPtr, FileKind, InodeAttr, Ino, StoredRecord, Superblock};
+use squeezefs_meta::{keys, tables, ExtentPtr, FileKind, InodeAttr, Ino, StoredRecord};
 
 /// An open metadata write transaction (wraps one redb write transaction).
 pub struct MetaTx<'a> {
@@ -27,15 +27,13 @@ impl<'a> MetaTx<'a> {
         MetaTx { tx, inner, deleted: Vec::new(), frees: Vec::new() }
     }
 
+    /// A fresh inode number (never handed out before in this pool's durable history; a
+    /// transaction that aborts just skips its number).
     pub fn alloc_ino(&mut self) -> Result<Ino> {
-        let mut t = self.tx.open_table(tables::SUPERBLOCK)?;
-        let mut sb = {
-            let v = t.get(0u8)?.ok_or_else(|| EngineError::Corrupt("superblock missing".into()))?;
-            Superblock::decode(v.value())?
-        };
-        let ino = sb.next_ino;
-        sb.next_ino = ino.checked_add(1).ok_or_else(|| EngineError::Other("inode numbers exhausted".into()))?;
-        t.insert(0u8, &sb.encode()[..])?;
+        let ino = self.inner.next_ino.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if ino == u64::MAX {
+            return Err(EngineError::Other("inode numbers exhausted".into()));
+        }
         Ok(ino)
     }
 

@@ -275,6 +275,11 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
             devs.push(d);
         }
     }
+    let next_ino = {
+        let t = rx.open_table(tables::INODES)?;
+        let last = t.last()?.map(|(k, _)| k.value()).unwrap_or(0);
+        sb.next_ino.max(last + 1)
+    };
     drop(rx);
     let slots = devs
         .into_iter()
@@ -292,6 +297,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         space,
         opts.clone(),
         sb.txg,
+        next_ino,
     )
     .into_arc();
     inner.refresh_host_free();

@@ -299,6 +299,7 @@ fn commit(
             Superblock::decode(v.value())?
         };
         sb.txg = txg;
+        sb.next_ino = sb.next_ino.max(inner.next_ino.load(Ordering::Relaxed));
         sbt.insert(0u8, &sb.encode()[..])?;
         // space: apply frees now (reused only by the next txg, after this commit is durable)
         let mut space = inner.space.lock();

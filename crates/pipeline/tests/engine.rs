@@ -340,3 +340,22 @@ fn device_failure_suspends_the_pool_at_its_last_commit() {
     assert_eq!(read_all(&e, f), good, "the pool stays at the last committed txg");
     assert!(e.fsck().unwrap().is_clean(), "{:?}", e.fsck().unwrap().problems);
 }
+
+#[test]
+fn inode_numbers_are_not_reused_after_reopen_even_without_a_txg() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let opts = OpenOptions { txg_timeout: std::time::Duration::from_secs(3600), ..Default::default() };
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let e = Engine::open(&pool, &opts).unwrap();
+    let a = create(&e, "a");
+    let b = create(&e, "b");
+    drop(e); // no txg committed the superblock's counter; the namespace survives redb's close
+    let e = Engine::open(&pool, &opts).unwrap();
+    let c = create(&e, "c");
+    assert!(c > a && c > b, "{a} {b} {c}");
+    e.close().unwrap();
+    drop(e);
+    let e = Engine::open(&pool, &opts).unwrap();
+    assert!(create(&e, "d") > c);
+}
