@@ -190,3 +190,34 @@ fn concurrent_writers_and_readers_during_syncs() {
     }
     assert!(e.fsck().unwrap().is_clean());
 }
+
+#[test]
+fn slow_device_throttles_writers_without_failing_and_bounds_dirty_memory() {
+    use squeezefs_device::doubles::{MemDevice, Throttled};
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let dev: Arc<dyn Device> = Arc::new(Throttled::new(MemDevice::new("slow"), 40 << 20));
+    Engine::mkfs_with_devices(&pool, vec![dev.clone()], &MkfsOptions::default()).unwrap();
+    let max = 2u64 << 20;
+    let opts = OpenOptions { max_dirty_bytes: max, ..fast_opts() };
+    let e = Engine::open_with_devices(&pool, vec![dev], &opts).unwrap();
+    let f = create(&e, "f");
+    let chunk = 256 << 10;
+    let mut peak = 0;
+    let t = std::time::Instant::now();
+    for i in 0..64u64 {
+        e.write(f, i * chunk as u64, &noise(i, chunk)).unwrap();
+        peak = peak.max(e.dirty_bytes());
+    }
+    e.sync().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    // 16 MiB at 40 MiB/s: the writer was held to the device's pace, not failed
+    assert!(secs > 0.25, "writes outran a 40 MiB/s device: {secs}s");
+    // dirty memory: at most the bound plus one write and one record of slack
+    assert!(peak <= max + chunk as u64 + (128 << 10), "peak dirty {peak}");
+    for i in [0u64, 31, 63] {
+        let mut b = vec![0u8; chunk];
+        e.read(f, i * chunk as u64, &mut b).unwrap();
+        assert!(b == noise(i, chunk));
+    }
+}
