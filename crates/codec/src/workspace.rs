@@ -196,6 +196,9 @@ struct Workspace {
     level: i32,
     bytes: usize,
     ctx: Ctx,
+    /// the thread that used it last: among equally good idle workspaces a thread gets its
+    /// own back, whose tables are still in that core's cache
+    last_thread: std::thread::ThreadId,
     /// last time it served a request of its own size class; a bigger workspace lent to a
     /// smaller level does not refresh it (as in btrfs), so oversized workspaces age out
     last_fit: Instant,
@@ -368,16 +371,19 @@ impl Workspaces {
     }
 
     fn plan(&self, st: &mut State, family: Family, level: i32, need: usize, freed: &mut Vec<Idle>) -> Option<Plan> {
-        // 1. the smallest idle workspace that serves the level (exact first, then scan up)
+        // 1. the smallest idle workspace that serves the level (exact first, then scan up);
+        // among equals the caller's own, then the most recently returned
+        let me = std::thread::current().id();
         let best = st
             .idle
             .iter()
             .enumerate()
             .filter(|(_, i)| i.ws.serves(family, level))
-            .min_by_key(|(pos, i)| (i.ws.bytes, usize::MAX - pos))
+            .min_by_key(|(pos, i)| (i.ws.bytes, i.ws.last_thread != me, usize::MAX - pos))
             .map(|(pos, _)| pos);
         if let Some(pos) = best {
             let mut ws = st.idle.remove(pos).ws;
+            ws.last_thread = me;
             if ws.fits_exactly(level) {
                 ws.last_fit = Instant::now();
             }
@@ -432,7 +438,7 @@ impl Workspaces {
             Plan::Create => match Ctx::create(family, level, need, self.cfg.block_size) {
                 Ok(ctx) => {
                     self.note_created(need);
-                    let ws = Workspace { family, level, bytes: need, ctx, last_fit: Instant::now() };
+                    let ws = Workspace { family, level, bytes: need, ctx, last_fit: Instant::now(), last_thread: std::thread::current().id() };
                     Ok(Lease { pool: self, ws: Some(ws), from_reserve: false })
                 }
                 Err(e) => {
@@ -454,7 +460,7 @@ impl Workspaces {
                         match Ctx::create(family, level, need, self.cfg.block_size) {
                             Ok(ctx) => {
                                 self.note_created(need);
-                                Workspace { family, level, bytes: need, ctx, last_fit: Instant::now() }
+                                Workspace { family, level, bytes: need, ctx, last_fit: Instant::now(), last_thread: std::thread::current().id() }
                             }
                             Err(e) => {
                                 let mut st = self.state.lock();
