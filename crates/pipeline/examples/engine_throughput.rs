@@ -7,6 +7,8 @@
 //!                   [--workers N] FILE...
 //! ```
 //! The inputs are read into memory first, so only the engine is timed (write + sync).
+//! Also reports the process CPU time (user + system) of that part: CPU cost per byte does
+//! not depend on how busy the machine is, wall time does.
 
 use squeezefs_pipeline::{Engine, FileKind, InodeAttr, MkfsOptions, OpenOptions, Timestamp, ROOT_INO};
 use std::path::PathBuf;
@@ -97,6 +99,17 @@ fn create(e: &Engine, name: &str) -> u64 {
     .unwrap_or_else(|err| panic!("create {name}: {err}"))
 }
 
+/// User + system CPU time of this process so far (all threads), in seconds.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
 fn main() {
     let a = parse_args();
     let inputs: Vec<(String, Arc<Vec<u8>>)> = a
@@ -128,6 +141,7 @@ fn main() {
         }
     }
     let logical: u64 = jobs.iter().map(|(_, d)| d.len() as u64).sum();
+    let cpu0 = cpu_seconds();
     let t0 = Instant::now();
     let inos: Vec<u64> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..a.writers)
@@ -151,8 +165,10 @@ fn main() {
             .collect();
         handles.into_iter().flat_map(|h| h.join().expect("writer thread")).collect()
     });
+    let write_secs = t0.elapsed().as_secs_f64();
     engine.sync().unwrap_or_else(|e| panic!("sync: {e}"));
     let secs = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
 
     let (mut disk, mut uncompressed) = (0u64, 0u64);
     for ino in &inos {
@@ -164,7 +180,7 @@ fn main() {
     engine.close().unwrap_or_else(|e| panic!("close: {e}"));
     let ratio = if disk > 0 { uncompressed as f64 / disk as f64 } else { 0.0 };
     println!(
-        "{{\"logical_bytes\":{logical},\"seconds\":{secs:.4},\"mb_per_s\":{:.1},\"disk_bytes\":{disk},\"ratio\":{ratio:.3},\"writers\":{},\"compression\":\"{}\"}}",
+        "{{\"logical_bytes\":{logical},\"seconds\":{secs:.4},\"write_phase_seconds\":{write_secs:.4},\"cpu_seconds\":{cpu:.4},\"mb_per_s\":{:.1},\"disk_bytes\":{disk},\"ratio\":{ratio:.3},\"writers\":{},\"compression\":\"{}\"}}",
         logical as f64 / 1e6 / secs,
         a.writers,
         a.compression
