@@ -205,8 +205,10 @@ pub fn plot(path: &Path, cfg: &BenchConfig, rows: &[Row]) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     chart
         .draw_series(rows.iter().zip(speeds.iter().zip(&ratios)).map(|(r, (&x, &y))| {
+            // one colour per algorithm
+            let colour = Palette99::pick(r.codec.alg.id() as usize).to_rgba();
             EmptyElement::at((x, y))
-                + Circle::new((0, 0), 5, BLUE.filled())
+                + Circle::new((0, 0), 5, colour.filled())
                 + Text::new(r.codec.to_string(), (7, -14), ("sans-serif", 15))
         }))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
