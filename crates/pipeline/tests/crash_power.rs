@@ -16,6 +16,9 @@
 //! * `crash_image_…`: an in-memory `CrashDevice` handed to `Engine::open_with_devices`; each
 //!   round continues on the crash image of the previous one.
 //!
+//! A third test sweeps systematically, redb-style: a short fixed workload, the power cut after
+//! device write n for every n, each cut replayed with writes dropped, kept and torn.
+//!
 //! Rounds: `SQUEEZEFS_POWER_CUTS` (default 40 for the file rig, 30 for the in-memory one).
 //! Seed: `SQUEEZEFS_CRASH_SEED`.
 
@@ -287,4 +290,102 @@ fn power_cut_at_random_points_keeps_acknowledged_data() {
 #[test]
 fn crash_image_of_an_in_memory_device_keeps_acknowledged_data() {
     run_rounds("crash-image test (CrashDevice)", true, 30);
+}
+
+/// A short fixed workload (writes and fsyncs over three files, in one thread); returns the
+/// log. Stops at the first failed call.
+fn fixed_workload(engine: &Engine, log: &mut Vec<LogRec>) {
+    let mut inos = [0u64; 3];
+    for (i, ino) in inos.iter_mut().enumerate() {
+        match create_file(engine, &file_name(i)) {
+            Ok(n) => *ino = n,
+            Err(_) => return,
+        }
+        log.push(LogRec::Create(i));
+    }
+    let mut rng = SplitMix64::new(77);
+    for step in 0..12u64 {
+        let file = (step % 3) as usize;
+        let off = rng.below(300_000);
+        let len = [700, 40_000, 200_000][(step % 3) as usize] + rng.below(5000);
+        let seed = 5000 + step;
+        log.push(LogRec::Write { file, off, len, seed });
+        if engine.write(inos[file], off, &content(seed, len)).is_err() {
+            return;
+        }
+        if step % 2 == 1 {
+            if engine.fsync(inos[file]).is_err() {
+                return;
+            }
+            log.push(LogRec::Fsync(file));
+        }
+    }
+}
+
+/// redb-style sweep: the power goes after device write n, for every n the workload makes,
+/// and each cut is replayed with unsynced writes dropped, kept and torn.
+#[test]
+fn every_device_write_is_a_crash_point() {
+    let opts = OpenOptions { txg_timeout: Duration::from_secs(60), ..open_options() };
+    // Template: a fresh pool (metadata file + device image) that every round starts from.
+    let tdir = tempfile::tempdir().expect("tempdir");
+    let tpool = tdir.path().join("pool");
+    let tdev = Arc::new(CrashDevice::new("crashdev0", 512));
+    let devs: Vec<Arc<dyn Device>> = vec![tdev.clone()];
+    Engine::mkfs_with_devices(&tpool, devs, &MkfsOptions::default()).expect("mkfs");
+    let image = tdev.crash_image(CrashMode::DropUnsynced);
+    let fresh = |dir: &Path| -> (PathBuf, Arc<CrashDevice>) {
+        let pool = dir.join("pool");
+        std::fs::create_dir_all(&pool).unwrap();
+        for entry in std::fs::read_dir(&tpool).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), pool.join(entry.file_name())).unwrap();
+        }
+        (pool, Arc::new(CrashDevice::with_image("crashdev0", 512, image.clone(), None)))
+    };
+    // Dry run: how many device writes the workload makes.
+    let total_writes = {
+        let d = tempfile::tempdir().unwrap();
+        let (pool, dev) = fresh(d.path());
+        let engine = Engine::open_with_devices(&pool, vec![dev.clone() as Arc<dyn Device>], &opts).unwrap();
+        let mut log = Vec::new();
+        fixed_workload(&engine, &mut log);
+        engine.close().unwrap();
+        dev.write_count()
+    };
+    assert!(total_writes >= 6, "workload made only {total_writes} device writes");
+    let mut rounds = 0;
+    for n in 0..total_writes {
+        for mode in [CrashMode::DropUnsynced, CrashMode::KeepUnsynced, CrashMode::Random { seed: n }] {
+            let d = tempfile::tempdir().unwrap();
+            let (pool, dev) = fresh(d.path());
+            let engine =
+                Engine::open_with_devices(&pool, vec![dev.clone() as Arc<dyn Device>], &opts).unwrap();
+            dev.cut_power_after(n);
+            let mut log = Vec::new();
+            fixed_workload(&engine, &mut log);
+            let _ = engine.close();
+            drop(engine);
+            let crashed = Arc::new(CrashDevice::with_image("crashdev0", 512, dev.crash_image(mode), None));
+            let what = format!("power cut after device write {n} of {total_writes}, {mode:?}");
+            let engine = Engine::open_with_devices(&pool, vec![crashed as Arc<dyn Device>], &opts)
+                .unwrap_or_else(|e| panic!("{what}: reopen failed: {e}"));
+            let exp = expectations(&[None, None, None], &log);
+            for (i, e) in exp.iter().enumerate() {
+                let actual = engine.lookup(ROOT_INO, &file_name(i)).unwrap().map(|(ino, _)| {
+                    read_all(&engine, ino).unwrap_or_else(|e| panic!("{what}: f{i}: {e}"))
+                });
+                if let Err(msg) = check_file(&format!("f{i}"), e, actual.as_deref()) {
+                    panic!("{what}: {msg}");
+                }
+            }
+            let scrub = engine.scrub(&|_, _| {}).unwrap();
+            assert!(scrub.is_clean(), "{what}: scrub: {:?}", scrub.damaged);
+            let fsck = engine.fsck().unwrap();
+            assert!(fsck.is_clean(), "{what}: fsck: {:?}", fsck.problems);
+            engine.close().unwrap();
+            rounds += 1;
+        }
+    }
+    eprintln!("crash sweep: {rounds} rounds over {total_writes} device writes passed");
 }
