@@ -352,29 +352,35 @@ fs_mount() {
 
 # Unmount; for squeezefs wait until the daemon has flushed and exited (bounded), and set
 # DAEMON_TOTAL (its user+sys seconds over the whole mount session).
-fs_umount() {
+fs_umount() { fs_umount_core; fs_session_done; }
+fs_umount_core() {
     if [ "$FS" = btrfs ]; then
         umount "$MNT"
         return
     fi
     "$SQ" umount "$MNT" >> "$ULOG" 2>&1 || fusermount3 -u "$MNT" >> "$ULOG" 2>&1 \
         || die "neither 'squeezefs umount' nor fusermount3 -u could unmount $MNT"
-    ( sleep "$PHASE_TIMEOUT"; kill -TERM "$DPID" 2>/dev/null ) &
+    # watchdog against a daemon that never exits (its sleep dies with it when it is cancelled)
+    ( trap 'kill "$sp" 2>/dev/null; exit 0' TERM; sleep "$PHASE_TIMEOUT" & sp=$!; wait "$sp"; kill -TERM "$DPID" 2>/dev/null ) &
     local wd=$!
     local rc=0
     wait "$TPID" || rc=$?
     kill "$wd" 2>/dev/null || true; wait "$wd" 2>/dev/null || true
-    wait "$SAMPLER" 2>/dev/null || true
+    [ "$rc" = 0 ] || die "squeezefs daemon exited with status $rc after unmount (see $RESULTS/logs/$TAG.daemon.log)"
+    DAEMON_TOTAL=$(awk '{print $1 + $2}' "$DTIME")
+    DAEMON_MAXRSS_KB=$(awk '{print $3}' "$DTIME")
+    DPID=""
+}
+# After the clock stopped: end the thread sampler (it sleeps between samples) and perf.
+fs_session_done() {
+    [ "$FS" = squeezefs ] || return 0
+    kill "$SAMPLER" 2>/dev/null || true; wait "$SAMPLER" 2>/dev/null || true
     if [ -n "${PERFPID:-}" ]; then
         wait "$PERFPID" 2>/dev/null || true
         perf report -i "$RESULTS/logs/$TAG.daemon$MOUNTS.perf.data" --stdio --no-children --sort comm,dso,sym 2>/dev/null \
             | grep -v '^#' | grep -v '^$' | head -40 > "$RESULTS/logs/$TAG.daemon$MOUNTS.perf.txt" || true
         rm -f "$RESULTS/logs/$TAG.daemon$MOUNTS.perf.data"
     fi
-    [ "$rc" = 0 ] || die "squeezefs daemon exited with status $rc after unmount (see $RESULTS/logs/$TAG.daemon.log)"
-    DAEMON_TOTAL=$(awk '{print $1 + $2}' "$DTIME")
-    DAEMON_MAXRSS_KB=$(awk '{print $3}' "$DTIME")
-    DPID=""
 }
 
 # run_phase NAME UMOUNT(yes|no) CMD... : run CMD (which ends with its own sync), optionally
@@ -393,8 +399,9 @@ run_phase() {
     [ "$rc" = 0 ] || die "phase $name failed with status $rc$([ "$rc" = 124 ] && echo " (timed out after $PHASE_TIMEOUT s: hang?)")"
     PH_DAEMON=""
     if [ "$um" = yes ]; then
-        fs_umount
+        fs_umount_core
         t2=$(now)
+        fs_session_done
         [ "$FS" = squeezefs ] && PH_DAEMON=$(fsub "$DAEMON_TOTAL" "$d0")
     else
         t2=$t1
