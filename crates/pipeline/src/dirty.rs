@@ -180,3 +180,48 @@ impl FileTable {
         v
     }
 }
+
+/// Record buffers of committed txgs kept for reuse: a full-record buffer taken from here is
+/// already mapped, so filling it costs one copy and no page faults (glibc serves 128 KiB
+/// allocations with fresh mmaps). Only full-capacity buffers are pooled, up to `max_bytes`.
+pub struct BufPool {
+    bufs: Mutex<Vec<Vec<u8>>>,
+    record: usize,
+    max_bufs: usize,
+}
+
+impl BufPool {
+    pub fn new(record: usize, max_bytes: usize) -> BufPool {
+        BufPool { bufs: Mutex::new(Vec::new()), record, max_bufs: max_bytes / record.max(1) }
+    }
+
+    /// An empty buffer with room for one record.
+    pub fn take(&self) -> Vec<u8> {
+        match self.bufs.lock().pop() {
+            Some(mut b) => {
+                b.clear();
+                b
+            }
+            None => Vec::with_capacity(self.record),
+        }
+    }
+
+    pub fn give(&self, b: Vec<u8>) {
+        if b.capacity() != self.record {
+            return;
+        }
+        let mut bufs = self.bufs.lock();
+        if bufs.len() < self.max_bufs {
+            bufs.push(b);
+        }
+    }
+
+    /// Return the buffers of a layer nobody else references.
+    pub fn give_layer(&self, layer: Layer) {
+        for (_, r) in layer.recs {
+            if let Rec::Data(b) = r {
+                self.give(b);
+            }
+        }
+    }
+}

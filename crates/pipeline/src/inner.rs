@@ -5,7 +5,7 @@ use redb::{ReadableDatabase, ReadableTable};
 use crate::alloc::DevSpace;
 use crate::caches::{ExtentCache, RecordCache};
 use crate::devq::DevQueue;
-use crate::dirty::FileTable;
+use crate::dirty::{BufPool, FileTable};
 use crate::error::{EngineError, Result};
 use crate::options::OpenOptions;
 use crate::policy::Policy;
@@ -63,6 +63,7 @@ pub struct Inner {
     /// next inode number; persisted in the superblock at every txg commit (at open, the
     /// largest inode number in the store + 1 wins over a stale superblock value)
     pub next_ino: AtomicU64,
+    pub bufs: BufPool,
     me: OnceLock<Weak<Inner>>,
 }
 
@@ -82,6 +83,7 @@ impl Inner {
         next_ino: u64,
     ) -> Inner {
         let policy = Policy { spec: opts.compression, force: opts.force_compression };
+        let pool_bytes = (64usize << 20).min(opts.max_dirty_bytes as usize / 4);
         Inner {
             pool_dir,
             db,
@@ -110,6 +112,7 @@ impl Inner {
             prefetching: Mutex::new(HashSet::new()),
             prefetch_cv: Condvar::new(),
             next_ino: AtomicU64::new(next_ino),
+            bufs: BufPool::new(recordsize as usize, pool_bytes),
             me: OnceLock::new(),
         }
     }

@@ -47,8 +47,13 @@ struct Placed {
 }
 
 pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) -> Result<()> {
+    let t0 = std::time::Instant::now();
     inner.refresh_host_free();
     let jobs = cut(&frozen);
+    let nfiles = frozen.len();
+    let mut t_placed = t0;
+    let mut t_written = t0;
+    let mut t_flushed = t0;
     let mut allocated: Vec<DeviceExtent> = Vec::new();
     let result = (|| {
         let results = compress(inner, &frozen, &jobs);
@@ -66,7 +71,9 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
                 Err(e) => first_err = Some(e),
             }
         }
+        t_placed = std::time::Instant::now();
         let write_err = completion.wait();
+        t_written = std::time::Instant::now();
         if let Some(e) = first_err {
             return Err(e);
         }
@@ -74,11 +81,28 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             return Err(if e == "no space" { EngineError::NoSpace } else { EngineError::Io(e) });
         }
         flush(inner, &written)?;
+        t_flushed = std::time::Instant::now();
         commit(inner, txg, &frozen, placed)
     })();
     match result {
         Ok(blocks) => {
+            let t_committed = std::time::Instant::now();
             release(inner, &frozen, &blocks);
+            for (_, layer) in frozen {
+                // the last reference (device writes and compress jobs are done): recycle
+                if let Ok(l) = Arc::try_unwrap(layer) {
+                    inner.bufs.give_layer(l);
+                }
+            }
+            log::debug!(
+                "txg {txg}: {} records of {nfiles} files; compress+place {:?}, write wait {:?}, flush {:?}, commit {:?}, release {:?}",
+                jobs.len(),
+                t_placed - t0,
+                t_written - t_placed,
+                t_flushed - t_written,
+                t_committed - t_flushed,
+                t_committed.elapsed()
+            );
             Ok(())
         }
         Err(e) => {

@@ -105,7 +105,14 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
                     if base.is_none() && matches!(fill, Fill::Zeros) {
                         continue; // already a hole
                     }
-                    let base = base.unwrap_or_default();
+                    // a write filling most of a fresh record gets a pooled full buffer
+                    let base = base.unwrap_or_else(|| {
+                        if (b - a) as u64 * 2 >= rs {
+                            inner.bufs.take()
+                        } else {
+                            Vec::new()
+                        }
+                    });
                     grown += base.len() as u64;
                     fd.open.recs.insert(idx, Rec::Data(base));
                     fd.open.recs.get_mut(&idx).expect("just inserted")
