@@ -8,6 +8,7 @@
 //! * serve: open the pool, mount, answer INIT; report "ok"; detach stdio; serve requests.
 //! * stop: unmount (`squeezefs umount`, `umount`, SIGTERM/SIGINT/SIGHUP) ends the session;
 //!   the fs core then frees orphans and closes the engine (flush + commit); exit 0.
+//!
 //! `-o remount,...` does not fork: it sends the new options to the live mount (see
 //! `squeezefs_fs` xattr docs: `trusted.squeezefs.remount` on the mount's root).
 use anyhow::{anyhow, bail, Context, Result};

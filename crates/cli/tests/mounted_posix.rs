@@ -376,7 +376,11 @@ fn sparse_files_seek_data_hole_and_past_4_gib() {
     // punch a hole and keep the size
     let f = std::fs::OpenOptions::new().write(true).open(m.path("sparse")).unwrap();
     assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 0, 4096) }, 0);
-    assert_eq!(std::fs::read(m.path("sparse")).map(|_| ()).is_ok(), true);
+    drop(f);
+    let mut head = [9u8; 8];
+    std::fs::File::open(m.path("sparse")).unwrap().read_exact(&mut head).unwrap();
+    assert_eq!(head, [0u8; 8], "punched range reads as zeros");
+    assert_eq!(std::fs::metadata(m.path("sparse")).unwrap().len(), far + 4, "KEEP_SIZE kept the size");
 }
 
 #[test]

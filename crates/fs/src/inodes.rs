@@ -6,6 +6,7 @@
 //!   orphan list so a crash cannot leak it; data stays readable through open handles.
 //! * dead (nlink == 0, refs == 0): deleted (unlink when unreferenced, or the last
 //!   forget/release of an orphan); freed space becomes reusable after the commit.
+//!
 //! Transitions: unlink/rmdir/rename-over drop nlink; lookup/open raise refs; forget/release
 //! lower them. The table is sharded by inode number so FUSE threads working on different
 //! inodes never contend; each critical section is a few map operations.

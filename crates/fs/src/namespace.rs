@@ -101,11 +101,13 @@ impl Fs {
         self.check_writable()?;
         let now = time::now();
         let attr = self.tx(|tx| {
+            // VFS order: search permission, name taken (EEXIST), then may_create
             let mut pa = dir_attr(tx, parent)?;
-            self.check_perm(&pa, c, MAY_WRITE | MAY_EXEC)?;
+            self.check_perm(&pa, c, MAY_EXEC)?;
             if tx.dir_get(parent, name)?.is_some() {
                 return Err(FsError::Exists);
             }
+            self.check_perm(&pa, c, MAY_WRITE | MAY_EXEC)?;
             if kind == FileKind::Dir && pa.nlink >= LINK_MAX {
                 return Err(FsError::TooManyLinks);
             }
@@ -163,14 +165,15 @@ impl Fs {
         self.check_writable()?;
         let now = time::now();
         self.tx(|tx| {
+            // VFS order: target name taken (EEXIST), may_create (EACCES), directory (EPERM)
             let mut a = tx.get_inode(ino)?;
-            if a.kind == FileKind::Dir {
-                return Err(FsError::Perm);
-            }
             let mut pa = dir_attr(tx, newparent)?;
-            self.check_perm(&pa, c, MAY_WRITE | MAY_EXEC)?;
             if tx.dir_get(newparent, newname)?.is_some() {
                 return Err(FsError::Exists);
+            }
+            self.check_perm(&pa, c, MAY_WRITE | MAY_EXEC)?;
+            if a.kind == FileKind::Dir {
+                return Err(FsError::Perm);
             }
             if a.nlink == 0 {
                 return Err(FsError::NotFound);
@@ -279,8 +282,9 @@ impl Fs {
         let (src, dst) = self.tx(|tx| {
             let mut pa = dir_attr(tx, parent)?;
             let mut npa = if newparent == parent { pa.clone() } else { dir_attr(tx, newparent)? };
-            self.check_perm(&pa, c, MAY_WRITE | MAY_EXEC)?;
-            self.check_perm(&npa, c, MAY_WRITE | MAY_EXEC)?;
+            // checks in the VFS order (do_renameat2, vfs_rename, may_delete, may_create)
+            self.check_perm(&pa, c, MAY_EXEC)?;
+            self.check_perm(&npa, c, MAY_EXEC)?;
             let (sino, skind) = tx.dir_get(parent, name)?.ok_or(FsError::NotFound)?;
             let dst = tx.dir_get(newparent, newname)?;
             if exchange && dst.is_none() {
@@ -290,45 +294,57 @@ impl Fs {
                 return Err(FsError::Exists);
             }
             let mut sa = tx.get_inode(sino)?;
-            // a directory cannot move below itself
-            if skind == FileKind::Dir && self.inodes.is_within(newparent, sino) {
-                return Err(FsError::Invalid("cannot move a directory into its own subtree"));
-            }
             let da = match dst {
                 Some((dino, _)) => Some(tx.get_inode(dino)?),
                 None => None,
             };
-            if let Some(da) = &da {
-                if da.ino == sino {
-                    return Ok((None, None)); // two names of one inode: nothing to do
+            // a directory cannot move below itself; its ancestor cannot be replaced
+            if skind == FileKind::Dir && self.inodes.is_within(newparent, sino) {
+                return Err(FsError::Invalid("cannot move a directory into its own subtree"));
+            }
+            if let Some(da) = da.as_ref().filter(|d| d.kind == FileKind::Dir) {
+                if self.inodes.is_within(parent, da.ino) {
+                    return Err(if exchange {
+                        FsError::Invalid("cannot move a directory into its own subtree")
+                    } else {
+                        FsError::NotEmpty
+                    });
                 }
-                if exchange {
-                    if da.kind == FileKind::Dir && self.inodes.is_within(parent, da.ino) {
-                        return Err(FsError::Invalid("cannot move a directory into its own subtree"));
-                    }
-                } else if skind == FileKind::Dir && da.kind != FileKind::Dir {
-                    return Err(FsError::NotDir);
-                } else if skind != FileKind::Dir && da.kind == FileKind::Dir {
-                    return Err(FsError::IsDir);
-                } else if da.kind == FileKind::Dir && !tx.dir_is_empty(da.ino)? {
-                    return Err(FsError::NotEmpty);
-                } else if da.kind == FileKind::Dir && self.inodes.is_within(parent, da.ino) {
-                    return Err(FsError::NotEmpty);
-                }
+            }
+            if da.as_ref().is_some_and(|d| d.ino == sino) {
+                return Ok((None, None)); // two names of one inode: nothing to do
             }
             if self.cfg.check_permissions {
                 perm::check_delete(&pa, &sa, c)?;
-                if let Some(da) = &da {
-                    perm::check_delete(&npa, da, c)?;
+            }
+            match &da {
+                Some(da) => {
+                    if self.cfg.check_permissions {
+                        perm::check_delete(&npa, da, c)?;
+                    }
+                    if !exchange {
+                        if skind == FileKind::Dir && da.kind != FileKind::Dir {
+                            return Err(FsError::NotDir);
+                        }
+                        if skind != FileKind::Dir && da.kind == FileKind::Dir {
+                            return Err(FsError::IsDir);
+                        }
+                    }
                 }
+                None => self.check_perm(&npa, c, MAY_WRITE | MAY_EXEC)?,
+            }
+            if self.cfg.check_permissions && parent != newparent {
                 // a directory changing parent rewrites its "..": needs write on it
-                if parent != newparent {
-                    if skind == FileKind::Dir {
-                        perm::check(&sa, c, MAY_WRITE)?;
-                    }
-                    if let Some(da) = da.as_ref().filter(|d| exchange && d.kind == FileKind::Dir) {
-                        perm::check(da, c, MAY_WRITE)?;
-                    }
+                if skind == FileKind::Dir {
+                    perm::check(&sa, c, MAY_WRITE)?;
+                }
+                if let Some(da) = da.as_ref().filter(|d| exchange && d.kind == FileKind::Dir) {
+                    perm::check(da, c, MAY_WRITE)?;
+                }
+            }
+            if let Some(da) = da.as_ref().filter(|d| !exchange && d.kind == FileKind::Dir) {
+                if !tx.dir_is_empty(da.ino)? {
+                    return Err(FsError::NotEmpty);
                 }
             }
             // all checks passed: change the namespace

@@ -6,6 +6,7 @@
 //! * `trusted.squeezefs.remount` (set, root directory, root only): `compress=SPEC` or
 //!   `compress-force=SPEC`, applied to data written from now on (what `squeezefs mount -o
 //!   remount` sends).
+//!
 //! Virtual names never appear in listxattr, so copies (`cp -a`, rsync -X) ignore them.
 use crate::creds::Creds;
 use crate::error::{FsError, Result};
