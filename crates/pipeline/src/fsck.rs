@@ -14,7 +14,7 @@ use redb::{ReadableDatabase, ReadableTable};
 use crate::error::Result;
 use crate::inner::Inner;
 use crate::sync::extent_footprint;
-use crate::units::records_for_size;
+use crate::units::{record_len_in_file, records_for_size};
 use serde::Serialize;
 use squeezefs_device::DATA_START;
 use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, decode_inode};
@@ -165,6 +165,11 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
             Some(a) => {
                 if idx >= records_for_size(a.size, inner.recordsize) {
                     r.problems.push(format!("inode {ino}: record {idx} lies beyond its size {}", a.size));
+                } else if u64::from(e.logical) > record_len_in_file(idx, a.size, inner.recordsize) {
+                    r.problems.push(format!(
+                        "inode {ino}: record {idx} holds {} bytes, past the end of the file (size {})",
+                        e.logical, a.size
+                    ));
                 }
             }
         }

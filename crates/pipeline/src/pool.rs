@@ -205,6 +205,21 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         let v = t.get(0u8)?.ok_or_else(|| pool_err("the pool has no superblock".into()))?;
         Superblock::decode(v.value())?
     };
+    if !(sb.sector == 512 || sb.sector == 4096)
+        || !sb.recordsize.is_power_of_two()
+        || !(MIN_RECORDSIZE..=MAX_RECORDSIZE).contains(&sb.recordsize)
+        || sb.max_inline > sb.recordsize
+        || sb.device_count == 0
+    {
+        return Err(pool_err(format!(
+            "the superblock of {} is corrupt: sector {}, record size {}, max_inline {}, {} devices",
+            pool.display(),
+            sb.sector,
+            sb.recordsize,
+            sb.max_inline,
+            sb.device_count
+        )));
+    }
     let unknown = sb.features.unknown_incompat();
     if unknown != 0 {
         return Err(pool_err(format!(

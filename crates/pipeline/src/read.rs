@@ -102,6 +102,13 @@ fn load_uncached(
     key: Option<RecordKey>,
 ) -> Result<Arc<Vec<u8>>> {
     let offset_in_file = record_start_byte(idx, inner.recordsize);
+    if u64::from(e.logical) > inner.recordsize || e.psize() > inner.recordsize {
+        return Err(EngineError::Corrupt(format!(
+            "inode {ino} offset {offset_in_file}: extent of {} stored / {} logical bytes exceeds the record size",
+            e.psize(),
+            e.logical
+        )));
+    }
     let stored: std::borrow::Cow<'_, [u8]> = match &e.stored {
         StoredRecord::Inline(v) => v.as_slice().into(),
         StoredRecord::Device(d) => {

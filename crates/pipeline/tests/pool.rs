@@ -221,3 +221,13 @@ fn slow_device_throttles_writers_without_failing_and_bounds_dirty_memory() {
         assert!(b == noise(i, chunk));
     }
 }
+
+#[test]
+fn corrupt_superblock_parameters_are_refused_not_panicked_on() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    set_features(&pool, |sb| sb.sector = 0);
+    let err = Engine::open(&pool, &OpenOptions::default()).err().unwrap();
+    assert!(err.to_string().contains("superblock") && err.to_string().contains("corrupt"), "{err}");
+}
