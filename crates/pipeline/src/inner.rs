@@ -48,6 +48,8 @@ pub struct Inner {
     pub ext_cache: ExtentCache,
     pub rec_cache: RecordCache,
     pub policy: RwLock<Policy>,
+    /// per-file overrides of `policy` (resolved properties, set by the fs core)
+    pub file_policy: RwLock<HashMap<Ino, Policy>>,
     pub workers: WorkerPool,
     ws: OnceLock<Workspaces>,
     pub opts: OpenOptions,
@@ -103,6 +105,7 @@ impl Inner {
             ext_cache: ExtentCache::new(1 << 18),
             rec_cache: RecordCache::new(opts.record_cache_bytes),
             policy: RwLock::new(policy),
+            file_policy: RwLock::new(HashMap::new()),
             workers: WorkerPool::new(opts.workers, "sqz-work"),
             ws: OnceLock::new(),
             opts,

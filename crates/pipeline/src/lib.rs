@@ -190,6 +190,7 @@ impl Engine {
             inner.pending_frees.lock().extend(frees);
         }
         for ino in deleted {
+            inner.file_policy.write().remove(&ino);
             let b = inner.files.purge(ino);
             let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(b)));
             inner.ext_cache.invalidate(ino, None);
@@ -345,6 +346,22 @@ impl Engine {
     /// `Spec::Auto` and `Spec::Qos` compress with zstd:3 until their controllers exist.
     pub fn set_compression(&self, spec: squeezefs_codec::Spec, force: bool) {
         *self.inner.policy.write() = policy::Policy { spec, force };
+    }
+
+    /// Compression of one file's data written from now on, overriding the mount-wide
+    /// setting (the fs core resolves inherited properties and sets them here; `None` goes
+    /// back to the mount-wide setting). Kept in memory only: properties are the persistent
+    /// source of truth.
+    pub fn set_file_compression(&self, ino: Ino, policy: Option<(squeezefs_codec::Spec, bool)>) {
+        let mut m = self.inner.file_policy.write();
+        match policy {
+            Some((spec, force)) => {
+                m.insert(ino, policy::Policy { spec, force });
+            }
+            None => {
+                m.remove(&ino);
+            }
+        }
     }
 
     /// Inodes whose link count reached 0 while open, left over from a crash: the fs core

@@ -138,9 +138,11 @@ fn compress(
     jobs: &[(usize, u64)],
 ) -> crossbeam_channel::Receiver<CompressResult> {
     let (tx, rx) = crossbeam_channel::unbounded();
-    let policy = *inner.policy.read();
+    let global = *inner.policy.read();
+    let per_file = inner.file_policy.read().clone();
     let sector = inner.sector as usize;
     for &(li, idx) in jobs {
+        let policy = per_file.get(&frozen[li].0).copied().unwrap_or(global);
         let layer = frozen[li].1.clone();
         let tx = tx.clone();
         let inner2 = inner.clone();

@@ -90,3 +90,24 @@ fn compressed_record_saves_sector_granularity() {
     assert_eq!(used % 512, 0);
     assert!(used < (1 << 20) / 4);
 }
+
+#[test]
+fn per_file_compression_overrides_the_mount_setting() {
+    let d = tempfile::tempdir().unwrap();
+    let e = new_pool(&d.path().join("pool"));
+    let a = create(&e, "a");
+    let b = create(&e, "b");
+    e.set_file_compression(a, Some(("zstd:5".parse::<Spec>().unwrap(), false)));
+    let data = text(500_000);
+    e.write(a, 0, &data).unwrap();
+    e.write(b, 0, &data).unwrap();
+    e.sync().unwrap();
+    assert!(e.usage(a).unwrap().iter().all(|r| r.alg == Algorithm::Zstd && r.level == 5));
+    assert!(e.usage(b).unwrap().iter().all(|r| r.alg == Algorithm::None));
+    e.set_file_compression(a, None);
+    e.write(a, 0, &data[..131072]).unwrap();
+    e.sync().unwrap();
+    let rows = e.usage(a).unwrap();
+    assert!(rows.iter().any(|r| r.alg == Algorithm::None) && rows.iter().any(|r| r.alg == Algorithm::Zstd), "{rows:?}");
+    assert_eq!(read_all(&e, a), data);
+}
