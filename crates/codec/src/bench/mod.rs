@@ -98,9 +98,18 @@ fn blocks(inputs: &[Input], block_size: usize) -> Vec<&[u8]> {
     inputs.iter().flat_map(|i| i.data.chunks(block_size)).collect()
 }
 
-/// Contiguous share of `n` blocks for thread `t` of `threads` (sizes differ by at most one).
+/// Blocks reordered so that thread `t`'s contiguous share holds blocks t, t+k, t+2k… of the
+/// original order: every thread gets a slice of every input, so a pass is not held up by
+/// the thread that drew the slowest file.
+fn interleave<T: Copy>(v: &[T], k: usize) -> Vec<T> {
+    (0..k).flat_map(|t| v.iter().skip(t).step_by(k).copied()).collect()
+}
+
+/// Thread `t`'s range of the interleaved order: blocks t, t+k, … number ceil((n−t)/k).
 fn share(n: usize, t: usize, threads: usize) -> std::ops::Range<usize> {
-    (n * t / threads)..(n * (t + 1) / threads)
+    let count = |u: usize| n.saturating_sub(u).div_ceil(threads);
+    let start: usize = (0..t).map(count).sum();
+    start..start + count(t)
 }
 
 /// Run the benchmark. Every codec compresses every block; the first pass also decompresses
@@ -119,6 +128,7 @@ pub fn run(inputs: &[Input], cfg: &BenchConfig, progress: &(dyn Fn(Event) + Sync
     if blocks.is_empty() {
         return Err(BenchError::NoInput);
     }
+    let blocks = interleave(&blocks, cfg.threads.min(blocks.len()));
     // room for every thread's workspace at the largest level, so the pool never waits
     let ws = Workspaces::new(WorkspaceConfig {
         max_bytes: (cfg.threads + 2) * (64 << 20),
@@ -254,6 +264,21 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_of_the_interleaved_order_are_the_strided_blocks() {
+        for n in 0..40 {
+            for k in 1..7 {
+                let order = interleave(&(0..n).collect::<Vec<_>>(), k);
+                assert_eq!(order.len(), n);
+                for t in 0..k {
+                    let got: Vec<usize> = order[share(n, t, k)].to_vec();
+                    let want: Vec<usize> = (t..n).step_by(k).collect();
+                    assert_eq!(got, want, "n {n} k {k} t {t}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn shares_cover_every_block_once_over_whole_range() {
