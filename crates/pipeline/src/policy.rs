@@ -39,6 +39,10 @@ pub enum Compressed {
     Packed { codec: Codec, bytes: Vec<u8>, hash: u64 },
 }
 
+/// Records of a file that must compress in a row before the sampler is skipped for the
+/// file's next records in the same txg.
+pub const TRUST_AFTER: u32 = 4;
+
 /// Fast all-zero test (u64 words; the tail bytewise).
 pub fn is_zeros(data: &[u8]) -> bool {
     let (pre, mid, post) = unsafe { data.align_to::<u64>() };
@@ -51,6 +55,7 @@ pub fn compress_record<'a>(
     data: &[u8],
     policy: Policy,
     sector: usize,
+    trust_streak: bool,
     ws: impl FnOnce() -> &'a Workspaces,
 ) -> Compressed {
     if is_zeros(data) {
@@ -58,7 +63,9 @@ pub fn compress_record<'a>(
     }
     let raw = || Compressed::Raw { hash: xxh3_64(data) };
     let Some(codec) = policy.codec() else { return raw() };
-    if !policy.force && heuristic::assess(data) != heuristic::Verdict::Compressible {
+    // the sampler is skipped while the file's previous records kept compressing (the
+    // codec's early abort still catches a record that does not save a sector)
+    if !policy.force && !trust_streak && heuristic::assess(data) != heuristic::Verdict::Compressible {
         return raw();
     }
     // the largest output that still saves a sector: the codec aborts early beyond it
@@ -103,9 +110,9 @@ mod tests {
     fn off_policy_stores_raw_and_zeros_become_holes() {
         let p = Policy { spec: Spec::Off, force: false };
         let no_ws = || -> &'static Workspaces { unreachable!("off never compresses") };
-        assert!(matches!(compress_record(&[0u8; 4096], p, 512, no_ws), Compressed::Zeros));
+        assert!(matches!(compress_record(&[0u8; 4096], p, 512, false, no_ws), Compressed::Zeros));
         let data = vec![5u8; 4096];
-        match compress_record(&data, p, 512, no_ws) {
+        match compress_record(&data, p, 512, false, no_ws) {
             Compressed::Raw { hash } => assert_eq!(hash, xxh3_64(&data)),
             _ => panic!("expected raw"),
         }

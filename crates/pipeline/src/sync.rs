@@ -26,12 +26,12 @@ use crate::devq::{Completion, Payload, WriteReq};
 use crate::dirty::{Layer, Rec};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
-use crate::policy::{compress_record, Compressed};
+use crate::policy::{compress_record, Compressed, TRUST_AFTER};
 use crate::units::sector_bytes;
 use squeezefs_control::{choose_device, DeviceView};
 use squeezefs_meta::{keys, tables, DeviceExtent, ExtentPtr, Ino, StoredRecord, Superblock};
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// What the txg does to one record.
@@ -141,9 +141,12 @@ fn compress(
     let global = *inner.policy.read();
     let per_file = inner.file_policy.read().clone();
     let sector = inner.sector as usize;
+    // per file: how many records in a row compressed (see policy::TRUST_AFTER)
+    let streaks: Vec<Arc<AtomicU32>> = frozen.iter().map(|_| Arc::new(AtomicU32::new(0))).collect();
     for &(li, idx) in jobs {
         let policy = per_file.get(&frozen[li].0).copied().unwrap_or(global);
         let layer = frozen[li].1.clone();
+        let streak = streaks[li].clone();
         let tx = tx.clone();
         let inner2 = inner.clone();
         inner.workers.execute(move || {
@@ -151,7 +154,15 @@ fn compress(
                 Some(Rec::Data(d)) => d,
                 _ => &[],
             };
-            let c = compress_record(data, policy, sector, || inner2.workspaces());
+            let trust = streak.load(Ordering::Relaxed) >= TRUST_AFTER;
+            let c = compress_record(data, policy, sector, trust, || inner2.workspaces());
+            match c {
+                Compressed::Packed { .. } => {
+                    streak.fetch_add(1, Ordering::Relaxed);
+                }
+                Compressed::Raw { .. } => streak.store(0, Ordering::Relaxed),
+                Compressed::Zeros => {}
+            }
             let _ = tx.send((li, idx, c));
         });
     }

@@ -111,3 +111,18 @@ fn per_file_compression_overrides_the_mount_setting() {
     assert!(rows.iter().any(|r| r.alg == Algorithm::None) && rows.iter().any(|r| r.alg == Algorithm::Zstd), "{rows:?}");
     assert_eq!(read_all(&e, a), data);
 }
+
+#[test]
+fn noise_after_a_compressible_streak_is_still_stored_raw() {
+    let d = tempfile::tempdir().unwrap();
+    let e = new_pool(&d.path().join("pool"));
+    e.set_compression("zstd:1".parse().unwrap(), false);
+    let f = create(&e, "mixed");
+    let mut data = text(8 * 131072);
+    data.extend(noise(77, 8 * 131072));
+    e.write(f, 0, &data).unwrap();
+    e.sync().unwrap();
+    assert_eq!(read_all(&e, f), data);
+    let raw: u64 = e.usage(f).unwrap().iter().filter(|r| r.alg == Algorithm::None).map(|r| r.uncompressed_bytes).sum();
+    assert_eq!(raw, 8 * 131072, "every noise record stays raw (early abort), every text record compresses");
+}
