@@ -60,8 +60,8 @@ impl Fs {
             || s.atime.is_some()
             || s.mtime.is_some()
             || s.ctime.is_some();
-        if attr_change {
-            // validate everything before changing anything
+        if attr_change && s.size.is_some() {
+            // validate everything before the size changes (the data path is not transactional)
             self.tx(|tx| {
                 let a = tx.get_inode(ino)?;
                 if checks {
@@ -75,6 +75,9 @@ impl Fs {
         }
         self.tx(|tx| {
             let mut a = tx.get_inode(ino)?;
+            if attr_change && s.size.is_none() && checks {
+                check_setattr(&a, c, s)?;
+            }
             let mut changed = false;
             if s.size.is_some() {
                 a.mtime = now;

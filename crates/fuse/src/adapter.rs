@@ -91,6 +91,27 @@ pub(crate) fn file_attr(a: &InodeAttr) -> FileAttr {
     }
 }
 
+/// Placeholder attributes for a negative lookup reply (only the node id 0 matters).
+fn negative_attr() -> InodeAttr {
+    let t = squeezefs_fs::Timestamp::default();
+    InodeAttr {
+        ino: 0,
+        kind: FileKind::File,
+        perm: 0,
+        uid: 0,
+        gid: 0,
+        nlink: 0,
+        size: 0,
+        blocks_bytes: 0,
+        rdev: 0,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        crtime: t,
+        generation: 0,
+    }
+}
+
 fn time_set(t: Option<TimeOrNow>) -> Option<TimeSet> {
     t.map(|t| match t {
         TimeOrNow::Now => TimeSet::Now,
@@ -153,7 +174,16 @@ impl Filesystem for FuseFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply_entry(reply, self.fs.lookup(&creds(req), parent.0, name.as_bytes()));
+        match self.fs.lookup(&creds(req), parent.0, name.as_bytes()) {
+            // a negative entry (node id 0) the kernel may cache: we are the only writer,
+            // and our own creates replace it
+            Err(FsError::NotFound) => {
+                let mut attr = file_attr(&negative_attr());
+                attr.ino = INodeNo(0);
+                reply.entry(&TTL, &attr, Generation(0));
+            }
+            r => reply_entry(reply, r),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
