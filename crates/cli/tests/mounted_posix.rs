@@ -544,3 +544,20 @@ fn large_directory_lists_and_looks_up_every_entry() {
     }
     assert!(t.elapsed().as_secs() < 5);
 }
+
+#[test]
+fn syncfs_after_unlinking_freshly_written_files_succeeds() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new("");
+    for i in 0..300 {
+        let p = m.path(&format!("f{i}"));
+        write(&p, &vec![i as u8; 10_000]);
+        std::fs::remove_file(&p).unwrap();
+    }
+    use std::os::fd::AsRawFd;
+    let d = std::fs::File::open(&m.mnt).unwrap();
+    assert_eq!(rc(unsafe { libc::syncfs(d.as_raw_fd()) }), 0);
+    assert!(std::fs::read_dir(&m.mnt).unwrap().next().is_none());
+}

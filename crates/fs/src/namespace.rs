@@ -238,13 +238,13 @@ impl Fs {
     }
 
     /// One name of `a` went away: lower nlink; at zero delete it, or keep it as an orphan
-    /// while an open handle still uses it (see the state machine in inodes.rs).
+    /// while the kernel or an open handle still references it (state machine: inodes.rs).
     fn drop_link(&self, tx: &mut MetaTx<'_>, mut a: InodeAttr, now: Timestamp) -> Result<()> {
         a.nlink = if a.kind == FileKind::Dir { 0 } else { a.nlink.saturating_sub(1) };
         a.ctime = now;
         if a.nlink > 0 {
             tx.put_inode(&a)?;
-        } else if self.inodes.is_open(a.ino) {
+        } else if self.inodes.is_referenced(a.ino) {
             tx.put_inode(&a)?;
             tx.add_orphan(a.ino)?;
         } else {
