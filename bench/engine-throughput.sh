@@ -6,8 +6,8 @@
 # Writes the Silesia corpus files ×4 through the engine API (crates/pipeline/examples/
 # engine_throughput.rs: 1 MiB writes, then sync) at zstd:1 and compares with
 #   target = 0.9 × min(cores × single-thread zstd:1 speed, device write speed × ratio)
-# where the single-thread speed comes from the zstd CLI (-b1, 128 KiB blocks, the engine's
-# record size), the device speed from dd with O_DIRECT on the filesystem holding WORKDIR,
+# where the single-thread speed is the higher of the zstd CLI (-b1, 128 KiB blocks, the
+# engine's record size) and the engine's codec library per CPU-second of one thread, the device speed from dd with O_DIRECT on the filesystem holding WORKDIR,
 # and the ratio from the engine's own run. WORKDIR defaults to a new directory in /var/tmp.
 # Corpus: $SQUEEZEFS_CORPUS or ../shared/corpus (zip files); skipped with a message if absent.
 set -euo pipefail
@@ -43,6 +43,11 @@ Z1_LINE=$(zstd1)
 echo "$Z1_LINE"
 Z1A=$(echo "$Z1_LINE" | grep -Eo '[0-9.]+ MB/s' | head -1 | cut -d' ' -f1)
 
+echo "== single-thread zstd:1 by CPU time (the engine's codec library, 128 KiB blocks, best of 3)"
+REF=$("$BIN" --codec-reference "${FILES[@]}")
+echo "$REF"
+Z1CPU=$(REF="$REF" python3 -c "import json, os; print(json.loads(os.environ['REF'])['mb_per_cpu_s'])")
+
 RUNS=${RUNS:-5}
 echo "== engine: corpus ($BYTES bytes) ×4 at zstd:1, best of $RUNS runs per writer count (zstd -b reports its best too)"
 RESULTS="$WORK/results.jsonl"
@@ -57,7 +62,9 @@ rm -rf "$WORK/pool"
 Z1_LINE=$(zstd1)
 echo "zstd:1 again: $Z1_LINE; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 Z1B=$(echo "$Z1_LINE" | grep -Eo '[0-9.]+ MB/s' | head -1 | cut -d' ' -f1)
-Z1=$(python3 -c "print(max($Z1A, $Z1B))")
+# The higher of the CLI's best wall-clock speed and the codec's speed per CPU-second: CPU time
+# does not shrink when other jobs share the cores, so the target stays honest under load.
+Z1=$(python3 -c "print(max($Z1A, $Z1B, $Z1CPU))")
 
 # Device speed last: deleting the 1 GiB test file sends discards (mount -o discard) that
 # would stall the engine's fdatasync if the engine ran right after.
@@ -85,6 +92,6 @@ print(f"cores × zstd:1      = {cores} × {z1:.0f} = {cpu_bound:.0f} MB/s")
 print(f"device × ratio      = {dev:.0f} × {r['ratio']:.2f} = {dev_bound:.0f} MB/s")
 print(f"target (90% of min) = {target:.0f} MB/s")
 print(f"engine (best run)   = {got:.0f} MB/s ({r['writers']} writer(s), write phase {r['write_phase_seconds']:.2f} s of {r['seconds']:.2f} s) = {100*got/bound:.0f}% of the bound -> {'PASS' if got >= target else 'MISS'}")
-print(f"engine CPU cost     = {cpu:.2f} CPU-s for {mb:.0f} MB; zstd:1 alone needs {mb/z1:.2f} CPU-s: compression is {100*(mb/z1)/cpu:.0f}% of the engine's CPU")
+print(f"engine CPU cost     = {cpu:.2f} CPU-s for {mb:.0f} MB; zstd:1 alone needs {mb/z1:.2f} CPU-s at {z1:.0f} MB/s: {100*(mb/z1)/cpu:.0f}% of the engine's CPU is compression")
 print(f"CPU-limited figure  = {cores} cores × {mb:.0f} MB / {cpu:.2f} CPU-s = {cores*mb/cpu:.0f} MB/s ({100*cores*mb/cpu/bound:.0f}% of the bound, if the engine had the cores to itself)")
 PY

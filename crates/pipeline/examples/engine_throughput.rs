@@ -5,7 +5,11 @@
 //! ```text
 //! engine_throughput --pool DIR [--compression SPEC] [--copies N] [--writers N]
 //!                   [--workers N] FILE...
+//! engine_throughput --codec-reference FILE...
 //! ```
+//! `--codec-reference` compresses the files once in 128 KiB blocks at zstd:1 on one thread
+//! with the codec library the engine uses, and reports MB per CPU-second of that thread: the
+//! single-thread reference, unaffected by other jobs sharing the cores.
 //! The inputs are read into memory first, so only the engine is timed (write + sync).
 //! Also reports the process CPU time (user + system) of that part: CPU cost per byte does
 //! not depend on how busy the machine is, wall time does.
@@ -23,6 +27,7 @@ struct Args {
     copies: usize,
     writers: usize,
     workers: usize,
+    codec_reference: bool,
     files: Vec<PathBuf>,
 }
 
@@ -41,6 +46,7 @@ fn parse_args() -> Args {
         copies: 4,
         writers: 1,
         workers: 0,
+        codec_reference: false,
         files: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -55,11 +61,12 @@ fn parse_args() -> Args {
             "--copies" => a.copies = num("--copies", val("--copies")),
             "--writers" => a.writers = num("--writers", val("--writers")).max(1),
             "--workers" => a.workers = num("--workers", val("--workers")),
+            "--codec-reference" => a.codec_reference = true,
             s if s.starts_with("--") => usage(&format!("unknown option {s}")),
             _ => a.files.push(PathBuf::from(arg)),
         }
     }
-    if a.pool.as_os_str().is_empty() {
+    if a.pool.as_os_str().is_empty() && !a.codec_reference {
         usage("--pool is required");
     }
     if a.files.is_empty() {
@@ -110,8 +117,51 @@ fn cpu_seconds() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// CPU time of the calling thread, in seconds.
+fn thread_cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Single-thread zstd:1 over 128 KiB blocks; best of 3 passes by thread CPU time.
+fn codec_reference(files: &[PathBuf]) {
+    use squeezefs_codec::{compress_bound, Codec, WorkspaceConfig, Workspaces};
+    const BLOCK: usize = 128 * 1024;
+    let data: Vec<u8> = files
+        .iter()
+        .flat_map(|p| std::fs::read(p).unwrap_or_else(|e| usage(&format!("cannot read {}: {e}", p.display()))))
+        .collect();
+    let ws = Workspaces::new(WorkspaceConfig::default());
+    let codec = Codec::zstd(1).expect("zstd:1");
+    let mut out = vec![0u8; compress_bound(codec, BLOCK)];
+    let (mut best, mut stored) = (f64::INFINITY, 0usize);
+    for _ in 0..3 {
+        let c0 = thread_cpu_seconds();
+        stored = 0;
+        for block in data.chunks(BLOCK) {
+            stored += ws.compress(codec, block, &mut out).unwrap_or_else(|e| panic!("compress: {e}"));
+        }
+        best = best.min(thread_cpu_seconds() - c0);
+    }
+    println!(
+        "{{\"bytes\":{},\"cpu_seconds\":{best:.4},\"mb_per_cpu_s\":{:.1},\"ratio\":{:.3}}}",
+        data.len(),
+        data.len() as f64 / 1e6 / best,
+        data.len() as f64 / stored as f64
+    );
+}
+
 fn main() {
     let a = parse_args();
+    if a.codec_reference {
+        codec_reference(&a.files);
+        return;
+    }
     let inputs: Vec<(String, Arc<Vec<u8>>)> = a
         .files
         .iter()
