@@ -58,7 +58,12 @@ pub fn mount(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> 
         if cfg.flags.noatime {
             c.mount_options.push(MountOption::NoAtime);
         }
-        Session::new(adapter, mountpoint, &c)
+        Session::new(adapter, mountpoint, &c).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{e} (unprivileged mounts need read/write access to /dev/fuse and a setuid fusermount3)"),
+            )
+        })
     }
 }
 
