@@ -153,7 +153,8 @@ def part_c(recs):
                              fmt(r.get("writer_cpu"), 1), fmt(r.get("kthreads_cpu"), 1),
                              fmt(r.get("daemon_cpu"), 1) if fs == "squeezefs" else "—",
                              fmt(cpu, 1), fmt(added, 1), "—" if pct is None else f"{pct * 100:+.0f}%",
-                             fmt(div(r["logical"], r.get("disk"))), str(r.get("verified"))])
+                             "all holes" if r.get("disk") == 0 else fmt(div(r["logical"], r.get("disk"))),
+                             str(r.get("verified"))])
         out += [f"{data}:", "",
                 table(["fs", "spec", "wall s", "MB/s", "writer CPU s", "kthreads CPU s", "daemon CPU s",
                        "total CPU s", "CPU added over none s", "added %", "ratio", "verified"], rows), ""]
