@@ -90,7 +90,11 @@ cleanup() {
     trap - EXIT INT TERM
     [ -z "$SAMPLER" ] || kill "$SAMPLER" 2>/dev/null || true
     if mountpoint -q "$MNT"; then "$SQ" umount "$MNT" 2>/dev/null || fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT" || true; fi
-    if [ -n "$DPID" ] && kill -0 "$DPID" 2>/dev/null; then sleep 2; kill -TERM "$DPID" 2>/dev/null || true; fi
+    if [ -n "$DPID" ] && kill -0 "$DPID" 2>/dev/null; then
+        sleep 2; kill -TERM "$DPID" 2>/dev/null || true
+        for _ in $(seq 1 20); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.5; done
+        kill -KILL "$DPID" 2>/dev/null || true   # a daemon stuck in the read deadlock ignores TERM
+    fi
     [ -z "$TPID" ] || wait "$TPID" 2>/dev/null || true
     rm -rf "$WORK"
     [ -z "$CHUNK" ] || rm -f "$CHUNK" "$CHUNK.one"
