@@ -81,7 +81,9 @@ pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<
         if let Some(v) = inner.rec_cache.get(k) {
             return Ok(v);
         }
-        // a prefetch is decoding this record: wait for it instead of decoding it twice
+        // a prefetch is decoding this record right now (on a running worker, which never
+        // waits for anything): wait for it instead of decoding it twice. Queued prefetches
+        // are not in the set, so a worker never waits for a job queued behind itself.
         let mut inflight = inner.prefetching.lock();
         while inflight.contains(k) {
             inner.prefetch_cv.wait_for(&mut inflight, std::time::Duration::from_millis(20));
@@ -344,15 +346,34 @@ fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool
     for (idx, e) in idxs.into_iter().zip(exts) {
         let Some(e) = e else { continue };
         let Some(k) = record_key(&e) else { continue };
-        if inner.rec_cache.contains(&k) || !inner.prefetching.lock().insert(k) {
+        if inner.rec_cache.contains(&k) || inner.prefetching.lock().contains(&k) {
             continue;
         }
         let me = me.clone();
         inner.workers.execute(move || {
+            // claim the record only once running: `load` waits for claimed records, and a
+            // claim made at queue time let readers on the workers wait for a job queued
+            // behind them (deadlock of every reader of the file, and of unmount)
+            if me.rec_cache.contains(&k) || !me.prefetching.lock().insert(k) {
+                return;
+            }
+            let _claim = PrefetchClaim { inner: &me, key: k };
             let _ = load_uncached(&me, ino, idx, &e, Some(k));
-            me.prefetching.lock().remove(&k);
-            me.prefetch_cv.notify_all();
         });
+    }
+}
+
+/// Releases a prefetch claim on every path out of the decode (error or panic included), so
+/// no reader waits for a record nobody decodes.
+struct PrefetchClaim<'a> {
+    inner: &'a Inner,
+    key: RecordKey,
+}
+
+impl Drop for PrefetchClaim<'_> {
+    fn drop(&mut self) {
+        self.inner.prefetching.lock().remove(&self.key);
+        self.inner.prefetch_cv.notify_all();
     }
 }
 
