@@ -342,6 +342,29 @@ fn o_append_writes_land_at_the_end() {
     assert!(text.contains("a49\n") && text.contains("b49\n"));
 }
 
+/// stress-ng's seek stressor got ENXIO: with the writeback cache the kernel held the written
+/// pages and size, and the daemon answered SEEK_DATA/SEEK_HOLE from its older size.
+#[test]
+fn seek_data_on_unflushed_write_is_not_enxio() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new("compress=zstd:1");
+    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.path("fresh")).unwrap();
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&[7u8; 4096], 1 << 20).unwrap();
+    let fd = f.as_raw_fd();
+    let data = unsafe { libc::lseek(fd, 0, libc::SEEK_DATA) };
+    assert!(data >= 0 && data <= 1 << 20, "SEEK_DATA from 0 gave {data} (errno {})", errno());
+    let data = unsafe { libc::lseek(fd, 1 << 20, libc::SEEK_DATA) };
+    assert_eq!(data, 1 << 20, "SEEK_DATA at the fresh data (errno {})", errno());
+    let hole = unsafe { libc::lseek(fd, 1 << 20, libc::SEEK_HOLE) };
+    assert_eq!(hole, (1 << 20) + 4096, "SEEK_HOLE after the fresh data (errno {})", errno());
+    let end = unsafe { libc::lseek(fd, (1 << 20) + 4096, libc::SEEK_DATA) };
+    assert_eq!((end, errno()), (-1, libc::ENXIO));
+}
+
 #[test]
 fn sparse_files_seek_data_hole_and_past_4_gib() {
     if !can_mount() {
@@ -356,15 +379,19 @@ fn sparse_files_seek_data_hole_and_past_4_gib() {
     f.write_all(b"tail").unwrap();
     f.sync_all().unwrap();
     use std::os::fd::AsRawFd;
-    let fd = f.as_raw_fd();
+    drop(f);
+    // hole detection once no writer is open (a writer makes the kernel answer lseek itself:
+    // see seek_data_on_unflushed_write_is_not_enxio)
+    m.remount();
+    let r = std::fs::File::open(m.path("sparse")).unwrap();
+    let fd = r.as_raw_fd();
     let hole = unsafe { libc::lseek(fd, 0, libc::SEEK_HOLE) };
     assert!(hole >= 4096 && (hole as u64) < far, "first hole at {hole}");
     let data = unsafe { libc::lseek(fd, hole, libc::SEEK_DATA) };
     assert!(data as u64 <= far && data > hole, "next data at {data}");
     let end = unsafe { libc::lseek(fd, far as i64 + 4, libc::SEEK_DATA) };
     assert_eq!((end, errno()), (-1, libc::ENXIO));
-    drop(f);
-    m.remount();
+    drop(r);
     let md = std::fs::metadata(m.path("sparse")).unwrap();
     assert_eq!(md.len(), far + 4);
     assert!(md.blocks() * 512 < 1 << 20, "sparse file uses {} blocks", md.blocks());

@@ -54,7 +54,7 @@ impl Fs {
             self.truncate_open(c, &a)?;
         }
         self.inodes.add_open(ino);
-        Ok(self.handles.insert(Handle { ino }))
+        Ok(self.handles.insert(Handle { ino, write: mask & MAY_WRITE != 0 }))
     }
 
     fn truncate_open(&self, c: &Creds, a: &InodeAttr) -> Result<()> {
@@ -87,7 +87,7 @@ impl Fs {
             Err(e) => return Err(e),
         };
         self.inodes.add_open(attr.ino);
-        let fh = self.handles.insert(Handle { ino: attr.ino });
+        let fh = self.handles.insert(Handle { ino: attr.ino, write: true });
         Ok((attr, fh))
     }
 
@@ -217,6 +217,11 @@ impl Fs {
             })?;
         }
         Ok(())
+    }
+
+    /// Whether some open handle of `ino` can write (the kernel may hold unflushed data).
+    pub fn open_for_write(&self, ino: Ino) -> bool {
+        self.handles.has_writer(ino)
     }
 
     /// lseek for SEEK_DATA / SEEK_HOLE (others are handled by the kernel).

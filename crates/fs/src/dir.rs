@@ -38,7 +38,7 @@ impl Fs {
         }
         self.check_perm(&a, c, MAY_READ)?;
         self.inodes.add_open(ino);
-        Ok(self.handles.insert(Handle { ino }))
+        Ok(self.handles.insert(Handle { ino, write: false }))
     }
 
     pub fn releasedir(&self, fh: u64) -> Result<()> {

@@ -7,6 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Clone, Copy, Debug)]
 pub struct Handle {
     pub ino: Ino,
+    /// opened for writing: with the kernel writeback cache, the kernel may hold data of this
+    /// inode that the fs has not seen yet
+    pub write: bool,
 }
 
 pub struct Handles {
@@ -37,6 +40,10 @@ impl Handles {
     }
     pub fn append_lock(&self, ino: Ino) -> parking_lot::MutexGuard<'_, ()> {
         self.append[(ino as usize) % self.append.len()].lock()
+    }
+    /// Some open handle of `ino` can write.
+    pub fn has_writer(&self, ino: Ino) -> bool {
+        self.map.lock().values().any(|h| h.ino == ino && h.write)
     }
     pub fn remove(&self, fh: u64) -> Option<Handle> {
         self.map.lock().remove(&fh)

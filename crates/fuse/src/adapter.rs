@@ -522,6 +522,14 @@ impl Filesystem for FuseFs {
         if offset < 0 {
             return reply.error(Errno::ENXIO);
         }
+        // With the writeback cache the kernel may hold written pages (and a larger size) that
+        // the daemon has not seen, and it does not flush them before FUSE_LSEEK: answering
+        // from our state could report ENXIO or a hole over fresh data (`cp` would then skip
+        // it). ENOSYS makes the kernel answer from its own page cache and size for the rest
+        // of this mount (whole file = data): always correct, without hole detection.
+        if self.writeback && self.fs.open_for_write(ino.0) {
+            return reply.error(Errno::ENOSYS);
+        }
         match self.fs.lseek(ino.0, offset as u64, whence) {
             Ok(o) => reply.offset(o as i64),
             Err(e) => reply.error(errno(&e)),
