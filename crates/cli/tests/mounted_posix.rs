@@ -356,7 +356,7 @@ fn seek_data_on_unflushed_write_is_not_enxio() {
     f.write_all_at(&[7u8; 4096], 1 << 20).unwrap();
     let fd = f.as_raw_fd();
     let data = unsafe { libc::lseek(fd, 0, libc::SEEK_DATA) };
-    assert!(data >= 0 && data <= 1 << 20, "SEEK_DATA from 0 gave {data} (errno {})", errno());
+    assert!((0..=1 << 20).contains(&data), "SEEK_DATA from 0 gave {data} (errno {})", errno());
     let data = unsafe { libc::lseek(fd, 1 << 20, libc::SEEK_DATA) };
     assert_eq!(data, 1 << 20, "SEEK_DATA at the fresh data (errno {})", errno());
     let hole = unsafe { libc::lseek(fd, 1 << 20, libc::SEEK_HOLE) };
