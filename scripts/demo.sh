@@ -18,7 +18,7 @@ fi
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
 cargo build --release --locked -p squeezefs
-BIN="$PWD/target/release/squeezefs"
+BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/squeezefs"
 
 POOL="${SQUEEZEFS_POOL:-$HOME/.local/share/squeezefs/demo-pool}"
 MNT="${SQUEEZEFS_MNT:-/tmp/squeezefs-demo}"
