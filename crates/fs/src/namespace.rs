@@ -126,20 +126,9 @@ impl Fs {
                 mode &= !S_ISGID;
             }
             let attr = InodeAttr {
-                ino,
-                kind,
-                perm: mode,
-                uid: c.uid,
-                gid,
-                nlink: if kind == FileKind::Dir { 2 } else { 1 },
                 size: target.map_or(0, |t| t.len() as u64),
-                blocks_bytes: 0,
                 rdev,
-                atime: now,
-                mtime: now,
-                ctime: now,
-                crtime: now,
-                generation: 0,
+                ..InodeAttr::new(ino, kind, mode, c.uid, gid, now)
             };
             tx.put_inode(&attr)?;
             if let Some(t) = target {

@@ -47,6 +47,29 @@ pub struct InodeAttr {
     pub generation: u64,
 }
 
+impl InodeAttr {
+    /// A new, empty inode: every time set to `time`, one link (two for a directory: its
+    /// parent's entry and its own `.`), no data, generation 0.
+    pub fn new(ino: Ino, kind: FileKind, perm: u32, uid: u32, gid: u32, time: Timestamp) -> InodeAttr {
+        InodeAttr {
+            ino,
+            kind,
+            perm,
+            uid,
+            gid,
+            nlink: if kind == FileKind::Dir { 2 } else { 1 },
+            size: 0,
+            blocks_bytes: 0,
+            rdev: 0,
+            atime: time,
+            mtime: time,
+            ctime: time,
+            crtime: time,
+            generation: 0,
+        }
+    }
+}
+
 /// One directory entry as listed by `MetaTx::dir_list`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {

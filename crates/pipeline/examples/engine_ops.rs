@@ -22,22 +22,7 @@ use std::time::Instant;
 
 fn attr(ino: Ino, kind: FileKind) -> InodeAttr {
     let t = Timestamp { secs: 1_700_000_000, nanos: 0 };
-    InodeAttr {
-        ino,
-        kind,
-        perm: 0o644,
-        uid: 0,
-        gid: 0,
-        nlink: 1,
-        size: 0,
-        blocks_bytes: 0,
-        rdev: 0,
-        atime: t,
-        mtime: t,
-        ctime: t,
-        crtime: t,
-        generation: 1,
-    }
+    InodeAttr { nlink: 1, generation: 1, ..InodeAttr::new(ino, kind, 0o644, 0, 0, t) }
 }
 
 fn generated_text(n: usize) -> Vec<u8> {

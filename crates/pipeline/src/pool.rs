@@ -154,22 +154,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
         }
         let t = now();
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        let root = InodeAttr {
-            ino: ROOT_INO,
-            kind: FileKind::Dir,
-            perm: 0o755,
-            uid,
-            gid,
-            nlink: 2,
-            size: 0,
-            blocks_bytes: 0,
-            rdev: 0,
-            atime: t,
-            mtime: t,
-            ctime: t,
-            crtime: t,
-            generation: 1,
-        };
+        let root = InodeAttr { generation: 1, ..InodeAttr::new(ROOT_INO, FileKind::Dir, 0o755, uid, gid, t) };
         tx.open_table(tables::INODES)?.insert(ROOT_INO, &encode_inode(&root)[..])?;
         // create the remaining tables so read transactions find them
         tx.open_table(tables::DIRENTS)?;

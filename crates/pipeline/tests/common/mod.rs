@@ -8,22 +8,7 @@ pub fn now() -> Timestamp {
 }
 
 pub fn attr(ino: Ino, kind: FileKind, nlink: u32) -> InodeAttr {
-    InodeAttr {
-        ino,
-        kind,
-        perm: 0o644,
-        uid: 0,
-        gid: 0,
-        nlink,
-        size: 0,
-        blocks_bytes: 0,
-        rdev: 0,
-        atime: now(),
-        mtime: now(),
-        ctime: now(),
-        crtime: now(),
-        generation: 1,
-    }
+    InodeAttr { nlink, generation: 1, ..InodeAttr::new(ino, kind, 0o644, 0, 0, now()) }
 }
 
 /// Create a regular file `name` in the root; returns its inode.

@@ -224,22 +224,7 @@ pub fn create_file(engine: &Engine, name: &[u8]) -> Result<u64, EngineError> {
     engine.meta_write(|tx| {
         let ino = tx.alloc_ino()?;
         let t = now();
-        tx.put_inode(&InodeAttr {
-            ino,
-            kind: FileKind::File,
-            perm: 0o644,
-            uid: 0,
-            gid: 0,
-            nlink: 1,
-            size: 0,
-            blocks_bytes: 0,
-            rdev: 0,
-            atime: t,
-            mtime: t,
-            ctime: t,
-            crtime: t,
-            generation: 0,
-        })?;
+        tx.put_inode(&InodeAttr::new(ino, FileKind::File, 0o644, 0, 0, t))?;
         tx.dir_insert(ROOT_INO, name, ino, FileKind::File)?;
         Ok(ino)
     })
