@@ -5,7 +5,8 @@
 //! * fork (unless --foreground): the parent waits on a pipe for the child's verdict and
 //!   exits 0 once the mount is live, or 1 with the child's error. The fork happens before
 //!   any thread exists (the engine starts threads when it opens the pool).
-//! * serve: open the pool, mount, answer INIT; report "ok"; detach stdio; serve requests.
+//! * serve: open the pool, mount, answer INIT; report "ok"; detach stdio (stderr, and with it
+//!   every log message, goes to the pool's log file, see [`LOG_FILE`]); serve requests.
 //! * stop: unmount (`squeezefs umount`, `umount`, SIGTERM/SIGINT/SIGHUP) ends the session;
 //!   the fs core then frees orphans and closes the engine (flush + commit); exit 0.
 //!
@@ -56,7 +57,21 @@ pub fn run(args: MountArgs) -> Result<()> {
             }
         });
     }
-    daemonize(|report| serve(&pool, &mountpoint, &cfg, report))
+    let log = pool.join(LOG_FILE);
+    daemonize(&log, |report| serve(&pool, &mountpoint, &cfg, report))
+}
+
+/// The daemon's log in the pool directory: its stderr once it runs in the background, so
+/// errors after the mount went live (a failed txg, an unmount that could not flush) are kept.
+/// Opened for appending; a log over [`LOG_ROTATE_BYTES`] moves to `squeezefs.log.1` at mount.
+pub const LOG_FILE: &str = "squeezefs.log";
+const LOG_ROTATE_BYTES: u64 = 1 << 20;
+
+/// One line in the daemon log, whatever the log filter says (mount and unmount are rare
+/// and always worth a line).
+fn log_event(msg: &str) {
+    let now = jiff::Timestamp::now().round(jiff::Unit::Second).unwrap_or_else(|_| jiff::Timestamp::now());
+    eprintln!("[{now} squeezefs pid {}] {msg}", std::process::id());
 }
 
 /// `-o remount,compress=SPEC`: send the change to the daemon serving `mountpoint`.
@@ -73,7 +88,7 @@ fn remount(mountpoint: &Path, cfg: &MountConfig) -> Result<()> {
 }
 
 /// Fork; the parent exits with the child's verdict on the mount.
-fn daemonize(child: impl FnOnce(&mut dyn FnMut(Result<(), String>)) -> Result<()>) -> Result<()> {
+fn daemonize(log: &Path, child: impl FnOnce(&mut dyn FnMut(Result<(), String>)) -> Result<()>) -> Result<()> {
     let mut fds = [0 as RawFd; 2];
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         bail!("pipe: {}", std::io::Error::last_os_error());
@@ -92,11 +107,14 @@ fn daemonize(child: impl FnOnce(&mut dyn FnMut(Result<(), String>)) -> Result<()
                         Err(e) => format!("error: {e}"),
                     };
                     let _ = p.write_all(msg.as_bytes());
-                    detach_stdio();
+                    detach_stdio(log);
                 }
             };
             let r = child(&mut report);
-            // an error after the mount was live has nowhere to go but the exit status
+            // after the mount went live, stderr is the pool log: the error lands there
+            if let Err(e) = &r {
+                log_event(&format!("exiting after an error: {e:#}"));
+            }
             std::process::exit(if r.is_ok() { 0 } else { 1 });
         }
         pid => {
@@ -116,14 +134,30 @@ fn daemonize(child: impl FnOnce(&mut dyn FnMut(Result<(), String>)) -> Result<()
     }
 }
 
-fn detach_stdio() {
-    let null = c"/dev/null";
+/// stdin/stdout → /dev/null, stderr → the pool log (or /dev/null if the log cannot be
+/// opened, e.g. a pool on a read-only filesystem mounted `ro`).
+fn detach_stdio(log: &Path) {
+    if std::fs::metadata(log).is_ok_and(|m| m.len() > LOG_ROTATE_BYTES) {
+        let mut old = log.as_os_str().to_owned();
+        old.push(".1");
+        let _ = std::fs::rename(log, old);
+    }
+    let log_c = std::ffi::CString::new(log.as_os_str().as_bytes()).ok();
     unsafe {
-        let fd = libc::open(null.as_ptr(), libc::O_RDWR);
-        if fd >= 0 {
-            libc::dup2(fd, 0);
-            libc::dup2(fd, 1);
-            libc::dup2(fd, 2);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        let err = match &log_c {
+            Some(p) => libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_CLOEXEC, 0o600),
+            None => -1,
+        };
+        let err = if err >= 0 { err } else { null };
+        if null >= 0 {
+            libc::dup2(null, 0);
+            libc::dup2(null, 1);
+        }
+        if err >= 0 {
+            libc::dup2(err, 2);
+        }
+        for fd in [null, err] {
             if fd > 2 {
                 libc::close(fd);
             }
@@ -170,7 +204,11 @@ fn serve(
         })
         .context("starting the signal thread")?;
     report(Ok(()));
+    let spec = cfg.remount_request().unwrap_or_else(|| "pool's compression".into());
+    log_event(&format!("mounted {} on {} ({spec})", pool.display(), mountpoint.display()));
     session.run().context("serving FUSE requests")?;
+    // a failed flush at unmount was logged by the fs core just before this line
+    log_event(&format!("unmounted {}", mountpoint.display()));
     Ok(())
 }
 

@@ -448,6 +448,27 @@ fn fsync_is_durable_even_if_the_daemon_is_killed() {
     assert_eq!(std::fs::read(m.path("durable")).unwrap(), vec![42u8; 1 << 20]);
 }
 
+/// The daemon's stderr went to /dev/null once it ran in the background, so errors after the
+/// mount went live were lost; it now goes to `squeezefs.log` in the pool directory.
+#[test]
+fn daemon_log_in_the_pool_records_mount_and_unmount() {
+    if !can_mount() {
+        return;
+    }
+    let mut m = Mounted::new("compress=lz4");
+    let pid = m.daemon_pid();
+    m.umount();
+    let t = std::time::Instant::now();
+    while unsafe { libc::kill(pid, 0) } == 0 {
+        assert!(t.elapsed().as_secs() < 30, "daemon did not exit after umount");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let log = std::fs::read_to_string(m.pool.join("squeezefs.log")).expect("daemon log in the pool");
+    let mine: Vec<&str> = log.lines().filter(|l| l.contains(&format!("pid {pid}]"))).collect();
+    assert!(mine.iter().any(|l| l.contains("mounted") && l.contains("compress=lz4")), "log: {log}");
+    assert!(mine.iter().any(|l| l.contains("unmounted")), "log: {log}");
+}
+
 #[test]
 fn sigterm_flushes_and_unmounts() {
     if !can_mount() {
