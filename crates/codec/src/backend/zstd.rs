@@ -29,20 +29,31 @@ fn is_dst_too_small(code: usize) -> bool {
 const USE_ROW_MATCH_FINDER: sys::ZSTD_cParameter = sys::ZSTD_cParameter::ZSTD_c_experimentalParam14;
 
 /// Parameters of `level` for sources of up to `block` bytes: libzstd's own table
-/// (`ZSTD_getCParams`), with two caps that bound workspace memory on small blocks:
+/// (`ZSTD_getCParams`), with one floor that buys ratio and two caps that bound workspace
+/// memory on small blocks:
+/// * `fast` (levels 1–2): hash log at least `windowLog − 3`. libzstd's
+///   table for sources ≤ 128 KiB gives level 1 a 2^13-entry table, which on a full record
+///   forgets most earlier positions; 2^14 entries (64 KiB, still far under the btrfs workspace
+///   figure) measured +2.8% ratio for −11% speed on the Silesia subset (`zstd -b1 -B128K
+///   --zstd=hlog=14`, docs/benchmarks.md). This is what lets packed zstd:1 beat btrfs by the
+///   ratio margin at the same level while staying faster than the zstd CLI's level 1;
 /// * `dfast` (level 4 on 128 KiB): both hash tables at most half a window's entries
 ///   (libzstd gives them one entry per byte: 1 MiB of tables for a 128 KiB record);
 /// * binary-tree strategies (btlazy2 and up, levels 11+): chain log at most the window log
 ///   (libzstd uses windowLog + 1, i.e. trees over the whole window; 2 MiB at 128 KiB).
 ///
-/// Levels 1..=3 and 5..=10 are untouched, so their frames are byte-identical to the zstd
-/// CLI's; the capped levels lose a little ratio (measured in docs/benchmarks.md) and their
+/// Levels 3 and 5..=10 are untouched, so their frames are byte-identical to the zstd CLI's;
+/// the capped levels lose a little ratio (measured in docs/benchmarks.md) and their
 /// workspaces stay under the btrfs figures for the same levels.
 pub(crate) fn cparams(level: i32, block: usize) -> sys::ZSTD_compressionParameters {
     use sys::ZSTD_strategy::*;
     // SAFETY: pure function of its arguments.
     let mut p = unsafe { sys::ZSTD_getCParams(level, block as u64, 0) };
     match p.strategy {
+        // negative levels ask for speed over ratio: left as libzstd has them
+        ZSTD_fast if level >= 1 => {
+            p.hashLog = p.hashLog.max(p.windowLog.saturating_sub(3)).min(p.windowLog);
+        }
         ZSTD_dfast => {
             p.hashLog = p.hashLog.min(p.windowLog - 1);
             p.chainLog = p.chainLog.min(p.windowLog - 1);
