@@ -30,7 +30,7 @@ impl Payload {
         match self {
             Payload::Owned(v) => v,
             Payload::LayerRec { layer, idx } => match layer.recs.get(idx) {
-                Some(Rec::Data(d)) => d,
+                Some(Rec::Data(d)) => d.bytes(),
                 _ => &[],
             },
         }

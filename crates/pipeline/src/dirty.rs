@@ -22,9 +22,67 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub enum Rec {
     /// Bytes from the start of the record; shorter than the record means zeros follow.
-    Data(Vec<u8>),
+    Data(DataRec),
     /// The whole record is a hole (punched).
     Hole,
+}
+
+/// The bytes of a dirty record plus, optionally, the early-compression slot started on
+/// exactly these bytes (early.rs).
+///
+/// Invariant (crash safety): `early`, when set, belongs to the bytes `buf` holds now. The
+/// buffer is private and every mutation goes through [`DataRec::buf_mut`], which drops the
+/// slot first, so a compression result of older bytes can never reach a txg.
+/// The buffer is an `Arc` so that a compress job can read it without the file lock; a
+/// mutation while a job still holds it copies the buffer (copy on write, rare).
+#[derive(Debug, Default)]
+pub struct DataRec {
+    buf: Arc<Vec<u8>>,
+    early: Option<Arc<crate::early::Slot>>,
+}
+
+impl DataRec {
+    pub fn new(buf: Vec<u8>) -> DataRec {
+        DataRec { buf: Arc::new(buf), early: None }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The buffer for modification: forgets any early compression of the old bytes.
+    pub fn buf_mut(&mut self) -> &mut Vec<u8> {
+        self.early = None;
+        Arc::make_mut(&mut self.buf)
+    }
+
+    /// A shared handle on the bytes (for a compress job).
+    pub fn shared(&self) -> Arc<Vec<u8>> {
+        self.buf.clone()
+    }
+
+    pub fn early(&self) -> Option<&Arc<crate::early::Slot>> {
+        self.early.as_ref()
+    }
+
+    /// Attach a slot started on the current bytes (the caller holds the file lock and
+    /// took `shared()` under the same hold).
+    pub fn set_early(&mut self, slot: Arc<crate::early::Slot>) {
+        self.early = Some(slot);
+    }
+
+    /// The buffer, if nobody else holds it (for recycling).
+    pub fn into_vec(self) -> Option<Vec<u8>> {
+        Arc::try_unwrap(self.buf).ok()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -49,7 +107,7 @@ pub enum LayerView<'a> {
 impl Layer {
     pub fn view(&self, idx: u64) -> LayerView<'_> {
         match self.recs.get(&idx) {
-            Some(Rec::Data(d)) => LayerView::Data(d),
+            Some(Rec::Data(d)) => LayerView::Data(d.bytes()),
             Some(Rec::Hole) => LayerView::Hole,
             None => match self.trunc_floor {
                 Some(f) if idx >= f => LayerView::Hole,
@@ -78,6 +136,8 @@ pub struct FileData {
     pub retired: bool,
     /// Committed physical bytes (from the inode) for getattr.
     pub committed_blocks: u64,
+    /// Early compression: records of this file that compressed in a row (policy::TRUST_AFTER).
+    pub streak: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl FileData {
@@ -90,6 +150,7 @@ impl FileData {
             gen: 0,
             retired: false,
             committed_blocks,
+            streak: Arc::default(),
         }
     }
 
@@ -219,7 +280,10 @@ impl BufPool {
     /// Return the buffers of a layer nobody else references.
     pub fn give_layer(&self, layer: Layer) {
         for (_, r) in layer.recs {
-            if let Rec::Data(b) = r {
+            if let Some(b) = match r {
+                Rec::Data(d) => d.into_vec(),
+                Rec::Hole => None,
+            } {
                 self.give(b);
             }
         }

@@ -37,8 +37,11 @@ pub struct Inner {
     pub files: FileTable,
     /// inodes with changes in the open txg
     pub dirty_set: Mutex<HashSet<Ino>>,
-    /// bytes held by dirty record buffers (open + syncing layers)
-    pub dirty_bytes: AtomicU64,
+    /// bytes held by dirty record buffers (open + syncing layers) and by early
+    /// compression results waiting for their txg (early.rs); shared with those results
+    pub dirty_bytes: Arc<AtomicU64>,
+    /// compress tasks: the sync stage's before early compression (early.rs)
+    pub compress_q: crate::early::CompressQueue,
     /// writers delayed at the dirty bound wait here; the commit stage notifies
     pub throttle_lock: Mutex<()>,
     pub throttle_cv: Condvar,
@@ -97,7 +100,8 @@ impl Inner {
             space: Mutex::new(space),
             files: FileTable::default(),
             dirty_set: Mutex::new(HashSet::new()),
-            dirty_bytes: AtomicU64::new(0),
+            dirty_bytes: Arc::new(AtomicU64::new(0)),
+            compress_q: Default::default(),
             throttle_lock: Mutex::new(()),
             throttle_cv: Condvar::new(),
             txg: TxgCtl::new(last_txg),
@@ -141,6 +145,11 @@ impl Inner {
                 ..Default::default()
             })
         })
+    }
+
+    /// The compression policy of `ino` (its own, else the pool's).
+    pub fn policy_of(&self, ino: Ino) -> Policy {
+        self.file_policy.read().get(&ino).copied().unwrap_or(*self.policy.read())
     }
 
     pub fn check_writable(&self) -> Result<()> {

@@ -24,6 +24,7 @@ mod alloc;
 mod caches;
 mod devq;
 mod dirty;
+mod early;
 mod error;
 pub mod fsck;
 mod inner;

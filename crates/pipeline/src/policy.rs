@@ -7,7 +7,7 @@
 use squeezefs_codec::{heuristic, saves_a_sector, Algorithm, Codec, Spec, Workspaces};
 use xxhash_rust::xxh3::xxh3_64;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
     pub spec: Spec,
     pub force: bool,

@@ -405,7 +405,7 @@ pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option
                 .iter()
                 .map(|(k, v)| {
                     (*k, match v {
-                        crate::dirty::Rec::Data(_) => crate::dirty::Rec::Data(Vec::new()),
+                        crate::dirty::Rec::Data(_) => crate::dirty::Rec::Data(Default::default()),
                         crate::dirty::Rec::Hole => crate::dirty::Rec::Hole,
                     })
                 })

@@ -26,7 +26,8 @@ use crate::devq::{Completion, Payload, WriteReq};
 use crate::dirty::{Layer, Rec};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
-use crate::policy::{compress_record, Compressed, TRUST_AFTER};
+use crate::early::{Claim, CompressQueue, CompressResult, Slot};
+use crate::policy::Compressed;
 use crate::units::sector_bytes;
 use squeezefs_control::{choose_device, DeviceView};
 use squeezefs_meta::{keys, tables, DeviceExtent, ExtentPtr, Ino, StoredRecord, Superblock};
@@ -129,9 +130,10 @@ fn cut(frozen: &[(Ino, Arc<Layer>)]) -> Vec<(usize, u64)> {
     jobs
 }
 
-type CompressResult = (usize, u64, Compressed);
-
-/// Stage 2: hand every record to the workers; results arrive in completion order.
+/// Stage 2: every record's compression result, in completion order. A record whose
+/// early compression (early.rs) was started on its current bytes under the same policy
+/// reuses it (done: at once; running or queued: the job forwards its result here); the
+/// others are queued as urgent tasks, ahead of the next txg's early compression.
 fn compress(
     inner: &Arc<Inner>,
     frozen: &[(Ino, Arc<Layer>)],
@@ -143,29 +145,32 @@ fn compress(
     let sector = inner.sector as usize;
     // per file: how many records in a row compressed (see policy::TRUST_AFTER)
     let streaks: Vec<Arc<AtomicU32>> = frozen.iter().map(|_| Arc::new(AtomicU32::new(0))).collect();
+    let (mut reused, mut fresh) = (0usize, 0usize);
     for &(li, idx) in jobs {
         let policy = per_file.get(&frozen[li].0).copied().unwrap_or(global);
-        let layer = frozen[li].1.clone();
-        let streak = streaks[li].clone();
-        let tx = tx.clone();
-        let inner2 = inner.clone();
-        inner.workers.execute(move || {
-            let data: &[u8] = match layer.recs.get(&idx) {
-                Some(Rec::Data(d)) => d,
-                _ => &[],
-            };
-            let trust = streak.load(Ordering::Relaxed) >= TRUST_AFTER;
-            let c = compress_record(data, policy, sector, trust, || inner2.workspaces());
-            match c {
-                Compressed::Packed { .. } => {
-                    streak.fetch_add(1, Ordering::Relaxed);
+        let Some(Rec::Data(rec)) = frozen[li].1.recs.get(&idx) else {
+            unreachable!("cut lists data records only")
+        };
+        if let Some(slot) = rec.early().filter(|s| s.policy == policy) {
+            match slot.claim(&tx, li, idx) {
+                Claim::Sent | Claim::Running => {
+                    reused += 1;
+                    continue;
                 }
-                Compressed::Raw { .. } => streak.store(0, Ordering::Relaxed),
-                Compressed::Zeros => {}
+                Claim::Queued => {
+                    reused += 1;
+                    CompressQueue::push(inner, slot.clone(), true);
+                    continue;
+                }
+                Claim::Unusable => {}
             }
-            let _ = tx.send((li, idx, c));
-        });
+        }
+        fresh += 1;
+        let slot = Slot::new(rec.shared(), policy, sector, streaks[li].clone(), inner.dirty_bytes.clone())
+            .forward_to(tx.clone(), li, idx);
+        CompressQueue::push(inner, slot, true);
     }
+    log::trace!("compress: {reused} records compressed early, {fresh} now");
     rx
 }
 
@@ -182,7 +187,7 @@ fn place(
     written: &mut [bool],
 ) -> Result<Outcome> {
     let data: &[u8] = match layer.recs.get(&idx) {
-        Some(Rec::Data(d)) => d,
+        Some(Rec::Data(d)) => d.bytes(),
         _ => &[],
     };
     let logical = data.len() as u32;

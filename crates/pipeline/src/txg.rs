@@ -257,15 +257,18 @@ fn normalize(layer: &mut Layer, rs: u64, inner: &Inner) {
     let size = layer.size;
     let mut grow: i64 = 0;
     for (&idx, rec) in layer.recs.iter_mut() {
-        if let crate::dirty::Rec::Data(buf) = rec {
+        if let crate::dirty::Rec::Data(d) = rec {
             let want = crate::units::record_len_in_file(idx, size, rs) as usize;
             if want == 0 {
-                grow -= buf.len() as i64;
+                grow -= d.len() as i64;
                 *rec = crate::dirty::Rec::Hole;
                 continue;
             }
-            grow += want as i64 - buf.len() as i64;
-            buf.resize(want, 0);
+            if d.len() != want {
+                // changes the bytes: drops any early compression of the old ones
+                grow += want as i64 - d.len() as i64;
+                d.buf_mut().resize(want, 0);
+            }
         }
     }
     layer.bytes = (layer.bytes as i64 + grow) as u64;

@@ -4,7 +4,8 @@
 //! layer or committed extent) *outside* the file lock; the file's `gen` tells whether a
 //! truncation or punch raced with the load, in which case the load is redone.
 
-use crate::dirty::{FileRef, LayerView, Rec};
+use crate::dirty::{DataRec, FileRef, LayerView, Rec};
+use crate::early::{CompressQueue, Slot};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::read;
@@ -94,6 +95,9 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
             continue;
         }
         let mut grown: u64 = 0;
+        let mut early: Vec<std::sync::Arc<Slot>> = Vec::new();
+        let mut early_policy = None;
+        let fd_streak = fd.streak.clone();
         for idx in first..=last {
             let rstart = record_start_byte(idx, rs);
             let a = (off.max(rstart) - rstart) as usize;
@@ -114,7 +118,7 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
                         }
                     });
                     grown += base.len() as u64;
-                    fd.open.recs.insert(idx, Rec::Data(base));
+                    fd.open.recs.insert(idx, Rec::Data(DataRec::new(base)));
                     fd.open.recs.get_mut(&idx).expect("just inserted")
                 }
             };
@@ -122,13 +126,15 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
                 if matches!(fill, Fill::Zeros) {
                     continue;
                 }
-                *entry = Rec::Data(Vec::new());
+                *entry = Rec::Data(DataRec::default());
             }
-            let Rec::Data(buf) = entry else {
+            let Rec::Data(rec) = entry else {
                 unreachable!()
             };
             match fill {
                 Fill::Data(d) => {
+                    let was = rec.len();
+                    let buf = rec.buf_mut();
                     let src =
                         &d[(rstart + a as u64 - off) as usize..(rstart + b as u64 - off) as usize];
                     if buf.len() <= a {
@@ -144,11 +150,24 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
                         }
                         buf[a..b].copy_from_slice(src);
                     }
+                    // this write filled the record: compress it now (early.rs)
+                    if was < rs as usize && buf.len() == rs as usize {
+                        let policy = *early_policy.get_or_insert_with(|| inner.policy_of(ino));
+                        let slot = Slot::new(
+                            rec.shared(),
+                            policy,
+                            inner.sector as usize,
+                            fd_streak.clone(),
+                            inner.dirty_bytes.clone(),
+                        );
+                        rec.set_early(slot.clone());
+                        early.push(slot);
+                    }
                 }
                 Fill::Zeros => {
-                    let hi = b.min(buf.len());
+                    let hi = b.min(rec.len());
                     if a < hi {
-                        buf[a..hi].fill(0);
+                        rec.buf_mut()[a..hi].fill(0);
                     }
                 }
             }
@@ -160,6 +179,13 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
         }
         fd.open_dirty = true;
         inner.dirty_set.lock().insert(ino);
+        drop(fd);
+        if !early.is_empty() {
+            let me = inner.self_arc();
+            for s in early {
+                CompressQueue::push(&me, s, false);
+            }
+        }
         return Ok(());
     }
 }
@@ -245,12 +271,12 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
                 (fd.open.recs.entry(p), loaded)
             {
                 grown += b.len() as u64;
-                v.insert(Rec::Data(b));
+                v.insert(Rec::Data(DataRec::new(b)));
             }
             if let Some(Rec::Data(b)) = fd.open.recs.get_mut(&p) {
                 if b.len() > keep {
                     freed += (b.len() - keep) as u64;
-                    b.truncate(keep);
+                    b.buf_mut().truncate(keep);
                 }
             }
         }
