@@ -6,7 +6,11 @@
 //! * Block device: fixed; the capacity is the device size (seek to end, which the kernel
 //!   answers with the same figure as the BLKGETSIZE64 ioctl).
 //!
-//! `sync` is `fdatasync`. The host filesystem running out of space (ENOSPC) while a
+//! `sync` is `fdatasync`. Writes start the kernel's writeback early: once
+//! `WRITEBACK_KICK_BYTES` were written since the last kick, the written range gets
+//! `sync_file_range(SYNC_FILE_RANGE_WRITE)` (asynchronous; a hint — durability still comes
+//! only from `sync`), so the `fdatasync` before a commit waits for the tail, not for the
+//! whole txg. The host filesystem running out of space (ENOSPC) while a
 //! growable file grows is reported as `Full` too, so the engine sees one "no space" error.
 
 use crate::{end_offset, Device, DeviceError};
@@ -39,6 +43,36 @@ pub struct FileDevice {
     len: AtomicU64,
     /// Set when a crash test armed `power_loss` for this path.
     power: Option<Arc<PowerLoss>>,
+    /// Range written since the last writeback kick.
+    unkicked: std::sync::Mutex<Unkicked>,
+}
+
+/// Start writeback after this many bytes written (see the module comment).
+pub const WRITEBACK_KICK_BYTES: u64 = 4 << 20;
+
+#[derive(Default)]
+struct Unkicked {
+    lo: u64,
+    hi: u64,
+    bytes: u64,
+}
+
+impl Unkicked {
+    /// Add a write of `len` bytes at `offset`; the range to kick when enough accumulated.
+    fn add(&mut self, offset: u64, end: u64) -> Option<(u64, u64)> {
+        if self.bytes == 0 {
+            (self.lo, self.hi) = (offset, end);
+        } else {
+            self.lo = self.lo.min(offset);
+            self.hi = self.hi.max(end);
+        }
+        self.bytes += end - offset;
+        if self.bytes < WRITEBACK_KICK_BYTES {
+            return None;
+        }
+        self.bytes = 0;
+        Some((self.lo, self.hi - self.lo))
+    }
 }
 
 impl FileDevice {
@@ -98,6 +132,7 @@ impl FileDevice {
             block_device,
             len: AtomicU64::new(len),
             power: recorder_for(path),
+            unkicked: Default::default(),
         })
     }
 
@@ -164,6 +199,22 @@ impl Device for FileDevice {
         }
         .map_err(|e| self.io_err(e))?;
         self.len.fetch_max(end, Ordering::AcqRel);
+        if self.power.is_none() {
+            let kick = self.unkicked.lock().unwrap_or_else(|p| p.into_inner()).add(offset, end);
+            if let Some((off, len)) = kick {
+                use std::os::fd::AsRawFd;
+                // SAFETY: plain syscall on our own open descriptor; a failure only means
+                // the writeback starts at fdatasync, so the result is ignored.
+                unsafe {
+                    libc::sync_file_range(
+                        self.file.as_raw_fd(),
+                        off as libc::off64_t,
+                        len as libc::off64_t,
+                        libc::SYNC_FILE_RANGE_WRITE,
+                    );
+                }
+            }
+        }
         Ok(())
     }
 
@@ -191,6 +242,28 @@ impl Device for FileDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writeback_kick_covers_every_write_since_the_last_kick() {
+        let mut u = Unkicked::default();
+        let step = 300 * 1024u64;
+        let mut kicked = Vec::new();
+        // out-of-order writes (a sorted batch after another): the kick spans them all
+        for i in (0..64u64).rev() {
+            if let Some(r) = u.add(i * step, (i + 1) * step) {
+                kicked.push(r);
+            }
+        }
+        let per_kick = WRITEBACK_KICK_BYTES.div_ceil(step);
+        assert_eq!(kicked.len() as u64, 64 / per_kick);
+        let mut covered = 0;
+        for (off, len) in &kicked {
+            assert_eq!(*len, per_kick * step, "a kick spans exactly its writes");
+            assert_eq!(off % step, 0);
+            covered += len;
+        }
+        assert_eq!(covered + u.bytes, 64 * step);
+    }
 
     #[test]
     fn growable_file_round_trips_and_grows() {
