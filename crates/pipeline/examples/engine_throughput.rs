@@ -142,6 +142,10 @@ fn codec_reference(files: &[PathBuf]) {
 }
 
 fn main() {
+    // RUST_LOG=squeezefs_pipeline=debug shows each txg's stage times
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("off"))
+        .format_timestamp_micros()
+        .try_init();
     let a = parse_args();
     if a.codec_reference {
         codec_reference(&a.files);

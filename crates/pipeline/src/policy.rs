@@ -49,6 +49,11 @@ pub fn is_zeros(data: &[u8]) -> bool {
     pre.iter().all(|&b| b == 0) && mid.iter().all(|&w| w == 0) && post.iter().all(|&b| b == 0)
 }
 
+thread_local! {
+    /// Per-worker compression output buffer (grows to the largest record seen).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Heuristic, compression with early abort (output must save a sector), checksum of what
 /// will be stored. Never copies the raw record.
 pub fn compress_record<'a>(
@@ -73,12 +78,20 @@ pub fn compress_record<'a>(
     if limit == 0 {
         return raw();
     }
-    let mut dst = vec![0u8; limit];
-    match ws().compress(codec, data, &mut dst) {
-        Ok(n) if saves_a_sector(n, data.len(), sector) => {
-            dst.truncate(n);
-            let hash = xxh3_64(&dst);
-            Compressed::Packed { codec, bytes: dst, hash }
+    // compress into this thread's scratch buffer (mapped and warm after the first record)
+    // and keep an exact-size copy: no zero fill and no fresh pages per record, and the
+    // result held until its txg takes only the memory it needs
+    let packed = SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < limit {
+            s.resize(limit, 0);
+        }
+        ws().compress(codec, data, &mut s[..limit]).map(|n| s[..n].to_vec())
+    });
+    match packed {
+        Ok(bytes) if saves_a_sector(bytes.len(), data.len(), sector) => {
+            let hash = xxh3_64(&bytes);
+            Compressed::Packed { codec, bytes, hash }
         }
         Ok(_) => raw(),
         Err(squeezefs_codec::CodecError::DstTooSmall) => raw(),
