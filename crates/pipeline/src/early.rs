@@ -34,15 +34,24 @@
  * Queue: two FIFO lists, `urgent` (the sync stage's records) before `background` (early
  * compression). Each entry pushed submits one worker-pool job that runs one entry, taking
  * urgent entries first: a txg being synced never waits behind the next txg's records.
- * Tunables: none here; what triggers early compression is decided in write.rs (a write
- * that fills a record).
+ *
+ * Flow control (`EarlyCounters`): `backlog` = record bytes of background slots not yet
+ * compressed; a writer waits while it exceeds `max_backlog` (`wait_backlog`), so a writer
+ * faster than the compressors stays a bounded distance ahead. `ready` = record bytes whose
+ * early result is DONE and unclaimed; reaching `EARLY_SYNC_BYTES` closes the open txg
+ * (txg.rs), so compressed records reach the disk and their buffers return to the buffer pool
+ * (and are refilled by the writer) instead of the writer touching fresh memory for every
+ * record of a long stream.
+ * Tunables: `EARLY_SYNC_BYTES` (16 MiB), `BACKLOG_RECORDS_PER_WORKER` (64); what triggers
+ * early compression is decided in write.rs (a write that fills a record).
  */
 
 use crate::inner::Inner;
 use crate::policy::{compress_record, Compressed, Policy, TRUST_AFTER};
 use crossbeam_channel::Sender;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
+use std::time::Duration;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -75,6 +84,32 @@ struct SlotState {
     forward: Option<Forward>,
     /// bytes charged to the dirty counter for a DONE result
     charged: u64,
+    /// record bytes counted in `EarlyCounters::ready` (DONE, unclaimed)
+    ready: u64,
+    /// record bytes counted in `EarlyCounters::backlog` (queued in the background list)
+    backlog: u64,
+}
+
+/// Close the open txg once this many record bytes were compressed early and wait unclaimed.
+pub const EARLY_SYNC_BYTES: u64 = 16 << 20;
+/// A writer waits while more than this many records per worker wait for early compression.
+pub const BACKLOG_RECORDS_PER_WORKER: u64 = 64;
+
+/// Flow-control figures of early compression (see the block comment).
+#[derive(Default)]
+pub struct EarlyCounters {
+    pub backlog: AtomicU64,
+    pub ready: AtomicU64,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+impl EarlyCounters {
+    fn sub(a: &AtomicU64, n: u64) {
+        if n > 0 {
+            let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(n)));
+        }
+    }
 }
 
 pub struct Slot {
@@ -82,6 +117,7 @@ pub struct Slot {
     /// the policy the job compresses with (a result under another policy is not reused)
     pub policy: Policy,
     dirty: Arc<AtomicU64>,
+    counters: Arc<EarlyCounters>,
 }
 
 impl std::fmt::Debug for Slot {
@@ -116,11 +152,19 @@ fn charge_of(c: &Compressed) -> u64 {
 }
 
 impl Slot {
-    pub fn new(buf: Arc<Vec<u8>>, policy: Policy, sector: usize, streak: Arc<AtomicU32>, dirty: Arc<AtomicU64>) -> Arc<Slot> {
+    pub fn new(buf: Arc<Vec<u8>>, policy: Policy, streak: Arc<AtomicU32>, inner: &Inner) -> Arc<Slot> {
+        let sector = inner.sector as usize;
         Arc::new(Slot {
-            st: Mutex::new(SlotState { state: State::Queued(Job { buf, sector, streak }), forward: None, charged: 0 }),
+            st: Mutex::new(SlotState {
+                state: State::Queued(Job { buf, sector, streak }),
+                forward: None,
+                charged: 0,
+                ready: 0,
+                backlog: 0,
+            }),
             policy,
-            dirty,
+            dirty: inner.dirty_bytes.clone(),
+            counters: inner.compress_q.counters.clone(),
         })
     }
 
@@ -137,8 +181,10 @@ impl Slot {
         match std::mem::replace(&mut g.state, State::Taken) {
             State::Done(c) => {
                 let charged = std::mem::take(&mut g.charged);
+                let ready = std::mem::take(&mut g.ready);
                 drop(g);
                 self.uncharge(charged);
+                EarlyCounters::sub(&self.counters.ready, ready);
                 let _ = tx.send((layer, idx, c));
                 Claim::Sent
             }
@@ -172,6 +218,7 @@ impl Slot {
                 }
             }
         };
+        let len = job.buf.len() as u64;
         let trust = job.streak.load(Ordering::Relaxed) >= TRUST_AFTER;
         let c = compress_record(&job.buf, self.policy, job.sector, trust, || inner.workspaces());
         match c {
@@ -185,6 +232,8 @@ impl Slot {
         // own it alone again (no copy on write)
         drop(job);
         let mut g = self.st.lock();
+        let backlog = std::mem::take(&mut g.backlog);
+        let mut kick = false;
         match g.forward.take() {
             Some(f) => {
                 g.state = State::Taken;
@@ -194,10 +243,20 @@ impl Slot {
             None => {
                 let charged = charge_of(&c);
                 g.charged = charged;
+                g.ready = len;
                 g.state = State::Done(c);
                 drop(g);
                 self.dirty.fetch_add(charged, Ordering::Relaxed);
+                kick = self.counters.ready.fetch_add(len, Ordering::Relaxed) + len >= EARLY_SYNC_BYTES;
             }
+        }
+        if backlog > 0 {
+            EarlyCounters::sub(&self.counters.backlog, backlog);
+            let _g = self.counters.lock.lock();
+            self.counters.cv.notify_all();
+        }
+        if kick {
+            inner.txg.kick();
         }
     }
 
@@ -215,8 +274,10 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let n = std::mem::take(&mut self.st.get_mut().charged);
+        let st = self.st.get_mut();
+        let (n, ready) = (std::mem::take(&mut st.charged), std::mem::take(&mut st.ready));
         self.uncharge(n);
+        EarlyCounters::sub(&self.counters.ready, ready);
     }
 }
 
@@ -224,6 +285,7 @@ impl Drop for Slot {
 #[derive(Default)]
 pub struct CompressQueue {
     q: Mutex<Lists>,
+    pub counters: Arc<EarlyCounters>,
 }
 
 #[derive(Default)]
@@ -235,6 +297,14 @@ struct Lists {
 impl CompressQueue {
     /// Queue `slot` and submit one worker job for it.
     pub fn push(inner: &Arc<Inner>, slot: Arc<Slot>, urgent: bool) {
+        if !urgent {
+            let mut g = slot.st.lock();
+            if let State::Queued(j) = &g.state {
+                let n = j.buf.len() as u64;
+                g.backlog = n;
+                inner.compress_q.counters.backlog.fetch_add(n, Ordering::Relaxed);
+            }
+        }
         {
             let mut q = inner.compress_q.q.lock();
             if urgent {
@@ -245,6 +315,23 @@ impl CompressQueue {
         }
         let i = inner.clone();
         inner.workers.execute(move || i.compress_q.run_one(&i));
+    }
+
+    /// Wait while too many records wait for early compression (see the block comment).
+    pub fn wait_backlog(inner: &Inner) {
+        let c = &inner.compress_q.counters;
+        let max = BACKLOG_RECORDS_PER_WORKER * inner.workers.threads() as u64 * inner.recordsize;
+        while c.backlog.load(Ordering::Relaxed) > max {
+            if inner.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let mut g = c.lock.lock();
+            if c.backlog.load(Ordering::Relaxed) <= max {
+                return;
+            }
+            // the timeout only guards against a lost wakeup; workers notify
+            c.cv.wait_for(&mut g, Duration::from_millis(10));
+        }
     }
 
     fn run_one(&self, inner: &Inner) {
@@ -286,7 +373,7 @@ mod tests {
         let policy = *inner.policy.read();
         let buf = Arc::new(vec![7u8; 128 << 10]);
         let before = inner.dirty_bytes.load(Ordering::Relaxed);
-        let s = Slot::new(buf, policy, 512, Arc::default(), inner.dirty_bytes.clone());
+        let s = Slot::new(buf, policy, Arc::default(), &inner);
         CompressQueue::push(&inner, s.clone(), false);
         wait_until(|| s.is_done());
         assert!(inner.dirty_bytes.load(Ordering::Relaxed) > before, "a done result is charged");
@@ -308,7 +395,7 @@ mod tests {
         // many background slots, each claimed right away: every result arrives exactly once
         let mut slots = Vec::new();
         for i in 0..64u64 {
-            let s = Slot::new(Arc::new(vec![i as u8; 64 << 10]), policy, 512, Arc::default(), inner.dirty_bytes.clone());
+            let s = Slot::new(Arc::new(vec![i as u8; 64 << 10]), policy, Arc::default(), &inner);
             CompressQueue::push(&inner, s.clone(), false);
             slots.push(s);
         }
@@ -330,10 +417,37 @@ mod tests {
         let (_d, inner) = test_inner();
         let policy = *inner.policy.read();
         let before = inner.dirty_bytes.load(Ordering::Relaxed);
-        let s = Slot::new(Arc::new(vec![1u8; 128 << 10]), policy, 512, Arc::default(), inner.dirty_bytes.clone());
+        let s = Slot::new(Arc::new(vec![1u8; 128 << 10]), policy, Arc::default(), &inner);
         CompressQueue::push(&inner, s.clone(), false);
         wait_until(|| s.is_done());
         drop(s);
         assert_eq!(inner.dirty_bytes.load(Ordering::Relaxed), before);
+    }
+
+    #[test]
+    fn backlog_bounds_the_writer_and_counters_return_to_zero() {
+        let (_d, inner) = test_inner();
+        let policy = *inner.policy.read();
+        let c = inner.compress_q.counters.clone();
+        let max = BACKLOG_RECORDS_PER_WORKER * inner.workers.threads() as u64 * inner.recordsize;
+        let n = (max / (128 << 10)) as usize * 2;
+        let slots: Vec<_> = (0..n)
+            .map(|i| {
+                let s = Slot::new(Arc::new(vec![i as u8; 128 << 10]), policy, Arc::default(), &inner);
+                CompressQueue::push(&inner, s.clone(), false);
+                s
+            })
+            .collect();
+        CompressQueue::wait_backlog(&inner);
+        assert!(c.backlog.load(Ordering::Relaxed) <= max, "wait_backlog returned above the bound");
+        wait_until(|| slots.iter().all(|s| s.is_done()));
+        assert_eq!(c.backlog.load(Ordering::Relaxed), 0);
+        assert_eq!(c.ready.load(Ordering::Relaxed), n as u64 * (128 << 10));
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        for (i, s) in slots.iter().enumerate().take(n / 2) {
+            assert!(matches!(s.claim(&tx, 0, i as u64), Claim::Sent));
+        }
+        drop(slots); // the unclaimed half is dropped while DONE
+        assert_eq!(c.ready.load(Ordering::Relaxed), 0);
     }
 }

@@ -142,7 +142,6 @@ fn compress(
     let (tx, rx) = crossbeam_channel::unbounded();
     let global = *inner.policy.read();
     let per_file = inner.file_policy.read().clone();
-    let sector = inner.sector as usize;
     // per file: how many records in a row compressed (see policy::TRUST_AFTER)
     let streaks: Vec<Arc<AtomicU32>> = frozen.iter().map(|_| Arc::new(AtomicU32::new(0))).collect();
     let (mut reused, mut fresh) = (0usize, 0usize);
@@ -166,8 +165,7 @@ fn compress(
             }
         }
         fresh += 1;
-        let slot = Slot::new(rec.shared(), policy, sector, streaks[li].clone(), inner.dirty_bytes.clone())
-            .forward_to(tx.clone(), li, idx);
+        let slot = Slot::new(rec.shared(), policy, streaks[li].clone(), inner).forward_to(tx.clone(), li, idx);
         CompressQueue::push(inner, slot, true);
     }
     log::trace!("compress: {reused} records compressed early, {fresh} now");

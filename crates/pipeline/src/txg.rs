@@ -18,6 +18,7 @@
  *   - someone waits for N (`fsync`, `sync`, `close`): `want >= N`;
  *   - dirty data reached `SYNC_DIRTY_PERCENT` of `max_dirty_bytes` (ZFS
  *     zfs_dirty_data_sync_percent);
+ *   - `early::EARLY_SYNC_BYTES` of records were compressed early and wait for a txg;
  *   - the txg has been open `txg_timeout` (default 5 s) and something changed.
  * A failed sync (device I/O error, no space at allocation) moves the pool to SUSPENDED:
  * nothing more is synced, the pool on disk stays at the last committed txg, every later
@@ -186,7 +187,9 @@ pub fn driver(inner: Arc<Inner>) {
                 }
                 let dirty = inner.dirty_bytes.load(Ordering::Relaxed);
                 let threshold = inner.opts.max_dirty_bytes / 100 * SYNC_DIRTY_PERCENT;
-                if has_work && dirty >= threshold {
+                // compressed early and waiting: write it out, so its buffers return to the pool
+                let ready = inner.compress_q.counters.ready.load(Ordering::Relaxed);
+                if has_work && (dirty >= threshold || ready >= crate::early::EARLY_SYNC_BYTES) {
                     break;
                 }
                 let elapsed = st.opened_at.elapsed();

@@ -153,13 +153,7 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
                     // this write filled the record: compress it now (early.rs)
                     if was < rs as usize && buf.len() == rs as usize {
                         let policy = *early_policy.get_or_insert_with(|| inner.policy_of(ino));
-                        let slot = Slot::new(
-                            rec.shared(),
-                            policy,
-                            inner.sector as usize,
-                            fd_streak.clone(),
-                            inner.dirty_bytes.clone(),
-                        );
+                        let slot = Slot::new(rec.shared(), policy, fd_streak.clone(), inner);
                         rec.set_early(slot.clone());
                         early.push(slot);
                     }
@@ -197,6 +191,7 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<()> {
     }
     let end = checked_end(off, data.len() as u64).ok_or_else(|| too_big(off, data.len() as u64))?;
     throttle::delay(inner)?;
+    CompressQueue::wait_backlog(inner);
     reserve(inner, data.len() as u64)?;
     apply(inner, ino, off, end, Fill::Data(data))?;
     throttle::maybe_kick(inner);
