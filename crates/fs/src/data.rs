@@ -107,10 +107,18 @@ impl Fs {
     /// Read up to `size` bytes at `offset` (short at EOF).
     pub fn read(&self, ino: Ino, offset: u64, size: u32) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; size as usize];
-        let n = self.engine.read(ino, offset, &mut buf)?;
+        let n = self.read_into(ino, offset, &mut buf)?;
         buf.truncate(n);
-        self.touch_atime(ino);
         Ok(buf)
+    }
+
+    /// Read up to `buf.len()` bytes at `offset` into `buf` (whose old contents do not
+    /// matter: every returned byte is written), so a request thread can reuse one reply
+    /// buffer instead of allocating and zeroing a fresh one per request.
+    pub fn read_into(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let n = self.engine.read(ino, offset, buf)?;
+        self.touch_atime(ino);
+        Ok(n)
     }
 
     /// relatime: record the access if atime is not newer than mtime/ctime or a day old.

@@ -3,6 +3,7 @@
 mod adapter;
 pub mod mount;
 pub mod mount_config;
+mod readahead;
 
 pub use adapter::FuseFs;
 pub use fuser::Session;

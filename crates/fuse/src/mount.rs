@@ -37,6 +37,21 @@ fn session_config(cfg: &MountConfig) -> Config {
 
 /// Mount `fs` on `mountpoint`; the returned session is live (INIT answered).
 pub fn mount(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Session<FuseFs>> {
+    let s = mount_session(fs, pool, mountpoint, cfg)?;
+    // INIT is answered, so the kernel will not lower the window again; nothing serves
+    // requests yet, so the mount is found in mountinfo, never by touching its root
+    let abs = match (mountpoint.parent(), mountpoint.file_name()) {
+        (Some(d), Some(n)) if !d.as_os_str().is_empty() => std::fs::canonicalize(d).map(|d| d.join(n)),
+        _ => std::fs::canonicalize(".").map(|d| d.join(mountpoint)),
+    };
+    match abs.and_then(|p| crate::readahead::raise(&p, crate::readahead::READ_AHEAD_KB)) {
+        Ok(()) => log::debug!("readahead window {} KiB", crate::readahead::READ_AHEAD_KB),
+        Err(e) => log::info!("kept the kernel's readahead window (128 KiB): {e}"),
+    }
+    Ok(s)
+}
+
+fn mount_session(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Session<FuseFs>> {
     let adapter = FuseFs::new(fs, !cfg.read_only);
     let fsname = cfg.fsname.clone().unwrap_or_else(|| pool.display().to_string().replace(',', "_"));
     if unsafe { libc::geteuid() } == 0 {

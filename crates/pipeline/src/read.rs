@@ -174,8 +174,10 @@ fn decode(inner: &Inner, e: &ExtentPtr, stored: &[u8], ino: Ino, off: u64) -> Re
 
 /// Where the bytes of one record come from, decided under the file lock.
 enum Source {
-    /// copied already (open/syncing layer or hole)
+    /// copied already (open layer)
     Done,
+    /// a hole in the open or syncing layer
+    Zero,
     Layer(Arc<Layer>),
     Committed,
 }
@@ -196,7 +198,9 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
     let end = off + n as u64;
     let first = off / rs;
     let last = (end - 1) / rs;
-    buf.fill(0);
+    // every record's span of `buf` is written exactly once below (data, or zeros for holes
+    // and bytes past a record's end): callers may pass a buffer with stale contents, so a
+    // reused reply buffer needs no zeroing pass
     // slice of `buf` and of the record for record idx
     let span = |idx: u64| {
         let rstart = record_start_byte(idx, rs);
@@ -214,11 +218,11 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
                     copy_part(&mut buf[bs], d, rsl);
                     Source::Done
                 }
-                LayerView::Hole => Source::Done,
+                LayerView::Hole => Source::Zero,
                 LayerView::Below => match &fd.syncing {
                     Some(s) => match s.view(idx) {
                         LayerView::Data(_) => Source::Layer(s.clone()),
-                        LayerView::Hole => Source::Done,
+                        LayerView::Hole => Source::Zero,
                         LayerView::Below => Source::Committed,
                     },
                     None => Source::Committed,
@@ -233,10 +237,12 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
     for (idx, src) in sources {
         match src {
             Source::Done => {}
+            Source::Zero => buf[span(idx).0].fill(0),
             Source::Layer(l) => {
                 let (bs, rsl) = span(idx);
-                if let LayerView::Data(d) = l.view(idx) {
-                    copy_part(&mut buf[bs], d, rsl);
+                match l.view(idx) {
+                    LayerView::Data(d) => copy_part(&mut buf[bs], d, rsl),
+                    _ => buf[bs].fill(0),
                 }
             }
             Source::Committed => committed.push(idx),
@@ -244,21 +250,25 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
     }
     let records = fetch_committed(inner, ino, &committed)?;
     for (idx, rec) in committed.iter().zip(records) {
-        if let Some(r) = rec {
-            let (bs, rsl) = span(*idx);
-            copy_part(&mut buf[bs], &r, rsl);
+        let (bs, rsl) = span(*idx);
+        match rec {
+            Some(r) => copy_part(&mut buf[bs], &r, rsl),
+            None => buf[bs].fill(0),
         }
     }
     readahead(inner, ino, off, end, size, f.is_none());
     Ok(n)
 }
 
-/// Copy `rec[rsl]` into `dst`; bytes past the record's end stay zero.
+/// Copy `rec[rsl]` into `dst` (`dst.len() == rsl.len()`); bytes past the record's end
+/// (a short last record) are zeroed.
 fn copy_part(dst: &mut [u8], rec: &[u8], rsl: std::ops::Range<usize>) {
     let hi = rsl.end.min(rec.len());
-    if rsl.start < hi {
-        dst[..hi - rsl.start].copy_from_slice(&rec[rsl.start..hi]);
+    let n = hi.saturating_sub(rsl.start);
+    if n > 0 {
+        dst[..n].copy_from_slice(&rec[rsl.start..hi]);
     }
+    dst[n..].fill(0);
 }
 
 /// Decode several committed records, in parallel on the workers when more than one must be
