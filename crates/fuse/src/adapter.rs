@@ -353,7 +353,11 @@ impl Filesystem for FuseFs {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
+        // Nothing to do at close (data is durable at fsync/txg, POSIX locks stay in the
+        // kernel): ENOSYS makes the kernel stop sending FLUSH, one synchronous round trip
+        // less per close(2) — a quarter of the requests of a small-file tree read. The kernel
+        // still writes back its cached pages and reports their errors before it checks this.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
