@@ -109,37 +109,49 @@ impl Fs {
         let mut buf = vec![0u8; size as usize];
         let n = self.read_into(ino, offset, &mut buf)?;
         buf.truncate(n);
+        self.write_atime(ino);
         Ok(buf)
     }
 
     /// Read up to `buf.len()` bytes at `offset` into `buf` (whose old contents do not
     /// matter: every returned byte is written), so a request thread can reuse one reply
-    /// buffer instead of allocating and zeroing a fresh one per request.
+    /// buffer instead of allocating and zeroing a fresh one per request. An atime update
+    /// is only decided here (stat shows it at once); the caller writes it with
+    /// [`Fs::write_atime`] once the data is on its way (atime.rs).
     pub fn read_into(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let n = self.engine.read(ino, offset, buf)?;
-        self.touch_atime(ino);
+        self.decide_atime(ino);
         Ok(n)
     }
 
     /// relatime: record the access if atime is not newer than mtime/ctime or a day old.
-    fn touch_atime(&self, ino: Ino) {
+    fn decide_atime(&self, ino: Ino) {
         if self.read_only() {
             return;
         }
         let now = time::now();
         let Ok(a) = self.stat(ino) else { return };
-        if !time::relatime_wants_update(&a, now) {
-            return;
+        if time::relatime_wants_update(&a, now) {
+            self.atimes.insert(ino, crate::atime::PendingAtime { atime: now, ctime: a.ctime });
         }
+    }
+
+    /// Write the atime update a read of `ino` decided, if any (unless the inode's ctime
+    /// changed since: a setattr or write in between wins).
+    pub fn write_atime(&self, ino: Ino) {
+        let Some(p) = self.atimes.get(ino) else { return };
         let r = self.tx(|tx| {
             let mut a = tx.get_inode(ino)?;
-            a.atime = now;
-            tx.put_inode(&a)?;
+            if a.ctime == p.ctime && a.atime < p.atime {
+                a.atime = p.atime;
+                tx.put_inode(&a)?;
+            }
             Ok(())
         });
         if let Err(e) = r {
             log::debug!("atime update of inode {ino}: {e}");
         }
+        self.atimes.remove_if(ino, p);
     }
 
     /// Write `data` at `offset`; `append` writes at the current end of file instead.

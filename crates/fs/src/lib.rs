@@ -6,6 +6,7 @@
 //! (same errno for the same situation). Namespace changes and their checks run inside one
 //! engine metadata transaction, so a check and the change it guards are atomic; data goes
 //! straight to the engine without any fs-wide lock.
+mod atime;
 mod attr;
 mod config;
 mod creds;
@@ -46,6 +47,7 @@ pub struct Fs {
     compression: Mutex<Option<Compression>>,
     inodes: inodes::InodeTable,
     handles: handles::Handles,
+    atimes: atime::PendingAtimes,
 }
 
 impl Fs {
@@ -61,6 +63,7 @@ impl Fs {
             cfg,
             inodes: inodes::InodeTable::new(),
             handles: handles::Handles::default(),
+            atimes: atime::PendingAtimes::default(),
         };
         if !fs.engine.read_only() && !fs.cfg.read_only {
             for ino in fs.engine.orphans()? {
@@ -111,6 +114,10 @@ impl Fs {
     /// length of its target (the engine's data path leaves it 0).
     fn stat(&self, ino: Ino) -> std::result::Result<InodeAttr, EngineError> {
         let mut a = self.engine.getattr(ino)?;
+        // an atime a read decided but has not written yet (atime.rs)
+        if let Some(p) = self.atimes.get(ino) {
+            a.atime = a.atime.max(p.atime);
+        }
         if a.kind == FileKind::Symlink && a.size == 0 {
             a.size = self.engine.read_link(ino)?.len() as u64;
         }
