@@ -204,6 +204,44 @@ fn cases() -> Vec<Case> {
             unsafe { libc::stat(p.as_ptr(), &mut st) };
             if st.st_mode & 0o4000 != 0 { 1 } else { 0 }
         }},
+        // the three below pin FUSE_HANDLE_KILLPRIV_V2: the kernel leaves killing suid/sgid
+        // and security.capability on write, truncate and chown to the daemon
+        Case { name: "chown by root clears setuid", uid: 0, setup: |d| {
+            write(&d.join("f"), b"x");
+            chmod(&d.join("f"), 0o4755);
+        }, op: |d| {
+            let p = c(&d.join("f"));
+            if unsafe { libc::chown(p.as_ptr(), NOBODY, NOBODY) } != 0 { return errno(); }
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            unsafe { libc::stat(p.as_ptr(), &mut st) };
+            if st.st_mode & 0o4000 != 0 { 1 } else { 0 }
+        }},
+        Case { name: "truncate by a user clears setuid", uid: NOBODY, setup: |d| {
+            write(&d.join("f"), b"xyz");
+            chmod(&d.join("f"), 0o4777);
+        }, op: |d| {
+            let p = c(&d.join("f"));
+            if unsafe { libc::truncate(p.as_ptr(), 1) } != 0 { return errno(); }
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            unsafe { libc::stat(p.as_ptr(), &mut st) };
+            if st.st_mode & 0o4000 != 0 { 1 } else { 0 }
+        }},
+        Case { name: "write by root drops security.capability", uid: 0, setup: |d| {
+            write(&d.join("f"), b"x");
+            // VFS_CAP_REVISION_2 with CAP_NET_RAW permitted
+            let mut cap = Vec::new();
+            for w in [0x0200_0000u32, 1 << 13, 0, 0, 0] {
+                cap.extend_from_slice(&w.to_le_bytes());
+            }
+            xattr_set(&d.join("f"), "security.capability", &cap, 0).expect("set security.capability");
+        }, op: |d| {
+            let p = c(&d.join("f"));
+            let fd = unsafe { libc::open(p.as_ptr(), libc::O_WRONLY) };
+            if fd < 0 { return errno(); }
+            unsafe { libc::write(fd, b"y".as_ptr().cast(), 1); libc::close(fd) };
+            let n = unsafe { libc::getxattr(p.as_ptr(), c"security.capability".as_ptr(), std::ptr::null_mut(), 0) };
+            if n >= 0 { 1 } else { errno() }
+        }},
     ]
 }
 
