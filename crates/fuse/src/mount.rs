@@ -19,7 +19,11 @@ use std::sync::Arc;
 pub const FS_TYPE: &str = "fuse.squeezefs";
 
 /// Request-serving threads (each with its own cloned /dev/fuse descriptor).
+/// `SQUEEZEFS_FUSE_THREADS` overrides the default (2 × cores, 4..=16) for experiments.
 fn n_threads() -> usize {
+    if let Some(n) = std::env::var("SQUEEZEFS_FUSE_THREADS").ok().and_then(|v| v.parse::<usize>().ok()) {
+        return n.clamp(1, 64);
+    }
     std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 8) * 2
 }
 
