@@ -19,7 +19,7 @@ use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::Path;
 use crate::power_loss::{recorder_for, PowerLoss};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// How to open a [`FileDevice`].
@@ -45,6 +45,8 @@ pub struct FileDevice {
     power: Option<Arc<PowerLoss>>,
     /// Range written since the last writeback kick.
     unkicked: std::sync::Mutex<Unkicked>,
+    /// The host filesystem refused a hole punch (EOPNOTSUPP): `discard` does nothing.
+    no_punch: AtomicBool,
 }
 
 /// Start writeback after this many bytes written (see the module comment).
@@ -133,6 +135,7 @@ impl FileDevice {
             len: AtomicU64::new(len),
             power: recorder_for(path),
             unkicked: Default::default(),
+            no_punch: AtomicBool::new(false),
         })
     }
 
@@ -152,6 +155,19 @@ impl FileDevice {
             source,
         }
     }
+}
+
+/// Host page size hole punching works in (the page cache's granularity on every Linux
+/// filesystem that supports punching).
+const PUNCH_GRAIN: u64 = 4096;
+
+/// The whole `PUNCH_GRAIN` pages inside `[offset, offset+len)`: `(start, len)`, or `None`
+/// if the range covers no whole page.
+fn punchable_pages(offset: u64, len: u64) -> Option<(u64, u64)> {
+    let end = offset.checked_add(len)?;
+    let start = offset.checked_next_multiple_of(PUNCH_GRAIN)?;
+    let stop = end / PUNCH_GRAIN * PUNCH_GRAIN;
+    (stop > start).then(|| (start, stop - start))
 }
 
 /// ENOSPC on Linux (asm-generic errno 28); spelled out to avoid a libc dependency.
@@ -226,6 +242,39 @@ impl Device for FileDevice {
         .map_err(|e| self.io_err(e))
     }
 
+    /// Punches the whole host pages inside the range out of a device *file* (the partial
+    /// pages at either end may hold neighbouring records). Block devices are left alone
+    /// (a discard there can be slow and is not needed for space accounting), and so is a
+    /// file under the power-loss recorder, which models writes only.
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        if self.block_device || self.power.is_some() || self.no_punch.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let Some((start, plen)) = punchable_pages(offset, len) else {
+            return Ok(());
+        };
+        use std::os::fd::AsRawFd;
+        // SAFETY: plain syscall on our own open descriptor; KEEP_SIZE leaves the length.
+        let r = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                start as libc::off_t,
+                plen as libc::off_t,
+            )
+        };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                // the host filesystem cannot punch holes: stop asking
+                self.no_punch.store(true, Ordering::Relaxed);
+                return Ok(());
+            }
+            return Err(self.io_err(e));
+        }
+        Ok(())
+    }
+
     fn len(&self) -> u64 {
         self.len.load(Ordering::Acquire)
     }
@@ -263,6 +312,47 @@ mod tests {
             covered += len;
         }
         assert_eq!(covered + u.bytes, 64 * step);
+    }
+
+    #[test]
+    fn punchable_pages_are_the_whole_pages_inside_the_range() {
+        for off in (0..3 * PUNCH_GRAIN).step_by(512) {
+            for len in (0..3 * PUNCH_GRAIN).step_by(512) {
+                match punchable_pages(off, len) {
+                    Some((s, l)) => {
+                        assert!(s >= off && s + l <= off + len, "{off}+{len} -> {s}+{l}");
+                        assert_eq!(s % PUNCH_GRAIN, 0);
+                        assert_eq!(l % PUNCH_GRAIN, 0);
+                        assert!(l > 0);
+                        // maximal: no whole page left out at either end
+                        assert!(s - off < PUNCH_GRAIN && off + len - (s + l) < PUNCH_GRAIN);
+                    }
+                    None => assert!(off.next_multiple_of(PUNCH_GRAIN) + PUNCH_GRAIN > off + len),
+                }
+            }
+        }
+        assert_eq!(punchable_pages(u64::MAX - 10, 100), None);
+    }
+
+    #[test]
+    fn discard_punches_whole_pages_and_keeps_neighbours() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        let d = FileDevice::create(&path, None).unwrap();
+        let data: Vec<u8> = (0..64 * 1024u32).map(|i| (i % 251) as u8 + 1).collect();
+        d.write_at(&data, 0).unwrap();
+        d.sync().unwrap();
+        // free bytes 1000..50000: pages 4096..49152 go, the partial pages keep their bytes
+        d.discard(1000, 49_000).unwrap();
+        let mut back = vec![0u8; data.len()];
+        d.read_at(&mut back, 0).unwrap();
+        assert_eq!(&back[..4096], &data[..4096]);
+        assert!(back[4096..49_152].iter().all(|&b| b == 0));
+        assert_eq!(&back[49_152..], &data[49_152..]);
+        assert_eq!(d.len(), data.len() as u64, "discard keeps the length");
+        use std::os::unix::fs::MetadataExt;
+        let blocks = std::fs::metadata(&path).unwrap().blocks() * 512;
+        assert!(blocks <= (data.len() - 45_056) as u64 + 4096, "host still holds {blocks} bytes");
     }
 
     #[test]

@@ -59,6 +59,13 @@ pub trait Device: Send + Sync {
     fn capacity(&self) -> Option<u64>;
     /// Human-readable name (path) for messages.
     fn name(&self) -> &str;
+    /// `[offset, offset+len)` holds nothing anyone will read again (space freed by a durable
+    /// commit): the device may give it back (a hole in a device file, so the host gets the
+    /// space). Reads of it may return zeros afterwards. Best effort: the default does
+    /// nothing, and callers ignore failures beyond logging them.
+    fn discard(&self, _offset: u64, _len: u64) -> Result<(), DeviceError> {
+        Ok(())
+    }
     /// Nothing written yet (length 0).
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -86,6 +93,9 @@ impl<T: Device + ?Sized> Device for std::sync::Arc<T> {
     fn name(&self) -> &str {
         (**self).name()
     }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        (**self).discard(offset, len)
+    }
 }
 
 impl<T: Device + ?Sized> Device for Box<T> {
@@ -106,6 +116,9 @@ impl<T: Device + ?Sized> Device for Box<T> {
     }
     fn name(&self) -> &str {
         (**self).name()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        (**self).discard(offset, len)
     }
 }
 

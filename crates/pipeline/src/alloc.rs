@@ -85,10 +85,12 @@ impl DevSpace {
         Some(start)
     }
 
-    /// Return `[start, start+len)` to the free space, merging with neighbours.
-    pub fn free(&mut self, start: u64, len: u64) {
+    /// Return `[start, start+len)` to the free space, merging with neighbours. Returns the
+    /// whole free range now holding it (`(start, len)`; at the tail: from the new end to the
+    /// old one), which the caller may discard on the device once the free is durable.
+    pub fn free(&mut self, start: u64, len: u64) -> (u64, u64) {
         if len == 0 {
-            return;
+            return (start, 0);
         }
         let mut s = start;
         let mut l = len;
@@ -115,6 +117,7 @@ impl DevSpace {
             self.free.insert(s, l);
             self.dirty.insert(s);
         }
+        (s, l)
     }
 
     /// Keys changed since the last call: `(start, Some(len))` to write, `(start, None)` to

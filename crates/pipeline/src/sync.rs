@@ -13,7 +13,8 @@
  *                 the driver waits for every write of the txg.
  * 5. `flush`    — fdatasync every device written.
  * 6. `commit`   — one durable redb transaction: extent pointers, sizes, blocks, freed
- *                 space (replaced records and inode deletions), allocation state, txg.
+ *                 space (replaced records and inode deletions), allocation state, txg;
+ *                 then the freed ranges are discarded on the devices (holes in files).
  * 7. `release`  — invalidate extent caches, drop the syncing layers, return dirty bytes,
  *                 wake throttled writers.
  *
@@ -268,6 +269,8 @@ fn commit(
     }
     let sector = inner.sector;
     let mut blocks_out = HashMap::new();
+    // merged free ranges holding this txg's frees, discarded after the commit
+    let mut discards: Vec<(u32, u64, u64)> = Vec::new();
     let tx = inner.db.begin_write()?;
     {
         let mut inodes = tx.open_table(tables::INODES)?;
@@ -344,7 +347,8 @@ fn commit(
         // space: apply frees now (reused only by the next txg, after this commit is durable)
         let mut space = inner.space.lock();
         for (dev, off, len) in frees.iter().chain(unreferenced.iter()) {
-            space[*dev as usize].free(*off, *len);
+            let (s, l) = space[*dev as usize].free(*off, *len);
+            discards.push((*dev, s, l));
         }
         let mut ft = tx.open_table(tables::FREE_SPACE)?;
         let mut dt = tx.open_table(tables::DEVICES)?;
@@ -372,7 +376,21 @@ fn commit(
         }
     }
     tx.commit()?;
+    discard(inner, &discards);
     Ok(blocks_out)
+}
+
+/// Stage 6b: give the space this commit freed back to the devices (holes in device files,
+/// so deleting data returns host disk space). Only after the durable commit: before it, the
+/// last committed txg may still point into these ranges. Before the next txg: allocation
+/// happens only in its `place` stage, on this same driver thread, so nothing can have been
+/// written into a range between its free and its discard.
+fn discard(inner: &Inner, ranges: &[(u32, u64, u64)]) {
+    for &(dev, off, len) in ranges {
+        if let Err(e) = inner.devs[dev as usize].dev.discard(off, len) {
+            log::warn!("discarding {len} freed bytes at {off} on device {dev}: {e}");
+        }
+    }
 }
 
 /// Stage 7.
