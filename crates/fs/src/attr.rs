@@ -73,10 +73,11 @@ impl Fs {
         if let Some(size) = s.size {
             self.engine.set_size(ino, size)?;
         }
-        self.tx(|tx| {
-            let mut a = tx.get_inode(ino)?;
+        // attributes only: the engine's in-memory overlay, durable with the next txg like a
+        // namespace change, without a metadata transaction of its own
+        self.engine.update_attr(ino, |a: &mut InodeAttr| -> Result<((), bool)> {
             if attr_change && s.size.is_none() && checks {
-                check_setattr(&a, c, s)?;
+                check_setattr(a, c, s)?;
             }
             let mut changed = false;
             if s.size.is_some() {
@@ -123,10 +124,7 @@ impl Fs {
                 a.ctime = ct;
                 changed = true;
             }
-            if changed {
-                tx.put_inode(&a)?;
-            }
-            Ok(())
+            Ok(((), changed))
         })?;
         Ok(self.stat(ino)?)
     }

@@ -140,13 +140,12 @@ impl Fs {
     /// changed since: a setattr or write in between wins).
     pub fn write_atime(&self, ino: Ino) {
         let Some(p) = self.atimes.get(ino) else { return };
-        let r = self.tx(|tx| {
-            let mut a = tx.get_inode(ino)?;
-            if a.ctime == p.ctime && a.atime < p.atime {
+        let r = self.engine.update_attr(ino, |a| -> Result<((), bool)> {
+            let newer = a.ctime == p.ctime && a.atime < p.atime;
+            if newer {
                 a.atime = p.atime;
-                tx.put_inode(&a)?;
             }
-            Ok(())
+            Ok(((), newer))
         });
         if let Err(e) = r {
             log::debug!("atime update of inode {ino}: {e}");
@@ -170,13 +169,11 @@ impl Fs {
         self.engine.write(ino, offset, data)?;
         if !from_page_cache {
             let now = time::now();
-            self.tx(|tx| {
-                let mut a = tx.get_inode(ino)?;
+            self.engine.update_attr(ino, |a| -> Result<((), bool)> {
                 a.mtime = now;
                 a.ctime = now;
                 a.perm = perm::mode_after_write(a.perm, c);
-                tx.put_inode(&a)?;
-                Ok(())
+                Ok(((), true))
             })?;
         }
         Ok(data.len())
@@ -227,13 +224,11 @@ impl Fs {
         let changes_data = mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0;
         if changes_data || (!keep && end > a.size) {
             let now = time::now();
-            self.tx(|tx| {
-                let mut a = tx.get_inode(ino)?;
+            self.engine.update_attr(ino, |a| -> Result<((), bool)> {
                 a.mtime = now;
                 a.ctime = now;
                 a.perm = perm::mode_after_write(a.perm, c);
-                tx.put_inode(&a)?;
-                Ok(())
+                Ok(((), true))
             })?;
         }
         Ok(())

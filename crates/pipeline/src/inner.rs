@@ -48,6 +48,8 @@ pub struct Inner {
     pub txg: TxgCtl,
     /// extents freed by namespace transactions (inode deletion), applied at the next commit
     pub pending_frees: Mutex<Vec<(u32, u64, u64)>>,
+    /// Inode attributes changed by `Engine::update_attr` and not yet in redb (attrs.rs).
+    pub attrs: crate::attrs::AttrOverlay,
     pub ext_cache: ExtentCache,
     pub rec_cache: RecordCache,
     pub policy: RwLock<Policy>,
@@ -106,6 +108,7 @@ impl Inner {
             throttle_cv: Condvar::new(),
             txg: TxgCtl::new(last_txg),
             pending_frees: Mutex::new(Vec::new()),
+            attrs: Default::default(),
             ext_cache: ExtentCache::new(1 << 18),
             rec_cache: RecordCache::new(opts.record_cache_bytes),
             policy: RwLock::new(policy),

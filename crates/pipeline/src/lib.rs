@@ -21,6 +21,7 @@
 //! dirty data not yet committed is lost (tests use this to check `fsync`).
 
 mod alloc;
+mod attrs;
 mod caches;
 mod devq;
 mod dirty;
@@ -180,12 +181,17 @@ impl Engine {
     pub fn meta_write<T>(&self, f: impl FnOnce(&mut MetaTx<'_>) -> Result<T>) -> Result<T> {
         let inner = &*self.inner;
         inner.check_writable()?;
+        let _writer = inner.attrs.meta_lock.lock();
         let mut tx = inner.db.begin_write()?;
         tx.set_durability(redb::Durability::None)?;
         let mut mtx = MetaTx::new(inner, tx);
         let v = f(&mut mtx)?; // dropping `mtx` on error aborts the transaction
-        let MetaTx { tx, deleted, frees, .. } = mtx;
+        let MetaTx { tx, deleted, frees, written, .. } = mtx;
         tx.commit()?;
+        // redb now holds these inodes' current records (derived from the overlay's)
+        for ino in written.iter().chain(deleted.iter()) {
+            inner.attrs.forget(*ino);
+        }
         inner.txg.note_meta_change();
         if !frees.is_empty() {
             inner.pending_frees.lock().extend(frees);
@@ -199,10 +205,36 @@ impl Engine {
         Ok(v)
     }
 
+    /// Change one inode's attributes (mode, owner, times, flags — not size: `set_size`)
+    /// without a redb transaction: `f` gets the current record and returns whether it
+    /// changed anything; the change is visible at once and durable with the next txg, like a
+    /// `meta_write` (see attrs.rs). An `Err` from `f` changes nothing.
+    pub fn update_attr<T, E: From<EngineError>>(
+        &self,
+        ino: Ino,
+        f: impl FnOnce(&mut InodeAttr) -> std::result::Result<(T, bool), E>,
+    ) -> std::result::Result<T, E> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let _writer = inner.attrs.meta_lock.lock();
+        let mut a = self.getattr(ino)?;
+        let (v, changed) = f(&mut a)?;
+        if changed {
+            inner.attrs.put(a);
+            inner.txg.note_meta_change();
+        }
+        Ok(v)
+    }
+
     /// Current attributes, including the in-memory size of dirty data.
     pub fn getattr(&self, ino: Ino) -> Result<InodeAttr> {
         self.inner.check_open()?;
+        // overlay first: an entry leaves it only after redb holds the same record
+        let overlay = self.inner.attrs.get(ino);
         let mut a = self.inner.committed_inode(ino)?;
+        if let Some(o) = overlay {
+            a = attrs::with_sizes_of(o, &a);
+        }
         if let Some(f) = self.inner.files.get(ino) {
             let fd = f.lock();
             if !fd.retired {

@@ -20,11 +20,13 @@ pub struct MetaTx<'a> {
     pub(crate) inner: &'a Inner,
     pub(crate) deleted: Vec<Ino>,
     pub(crate) frees: Vec<(u32, u64, u64)>,
+    /// inodes this transaction wrote: their redb record is current (attrs.rs)
+    pub(crate) written: Vec<Ino>,
 }
 
 impl<'a> MetaTx<'a> {
     pub(crate) fn new(inner: &'a Inner, tx: redb::WriteTransaction) -> MetaTx<'a> {
-        MetaTx { tx, inner, deleted: Vec::new(), frees: Vec::new() }
+        MetaTx { tx, inner, deleted: Vec::new(), frees: Vec::new(), written: Vec::new() }
     }
 
     /// A fresh inode number (never handed out before in this pool's durable history; a
@@ -41,6 +43,11 @@ impl<'a> MetaTx<'a> {
         let t = self.tx.open_table(tables::INODES)?;
         let v = t.get(ino)?.ok_or(EngineError::NoInode(ino))?;
         let mut a = decode_inode(ino, v.value())?;
+        if !self.written.contains(&ino) {
+            if let Some(o) = self.inner.attrs.get(ino) {
+                a = crate::attrs::with_sizes_of(o, &a);
+            }
+        }
         if let Some(f) = self.inner.files.get(ino) {
             let fd = f.lock();
             if !fd.retired {
@@ -68,6 +75,7 @@ impl<'a> MetaTx<'a> {
         a.size = size;
         a.blocks_bytes = blocks;
         t.insert(attr.ino, &encode_inode(&a)[..])?;
+        self.written.push(attr.ino);
         Ok(())
     }
 

@@ -271,10 +271,23 @@ fn commit(
     let mut blocks_out = HashMap::new();
     // merged free ranges holding this txg's frees, discarded after the commit
     let mut discards: Vec<(u32, u64, u64)> = Vec::new();
+    // metadata writers wait for this commit anyway (redb's write lock); holding their lock
+    // from the overlay snapshot to the commit keeps the overlay and redb in step (attrs.rs)
+    let _writers = inner.attrs.meta_lock.lock();
+    let overlay = inner.attrs.snapshot();
     let tx = inner.db.begin_write()?;
     {
         let mut inodes = tx.open_table(tables::INODES)?;
         let mut extents = tx.open_table(tables::EXTENTS)?;
+        // attribute changes kept in memory: into this durable commit, sizes as committed
+        for o in &overlay {
+            let cur = match inodes.get(o.ino)? {
+                Some(v) => squeezefs_meta::encode::decode_inode(o.ino, v.value())?,
+                None => continue, // deleted: `meta_write` dropped its overlay entry too
+            };
+            let a = crate::attrs::with_sizes_of(o.clone(), &cur);
+            inodes.insert(o.ino, &squeezefs_meta::encode::encode_inode(&a)[..])?;
+        }
         let free_of = |e: &ExtentPtr, frees: &mut Vec<(u32, u64, u64)>| {
             if let StoredRecord::Device(d) = e.stored {
                 frees.push((d.dev, d.offset, sector_bytes(u64::from(d.psize), sector)));
@@ -376,6 +389,8 @@ fn commit(
         }
     }
     tx.commit()?;
+    inner.attrs.forget_all(overlay.iter().map(|o| o.ino));
+    drop(_writers);
     discard(inner, &discards);
     Ok(blocks_out)
 }
