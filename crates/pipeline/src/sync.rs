@@ -273,7 +273,7 @@ fn commit(
     let mut discards: Vec<(u32, u64, u64)> = Vec::new();
     // metadata writers wait for this commit anyway (redb's write lock); holding their lock
     // from the overlay snapshot to the commit keeps the overlay and redb in step (attrs.rs)
-    let _writers = inner.attrs.meta_lock.lock();
+    let writers = inner.attrs.meta_lock.lock();
     let overlay = inner.attrs.snapshot();
     let tx = inner.db.begin_write()?;
     {
@@ -390,7 +390,7 @@ fn commit(
     }
     tx.commit()?;
     inner.attrs.forget_all(overlay.iter().map(|o| o.ino));
-    drop(_writers);
+    drop(writers);
     discard(inner, &discards);
     Ok(blocks_out)
 }

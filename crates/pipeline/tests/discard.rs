@@ -6,36 +6,16 @@
 
 mod crash_common;
 
-use crash_common::{create_file, delete_file, read_all};
-use squeezefs_device::doubles::SplitMix64;
+use crash_common::{assert_fsck_clean, delete_file, random_bytes, read_all, write_new_file};
 use squeezefs_pipeline::{Engine, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 const MIB: u64 = 1024 * 1024;
 
-fn random_bytes(seed: u64, len: u64) -> Vec<u8> {
-    let mut v = vec![0u8; len as usize];
-    SplitMix64::new(seed).fill(&mut v);
-    v
-}
-
-fn write_file(e: &Engine, name: &str, data: &[u8]) -> u64 {
-    let ino = create_file(e, name.as_bytes()).unwrap();
-    for (k, chunk) in data.chunks(256 * 1024).enumerate() {
-        e.write(ino, (k * 256 * 1024) as u64, chunk).unwrap();
-    }
-    ino
-}
-
 /// Bytes the host filesystem holds for the device file.
 fn host_bytes(pool: &Path) -> u64 {
     std::fs::metadata(pool.join(DEFAULT_DEVICE_FILE)).unwrap().blocks() * 512
-}
-
-fn assert_fsck_clean(e: &Engine, what: &str) {
-    let r = e.fsck().unwrap_or_else(|err| panic!("{what}: fsck failed: {err}"));
-    assert!(r.is_clean(), "{what}: fsck problems: {:?}", r.problems);
 }
 
 #[test]
@@ -47,10 +27,10 @@ fn deleted_files_kept_their_host_space() {
     let opts = OpenOptions { compression: "zstd:1".parse().unwrap(), ..OpenOptions::default() };
     let e = Engine::open(&pool, &opts).unwrap();
     let keep = random_bytes(1, 3 * MIB + 777);
-    let keep_ino = write_file(&e, "keep", &keep);
+    let keep_ino = write_new_file(&e, "keep", &keep).unwrap();
     let victims: Vec<Vec<u8>> = (0..3).map(|i| random_bytes(10 + i, 6 * MIB + i * 4099)).collect();
     for (i, v) in victims.iter().enumerate() {
-        write_file(&e, &format!("victim{i}"), v);
+        write_new_file(&e, &format!("victim{i}"), v).unwrap();
     }
     e.sync().unwrap();
     let full = host_bytes(&pool);
@@ -68,7 +48,7 @@ fn deleted_files_kept_their_host_space() {
 
     // the punched space is reusable and reads back what is written into it
     let fresh = random_bytes(99, 10 * MIB);
-    let fresh_ino = write_file(&e, "fresh", &fresh);
+    let fresh_ino = write_new_file(&e, "fresh", &fresh).unwrap();
     e.sync().unwrap();
     assert_eq!(read_all(&e, fresh_ino).unwrap(), fresh);
     e.close().unwrap();

@@ -4,18 +4,11 @@
 
 mod crash_common;
 
-use crash_common::{create_file, delete_file, read_all};
-use squeezefs_device::doubles::SplitMix64;
+use crash_common::{assert_fsck_clean, delete_file, random_bytes, read_all, write_new_file};
 use squeezefs_pipeline::{Engine, EngineError, MkfsOptions, OpenOptions, ROOT_INO};
 
 const MIB: u64 = 1024 * 1024;
 const CAPACITY: u64 = 8 * MIB;
-
-fn random_bytes(seed: u64, len: u64) -> Vec<u8> {
-    let mut v = vec![0u8; len as usize];
-    SplitMix64::new(seed).fill(&mut v);
-    v
-}
 
 fn opts() -> OpenOptions {
     // Random data does not compress: what is written is what is stored.
@@ -24,10 +17,7 @@ fn opts() -> OpenOptions {
 
 /// Write `data` to a new file `name` and fsync; `Err` is where it failed.
 fn write_file(e: &Engine, name: &str, data: &[u8]) -> Result<u64, EngineError> {
-    let ino = create_file(e, name.as_bytes())?;
-    for (k, chunk) in data.chunks(256 * 1024).enumerate() {
-        e.write(ino, (k * 256 * 1024) as u64, chunk)?;
-    }
+    let ino = write_new_file(e, name, data)?;
     e.fsync(ino)?;
     Ok(ino)
 }
@@ -87,9 +77,4 @@ fn filling_a_fixed_device_returns_no_space_and_recovers_after_delete() {
     assert_eq!(read_all(&e, fresh_ino).unwrap(), fresh);
     assert_fsck_clean(&e, "after reopen");
     e.close().unwrap();
-}
-
-fn assert_fsck_clean(e: &Engine, what: &str) {
-    let r = e.fsck().unwrap_or_else(|err| panic!("{what}: fsck failed: {err}"));
-    assert!(r.is_clean(), "{what}: fsck problems: {:?}", r.problems);
 }

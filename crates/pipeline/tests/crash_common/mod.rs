@@ -252,6 +252,29 @@ pub fn read_all(engine: &Engine, ino: u64) -> Result<Vec<u8>, EngineError> {
     Ok(out)
 }
 
+/// `len` seeded pseudo-random bytes: incompressible, so stored bytes = written bytes.
+pub fn random_bytes(seed: u64, len: u64) -> Vec<u8> {
+    let mut v = vec![0u8; len as usize];
+    SplitMix64::new(seed).fill(&mut v);
+    v
+}
+
+/// Write `data` to a new file `name` in the root directory in 256 KiB pieces (not synced);
+/// `Err` is where it failed.
+pub fn write_new_file(engine: &Engine, name: &str, data: &[u8]) -> Result<u64, EngineError> {
+    let ino = create_file(engine, name.as_bytes())?;
+    for (k, chunk) in data.chunks(256 * 1024).enumerate() {
+        engine.write(ino, (k * 256 * 1024) as u64, chunk)?;
+    }
+    Ok(ino)
+}
+
+/// fsck of a live engine must find nothing.
+pub fn assert_fsck_clean(engine: &Engine, what: &str) {
+    let r = engine.fsck().unwrap_or_else(|err| panic!("{what}: fsck failed: {err}"));
+    assert!(r.is_clean(), "{what}: fsck problems: {:?}", r.problems);
+}
+
 /// Current content of every workload file (`None` = missing).
 pub fn read_files(engine: &Engine) -> Result<Vec<Option<Vec<u8>>>, EngineError> {
     (0..FILES)
