@@ -10,35 +10,91 @@ use squeezefs_fs::{time, Creds, FileKind, Fs, FsError, InodeAttr, SetAttr, TimeS
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// Entry and attribute lifetime in the kernel caches: we are the only writer of the pool.
-const TTL: Duration = Duration::from_secs(3600);
+pub(crate) const TTL: Duration = Duration::from_secs(3600);
 /// st_blksize: the default record size, so tools use large buffers.
-const BLKSIZE: u32 = 128 * 1024;
+pub(crate) const BLKSIZE: u32 = 128 * 1024;
 /// Largest write request (the kernel caps it with its max_pages limit).
-const MAX_WRITE: u32 = 1 << 20;
+pub(crate) const MAX_WRITE: u32 = 1 << 20;
 /// Directory entries fetched from the engine per readdir call.
-const READDIR_BATCH: usize = 256;
+pub(crate) const READDIR_BATCH: usize = 256;
 
 pub struct FuseFs {
     fs: Arc<Fs>,
     writeback: bool,
+    /// ask the kernel for FUSE-over-io_uring at INIT; set afterwards to whether it agreed
+    uring: Arc<AtomicBool>,
 }
 
 impl FuseFs {
     /// `writeback`: ask for the kernel writeback cache (not for read-only mounts).
-    pub fn new(fs: Arc<Fs>, writeback: bool) -> FuseFs {
-        FuseFs { fs, writeback }
+    /// `uring`: ask for the io_uring transport; holds whether the kernel granted it once
+    /// INIT is answered.
+    pub fn new(fs: Arc<Fs>, writeback: bool, uring: Arc<AtomicBool>) -> FuseFs {
+        FuseFs { fs, writeback, uring }
     }
+}
+
+/// How a getxattr/listxattr request is answered (shared by both transports).
+pub(crate) enum XattrReply {
+    Size(u32),
+    Data(Vec<u8>),
+    Error(i32),
+}
+
+/// getxattr/listxattr size protocol: 0 asks for the size, too small is ERANGE.
+pub(crate) fn xattr_reply(size: u32, r: Result<Vec<u8>, FsError>) -> XattrReply {
+    match r {
+        Ok(v) if size == 0 => XattrReply::Size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => XattrReply::Error(libc::ERANGE),
+        Ok(v) => XattrReply::Data(v),
+        Err(e) => XattrReply::Error(errno(&e).code()),
+    }
+}
+
+/// listxattr's reply body: NUL-terminated names.
+pub(crate) fn xattr_name_list(names: Vec<Vec<u8>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for n in names {
+        out.extend_from_slice(&n);
+        out.push(0);
+    }
+    out
+}
+
+/// statfs in 4 KiB blocks: blocks, bfree, bavail, files, ffree, bsize, namelen, frsize.
+pub(crate) fn statfs_fields(total_bytes: u64, free_bytes: u64, inodes: u64) -> (u64, u64, u64, u64, u64, u32, u32, u32) {
+    let bsize = 4096u64;
+    (
+        total_bytes / bsize,
+        free_bytes / bsize,
+        free_bytes / bsize,
+        inodes + (1 << 32),
+        1 << 32,
+        bsize as u32,
+        squeezefs_fs::NAME_MAX as u32,
+        bsize as u32,
+    )
+}
+
+/// With the writeback cache the kernel may hold written pages (and a larger size) that
+/// the daemon has not seen, and it does not flush them before FUSE_LSEEK: answering
+/// from our state could report ENXIO or a hole over fresh data (`cp` would then skip
+/// it). ENOSYS makes the kernel answer from its own page cache and size for the rest
+/// of this mount (whole file = data): always correct, without hole detection.
+pub(crate) fn lseek_left_to_kernel(fs: &Fs, writeback: bool, ino: u64) -> bool {
+    writeback && fs.open_for_write(ino)
 }
 
 fn creds(req: &Request) -> Creds {
     Creds::from_request(req.uid(), req.gid(), req.pid())
 }
 
-fn errno(e: &FsError) -> Errno {
+pub(crate) fn errno(e: &FsError) -> Errno {
     if matches!(e, FsError::Corrupt(_) | FsError::Engine(_)) {
         log::error!("{e}");
     }
@@ -57,8 +113,21 @@ fn file_type(k: FileKind) -> FileType {
     }
 }
 
+/// Kind → the file type bits of a mode (S_IFMT).
+pub(crate) fn file_attr_kind_bits(k: FileKind) -> u32 {
+    match k {
+        FileKind::File => libc::S_IFREG,
+        FileKind::Dir => libc::S_IFDIR,
+        FileKind::Symlink => libc::S_IFLNK,
+        FileKind::CharDev => libc::S_IFCHR,
+        FileKind::BlockDev => libc::S_IFBLK,
+        FileKind::Fifo => libc::S_IFIFO,
+        FileKind::Socket => libc::S_IFSOCK,
+    }
+}
+
 /// File type bits of a mode (S_IFMT) → kind.
-fn kind_of_mode(mode: u32) -> Option<FileKind> {
+pub(crate) fn kind_of_mode(mode: u32) -> Option<FileKind> {
     Some(match mode & libc::S_IFMT {
         libc::S_IFREG | 0 => FileKind::File,
         libc::S_IFDIR => FileKind::Dir,
@@ -92,7 +161,7 @@ pub(crate) fn file_attr(a: &InodeAttr) -> FileAttr {
 }
 
 /// Placeholder attributes for a negative lookup reply (only the node id 0 matters).
-fn negative_attr() -> InodeAttr {
+pub(crate) fn negative_attr() -> InodeAttr {
     let t = squeezefs_fs::Timestamp::default();
     InodeAttr {
         ino: 0,
@@ -133,13 +202,11 @@ fn reply_empty(reply: ReplyEmpty, r: Result<(), FsError>) {
     }
 }
 
-/// getxattr/listxattr size protocol: 0 asks for the size, too small is ERANGE.
 fn reply_xattr(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, FsError>) {
-    match r {
-        Ok(v) if size == 0 => reply.size(v.len() as u32),
-        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
-        Ok(v) => reply.data(&v),
-        Err(e) => reply.error(errno(&e)),
+    match xattr_reply(size, r) {
+        XattrReply::Size(n) => reply.size(n),
+        XattrReply::Data(v) => reply.data(&v),
+        XattrReply::Error(e) => reply.error(Errno::from_i32(e)),
     }
 }
 
@@ -164,6 +231,15 @@ impl Filesystem for FuseFs {
             if config.add_capabilities(flag).is_err() {
                 log::info!("kernel lacks FUSE capability {flag:?}");
             }
+        }
+        // per-CPU request queues (crates/fuse/src/uring): offered by the kernel only when
+        // /sys/module/fuse/parameters/enable_uring is Y
+        if self.uring.load(Ordering::Relaxed) {
+            let granted = config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok();
+            if !granted {
+                log::info!("kernel does not offer FUSE over io_uring; serving /dev/fuse only");
+            }
+            self.uring.store(granted, Ordering::Relaxed);
         }
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_readahead(MAX_WRITE).or_else(|max| config.set_max_readahead(max));
@@ -453,17 +529,8 @@ impl Filesystem for FuseFs {
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         match self.fs.statfs() {
             Ok(s) => {
-                let bsize = 4096u64;
-                reply.statfs(
-                    s.total_bytes / bsize,
-                    s.free_bytes / bsize,
-                    s.free_bytes / bsize,
-                    s.inodes + (1 << 32),
-                    1 << 32,
-                    bsize as u32,
-                    squeezefs_fs::NAME_MAX as u32,
-                    bsize as u32,
-                )
+                let (blocks, bfree, bavail, files, ffree, bsize, namelen, frsize) = statfs_fields(s.total_bytes, s.free_bytes, s.inodes);
+                reply.statfs(blocks, bfree, bavail, files, ffree, bsize, namelen, frsize)
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -487,14 +554,7 @@ impl Filesystem for FuseFs {
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let r = self.fs.listxattr(&creds(req), ino.0).map(|names| {
-            let mut out = Vec::new();
-            for n in names {
-                out.extend_from_slice(&n);
-                out.push(0);
-            }
-            out
-        });
+        let r = self.fs.listxattr(&creds(req), ino.0).map(xattr_name_list);
         reply_xattr(reply, size, r);
     }
 
@@ -545,12 +605,7 @@ impl Filesystem for FuseFs {
         if offset < 0 {
             return reply.error(Errno::ENXIO);
         }
-        // With the writeback cache the kernel may hold written pages (and a larger size) that
-        // the daemon has not seen, and it does not flush them before FUSE_LSEEK: answering
-        // from our state could report ENXIO or a hole over fresh data (`cp` would then skip
-        // it). ENOSYS makes the kernel answer from its own page cache and size for the rest
-        // of this mount (whole file = data): always correct, without hole detection.
-        if self.writeback && self.fs.open_for_write(ino.0) {
+        if lseek_left_to_kernel(&self.fs, self.writeback, ino.0) {
             return reply.error(Errno::ENOSYS);
         }
         match self.fs.lseek(ino.0, offset as u64, whence) {

@@ -4,7 +4,8 @@ mod adapter;
 pub mod mount;
 pub mod mount_config;
 mod readahead;
+pub mod uring;
 
 pub use adapter::FuseFs;
 pub use fuser::Session;
-pub use mount_config::{MountConfig, MountOptionError};
+pub use mount_config::{MountConfig, MountOptionError, UringMode};

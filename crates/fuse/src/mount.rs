@@ -5,7 +5,8 @@
 //! then serves the /dev/fuse descriptor (`Session::from_fd`). Unprivileged users go
 //! through fusermount3 (fuser's `Session::new`).
 use crate::adapter::FuseFs;
-use crate::mount_config::MountConfig;
+use crate::mount_config::{MountConfig, UringMode};
+use crate::uring;
 use fuser::{Config, MountOption, Session, SessionACL};
 use squeezefs_fs::Fs;
 use std::ffi::CString;
@@ -14,6 +15,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub const FS_TYPE: &str = "fuse.squeezefs";
@@ -55,12 +57,41 @@ pub fn mount(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> 
     Ok(s)
 }
 
+/// Whether to ask the kernel for the io_uring transport at INIT (root mounts only: the
+/// rings are registered on the /dev/fuse descriptor we open ourselves).
+fn want_uring(cfg: &MountConfig) -> bool {
+    match cfg.uring {
+        UringMode::Off => false,
+        UringMode::Auto => uring::kernel_allows(),
+        UringMode::On => {
+            if !uring::kernel_allows() {
+                match uring::kernel_enable() {
+                    Ok(()) => log::info!("switched on FUSE over io_uring ({})", uring::ENABLE_PARAM),
+                    Err(e) => log::warn!("uring=on: {e}; serving /dev/fuse"),
+                }
+            }
+            uring::kernel_allows()
+        }
+    }
+}
+
 fn mount_session(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Session<FuseFs>> {
-    let adapter = FuseFs::new(fs, !cfg.read_only);
+    let root = unsafe { libc::geteuid() } == 0;
+    let granted = Arc::new(AtomicBool::new(root && want_uring(cfg)));
+    let adapter = FuseFs::new(fs.clone(), !cfg.read_only, granted.clone());
     let fsname = cfg.fsname.clone().unwrap_or_else(|| pool.display().to_string().replace(',', "_"));
-    if unsafe { libc::geteuid() } == 0 {
+    if root {
         let fd = mount_as_root(&fsname, mountpoint, cfg)?;
-        Session::from_fd(adapter, fd, session_config(cfg).acl, session_config(cfg))
+        let ring_fd = fd.try_clone()?;
+        let session = Session::from_fd(adapter, fd, session_config(cfg).acl, session_config(cfg))?;
+        // INIT is answered: the kernel said whether it takes rings on this connection
+        if granted.load(Ordering::Relaxed) {
+            match uring::start(fs, ring_fd, !cfg.read_only) {
+                Ok(n) => log::info!("serving FUSE requests over io_uring: {n} per-CPU queues"),
+                Err(e) => log::warn!("FUSE over io_uring did not start ({e}); serving /dev/fuse"),
+            }
+        }
+        Ok(session)
     } else {
         let mut c = session_config(cfg);
         c.mount_options = vec![

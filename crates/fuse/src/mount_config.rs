@@ -2,7 +2,10 @@
 //!
 //! Accepted (anything else is refused before anything is mounted):
 //! * squeezefs: `compress=SPEC`, `compress-force=SPEC` (codec spec grammar),
-//!   `recordsize=SIZE` (power of two, 4K..1M), `remount`;
+//!   `recordsize=SIZE` (power of two, 4K..1M), `remount`,
+//!   `uring=auto|on|off` (the FUSE-over-io_uring transport, `crate::uring`: `auto` uses it
+//!   when the kernel's `enable_uring` parameter is Y, `on` also sets that parameter (root),
+//!   `off` serves /dev/fuse only);
 //! * FUSE: `allow_other`, `default_permissions`, `fsname=NAME`;
 //! * generic (as in fstab): `ro`, `rw`, `defaults`, `dev`/`nodev`, `suid`/`nosuid`,
 //!   `exec`/`noexec`, `atime`/`noatime`/`relatime`/`strictatime`/`nodiratime`,
@@ -21,6 +24,15 @@ pub struct KernelFlags {
     pub dirsync: bool,
 }
 
+/// `uring=`: which request transport the daemon serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum UringMode {
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct MountConfig {
     pub compression: Option<Compression>,
@@ -32,12 +44,13 @@ pub struct MountConfig {
     pub remount: bool,
     pub fsname: Option<String>,
     pub flags: KernelFlags,
+    pub uring: UringMode,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MountOptionError {
-    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, recordsize=SIZE, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, sync/async, defaults, noauto, nofail, _netdev)")]
+    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, recordsize=SIZE, uring=auto|on|off, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, sync/async, defaults, noauto, nofail, _netdev)")]
     Unknown(String),
     #[error("mount option '{name}={value}': {reason}")]
     BadValue { name: String, value: String, reason: String },
@@ -104,6 +117,22 @@ impl MountConfig {
                         value: v.into(),
                         reason,
                     })?);
+                    changed_at_remount.push(name.into());
+                }
+                "uring" => {
+                    let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
+                    c.uring = match v {
+                        "auto" => UringMode::Auto,
+                        "on" => UringMode::On,
+                        "off" => UringMode::Off,
+                        _ => {
+                            return Err(MountOptionError::BadValue {
+                                name: name.into(),
+                                value: v.into(),
+                                reason: "expected auto, on or off".into(),
+                            })
+                        }
+                    };
                     changed_at_remount.push(name.into());
                 }
                 "fsname" => {
@@ -219,6 +248,16 @@ mod tests {
         assert!(MountConfig::parse("compress=brotli").is_err());
         let c = MountConfig::parse("remount,compress=zstd:1").unwrap();
         assert!(c.remount && c.compression.is_some());
+    }
+
+    #[test]
+    fn uring_takes_auto_on_or_off() {
+        assert_eq!(MountConfig::parse("").unwrap().uring, UringMode::Auto);
+        assert_eq!(MountConfig::parse("uring=on").unwrap().uring, UringMode::On);
+        assert_eq!(MountConfig::parse("uring=off").unwrap().uring, UringMode::Off);
+        assert!(matches!(MountConfig::parse("uring=yes"), Err(MountOptionError::BadValue { .. })));
+        assert_eq!(MountConfig::parse("uring"), Err(MountOptionError::MissingValue("uring".into())));
+        assert_eq!(MountConfig::parse("remount,uring=off"), Err(MountOptionError::NotRemountable("uring".into())));
     }
 
     #[test]

@@ -1,0 +1,290 @@
+//! FUSE over io_uring: per-CPU request queues served by threads pinned to their CPU.
+//!
+//! Why: on /dev/fuse every synchronous request wakes a daemon thread that the scheduler
+//! usually puts on another CPU than the caller, and the reply wakes the caller back across
+//! CPUs. On small VMs a cross-CPU wake-up costs far more than the work: measured here
+//! (2 vCPUs), one SETATTR round trip takes ~70 µs with caller and daemon on different CPUs
+//! and ~6 µs on the same CPU, and a tar extract of 10 k files went from 3.4 s to 1.5 s when
+//! everything ran on one CPU. With io_uring (Linux ≥ 6.14, `enable_uring` module parameter)
+//! the kernel queues a request on the ring of the CPU the caller runs on; the thread that
+//! owns that ring is pinned there, so both wake-ups stay on one CPU.
+//!
+//! Ring entry states (one entry = a header buffer + a payload buffer registered with the
+//! kernel; `DEPTH` entries per CPU queue, one ring and one thread per queue):
+//!
+//! * `WAITING`: a REGISTER or COMMIT_AND_FETCH command is with the kernel, which holds the
+//!   entry until a request for this CPU arrives;
+//! * `HANDLING`: its completion arrived with a request in the buffers; the thread runs it
+//!   through [`dispatch::Dispatcher`], writes the reply into the same buffers and submits
+//!   COMMIT_AND_FETCH with the request's commit id → `WAITING`;
+//! * `DEAD`: the completion failed with ENOTCONN/ENODEV (unmount or abort), or with an
+//!   error we cannot retry. EINTR/EAGAIN resubmit the last command. The thread ends when
+//!   all its entries are dead.
+//!
+//! The kernel switches the connection to the rings once every CPU queue has an entry;
+//! until then (and for FORGET and INTERRUPT always) requests still come through /dev/fuse,
+//! which fuser keeps serving. Requests are handled in the ring thread, one at a time per
+//! CPU, as libfuse does.
+//!
+//! Tunables: `DEPTH` (entries per CPU), `PAYLOAD` (≥ the kernel's max payload: max_write /
+//! max_pages, 1 MiB here, or registration fails with EINVAL).
+pub mod abi;
+pub mod dispatch;
+
+use crate::adapter::MAX_WRITE;
+use dispatch::Dispatcher;
+use io_uring::{opcode, squeue, types, IoUring};
+use squeezefs_fs::Fs;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::{mpsc, Arc};
+
+/// Entries per CPU queue.
+const DEPTH: usize = 8;
+/// Payload buffer per entry: the largest request or reply body (1 MiB write/read) + slack.
+const PAYLOAD: usize = MAX_WRITE as usize + 4096;
+/// Where root switches the transport on (the kernel reads it at INIT).
+pub const ENABLE_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Whether the kernel offers FUSE over io_uring to new connections right now.
+pub fn kernel_allows() -> bool {
+    std::fs::read_to_string(ENABLE_PARAM).is_ok_and(|v| v.trim() == "Y")
+}
+
+/// Switch the kernel's `enable_uring` on (root only); an error names what failed.
+pub fn kernel_enable() -> io::Result<()> {
+    if !Path::new(ENABLE_PARAM).exists() {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("{ENABLE_PARAM} does not exist (kernel without CONFIG_FUSE_IO_URING, Linux < 6.14)"),
+        ));
+    }
+    std::fs::write(ENABLE_PARAM, b"Y").map_err(|e| io::Error::new(e.kind(), format!("writing Y to {ENABLE_PARAM}: {e}")))
+}
+
+/// CPU queue ids the kernel expects rings for: 0..=highest possible CPU.
+fn queue_count() -> usize {
+    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    possible_cpus(&possible).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// "0-3,5" → 6 (highest id + 1); None when unreadable.
+fn possible_cpus(s: &str) -> Option<usize> {
+    let mut max = None;
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        let hi = part.rsplit('-').next()?.trim().parse::<usize>().ok()?;
+        max = Some(max.map_or(hi, |m: usize| m.max(hi)));
+    }
+    max.map(|m| m + 1)
+}
+
+/// The buffers of one ring entry. Heap allocations: their addresses stay fixed while the
+/// kernel holds them, whatever happens to the `Entry` value.
+struct Entry {
+    header: Box<[u8]>,
+    payload: Box<[u8]>,
+    iov: Box<[libc::iovec; 2]>,
+    commit: bool,
+    dead: bool,
+}
+
+impl Entry {
+    fn new() -> Entry {
+        let mut header = vec![0u8; abi::HEADER_LEN].into_boxed_slice();
+        let mut payload = vec![0u8; PAYLOAD].into_boxed_slice();
+        let iov = Box::new([
+            libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: header.len() },
+            libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() },
+        ]);
+        Entry { header, payload, iov, commit: false, dead: false }
+    }
+
+    /// REGISTER (first time) or COMMIT_AND_FETCH (after a reply) for entry `idx` of `qid`.
+    fn sqe(&self, fd: i32, qid: u16, idx: usize) -> squeue::Entry128 {
+        let (op, commit_id, addr) = if self.commit {
+            (abi::CMD_COMMIT_AND_FETCH, abi::u64_at(&self.header, abi::ENT_COMMIT_ID), None)
+        } else {
+            (abi::CMD_REGISTER, 0, Some(self.iov.as_ptr() as u64))
+        };
+        let e = opcode::UringCmd80::new(types::Fd(fd), op)
+            .cmd(abi::cmd_req(commit_id, qid))
+            .addr(addr)
+            .build()
+            .user_data(idx as u64);
+        if self.commit {
+            e
+        } else {
+            with_len(e, 2)
+        }
+    }
+}
+
+/// Set the SQE's `len` (bytes 24..28: the iovec count REGISTER reads), which the
+/// io-uring crate's UringCmd80 builder does not expose.
+fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
+    const _: () = assert!(std::mem::size_of::<squeue::Entry128>() == 128);
+    // SAFETY: Entry128 is #[repr(C)] over the kernel's 128-byte SQE (asserted above); bytes
+    // 24..28 are `len` in every SQE layout.
+    let mut raw: [u8; 128] = unsafe { std::mem::transmute(e) };
+    raw[24..28].copy_from_slice(&len.to_le_bytes());
+    unsafe { std::mem::transmute(raw) }
+}
+
+/// Pin the calling thread to `cpu` (the queue's CPU); best effort.
+fn pin_to(cpu: usize) {
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            log::info!("uring queue {cpu}: could not pin to its CPU: {}", io::Error::last_os_error());
+        }
+    }
+}
+
+/// Start one ring thread per CPU queue on the connection behind `fuse_fd` (INIT must be
+/// answered with FUSE_OVER_IO_URING). Returns the number of queues once every thread has
+/// registered its entries; on error the connection keeps using /dev/fuse.
+pub fn start(fs: Arc<Fs>, fuse_fd: OwnedFd, writeback: bool) -> io::Result<usize> {
+    let fd = Arc::new(fuse_fd);
+    let disp = Arc::new(Dispatcher::new(fs, writeback));
+    let queues = queue_count();
+    let (tx, rx) = mpsc::channel();
+    for qid in 0..queues {
+        let (fd, disp, tx) = (fd.clone(), disp.clone(), tx.clone());
+        std::thread::Builder::new().name(format!("sqz-uring-{qid}")).spawn(move || {
+            if let Err(e) = serve_queue(qid, &fd, &disp, &tx) {
+                let _ = tx.send(Err(io::Error::new(e.kind(), format!("uring queue {qid}: {e}"))));
+                log::error!("uring queue {qid}: {e}");
+            }
+        })?;
+    }
+    drop(tx);
+    for _ in 0..queues {
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(io::Error::other("a uring queue thread ended before registering")),
+        }
+    }
+    Ok(queues)
+}
+
+fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Dispatcher, started: &mpsc::Sender<io::Result<()>>) -> io::Result<()> {
+    pin_to(qid);
+    let raw = fd.as_raw_fd();
+    let q = qid as u16;
+    let mut ring: IoUring<squeue::Entry128> = IoUring::builder().setup_cqsize(2 * DEPTH as u32).build(DEPTH as u32)?;
+    let mut ents: Vec<Entry> = (0..DEPTH).map(|_| Entry::new()).collect();
+    for (i, e) in ents.iter().enumerate() {
+        // SAFETY: the SQE points at the entry's iovec and buffers, which live in `ents`
+        // until this function returns (after the kernel has let go of them: all DEAD, or
+        // the ring is closed, which cancels the commands).
+        unsafe { ring.submission().push(&e.sqe(raw, q, i)) }.map_err(|_| io::Error::other("submission queue full"))?;
+    }
+    ring.submit()?;
+    // a refused registration completes at once; a good one only when a request comes
+    let early: Vec<(usize, i32)> = ring.completion().map(|c| (c.user_data() as usize, c.result())).collect();
+    if let Some((_, res)) = early.iter().find(|(_, res)| *res < 0) {
+        return Err(io::Error::from_raw_os_error(-res));
+    }
+    for (idx, res) in early {
+        handle_cqe(&mut ring, &mut ents, disp, raw, q, idx, res)?;
+    }
+    let _ = started.send(Ok(()));
+    loop {
+        match ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+        let done: Vec<(usize, i32)> = ring.completion().map(|c| (c.user_data() as usize, c.result())).collect();
+        for (idx, res) in done {
+            handle_cqe(&mut ring, &mut ents, disp, raw, q, idx, res)?;
+        }
+        if ents.iter().all(|e| e.dead) {
+            log::debug!("uring queue {qid}: connection gone");
+            return Ok(());
+        }
+    }
+}
+
+fn handle_cqe(
+    ring: &mut IoUring<squeue::Entry128>,
+    ents: &mut [Entry],
+    disp: &Dispatcher,
+    fd: i32,
+    qid: u16,
+    idx: usize,
+    res: i32,
+) -> io::Result<()> {
+    let Some(e) = ents.get_mut(idx) else {
+        return Err(io::Error::other(format!("completion for unknown entry {idx}")));
+    };
+    if res < 0 {
+        match -res {
+            libc::EINTR | libc::EAGAIN => {}
+            libc::ENOTCONN | libc::ENODEV => {
+                e.dead = true;
+                return Ok(());
+            }
+            errno => {
+                e.dead = true;
+                log::error!(
+                    "uring queue {qid}: entry {idx} failed ({}); requests from this CPU may stall",
+                    io::Error::from_raw_os_error(errno)
+                );
+                return Ok(());
+            }
+        }
+    } else {
+        let h = abi::InHeader::parse(&e.header);
+        let plen = abi::u32_at(&e.header, abi::ENT_PAYLOAD_SZ) as usize;
+        let r = disp.handle(&h, &e.header[abi::OP_IN..abi::OP_IN + abi::OP_IN_LEN], &mut e.payload, plen);
+        abi::put_out_header(&mut e.header, h.unique, r.error, r.len);
+        abi::put_u32(&mut e.header, abi::ENT_PAYLOAD_SZ, r.len as u32);
+        e.commit = true;
+        if let Some(ino) = r.atime_after {
+            push(ring, e.sqe(fd, qid, idx))?;
+            ring.submit()?;
+            disp.after_read(ino);
+            return Ok(());
+        }
+    }
+    push(ring, e.sqe(fd, qid, idx))
+}
+
+fn push(ring: &mut IoUring<squeue::Entry128>, sqe: squeue::Entry128) -> io::Result<()> {
+    // one SQE per entry at most is ever outstanding, and the queue holds DEPTH
+    unsafe { ring.submission().push(&sqe) }.map_err(|_| io::Error::other("submission queue full"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn possible_cpu_lists_give_the_queue_count() {
+        assert_eq!(possible_cpus("0-1\n"), Some(2));
+        assert_eq!(possible_cpus("0"), Some(1));
+        assert_eq!(possible_cpus("0-3,5"), Some(6));
+        assert_eq!(possible_cpus(""), None);
+        assert_eq!(possible_cpus("x"), None);
+    }
+
+    #[test]
+    fn register_sqe_carries_the_iovec_count_and_queue() {
+        let e = Entry::new();
+        let sqe = e.sqe(7, 1, 3);
+        let raw: [u8; 128] = unsafe { std::mem::transmute(sqe) };
+        assert_eq!(raw[0], io_uring::opcode::UringCmd80::CODE);
+        assert_eq!(u32::from_le_bytes(raw[4..8].try_into().unwrap()), 7, "fd");
+        assert_eq!(u32::from_le_bytes(raw[8..12].try_into().unwrap()), abi::CMD_REGISTER, "cmd_op");
+        assert_eq!(u64::from_le_bytes(raw[16..24].try_into().unwrap()), e.iov.as_ptr() as u64, "addr");
+        assert_eq!(u32::from_le_bytes(raw[24..28].try_into().unwrap()), 2, "len");
+        assert_eq!(u64::from_le_bytes(raw[32..40].try_into().unwrap()), 3, "user_data");
+        // the 80-byte command area starts at byte 48: commit id 0, queue 1
+        assert_eq!(u64::from_le_bytes(raw[56..64].try_into().unwrap()), 0);
+        assert_eq!(u16::from_le_bytes(raw[64..66].try_into().unwrap()), 1);
+    }
+}
