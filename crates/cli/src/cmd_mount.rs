@@ -205,7 +205,12 @@ fn serve(
         .context("starting the signal thread")?;
     report(Ok(()));
     let spec = cfg.remount_request().unwrap_or_else(|| "pool's compression".into());
-    log_event(&format!("mounted {} on {} ({spec})", pool.display(), mountpoint.display()));
+    log_event(&format!(
+        "mounted {} on {} ({spec}; requests: {})",
+        pool.display(),
+        mountpoint.display(),
+        squeezefs_fuse::uring::transport()
+    ));
     session.run().context("serving FUSE requests")?;
     // a failed flush at unmount was logged by the fs core just before this line
     log_event(&format!("unmounted {}", mountpoint.display()));

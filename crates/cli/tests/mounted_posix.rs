@@ -270,15 +270,19 @@ fn errno_parity_with_ext4() {
     if !can_mount() {
         return;
     }
-    let m = Mounted::new("");
-    let host = tempfile::Builder::new().prefix("sqzref").tempdir_in("/tmp").unwrap();
-    chmod(host.path(), 0o755);
     let mut mismatches = Vec::new();
-    for (i, case) in cases().iter().enumerate() {
-        let ext4 = run_case(host.path(), i, case);
-        let ours = run_case(&m.mnt, i, case);
-        if ext4 != ours {
-            mismatches.push(format!("{}: ext4 {ext4}, squeezefs {ours}", case.name));
+    // both request transports decode arguments and encode replies their own way
+    for transport in ["uring=off", "uring=on"] {
+        let m = Mounted::new(transport);
+        assert_transport(&m, transport);
+        let host = tempfile::Builder::new().prefix("sqzref").tempdir_in("/tmp").unwrap();
+        chmod(host.path(), 0o755);
+        for (i, case) in cases().iter().enumerate() {
+            let ext4 = run_case(host.path(), i, case);
+            let ours = run_case(&m.mnt, i, case);
+            if ext4 != ours {
+                mismatches.push(format!("{} ({transport}): ext4 {ext4}, squeezefs {ours}", case.name));
+            }
         }
     }
     assert!(mismatches.is_empty(), "errno differences:\n{}", mismatches.join("\n"));
@@ -615,7 +619,8 @@ fn large_directory_lists_and_looks_up_every_entry() {
     if !can_mount() {
         return;
     }
-    let m = Mounted::new("");
+    // readdirplus replies built in the ring buffers, many of them per listing
+    let m = Mounted::new("uring=on");
     let d = m.path("big");
     std::fs::create_dir(&d).unwrap();
     const N: usize = 20_000;
@@ -646,4 +651,71 @@ fn syncfs_after_unlinking_freshly_written_files_succeeds() {
     let d = std::fs::File::open(&m.mnt).unwrap();
     assert_eq!(rc(unsafe { libc::syncfs(d.as_raw_fd()) }), 0);
     assert!(std::fs::read_dir(&m.mnt).unwrap().next().is_none());
+}
+
+/// Everything one walk of a small tree shows: names, kinds, sizes, modes, link targets,
+/// xattrs, data hashes. Two transports must show the same.
+fn observe_tree(root: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    for n in names {
+        let p = root.join(&n);
+        let md = std::fs::symlink_metadata(&p).unwrap();
+        let body = if md.file_type().is_symlink() {
+            format!("-> {}", std::fs::read_link(&p).unwrap().display())
+        } else if md.is_file() {
+            let d = std::fs::read(&p).unwrap();
+            format!("{} bytes, sum {}", d.len(), d.iter().map(|&b| b as u64).sum::<u64>())
+        } else {
+            format!("dir of {}", std::fs::read_dir(&p).unwrap().count())
+        };
+        let xattr = xattr_get(&p, "user.k").map(|v| String::from_utf8_lossy(&v).into_owned());
+        out.push(format!("{:?} mode {:o} size {} nlink {} {body} xattr {xattr:?}", n, md.mode(), md.len(), md.nlink()));
+    }
+    out
+}
+
+#[test]
+fn uring_and_dev_fuse_transports_serve_the_same_filesystem() {
+    if !can_mount() {
+        return;
+    }
+    let mut seen = Vec::new();
+    for transport in ["uring=off", "uring=on"] {
+        let mut m = Mounted::new(&format!("compress=zstd:1,{transport}"));
+        assert_transport(&m, transport);
+        let r = m.path("t");
+        std::fs::create_dir(&r).unwrap();
+        // sizes around the page, record and 1 MiB request boundaries
+        for (i, len) in [0usize, 1, 4095, 4097, 131_073, 1 << 20, 3 * (1 << 20) + 5].into_iter().enumerate() {
+            let data: Vec<u8> = (0..len).map(|j| ((j * 7 + i * 13) % 251) as u8).collect();
+            write(&r.join(format!("f{i}")), &data);
+            assert_eq!(std::fs::read(r.join(format!("f{i}"))).unwrap(), data, "{transport}: f{i} read back");
+        }
+        std::os::unix::fs::symlink("f1", r.join("link")).unwrap();
+        std::fs::hard_link(r.join("f2"), r.join("f2-hard")).unwrap();
+        std::fs::rename(r.join("f3"), r.join("f3-renamed")).unwrap();
+        chmod(&r.join("f4"), 0o640);
+        let c = c(&r.join("f5"));
+        let v = b"value";
+        assert_eq!(
+            unsafe { libc::setxattr(c.as_ptr(), c"user.k".as_ptr(), v.as_ptr().cast(), v.len(), 0) },
+            0,
+            "{transport}: setxattr"
+        );
+        std::fs::create_dir(r.join("sub")).unwrap();
+        std::fs::remove_file(r.join("f0")).unwrap();
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+        assert_eq!(st.f_namemax, 255, "{transport}: statfs");
+        let before = observe_tree(&r);
+        m.remount();
+        assert_eq!(observe_tree(&r), before, "{transport}: after remount");
+        seen.push(before);
+        m.umount();
+        run_ok(&["fsck", m.pool.to_str().unwrap()]);
+    }
+    assert_eq!(seen[0], seen[1], "the two transports disagree");
 }

@@ -350,11 +350,13 @@ fn fnv(d: &[u8]) -> u64 {
     d.iter().fold(0xcbf29ce484222325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }
 
-fn reftest(codec: &str) {
+/// `transport`: the `uring=` option; two codec families run over each request transport.
+fn reftest(codec: &str, transport: &str) {
     if !can_mount() {
         return;
     }
-    let mounted = RefCell::new(Mounted::new(&format!("compress-force={codec}")));
+    let mounted = RefCell::new(Mounted::new(&format!("compress-force={codec},{transport}")));
+    assert_transport(&mounted.borrow(), transport);
     let host = tempfile::Builder::new().prefix("sqzref").tempdir_in("/tmp").unwrap();
     let cases: u32 = std::env::var("SQUEEZEFS_REFTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48);
     let mut runner = TestRunner::new(Config { cases, max_shrink_iters: 200, failure_persistence: None, ..Config::default() });
@@ -393,7 +395,7 @@ fn reftest(codec: &str) {
         Ok(())
     });
     if let Err(e) = result {
-        panic!("{codec}: {e}");
+        panic!("{codec} ({transport}): {e}");
     }
 }
 
@@ -419,20 +421,20 @@ fn short(o: &Out) -> String {
 
 #[test]
 fn reftest_none() {
-    reftest("none");
+    reftest("none", "uring=on");
 }
 
 #[test]
 fn reftest_lz4() {
-    reftest("lz4");
+    reftest("lz4", "uring=off");
 }
 
 #[test]
 fn reftest_zstd() {
-    reftest("zstd:3");
+    reftest("zstd:3", "uring=on");
 }
 
 #[test]
 fn reftest_deflate() {
-    reftest("zlib:6");
+    reftest("zlib:6", "uring=off");
 }

@@ -166,3 +166,31 @@ pub fn rc(r: libc::c_int) -> i32 {
         0
     }
 }
+
+/// The daemon's "mounted" log line says which request transport `uring=` (`on`/`off`)
+/// gave: io_uring wherever the kernel has it (Linux ≥ 6.14 with CONFIG_FUSE_IO_URING),
+/// /dev/fuse otherwise and for `off`.
+pub fn assert_transport(m: &Mounted, uring_opt: &str) {
+    let pid = m.daemon_pid();
+    let kernel_has_it = Path::new("/sys/module/fuse/parameters/enable_uring").exists();
+    let want = match uring_opt {
+        "uring=on" if kernel_has_it => "requests: io_uring",
+        "uring=on" => {
+            eprintln!("kernel without FUSE over io_uring: uring=on serves /dev/fuse");
+            "requests: /dev/fuse"
+        }
+        "uring=off" => "requests: /dev/fuse",
+        other => panic!("assert_transport: {other}"),
+    };
+    let t = std::time::Instant::now();
+    loop {
+        let log = std::fs::read_to_string(m.pool.join("squeezefs.log")).unwrap_or_default();
+        let line = log.lines().find(|l| l.contains(&format!("pid {pid}]")) && l.contains("mounted"));
+        if let Some(line) = line {
+            assert!(line.contains(want), "{uring_opt}: expected '{want}' in the daemon log line: {line}");
+            return;
+        }
+        assert!(t.elapsed().as_secs() < 10, "no 'mounted' line for pid {pid} in the daemon log: {log}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -47,6 +47,17 @@ const PAYLOAD: usize = MAX_WRITE as usize + 4096;
 /// Where root switches the transport on (the kernel reads it at INIT).
 pub const ENABLE_PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 
+/// Per-CPU queues this process serves (0: requests come through /dev/fuse only).
+static ACTIVE_QUEUES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How this daemon receives requests, for its log: "io_uring, N per-CPU queues" or "/dev/fuse".
+pub fn transport() -> String {
+    match ACTIVE_QUEUES.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => "/dev/fuse".into(),
+        n => format!("io_uring, {n} per-CPU queues"),
+    }
+}
+
 /// Whether the kernel offers FUSE over io_uring to new connections right now.
 pub fn kernel_allows() -> bool {
     std::fs::read_to_string(ENABLE_PARAM).is_ok_and(|v| v.trim() == "Y")
@@ -167,6 +178,7 @@ pub fn start(fs: Arc<Fs>, fuse_fd: OwnedFd, writeback: bool) -> io::Result<usize
             Err(_) => return Err(io::Error::other("a uring queue thread ended before registering")),
         }
     }
+    ACTIVE_QUEUES.store(queues, std::sync::atomic::Ordering::Relaxed);
     Ok(queues)
 }
 
