@@ -3,6 +3,7 @@
 #
 # usage: bench/compare-btrfs.sh [--specs "none lz4 zstd:1 zstd:3 zstd:9"] [--parts a,b,c]
 #            [--copies 4] [--zero-urandom-size 2G] [--quick] [--fs "btrfs squeezefs"]
+#            [--uring on|off|auto]
 #            [--verify full|light|none] [--workdir DIR] [--results DIR] [--stop-at HH:MM] [--perf]
 #        bench/compare-btrfs.sh --report RESULTS_DIR      # print the tables of an earlier run
 #
@@ -58,6 +59,7 @@ VERIFY=light
 QUICK=0
 PERF=0
 RESULTS=""
+URING=on
 REPORT_ONLY=""
 STOP_AT=""
 CORPUS=${SQUEEZEFS_CORPUS:-$REPO/../shared/corpus}
@@ -78,6 +80,7 @@ while [ $# -gt 0 ]; do
         --copies) COPIES=${2:?--copies needs a number}; shift 2 ;;
         --zero-urandom-size) ZU_SIZE=${2:?--zero-urandom-size needs a size like 2G}; shift 2 ;;
         --fs) FSES=${2:?--fs needs \"btrfs squeezefs\" or one of them}; shift 2 ;;
+        --uring) URING=${2:?--uring needs on, off or auto}; shift 2 ;;
         --verify) VERIFY=${2:?--verify needs full, light or none}; shift 2 ;;
         --workdir) WORKROOT=${2:?}; shift 2 ;;
         --results) RESULTS=${2:?}; shift 2 ;;
@@ -103,6 +106,7 @@ PARTS=${PARTS//,/ }
 for p in $PARTS; do
     case "$p" in a|b|c) ;; *) die "--parts: '$p' is not a part; accepted: a, b, c (comma separated)" ;; esac
 done
+case "$URING" in on|off|auto) ;; *) die "--uring: '$URING' is not accepted; use on, off or auto" ;; esac
 FSES=${FSES//,/ }
 for f in $FSES; do
     case "$f" in btrfs|squeezefs) ;; *) die "--fs: '$f' is not accepted; use btrfs and/or squeezefs" ;; esac
@@ -294,7 +298,9 @@ MNT_OPTS() {  # mount options for FS / SPEC / MODE (compress or compress-force)
     if [ "$FS" = btrfs ]; then
         case "$SPEC" in none) echo "" ;; lz4) echo "$MODE=lzo" ;; *) echo "$MODE=$SPEC" ;; esac
     else
-        case "$SPEC" in none) echo "compress=none" ;; *) echo "$MODE=$SPEC" ;; esac
+        # uring=: squeezefs' request transport (on: FUSE over io_uring, switched on in the
+        # kernel's enable_uring parameter by the daemon; off: /dev/fuse)
+        case "$SPEC" in none) echo "compress=none,uring=$URING" ;; *) echo "$MODE=$SPEC,uring=$URING" ;; esac
     fi
 }
 
