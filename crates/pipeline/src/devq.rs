@@ -21,7 +21,7 @@ pub const COALESCE_BELOW: usize = 64 << 10;
 
 /// Bytes to write: owned (compressed output) or a raw record inside a frozen layer.
 pub enum Payload {
-    Owned(Vec<u8>),
+    Owned(Arc<crate::outbuf::OutBytes>),
     LayerRec { layer: Arc<Layer>, idx: u64 },
 }
 
@@ -30,7 +30,8 @@ impl Payload {
         match self {
             Payload::Owned(v) => v,
             Payload::LayerRec { layer, idx } => match layer.recs.get(idx) {
-                Some(Rec::Data(d)) => d.bytes(),
+                // sync.rs queues raw payloads of raw records only (place() checks)
+                Some(Rec::Data(d)) => d.raw().unwrap_or_default(),
                 _ => &[],
             },
         }
@@ -203,7 +204,7 @@ mod tests {
         let done = Arc::new(Completion::default());
         done.add(3);
         for (i, off) in [0u64, 100, 200].into_iter().enumerate() {
-            q.submit(WriteReq { offset: off, payload: Payload::Owned(vec![i as u8 + 1; 100]), done: done.clone() });
+            q.submit(WriteReq { offset: off, payload: Payload::Owned(Arc::new(crate::outbuf::OutBytes::unpooled(vec![i as u8 + 1; 100]))), done: done.clone() });
         }
         assert_eq!(done.wait(), None);
         let snap = mem.snapshot();

@@ -13,7 +13,9 @@
 //! the commit stage once both layers are empty, and purged when the inode is deleted. A
 //! retired `FileData` is never used again: users re-look it up (`retired` flag).
 
+use crate::error::EngineError;
 use parking_lot::Mutex;
+use squeezefs_codec::{Codec, Workspaces};
 use squeezefs_meta::Ino;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -27,46 +29,134 @@ pub enum Rec {
     Hole,
 }
 
-/// The bytes of a dirty record plus, optionally, the early-compression slot started on
-/// exactly these bytes (early.rs).
+/// The bytes of a dirty record, in one of two forms, plus, optionally, the
+/// early-compression slot started on exactly these bytes (early.rs).
+///
+/// Forms (`Body`):
+///   RAW     the bytes themselves, in a record buffer;
+///   PACKED  only the compressed form ([`PackedRec`]): a full record whose compression
+///           finished while it was still in the open layer (the worker released its
+///           buffer to the buffer pool, early.rs), or that the writer compressed straight
+///           from its caller's slice (caller-runs, write.rs). The sync stage stores these
+///           bytes as they are; a read decodes them; a change ([`DataRec::buf_mut`])
+///           decodes them back into RAW first (rare: overwrite of a record already full).
+/// Transitions: RAW → PACKED (`pack`, only with a result of exactly the current bytes),
+/// PACKED → RAW (`buf_mut`). The logical length of both forms is [`DataRec::len`], which
+/// is what the dirty accounting counts either way.
 ///
 /// Invariant (crash safety): `early`, when set, belongs to the bytes `buf` holds now. The
 /// buffer is private and every mutation goes through [`DataRec::buf_mut`], which drops the
-/// slot first, so a compression result of older bytes can never reach a txg.
+/// slot first, so a compression result of older bytes can never reach a txg; likewise a
+/// PACKED body is only ever built from a result of the RAW bytes it replaces.
 /// The buffer is an `Arc` so that a compress job can read it without the file lock; a
 /// mutation while a job still holds it copies the buffer (copy on write, rare).
 #[derive(Debug, Default)]
 pub struct DataRec {
-    buf: Arc<Vec<u8>>,
+    body: Body,
     early: Option<Arc<crate::early::Slot>>,
+}
+
+#[derive(Debug)]
+enum Body {
+    Raw(Arc<Vec<u8>>),
+    Packed(Arc<PackedRec>),
+}
+
+impl Default for Body {
+    fn default() -> Self {
+        Body::Raw(Arc::default())
+    }
+}
+
+/// A full record held only compressed, with everything the sync stage stores.
+#[derive(Debug)]
+pub struct PackedRec {
+    pub codec: Codec,
+    /// the stored bytes (shared with the device write of the txg that stores them)
+    pub bytes: Arc<crate::outbuf::OutBytes>,
+    /// xxh3-64 of `bytes`
+    pub hash: u64,
+    /// length of the decoded record
+    pub logical: usize,
+    /// counts the record in the early-compression `ready` bytes until its txg takes it
+    pub ready: crate::early::ReadyCharge,
+}
+
+impl PackedRec {
+    /// The record's bytes (a read, or a change that must start from them).
+    pub fn decode(&self, ws: &Workspaces) -> crate::Result<Vec<u8>> {
+        let mut out = vec![0u8; self.logical];
+        let n = ws.decompress(self.codec.alg, &self.bytes, &mut out).map_err(|e| {
+            EngineError::Corrupt(format!("a dirty record held compressed does not decode: {e}"))
+        })?;
+        if n != self.logical {
+            return Err(EngineError::Corrupt(format!(
+                "a dirty record held compressed decodes to {n} bytes, {} expected",
+                self.logical
+            )));
+        }
+        Ok(out)
+    }
 }
 
 impl DataRec {
     pub fn new(buf: Vec<u8>) -> DataRec {
-        DataRec { buf: Arc::new(buf), early: None }
+        DataRec { body: Body::Raw(Arc::new(buf)), early: None }
     }
 
-    pub fn bytes(&self) -> &[u8] {
-        &self.buf
+    /// A record held only compressed.
+    pub fn packed(p: PackedRec) -> DataRec {
+        DataRec { body: Body::Packed(Arc::new(p)), early: None }
     }
 
+    /// The bytes, if held raw.
+    pub fn raw(&self) -> Option<&[u8]> {
+        match &self.body {
+            Body::Raw(b) => Some(b),
+            Body::Packed(_) => None,
+        }
+    }
+
+    /// The compressed form, if held packed.
+    pub fn packed_rec(&self) -> Option<&Arc<PackedRec>> {
+        match &self.body {
+            Body::Raw(_) => None,
+            Body::Packed(p) => Some(p),
+        }
+    }
+
+    /// Logical length (the record's bytes, however held).
     pub fn len(&self) -> usize {
-        self.buf.len()
+        match &self.body {
+            Body::Raw(b) => b.len(),
+            Body::Packed(p) => p.logical,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.len() == 0
     }
 
-    /// The buffer for modification: forgets any early compression of the old bytes.
-    pub fn buf_mut(&mut self) -> &mut Vec<u8> {
+    /// The buffer for modification: forgets any early compression of the old bytes; a
+    /// packed record is decoded into a buffer first.
+    pub fn buf_mut(&mut self, ws: &Workspaces) -> crate::Result<&mut Vec<u8>> {
         self.early = None;
-        Arc::make_mut(&mut self.buf)
+        if let Body::Packed(p) = &self.body {
+            let v = p.decode(ws)?;
+            self.body = Body::Raw(Arc::new(v));
+        }
+        match &mut self.body {
+            Body::Raw(b) => Ok(Arc::make_mut(b)),
+            Body::Packed(_) => unreachable!("decoded above"),
+        }
     }
 
-    /// A shared handle on the bytes (for a compress job).
-    pub fn shared(&self) -> Arc<Vec<u8>> {
-        self.buf.clone()
+    /// A shared handle on the raw bytes (for a compress job); `None` when packed.
+    pub fn shared(&self) -> Option<Arc<Vec<u8>>> {
+        match &self.body {
+            Body::Raw(b) => Some(b.clone()),
+            Body::Packed(_) => None,
+        }
     }
 
     pub fn early(&self) -> Option<&Arc<crate::early::Slot>> {
@@ -79,9 +169,23 @@ impl DataRec {
         self.early = Some(slot);
     }
 
-    /// The buffer, if nobody else holds it (for recycling).
+    /// RAW → PACKED with `p`, a compression result of exactly the current bytes (the
+    /// caller checked that under the file lock). Returns the raw buffer if nobody else
+    /// holds it (for the buffer pool).
+    pub fn pack(&mut self, p: PackedRec) -> Option<Vec<u8>> {
+        self.early = None;
+        match std::mem::replace(&mut self.body, Body::Packed(Arc::new(p))) {
+            Body::Raw(b) => Arc::try_unwrap(b).ok(),
+            Body::Packed(_) => None,
+        }
+    }
+
+    /// The raw buffer, if nobody else holds it (for recycling).
     pub fn into_vec(self) -> Option<Vec<u8>> {
-        Arc::try_unwrap(self.buf).ok()
+        match self.body {
+            Body::Raw(b) => Arc::try_unwrap(b).ok(),
+            Body::Packed(_) => None,
+        }
     }
 }
 
@@ -99,6 +203,8 @@ pub struct Layer {
 /// What a layer says about one record.
 pub enum LayerView<'a> {
     Data(&'a [u8]),
+    /// data held compressed (decode outside the file lock)
+    Packed(&'a Arc<PackedRec>),
     Hole,
     /// This layer does not know; look below.
     Below,
@@ -107,7 +213,10 @@ pub enum LayerView<'a> {
 impl Layer {
     pub fn view(&self, idx: u64) -> LayerView<'_> {
         match self.recs.get(&idx) {
-            Some(Rec::Data(d)) => LayerView::Data(d.bytes()),
+            Some(Rec::Data(d)) => match d.packed_rec() {
+                Some(p) => LayerView::Packed(p),
+                None => LayerView::Data(d.raw().unwrap_or_default()),
+            },
             Some(Rec::Hole) => LayerView::Hole,
             None => match self.trunc_floor {
                 Some(f) if idx >= f => LayerView::Hole,

@@ -18,6 +18,13 @@
  *   RUNNING → TAKEN     the worker finishes and the sync stage claimed the slot meanwhile:
  *                       the result goes straight to the sync stage's channel;
  *   DONE    → TAKEN     the sync stage claims the slot: it sends the result itself;
+ *   DONE    → TAKEN     (packing) right after finishing a background job, the worker moves
+ *                       a Packed result into its record if the record still holds this
+ *                       slot in its file's open layer: the record becomes PACKED
+ *                       (dirty.rs) and its raw buffer goes back to the buffer pool at
+ *                       once, so the raw buffers alive are only those of records queued
+ *                       or being filled, and the writer refills warm buffers instead of
+ *                       touching fresh memory;
  *   QUEUED  (claimed)   the sync stage registers its channel and pushes an urgent entry
  *                       of the same slot, so the job runs ahead of background work;
  *                       whichever entry a worker pops first runs the job, the other finds
@@ -42,10 +49,24 @@
  * (txg.rs), so compressed records reach the disk and their buffers return to the buffer pool
  * (and are refilled by the writer) instead of the writer touching fresh memory for every
  * record of a long stream.
- * Tunables: `EARLY_SYNC_BYTES` (16 MiB), `BACKLOG_RECORDS_PER_WORKER` (64); what triggers
- * early compression is decided in write.rs (a write that fills a record).
+ * Records held PACKED keep their bytes counted in `ready` (a `ReadyCharge`) until their
+ * txg takes them.
+ *
+ * Caller-runs: while more than `CALLER_RUNS_RECORDS_PER_WORKER` records per worker wait in
+ * the background list, a writer compresses the whole records its write covers itself,
+ * straight from its caller's slice (`compress_in_caller`): a record that compresses goes
+ * into the open layer PACKED with no copy into a record buffer; one that does not (zeros,
+ * or no sector saved) is copied as usual with a DONE slot holding the result, so it is
+ * never compressed twice. The writer then works instead of waiting for the queue, and the
+ * queue stays short, so the raw buffers in flight are few and reused. (A per-file streak
+ * cannot gate this: a writer this far ahead has not seen any result of its current file.)
+ *
+ * Tunables: `EARLY_SYNC_BYTES` (16 MiB), `BACKLOG_RECORDS_PER_WORKER` (64),
+ * `CALLER_RUNS_RECORDS_PER_WORKER` (8); what triggers early compression is decided in
+ * write.rs (a write that fills a record).
  */
 
+use crate::dirty::{FileData, PackedRec, Rec};
 use crate::inner::Inner;
 use crate::policy::{compress_record, Compressed, Policy, TRUST_AFTER};
 use crossbeam_channel::Sender;
@@ -53,7 +74,7 @@ use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::time::Duration;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// (layer index, record index, result) as the sync stage consumes them.
 pub type CompressResult = (usize, u64, Compressed);
@@ -70,6 +91,14 @@ struct Job {
     sector: usize,
     /// records of the file that compressed in a row (policy::TRUST_AFTER)
     streak: Arc<AtomicU32>,
+    /// the record this job compresses, for packing the result into it (background jobs)
+    home: Option<Home>,
+}
+
+/// Where a background job's record lives: its file and record index.
+pub struct Home {
+    pub file: Weak<Mutex<FileData>>,
+    pub idx: u64,
 }
 
 enum State {
@@ -94,20 +123,130 @@ struct SlotState {
 pub const EARLY_SYNC_BYTES: u64 = 16 << 20;
 /// A writer waits while more than this many records per worker wait for early compression.
 pub const BACKLOG_RECORDS_PER_WORKER: u64 = 64;
+/// A writer compresses whole records itself while more than this many records per worker
+/// wait for early compression (caller-runs, see the block comment).
+pub const CALLER_RUNS_RECORDS_PER_WORKER: u64 = 8;
 
 /// Flow-control figures of early compression (see the block comment).
 #[derive(Default)]
 pub struct EarlyCounters {
     pub backlog: AtomicU64,
     pub ready: AtomicU64,
+    /// records packed into the open layer by a worker / by a writer (caller-runs), so far
+    packed_by_worker: AtomicU64,
+    packed_by_caller: AtomicU64,
     lock: Mutex<()>,
     cv: Condvar,
+}
+
+/// A snapshot of the early-compression figures ([`crate::Engine::early_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EarlyStats {
+    /// record bytes queued for background compression
+    pub backlog_bytes: u64,
+    /// record bytes compressed early and not yet taken by a txg
+    pub ready_bytes: u64,
+    /// records whose raw buffer a worker released after compressing them (since open)
+    pub packed_by_worker: u64,
+    /// whole records a writer compressed itself from its caller's bytes (since open)
+    pub packed_by_caller: u64,
+}
+
+impl EarlyCounters {
+    pub fn stats(&self) -> EarlyStats {
+        EarlyStats {
+            backlog_bytes: self.backlog.load(Ordering::Relaxed),
+            ready_bytes: self.ready.load(Ordering::Relaxed),
+            packed_by_worker: self.packed_by_worker.load(Ordering::Relaxed),
+            packed_by_caller: self.packed_by_caller.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl EarlyCounters {
     fn sub(a: &AtomicU64, n: u64) {
         if n > 0 {
             let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(n)));
+        }
+    }
+}
+
+/// Record bytes a PACKED record (dirty.rs) counts in `EarlyCounters::ready`, returned
+/// when its txg takes the record (`release`) or when the record is dropped.
+pub struct ReadyCharge {
+    counters: Arc<EarlyCounters>,
+    n: AtomicU64,
+}
+
+impl std::fmt::Debug for ReadyCharge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReadyCharge({})", self.n.load(Ordering::Relaxed))
+    }
+}
+
+impl ReadyCharge {
+    /// Take over `n` bytes already counted (by a DONE slot).
+    fn adopt(counters: Arc<EarlyCounters>, n: u64) -> ReadyCharge {
+        ReadyCharge { counters, n: AtomicU64::new(n) }
+    }
+
+    /// Count `n` more bytes; also says whether `EARLY_SYNC_BYTES` is reached.
+    fn add(counters: &Arc<EarlyCounters>, n: u64) -> (ReadyCharge, bool) {
+        let kick = counters.ready.fetch_add(n, Ordering::Relaxed) + n >= EARLY_SYNC_BYTES;
+        (ReadyCharge::adopt(counters.clone(), n), kick)
+    }
+
+    /// The txg took the record: stop counting it (idempotent).
+    pub fn release(&self) {
+        EarlyCounters::sub(&self.counters.ready, self.n.swap(0, Ordering::Relaxed));
+    }
+}
+
+impl Drop for ReadyCharge {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Caller-runs (see the block comment): should a writer compress its whole records itself?
+pub fn caller_should_run(inner: &Inner) -> bool {
+    let c = &inner.compress_q.counters;
+    let over = CALLER_RUNS_RECORDS_PER_WORKER * inner.workers.threads() as u64 * inner.recordsize;
+    c.backlog.load(Ordering::Relaxed) > over
+}
+
+/// What caller-runs made of one whole record.
+pub enum CallerResult {
+    /// it compresses: the record goes into the open layer PACKED
+    Packed(PackedRec),
+    /// all zeros, or it does not save a sector: the record is stored the usual way (copied
+    /// into a buffer), with this DONE slot holding the result, so nobody compresses it again
+    Finished(Arc<Slot>),
+}
+
+/// Caller-runs: compress one whole record on the calling thread, from the caller's bytes.
+pub fn compress_in_caller(inner: &Inner, data: &[u8], policy: Policy, streak: &AtomicU32) -> CallerResult {
+    let trust = streak.load(Ordering::Relaxed) >= TRUST_AFTER;
+    let c = compress_record(data, policy, inner.sector as usize, trust, || inner.workspaces(), &inner.outs);
+    let len = data.len() as u64;
+    let (ready, kick) = ReadyCharge::add(&inner.compress_q.counters, len);
+    if kick {
+        inner.txg.kick();
+    }
+    match c {
+        Compressed::Packed { codec, bytes, hash } => {
+            streak.fetch_add(1, Ordering::Relaxed);
+            inner.compress_q.counters.packed_by_caller.fetch_add(1, Ordering::Relaxed);
+            CallerResult::Packed(PackedRec { codec, bytes, hash, logical: data.len(), ready })
+        }
+        other => {
+            if matches!(other, Compressed::Raw { .. }) {
+                streak.store(0, Ordering::Relaxed);
+            }
+            // the slot takes over the ready count (its Drop or claim returns it)
+            ready.n.store(0, Ordering::Relaxed);
+            CallerResult::Finished(Slot::finished(other, policy, len, inner))
         }
     }
 }
@@ -152,16 +291,37 @@ fn charge_of(c: &Compressed) -> u64 {
 }
 
 impl Slot {
-    pub fn new(buf: Arc<Vec<u8>>, policy: Policy, streak: Arc<AtomicU32>, inner: &Inner) -> Arc<Slot> {
+    /// A slot for `buf`; `home` (background jobs) lets the worker pack the result into
+    /// the record.
+    pub fn new(
+        buf: Arc<Vec<u8>>,
+        policy: Policy,
+        streak: Arc<AtomicU32>,
+        home: Option<Home>,
+        inner: &Inner,
+    ) -> Arc<Slot> {
         let sector = inner.sector as usize;
         Arc::new(Slot {
             st: Mutex::new(SlotState {
-                state: State::Queued(Job { buf, sector, streak }),
+                state: State::Queued(Job { buf, sector, streak, home }),
                 forward: None,
                 charged: 0,
                 ready: 0,
                 backlog: 0,
             }),
+            policy,
+            dirty: inner.dirty_bytes.clone(),
+            counters: inner.compress_q.counters.clone(),
+        })
+    }
+
+    /// A slot DONE from the start (caller-runs computed `c` from the record's `len` bytes,
+    /// already counted in `ready`).
+    fn finished(c: Compressed, policy: Policy, len: u64, inner: &Inner) -> Arc<Slot> {
+        let charged = charge_of(&c);
+        inner.dirty_bytes.fetch_add(charged, Ordering::Relaxed);
+        Arc::new(Slot {
+            st: Mutex::new(SlotState { state: State::Done(c), forward: None, charged, ready: len, backlog: 0 }),
             policy,
             dirty: inner.dirty_bytes.clone(),
             counters: inner.compress_q.counters.clone(),
@@ -208,7 +368,7 @@ impl Slot {
 
     /// Run the job if it is still queued (called by a worker).
     fn run(&self, inner: &Inner) {
-        let job = {
+        let mut job = {
             let mut g = self.st.lock();
             match std::mem::replace(&mut g.state, State::Running) {
                 State::Queued(j) => j,
@@ -220,7 +380,7 @@ impl Slot {
         };
         let len = job.buf.len() as u64;
         let trust = job.streak.load(Ordering::Relaxed) >= TRUST_AFTER;
-        let c = compress_record(&job.buf, self.policy, job.sector, trust, || inner.workspaces());
+        let c = compress_record(&job.buf, self.policy, job.sector, trust, || inner.workspaces(), &inner.outs);
         match c {
             Compressed::Packed { .. } => {
                 job.streak.fetch_add(1, Ordering::Relaxed);
@@ -228,6 +388,8 @@ impl Slot {
             Compressed::Raw { .. } => job.streak.store(0, Ordering::Relaxed),
             Compressed::Zeros => {}
         }
+        let home = job.home.take();
+        let packed = matches!(c, Compressed::Packed { .. });
         // let go of the buffer before publishing: a writer or the buffer pool may then
         // own it alone again (no copy on write)
         drop(job);
@@ -257,6 +419,42 @@ impl Slot {
         }
         if kick {
             inner.txg.kick();
+        }
+        if let (true, Some(home)) = (packed, home) {
+            self.pack_into_record(inner, home);
+        }
+    }
+
+    /// DONE → TAKEN by packing the result into the record (see the block comment), if
+    /// the record still holds this slot in its file's open layer (then it still holds
+    /// the bytes the result was computed from). Lock order: file, then slot.
+    fn pack_into_record(&self, inner: &Inner, home: Home) {
+        let Some(f) = home.file.upgrade() else { return };
+        let mut fd = f.lock();
+        if fd.retired {
+            return;
+        }
+        let Some(Rec::Data(rec)) = fd.open.recs.get_mut(&home.idx) else { return };
+        if !rec.early().is_some_and(|s| std::ptr::eq(Arc::as_ptr(s), self)) {
+            return;
+        }
+        let mut g = self.st.lock();
+        let State::Done(Compressed::Packed { .. }) = &g.state else { return };
+        let State::Done(Compressed::Packed { codec, bytes, hash }) = std::mem::replace(&mut g.state, State::Taken)
+        else {
+            unreachable!("matched above")
+        };
+        let charged = std::mem::take(&mut g.charged);
+        let ready = std::mem::take(&mut g.ready);
+        drop(g);
+        self.uncharge(charged);
+        let logical = rec.len();
+        let ready = ReadyCharge::adopt(self.counters.clone(), ready);
+        let raw = rec.pack(PackedRec { codec, bytes, hash, logical, ready });
+        drop(fd);
+        self.counters.packed_by_worker.fetch_add(1, Ordering::Relaxed);
+        if let Some(b) = raw {
+            inner.bufs.give(b);
         }
     }
 
@@ -373,7 +571,7 @@ mod tests {
         let policy = *inner.policy.read();
         let buf = Arc::new(vec![7u8; 128 << 10]);
         let before = inner.dirty_bytes.load(Ordering::Relaxed);
-        let s = Slot::new(buf, policy, Arc::default(), &inner);
+        let s = Slot::new(buf, policy, Arc::default(), None, &inner);
         CompressQueue::push(&inner, s.clone(), false);
         wait_until(|| s.is_done());
         assert!(inner.dirty_bytes.load(Ordering::Relaxed) > before, "a done result is charged");
@@ -395,7 +593,7 @@ mod tests {
         // many background slots, each claimed right away: every result arrives exactly once
         let mut slots = Vec::new();
         for i in 0..64u64 {
-            let s = Slot::new(Arc::new(vec![i as u8; 64 << 10]), policy, Arc::default(), &inner);
+            let s = Slot::new(Arc::new(vec![i as u8; 64 << 10]), policy, Arc::default(), None, &inner);
             CompressQueue::push(&inner, s.clone(), false);
             slots.push(s);
         }
@@ -417,7 +615,7 @@ mod tests {
         let (_d, inner) = test_inner();
         let policy = *inner.policy.read();
         let before = inner.dirty_bytes.load(Ordering::Relaxed);
-        let s = Slot::new(Arc::new(vec![1u8; 128 << 10]), policy, Arc::default(), &inner);
+        let s = Slot::new(Arc::new(vec![1u8; 128 << 10]), policy, Arc::default(), None, &inner);
         CompressQueue::push(&inner, s.clone(), false);
         wait_until(|| s.is_done());
         drop(s);
@@ -433,7 +631,7 @@ mod tests {
         let n = (max / (128 << 10)) as usize * 2;
         let slots: Vec<_> = (0..n)
             .map(|i| {
-                let s = Slot::new(Arc::new(vec![i as u8; 128 << 10]), policy, Arc::default(), &inner);
+                let s = Slot::new(Arc::new(vec![i as u8; 128 << 10]), policy, Arc::default(), None, &inner);
                 CompressQueue::push(&inner, s.clone(), false);
                 s
             })

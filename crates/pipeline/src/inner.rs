@@ -71,6 +71,8 @@ pub struct Inner {
     /// largest inode number in the store + 1 wins over a stale superblock value)
     pub next_ino: AtomicU64,
     pub bufs: BufPool,
+    /// buffers of compressed records, recycled (outbuf.rs)
+    pub outs: Arc<crate::outbuf::OutPool>,
     me: OnceLock<Weak<Inner>>,
 }
 
@@ -123,6 +125,7 @@ impl Inner {
             prefetch_cv: Condvar::new(),
             next_ino: AtomicU64::new(next_ino),
             bufs: BufPool::new(recordsize as usize, pool_bytes),
+            outs: crate::outbuf::OutPool::new(pool_bytes / 4),
             me: OnceLock::new(),
         }
     }

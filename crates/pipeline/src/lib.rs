@@ -31,6 +31,7 @@ pub mod fsck;
 mod inner;
 mod metatx;
 mod options;
+mod outbuf;
 mod policy;
 mod pool;
 mod read;
@@ -43,6 +44,7 @@ mod usage;
 mod workers;
 mod write;
 
+pub use early::EarlyStats;
 pub use error::{EngineError, Result};
 pub use metatx::MetaTx;
 pub use options::{MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE};
@@ -431,6 +433,12 @@ impl Engine {
     /// Bytes of dirty (uncommitted) data held in memory.
     pub fn dirty_bytes(&self) -> u64 {
         self.inner.dirty_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Early compression figures (queue, results waiting for their txg, records held
+    /// compressed; see early.rs).
+    pub fn early_stats(&self) -> EarlyStats {
+        self.inner.compress_q.counters.stats()
     }
 
     /// Verify every checksum (see scrub.rs).

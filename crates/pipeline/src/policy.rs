@@ -5,6 +5,7 @@
 //! data is compressed with the controllers' starting level.
 
 use squeezefs_codec::{heuristic, saves_a_sector, Algorithm, Codec, Spec, Workspaces};
+use crate::outbuf::{OutBytes, OutPool};
 use xxhash_rust::xxh3::xxh3_64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,8 +36,9 @@ pub enum Compressed {
     Zeros,
     /// store the record's own bytes
     Raw { hash: u64 },
-    /// store these bytes
-    Packed { codec: Codec, bytes: Vec<u8>, hash: u64 },
+    /// store these bytes (shared: a record held packed in the dirty cache keeps them
+    /// readable while its txg writes them)
+    Packed { codec: Codec, bytes: std::sync::Arc<OutBytes>, hash: u64 },
 }
 
 /// Records of a file that must compress in a row before the sampler is skipped for the
@@ -55,13 +57,14 @@ thread_local! {
 }
 
 /// Heuristic, compression with early abort (output must save a sector), checksum of what
-/// will be stored. Never copies the raw record.
+/// will be stored. Never copies the raw record; the output goes into a buffer of `out`.
 pub fn compress_record<'a>(
     data: &[u8],
     policy: Policy,
     sector: usize,
     trust_streak: bool,
     ws: impl FnOnce() -> &'a Workspaces,
+    out: &std::sync::Arc<OutPool>,
 ) -> Compressed {
     if is_zeros(data) {
         return Compressed::Zeros;
@@ -79,19 +82,20 @@ pub fn compress_record<'a>(
         return raw();
     }
     // compress into this thread's scratch buffer (mapped and warm after the first record)
-    // and keep an exact-size copy: no zero fill and no fresh pages per record, and the
-    // result held until its txg takes only the memory it needs
+    // and keep a copy in a recycled buffer of about the output's size (outbuf.rs): no
+    // zero fill and no fresh pages per record, and the result held until its txg takes
+    // only about the memory it needs
     let packed = SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
         if s.len() < limit {
             s.resize(limit, 0);
         }
-        ws().compress(codec, data, &mut s[..limit]).map(|n| s[..n].to_vec())
+        ws().compress(codec, data, &mut s[..limit]).map(|n| out.copy_of(&s[..n]))
     });
     match packed {
         Ok(bytes) if saves_a_sector(bytes.len(), data.len(), sector) => {
             let hash = xxh3_64(&bytes);
-            Compressed::Packed { codec, bytes, hash }
+            Compressed::Packed { codec, bytes: std::sync::Arc::new(bytes), hash }
         }
         Ok(_) => raw(),
         Err(squeezefs_codec::CodecError::DstTooSmall) => raw(),
@@ -123,9 +127,10 @@ mod tests {
     fn off_policy_stores_raw_and_zeros_become_holes() {
         let p = Policy { spec: Spec::Off, force: false };
         let no_ws = || -> &'static Workspaces { unreachable!("off never compresses") };
-        assert!(matches!(compress_record(&[0u8; 4096], p, 512, false, no_ws), Compressed::Zeros));
+        let out = OutPool::new(0);
+        assert!(matches!(compress_record(&[0u8; 4096], p, 512, false, no_ws, &out), Compressed::Zeros));
         let data = vec![5u8; 4096];
-        match compress_record(&data, p, 512, false, no_ws) {
+        match compress_record(&data, p, 512, false, no_ws, &out) {
             Compressed::Raw { hash } => assert_eq!(hash, xxh3_64(&data)),
             _ => panic!("expected raw"),
         }

@@ -178,6 +178,8 @@ enum Source {
     Done,
     /// a hole in the open or syncing layer
     Zero,
+    /// a dirty record held compressed: decoded after the file lock is released
+    Packed(Arc<crate::dirty::PackedRec>),
     Layer(Arc<Layer>),
     Committed,
 }
@@ -218,10 +220,11 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
                     copy_part(&mut buf[bs], d, rsl);
                     Source::Done
                 }
+                LayerView::Packed(p) => Source::Packed(p.clone()),
                 LayerView::Hole => Source::Zero,
                 LayerView::Below => match &fd.syncing {
                     Some(s) => match s.view(idx) {
-                        LayerView::Data(_) => Source::Layer(s.clone()),
+                        LayerView::Data(_) | LayerView::Packed(_) => Source::Layer(s.clone()),
                         LayerView::Hole => Source::Zero,
                         LayerView::Below => Source::Committed,
                     },
@@ -238,10 +241,15 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
         match src {
             Source::Done => {}
             Source::Zero => buf[span(idx).0].fill(0),
+            Source::Packed(p) => {
+                let (bs, rsl) = span(idx);
+                copy_part(&mut buf[bs], &p.decode(inner.workspaces())?, rsl);
+            }
             Source::Layer(l) => {
                 let (bs, rsl) = span(idx);
                 match l.view(idx) {
                     LayerView::Data(d) => copy_part(&mut buf[bs], d, rsl),
+                    LayerView::Packed(p) => copy_part(&mut buf[bs], &p.decode(inner.workspaces())?, rsl),
                     _ => buf[bs].fill(0),
                 }
             }
@@ -391,7 +399,7 @@ impl Drop for PrefetchClaim<'_> {
 fn has_data(inner: &Inner, ino: Ino, idx: u64, open: Option<&Layer>, syncing: Option<&Layer>) -> Result<bool> {
     for l in [open, syncing].into_iter().flatten() {
         match l.view(idx) {
-            LayerView::Data(_) => return Ok(true),
+            LayerView::Data(_) | LayerView::Packed(_) => return Ok(true),
             LayerView::Hole => return Ok(false),
             LayerView::Below => {}
         }

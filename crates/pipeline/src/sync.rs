@@ -145,12 +145,21 @@ fn compress(
     let per_file = inner.file_policy.read().clone();
     // per file: how many records in a row compressed (see policy::TRUST_AFTER)
     let streaks: Vec<Arc<AtomicU32>> = frozen.iter().map(|_| Arc::new(AtomicU32::new(0))).collect();
-    let (mut reused, mut fresh) = (0usize, 0usize);
+    let (mut reused, mut fresh, mut packed) = (0usize, 0usize, 0usize);
     for &(li, idx) in jobs {
         let policy = per_file.get(&frozen[li].0).copied().unwrap_or(global);
         let Some(Rec::Data(rec)) = frozen[li].1.recs.get(&idx) else {
             unreachable!("cut lists data records only")
         };
+        // held packed: compressed already, under the policy of the time it was written
+        // (a policy applies to data written from its change on)
+        if let Some(p) = rec.packed_rec() {
+            p.ready.release();
+            packed += 1;
+            let c = Compressed::Packed { codec: p.codec, bytes: p.bytes.clone(), hash: p.hash };
+            let _ = tx.send((li, idx, c));
+            continue;
+        }
         if let Some(slot) = rec.early().filter(|s| s.policy == policy) {
             match slot.claim(&tx, li, idx) {
                 Claim::Sent | Claim::Running => {
@@ -166,10 +175,11 @@ fn compress(
             }
         }
         fresh += 1;
-        let slot = Slot::new(rec.shared(), policy, streaks[li].clone(), inner).forward_to(tx.clone(), li, idx);
+        let Some(buf) = rec.shared() else { unreachable!("packed records were sent above") };
+        let slot = Slot::new(buf, policy, streaks[li].clone(), None, inner).forward_to(tx.clone(), li, idx);
         CompressQueue::push(inner, slot, true);
     }
-    log::trace!("compress: {reused} records compressed early, {fresh} now");
+    log::trace!("compress: {packed} records held packed, {reused} compressed early, {fresh} now");
     rx
 }
 
@@ -185,14 +195,23 @@ fn place(
     allocated: &mut Vec<DeviceExtent>,
     written: &mut [bool],
 ) -> Result<Outcome> {
-    let data: &[u8] = match layer.recs.get(&idx) {
-        Some(Rec::Data(d)) => d.bytes(),
-        _ => &[],
+    let rec = match layer.recs.get(&idx) {
+        Some(Rec::Data(d)) => Some(d),
+        _ => None,
     };
-    let logical = data.len() as u32;
+    let logical = rec.map_or(0, |d| d.len()) as u32;
     let (alg, level, hash, payload) = match c {
         Compressed::Zeros => return Ok(Outcome::Hole),
-        Compressed::Raw { hash } => (0u8, 0, hash, Payload::LayerRec { layer: layer.clone(), idx }),
+        Compressed::Raw { hash } => {
+            // the device writes the record's raw bytes from the layer: a record held packed
+            // has none (compress() never makes a raw result for one)
+            if rec.and_then(|d| d.raw()).is_none() {
+                return Err(EngineError::Other(format!(
+                    "internal error: raw result for record {idx} that holds no raw bytes"
+                )));
+            }
+            (0u8, 0, hash, Payload::LayerRec { layer: layer.clone(), idx })
+        }
         Compressed::Packed { codec, bytes, hash } => (codec.alg.id(), codec.level, hash, Payload::Owned(bytes)),
     };
     let stored_len = payload.bytes().len() as u64;

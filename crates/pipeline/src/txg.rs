@@ -268,9 +268,16 @@ fn normalize(layer: &mut Layer, rs: u64, inner: &Inner) {
                 continue;
             }
             if d.len() != want {
-                // changes the bytes: drops any early compression of the old ones
-                grow += want as i64 - d.len() as i64;
-                d.buf_mut().resize(want, 0);
+                // changes the bytes: drops any early compression of the old ones. Records
+                // held packed are full and set_size cuts them, so they are never here; a
+                // failed decode (impossible for our own output) keeps the record as it is
+                match d.buf_mut(inner.workspaces()) {
+                    Ok(b) => {
+                        grow += want as i64 - b.len() as i64;
+                        b.resize(want, 0);
+                    }
+                    Err(e) => log::error!("record {idx}: cannot resize: {e}"),
+                }
             }
         }
     }

@@ -5,7 +5,7 @@
 //! truncation or punch raced with the load, in which case the load is redone.
 
 use crate::dirty::{DataRec, FileRef, LayerView, Rec};
-use crate::early::{CompressQueue, Slot};
+use crate::early::{self, CallerResult, CompressQueue, Home, Slot};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::read;
@@ -14,7 +14,7 @@ use crate::units::{checked_end, record_start_byte, records_for_size, MAX_FILE_SI
 #[allow(unused_imports)]
 use redb::{ReadableDatabase, ReadableTable};
 use squeezefs_meta::{keys, tables, Ino};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 
 /// The file's dirty state, created from the committed inode if needed.
@@ -43,6 +43,7 @@ fn lower_record(inner: &Inner, ino: Ino, f: &FileRef, idx: u64) -> Result<Option
     if let Some(s) = syncing {
         match s.view(idx) {
             LayerView::Data(d) => return Ok(Some(d.to_vec())),
+            LayerView::Packed(p) => return p.decode(inner.workspaces()).map(Some),
             LayerView::Hole => return Ok(None),
             LayerView::Below => {}
         }
@@ -61,8 +62,16 @@ enum Fill<'a> {
 }
 
 /// Apply `fill` to `[off, end)`. `Data` extends the size; `Zeros` (hole punching) never
-/// creates a buffer for a record that has no data.
-fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<()> {
+/// creates a buffer for a record that has no data. `packed`: whole records of `Data` the
+/// caller compressed already (caller-runs); they replace the record as they are.
+fn apply(
+    inner: &Inner,
+    ino: Ino,
+    off: u64,
+    end: u64,
+    fill: Fill<'_>,
+    mut packed: BTreeMap<u64, CallerResult>,
+) -> Result<()> {
     let rs = inner.recordsize;
     let first = off / rs;
     let last = (end - 1) / rs;
@@ -95,6 +104,7 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
             continue;
         }
         let mut grown: u64 = 0;
+        let mut freed: u64 = 0;
         let mut early: Vec<std::sync::Arc<Slot>> = Vec::new();
         let mut early_policy = None;
         let fd_streak = fd.streak.clone();
@@ -102,6 +112,23 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
             let rstart = record_start_byte(idx, rs);
             let a = (off.max(rstart) - rstart) as usize;
             let b = (end.min(rstart + rs) - rstart) as usize;
+            let mut finished = None;
+            match packed.remove(&idx) {
+                Some(CallerResult::Finished(slot)) => finished = Some(slot),
+                Some(CallerResult::Packed(p)) => {
+                    // the whole record, compressed by the caller: replaces what was there
+                    grown += p.logical as u64;
+                    let old = fd.open.recs.insert(idx, Rec::Data(DataRec::packed(p)));
+                    if let Some(Rec::Data(d)) = old {
+                        freed += d.len() as u64;
+                        if let Some(v) = d.into_vec() {
+                            inner.bufs.give(v);
+                        }
+                    }
+                    continue;
+                }
+                None => {}
+            }
             let entry = match fd.open.recs.get_mut(&idx) {
                 Some(e) => e,
                 None => {
@@ -134,7 +161,7 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
             match fill {
                 Fill::Data(d) => {
                     let was = rec.len();
-                    let buf = rec.buf_mut();
+                    let buf = rec.buf_mut(inner.workspaces())?;
                     let src =
                         &d[(rstart + a as u64 - off) as usize..(rstart + b as u64 - off) as usize];
                     if buf.len() <= a {
@@ -150,10 +177,19 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
                         }
                         buf[a..b].copy_from_slice(src);
                     }
-                    // this write filled the record: compress it now (early.rs)
-                    if was < rs as usize && buf.len() == rs as usize {
+                    if let Some(slot) = finished {
+                        // the caller compressed exactly these bytes (the write covers the
+                        // whole record): keep its result
+                        rec.set_early(slot);
+                    } else if was < rs as usize && buf.len() == rs as usize {
+                        // this write filled the record: compress it now (early.rs)
                         let policy = *early_policy.get_or_insert_with(|| inner.policy_of(ino));
-                        let slot = Slot::new(rec.shared(), policy, fd_streak.clone(), inner);
+                        let home = Home {
+                            file: std::sync::Arc::downgrade(&f),
+                            idx,
+                        };
+                        let shared = rec.shared().expect("buf_mut above made the record raw");
+                        let slot = Slot::new(shared, policy, fd_streak.clone(), Some(home), inner);
                         rec.set_early(slot.clone());
                         early.push(slot);
                     }
@@ -161,13 +197,20 @@ fn apply(inner: &Inner, ino: Ino, off: u64, end: u64, fill: Fill<'_>) -> Result<
                 Fill::Zeros => {
                     let hi = b.min(rec.len());
                     if a < hi {
-                        rec.buf_mut()[a..hi].fill(0);
+                        rec.buf_mut(inner.workspaces())?[a..hi].fill(0);
                     }
                 }
             }
         }
-        fd.open.bytes += grown;
+        fd.open.bytes = fd.open.bytes + grown - freed;
         inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
+        if freed > 0 {
+            let _ = inner
+                .dirty_bytes
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| {
+                    Some(d.saturating_sub(freed))
+                });
+        }
         if matches!(fill, Fill::Data(_)) {
             fd.size = fd.size.max(end);
         }
@@ -191,11 +234,44 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<()> {
     }
     let end = checked_end(off, data.len() as u64).ok_or_else(|| too_big(off, data.len() as u64))?;
     throttle::delay(inner)?;
-    CompressQueue::wait_backlog(inner);
     reserve(inner, data.len() as u64)?;
-    apply(inner, ino, off, end, Fill::Data(data))?;
+    let packed = caller_runs(inner, ino, off, data)?;
+    CompressQueue::wait_backlog(inner);
+    apply(inner, ino, off, end, Fill::Data(data), packed)?;
     throttle::maybe_kick(inner);
     Ok(())
+}
+
+/// Caller-runs (early.rs): while the compress queue is long, the whole records `data`
+/// covers are compressed here, from `data` itself, and go into the open layer packed.
+fn caller_runs(
+    inner: &Inner,
+    ino: Ino,
+    off: u64,
+    data: &[u8],
+) -> Result<BTreeMap<u64, CallerResult>> {
+    let mut out = BTreeMap::new();
+    let rs = inner.recordsize;
+    let (first, end) = (off.div_ceil(rs), (off + data.len() as u64) / rs);
+    if first >= end || !early::caller_should_run(inner) {
+        return Ok(out);
+    }
+    let policy = inner.policy_of(ino);
+    if policy.codec().is_none() {
+        return Ok(out);
+    }
+    let streak = file_ref(inner, ino)?.lock().streak.clone();
+    for idx in first..end {
+        if !early::caller_should_run(inner) {
+            break;
+        }
+        let at = (record_start_byte(idx, rs) - off) as usize;
+        out.insert(
+            idx,
+            early::compress_in_caller(inner, &data[at..at + rs as usize], policy, &streak),
+        );
+    }
+    Ok(out)
 }
 
 fn too_big(off: u64, len: u64) -> EngineError {
@@ -271,7 +347,7 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
             if let Some(Rec::Data(b)) = fd.open.recs.get_mut(&p) {
                 if b.len() > keep {
                     freed += (b.len() - keep) as u64;
-                    b.buf_mut().truncate(keep);
+                    b.buf_mut(inner.workspaces())?.truncate(keep);
                 }
             }
         }
@@ -315,11 +391,11 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
     // edges: zero inside records that are only partly covered
     let lo_edge_end = record_start_byte(full_lo, rs).min(end);
     if off < lo_edge_end {
-        apply(inner, ino, off, lo_edge_end, Fill::Zeros)?;
+        apply(inner, ino, off, lo_edge_end, Fill::Zeros, BTreeMap::new())?;
     }
     let hi_edge_start = record_start_byte(full_hi, rs).max(off);
     if full_hi >= full_lo && hi_edge_start < end {
-        apply(inner, ino, hi_edge_start, end, Fill::Zeros)?;
+        apply(inner, ino, hi_edge_start, end, Fill::Zeros, BTreeMap::new())?;
     }
     if full_hi > full_lo {
         loop {

@@ -122,10 +122,11 @@ fn record_truncated_or_punched_while_early_compression_runs() {
     reopen_and_check(&pool, ino, &model);
 }
 
-/// Full records are compressed before any txg syncs: their results are held (and
-/// counted as dirty memory) until the txg takes them.
+/// Full records are compressed before any txg syncs; a finished record gives its raw
+/// buffer back and is held compressed (counted once, at its logical size) until the txg
+/// takes it, and reads of it return the bytes written.
 #[test]
-fn early_results_are_counted_as_dirty_before_the_txg_syncs() {
+fn early_results_are_held_packed_before_the_txg_syncs() {
     let dir = tempfile::tempdir().unwrap();
     let pool = dir.path().join("p");
     Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
@@ -135,12 +136,17 @@ fn early_results_are_counted_as_dirty_before_the_txg_syncs() {
     let data = text(5, 8 * RECORD);
     e.write(ino, 0, &data).unwrap();
     let t0 = Instant::now();
-    while e.dirty_bytes() <= data.len() as u64 {
-        assert!(t0.elapsed() < Duration::from_secs(30), "no early compression result appeared");
+    while e.early_stats().packed_by_worker < 8 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "records were not packed: {:?}", e.early_stats());
         std::thread::sleep(Duration::from_millis(2));
     }
+    let st = e.early_stats();
+    assert_eq!(st.ready_bytes, data.len() as u64, "packed records wait for their txg: {st:?}");
+    assert_eq!(e.dirty_bytes(), data.len() as u64, "a packed record counts its logical size once");
+    check_file(&e, ino, &data);
     e.sync().unwrap();
     assert_eq!(e.dirty_bytes(), 0, "everything returned after the commit");
+    assert_eq!(e.early_stats().ready_bytes, 0, "the txg took every packed record");
     check_file(&e, ino, &data);
     e.close().unwrap();
     drop(e);
