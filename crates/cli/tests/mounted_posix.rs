@@ -475,19 +475,26 @@ fn fsync_is_durable_even_if_the_daemon_is_killed() {
     if !can_mount() {
         return;
     }
-    let mut m = Mounted::new("compress=zstd");
-    let mut f = std::fs::File::create(m.path("durable")).unwrap();
-    f.write_all(&vec![42u8; 1 << 20]).unwrap();
-    f.sync_all().unwrap();
-    drop(f);
-    let pid = m.daemon_pid();
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    while unsafe { libc::kill(pid, 0) } == 0 {
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    // over io_uring, fsync runs on a helper thread and its reply goes back through the ring
+    for transport in ["uring=off", "uring=on"] {
+        let mut m = Mounted::new(&format!("compress=zstd,{transport}"));
+        assert_transport(&m, transport);
+        let mut f = std::fs::File::create(m.path("durable")).unwrap();
+        f.write_all(&vec![42u8; 1 << 20]).unwrap();
+        f.sync_all().unwrap();
+        // a second fsync of the same file and one of its directory, with nothing new
+        f.sync_all().unwrap();
+        std::fs::File::open(&m.mnt).unwrap().sync_all().unwrap();
+        drop(f);
+        let pid = m.daemon_pid();
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        while unsafe { libc::kill(pid, 0) } == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        m.forget_dead_mount();
+        m.mount();
+        assert_eq!(std::fs::read(m.path("durable")).unwrap(), vec![42u8; 1 << 20], "{transport}");
     }
-    m.forget_dead_mount();
-    m.mount();
-    assert_eq!(std::fs::read(m.path("durable")).unwrap(), vec![42u8; 1 << 20]);
 }
 
 /// The daemon's stderr went to /dev/null once it ran in the background, so errors after the

@@ -34,6 +34,12 @@ fn fs_err(e: &FsError) -> Handled {
     err(errno(e).code())
 }
 
+/// Requests that can wait for a txg commit (hundreds of ms under heavy writes): handled off
+/// the ring thread (mod.rs `Queue::lend`).
+pub fn is_slow(opcode: u32) -> bool {
+    matches!(opcode, op::FSYNC | op::FSYNCDIR)
+}
+
 pub struct Dispatcher {
     fs: Arc<Fs>,
     writeback: bool,

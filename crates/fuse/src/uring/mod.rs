@@ -17,6 +17,8 @@
 //! * `HANDLING`: its completion arrived with a request in the buffers; the thread runs it
 //!   through [`dispatch::Dispatcher`], writes the reply into the same buffers and submits
 //!   COMMIT_AND_FETCH with the request's commit id → `WAITING`;
+//! * `LENT`: a slow request runs on a helper thread; its reply comes back through the
+//!   queue's eventfd → COMMIT_AND_FETCH → `WAITING`;
 //! * `DEAD`: the completion failed with ENOTCONN/ENODEV (unmount or abort), or with an
 //!   error we cannot retry. EINTR/EAGAIN resubmit the last command. The thread ends when
 //!   all its entries are dead.
@@ -24,7 +26,9 @@
 //! The kernel switches the connection to the rings once every CPU queue has an entry;
 //! until then (and for FORGET and INTERRUPT always) requests still come through /dev/fuse,
 //! which fuser keeps serving. Requests are handled in the ring thread, one at a time per
-//! CPU, as libfuse does.
+//! CPU, as libfuse does; requests that may wait long (fsync: a txg commit) are `LENT` to a
+//! helper thread, which hands the entry back through an eventfd the ring polls, so one
+//! process's fsync does not stall the other requests from its CPU.
 //!
 //! Tunables: `DEPTH` (entries per CPU), `PAYLOAD` (≥ the kernel's max payload: max_write /
 //! max_pages, 1 MiB here, or registration fails with EINVAL).
@@ -97,6 +101,8 @@ struct Entry {
     payload: Box<[u8]>,
     iov: Box<[libc::iovec; 2]>,
     commit: bool,
+    /// with a helper thread for a slow request (`Queue::lend`)
+    lent: bool,
     dead: bool,
 }
 
@@ -108,7 +114,7 @@ impl Entry {
             libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: header.len() },
             libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() },
         ]);
-        Entry { header, payload, iov, commit: false, dead: false }
+        Entry { header, payload, iov, commit: false, lent: false, dead: false }
     }
 
     /// REGISTER (first time) or COMMIT_AND_FETCH (after a reply) for entry `idx` of `qid`.
@@ -182,93 +188,198 @@ pub fn start(fs: Arc<Fs>, fuse_fd: OwnedFd, writeback: bool) -> io::Result<usize
     Ok(queues)
 }
 
-fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Dispatcher, started: &mpsc::Sender<io::Result<()>>) -> io::Result<()> {
+/// user_data of the eventfd poll through which finished slow requests wake the ring thread.
+const WAKE_TAG: u64 = u64::MAX;
+
+/// An entry's buffers handed to a helper thread for a slow request. The ring thread does
+/// not touch an entry while it is away (no command of it is with the kernel, so no
+/// completion can name it), and does not return while one is away (it is not DEAD).
+struct Lent {
+    idx: usize,
+    header: *mut u8,
+    payload: *mut u8,
+    payload_cap: usize,
+}
+
+// SAFETY: see `Lent`: exactly one thread uses the buffers at a time.
+unsafe impl Send for Lent {}
+
+/// One CPU queue: its ring, its entries, and the way back for slow requests.
+struct Queue {
+    ring: IoUring<squeue::Entry128>,
+    ents: Vec<Entry>,
+    disp: Arc<Dispatcher>,
+    fd: i32,
+    qid: u16,
+    wake: OwnedFd,
+    done_tx: mpsc::Sender<usize>,
+    done_rx: mpsc::Receiver<usize>,
+}
+
+impl Drop for Queue {
+    /// Never free an entry's buffers under a helper thread: wait for every lent entry
+    /// (each helper sends exactly once; `done_tx` lives here, so `recv` cannot fail early).
+    fn drop(&mut self) {
+        for _ in self.ents.iter().filter(|e| e.lent) {
+            let _ = self.done_rx.recv();
+        }
+    }
+}
+
+fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<Dispatcher>, started: &mpsc::Sender<io::Result<()>>) -> io::Result<()> {
     pin_to(qid);
-    let raw = fd.as_raw_fd();
-    let q = qid as u16;
-    let mut ring: IoUring<squeue::Entry128> = IoUring::builder().setup_cqsize(2 * DEPTH as u32).build(DEPTH as u32)?;
-    let mut ents: Vec<Entry> = (0..DEPTH).map(|_| Entry::new()).collect();
-    for (i, e) in ents.iter().enumerate() {
-        // SAFETY: the SQE points at the entry's iovec and buffers, which live in `ents`
+    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if efd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let (done_tx, done_rx) = mpsc::channel();
+    let mut q = Queue {
+        // DEPTH entry commands + the wake-up poll
+        ring: IoUring::builder().setup_cqsize(2 * (DEPTH as u32 + 1)).build(DEPTH as u32 + 1)?,
+        ents: (0..DEPTH).map(|_| Entry::new()).collect(),
+        disp: disp.clone(),
+        fd: fd.as_raw_fd(),
+        qid: qid as u16,
+        wake: unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(efd) },
+        done_tx,
+        done_rx,
+    };
+    for i in 0..DEPTH {
+        // SAFETY: the SQE points at the entry's iovec and buffers, which live in `q.ents`
         // until this function returns (after the kernel has let go of them: all DEAD, or
         // the ring is closed, which cancels the commands).
-        unsafe { ring.submission().push(&e.sqe(raw, q, i)) }.map_err(|_| io::Error::other("submission queue full"))?;
+        let sqe = q.ents[i].sqe(q.fd, q.qid, i);
+        q.push(sqe)?;
     }
-    ring.submit()?;
+    q.arm_wake()?;
+    q.ring.submit()?;
     // a refused registration completes at once; a good one only when a request comes
-    let early: Vec<(usize, i32)> = ring.completion().map(|c| (c.user_data() as usize, c.result())).collect();
-    if let Some((_, res)) = early.iter().find(|(_, res)| *res < 0) {
+    let early: Vec<(u64, i32)> = q.ring.completion().map(|c| (c.user_data(), c.result())).collect();
+    if let Some((_, res)) = early.iter().find(|(tag, res)| *res < 0 && *tag != WAKE_TAG) {
         return Err(io::Error::from_raw_os_error(-res));
     }
-    for (idx, res) in early {
-        handle_cqe(&mut ring, &mut ents, disp, raw, q, idx, res)?;
+    for (tag, res) in early {
+        q.completion(tag, res)?;
     }
     let _ = started.send(Ok(()));
     loop {
-        match ring.submit_and_wait(1) {
+        match q.ring.submit_and_wait(1) {
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             Err(e) => return Err(e),
         }
-        let done: Vec<(usize, i32)> = ring.completion().map(|c| (c.user_data() as usize, c.result())).collect();
-        for (idx, res) in done {
-            handle_cqe(&mut ring, &mut ents, disp, raw, q, idx, res)?;
+        let done: Vec<(u64, i32)> = q.ring.completion().map(|c| (c.user_data(), c.result())).collect();
+        for (tag, res) in done {
+            q.completion(tag, res)?;
         }
-        if ents.iter().all(|e| e.dead) {
+        if q.ents.iter().all(|e| e.dead) {
             log::debug!("uring queue {qid}: connection gone");
             return Ok(());
         }
     }
 }
 
-fn handle_cqe(
-    ring: &mut IoUring<squeue::Entry128>,
-    ents: &mut [Entry],
-    disp: &Dispatcher,
-    fd: i32,
-    qid: u16,
-    idx: usize,
-    res: i32,
-) -> io::Result<()> {
-    let Some(e) = ents.get_mut(idx) else {
-        return Err(io::Error::other(format!("completion for unknown entry {idx}")));
-    };
-    if res < 0 {
-        match -res {
-            libc::EINTR | libc::EAGAIN => {}
-            libc::ENOTCONN | libc::ENODEV => {
-                e.dead = true;
-                return Ok(());
-            }
-            errno => {
-                e.dead = true;
-                log::error!(
-                    "uring queue {qid}: entry {idx} failed ({}); requests from this CPU may stall",
-                    io::Error::from_raw_os_error(errno)
-                );
-                return Ok(());
-            }
-        }
-    } else {
-        let h = abi::InHeader::parse(&e.header);
-        let plen = abi::u32_at(&e.header, abi::ENT_PAYLOAD_SZ) as usize;
-        let r = disp.handle(&h, &e.header[abi::OP_IN..abi::OP_IN + abi::OP_IN_LEN], &mut e.payload, plen);
-        abi::put_out_header(&mut e.header, h.unique, r.error, r.len);
-        abi::put_u32(&mut e.header, abi::ENT_PAYLOAD_SZ, r.len as u32);
-        e.commit = true;
-        if let Some(ino) = r.atime_after {
-            push(ring, e.sqe(fd, qid, idx))?;
-            ring.submit()?;
-            disp.after_read(ino);
-            return Ok(());
-        }
+impl Queue {
+    fn push(&mut self, sqe: squeue::Entry128) -> io::Result<()> {
+        // at most one command per entry plus the poll is ever outstanding: DEPTH + 1 slots
+        unsafe { self.ring.submission().push(&sqe) }.map_err(|_| io::Error::other("submission queue full"))
     }
-    push(ring, e.sqe(fd, qid, idx))
+
+    fn arm_wake(&mut self) -> io::Result<()> {
+        let poll = opcode::PollAdd::new(types::Fd(self.wake.as_raw_fd()), libc::POLLIN as u32).build().user_data(WAKE_TAG);
+        self.push(poll.into())
+    }
+
+    fn completion(&mut self, tag: u64, res: i32) -> io::Result<()> {
+        if tag == WAKE_TAG {
+            let mut n = 0u64;
+            unsafe { libc::read(self.wake.as_raw_fd(), (&raw mut n).cast(), 8) };
+            while let Ok(idx) = self.done_rx.try_recv() {
+                let e = &mut self.ents[idx];
+                e.lent = false;
+                e.commit = true;
+                let sqe = e.sqe(self.fd, self.qid, idx);
+                self.push(sqe)?;
+            }
+            if res == -libc::ECANCELED {
+                return Ok(());
+            }
+            return self.arm_wake();
+        }
+        let idx = tag as usize;
+        let (fd, qid) = (self.fd, self.qid);
+        let Some(e) = self.ents.get_mut(idx) else {
+            return Err(io::Error::other(format!("completion for unknown entry {idx}")));
+        };
+        if res < 0 {
+            match -res {
+                libc::EINTR | libc::EAGAIN => {}
+                libc::ENOTCONN | libc::ENODEV => {
+                    e.dead = true;
+                    return Ok(());
+                }
+                errno => {
+                    e.dead = true;
+                    log::error!(
+                        "uring queue {qid}: entry {idx} failed ({}); requests from this CPU may stall",
+                        io::Error::from_raw_os_error(errno)
+                    );
+                    return Ok(());
+                }
+            }
+        } else {
+            let h = abi::InHeader::parse(&e.header);
+            if dispatch::is_slow(h.opcode) && self.lend(idx) {
+                return Ok(());
+            }
+            let e = &mut self.ents[idx];
+            let r = run(&self.disp, &h, &mut e.header, &mut e.payload);
+            e.commit = true;
+            if let Some(ino) = r.atime_after {
+                let sqe = e.sqe(fd, qid, idx);
+                self.push(sqe)?;
+                self.ring.submit()?;
+                self.disp.after_read(ino);
+                return Ok(());
+            }
+        }
+        let sqe = self.ents[idx].sqe(fd, qid, idx);
+        self.push(sqe)
+    }
+
+    /// Hand entry `idx` (a request that may block for long, e.g. fsync waiting for a txg)
+    /// to a helper thread, so the other requests from this CPU keep being served. False
+    /// when no thread could be started (the caller then runs it here).
+    fn lend(&mut self, idx: usize) -> bool {
+        let e = &mut self.ents[idx];
+        let lent = Lent { idx, header: e.header.as_mut_ptr(), payload: e.payload.as_mut_ptr(), payload_cap: e.payload.len() };
+        let (disp, done, wake) = (self.disp.clone(), self.done_tx.clone(), self.wake.as_raw_fd());
+        e.lent = true;
+        let spawned = std::thread::Builder::new().name(format!("sqz-uring-slow-{}", self.qid)).spawn(move || {
+            let lent = lent;
+            // SAFETY: see `Lent`; the lengths are the boxes' own
+            let header = unsafe { std::slice::from_raw_parts_mut(lent.header, abi::HEADER_LEN) };
+            let payload = unsafe { std::slice::from_raw_parts_mut(lent.payload, lent.payload_cap) };
+            let h = abi::InHeader::parse(header);
+            run(&disp, &h, header, payload);
+            let _ = done.send(lent.idx);
+            let one = 1u64;
+            unsafe { libc::write(wake, (&raw const one).cast(), 8) };
+        });
+        if spawned.is_err() {
+            self.ents[idx].lent = false;
+        }
+        spawned.is_ok()
+    }
 }
 
-fn push(ring: &mut IoUring<squeue::Entry128>, sqe: squeue::Entry128) -> io::Result<()> {
-    // one SQE per entry at most is ever outstanding, and the queue holds DEPTH
-    unsafe { ring.submission().push(&sqe) }.map_err(|_| io::Error::other("submission queue full"))
+/// Run the request in an entry's buffers and leave the reply in them.
+fn run(disp: &Dispatcher, h: &abi::InHeader, header: &mut [u8], payload: &mut [u8]) -> dispatch::Handled {
+    let plen = abi::u32_at(header, abi::ENT_PAYLOAD_SZ) as usize;
+    let r = disp.handle(h, &header[abi::OP_IN..abi::OP_IN + abi::OP_IN_LEN], payload, plen);
+    abi::put_out_header(header, h.unique, r.error, r.len);
+    abi::put_u32(header, abi::ENT_PAYLOAD_SZ, r.len as u32);
+    r
 }
 
 #[cfg(test)]
