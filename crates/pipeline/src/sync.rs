@@ -5,6 +5,8 @@
  *                 `recordsize` by the dirty cache; the last one is short).
  * 2. `compress` — workers (one per core): zero test, heuristic, compression with early
  *                 abort, xxh3 of the stored bytes; results stream back as they finish.
+ *                 Records compressed early are not compressed again: those held PACKED
+ *                 (dirty.rs) are sent as they are, the others' slots forward their result.
  * 3. `place`    — as results arrive: small files inline; other records get a device
  *                 (smallest expected completion, crates/control) and packed sector space,
  *                 and go to that device's write queue at once (compression and device
