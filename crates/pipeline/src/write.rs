@@ -103,6 +103,19 @@ fn apply(
             f = file_ref(inner, ino)?;
             continue;
         }
+        // records held packed that this change modifies in part: decoded before anything
+        // changes, so a failed decode leaves the file as it was (decoding alone changes no
+        // byte and no accounting)
+        for idx in first..=last {
+            if packed.contains_key(&idx) {
+                continue;
+            }
+            if let Some(Rec::Data(d)) = fd.open.recs.get_mut(&idx) {
+                if d.packed_rec().is_some() {
+                    d.buf_mut(inner.workspaces())?;
+                }
+            }
+        }
         let mut grown: u64 = 0;
         let mut freed: u64 = 0;
         let mut early: Vec<std::sync::Arc<Slot>> = Vec::new();
@@ -326,6 +339,12 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
             drop(fd);
             f = file_ref(inner, ino)?;
             continue;
+        }
+        // the record cut in part is decoded first if held packed (see `apply`)
+        if let Some(Rec::Data(d)) = partial.and_then(|p| fd.open.recs.get_mut(&p)) {
+            if d.packed_rec().is_some() {
+                d.buf_mut(inner.workspaces())?;
+            }
         }
         let floor = records_for_size(size, rs);
         let dropped: Vec<u64> = fd.open.recs.range(floor..).map(|(k, _)| *k).collect();
