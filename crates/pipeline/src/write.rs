@@ -107,8 +107,8 @@ fn apply(
         // changes, so a failed decode leaves the file as it was (decoding alone changes no
         // byte and no accounting)
         for idx in first..=last {
-            if packed.contains_key(&idx) {
-                continue;
+            if matches!(packed.get(&idx), Some(CallerResult::Packed(_))) {
+                continue; // replaced whole below
             }
             if let Some(Rec::Data(d)) = fd.open.recs.get_mut(&idx) {
                 if d.packed_rec().is_some() {
