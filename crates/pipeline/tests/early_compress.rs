@@ -3,54 +3,14 @@
 //! bytes it was computed from. These tests modify records while their early compression
 //! is queued or running, and check the bytes that reach the disk after a reopen.
 
+mod records_common;
+use records_common::*;
 use squeezefs_device::doubles::SplitMix64;
-use squeezefs_pipeline::{Engine, FileKind, InodeAttr, MkfsOptions, OpenOptions, Timestamp, ROOT_INO};
-use std::path::Path;
+use squeezefs_pipeline::{Engine, MkfsOptions, OpenOptions};
 use std::time::{Duration, Instant};
-
-const RECORD: usize = 128 * 1024;
 
 fn opts(workers: usize) -> OpenOptions {
     OpenOptions { compression: "zstd:1".parse().unwrap(), workers, ..OpenOptions::default() }
-}
-
-fn create(e: &Engine, name: &str) -> u64 {
-    e.meta_write(|tx| {
-        let ino = tx.alloc_ino()?;
-        tx.put_inode(&InodeAttr::new(ino, FileKind::File, 0o644, 0, 0, Timestamp { secs: 0, nanos: 0 }))?;
-        tx.dir_insert(ROOT_INO, name.as_bytes(), ino, FileKind::File)?;
-        Ok(ino)
-    })
-    .unwrap()
-}
-
-/// Compressible bytes that differ per `seed` (text-like).
-fn text(seed: u64, len: usize) -> Vec<u8> {
-    let words: [&[u8]; 6] = [b"squeeze ", b"record ", b"txg ", b"extent ", b"zstd ", b"sector "];
-    let mut rng = SplitMix64::new(seed);
-    let mut v = Vec::with_capacity(len + 16);
-    while v.len() < len {
-        v.extend_from_slice(words[(rng.next_u64() % 6) as usize]);
-    }
-    v.truncate(len);
-    v
-}
-
-fn check_file(e: &Engine, ino: u64, want: &[u8]) {
-    let mut got = vec![0u8; want.len()];
-    let n = e.read(ino, 0, &mut got).unwrap();
-    assert_eq!(n, want.len());
-    for (r, (g, w)) in got.chunks(RECORD).zip(want.chunks(RECORD)).enumerate() {
-        assert!(g == w, "record {r} differs from what was written last");
-    }
-}
-
-fn reopen_and_check(pool: &Path, ino: u64, want: &[u8]) {
-    let e = Engine::open(pool, &opts(0)).unwrap();
-    check_file(&e, ino, want);
-    let report = e.fsck().unwrap();
-    assert!(report.is_clean(), "fsck: {report:?}");
-    e.close().unwrap();
 }
 
 /// Fill a record (starts its early compression), then change part of it after a varying
@@ -91,12 +51,7 @@ fn record_modified_while_early_compression_runs_commits_new_bytes() {
             e.sync().unwrap();
         }
     }
-    check_file(&e, ino, &model);
-    e.sync().unwrap();
-    check_file(&e, ino, &model);
-    e.close().unwrap();
-    drop(e);
-    reopen_and_check(&pool, ino, &model);
+    sync_close_and_recheck(e, &pool, &opts(0), ino, &model);
 }
 
 /// Truncation and hole punching drop records whose early compression may still run.
@@ -119,7 +74,7 @@ fn record_truncated_or_punched_while_early_compression_runs() {
     e.sync().unwrap();
     e.close().unwrap();
     drop(e);
-    reopen_and_check(&pool, ino, &model);
+    reopen_and_check(&pool, &opts(0), ino, &model);
 }
 
 /// Full records are compressed before any txg syncs; a finished record gives its raw
@@ -150,5 +105,5 @@ fn early_results_are_held_packed_before_the_txg_syncs() {
     check_file(&e, ino, &data);
     e.close().unwrap();
     drop(e);
-    reopen_and_check(&pool, ino, &data);
+    reopen_and_check(&pool, &opts(0), ino, &data);
 }

@@ -4,14 +4,13 @@
 //! bytes written: reads (open and syncing layer), partial overwrites, truncation, hole
 //! punching, and fsync durability.
 
+mod records_common;
+use records_common::*;
 use squeezefs_device::doubles::{MemDevice, SplitMix64, Throttled};
 use squeezefs_device::Device;
-use squeezefs_pipeline::{Engine, FileKind, InodeAttr, MkfsOptions, OpenOptions, Timestamp, ROOT_INO};
-use std::path::Path;
+use squeezefs_pipeline::{Engine, MkfsOptions, OpenOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const RECORD: usize = 128 * 1024;
 
 fn opts(workers: usize) -> OpenOptions {
     OpenOptions {
@@ -22,63 +21,10 @@ fn opts(workers: usize) -> OpenOptions {
     }
 }
 
-fn create(e: &Engine, name: &str) -> u64 {
-    e.meta_write(|tx| {
-        let ino = tx.alloc_ino()?;
-        tx.put_inode(&InodeAttr::new(ino, FileKind::File, 0o644, 0, 0, Timestamp { secs: 0, nanos: 0 }))?;
-        tx.dir_insert(ROOT_INO, name.as_bytes(), ino, FileKind::File)?;
-        Ok(ino)
-    })
-    .unwrap()
-}
-
-/// Compressible bytes that differ per `seed` (text-like).
-fn text(seed: u64, len: usize) -> Vec<u8> {
-    let words: [&[u8]; 8] =
-        [b"squeeze ", b"record ", b"txg ", b"extent ", b"zstd ", b"sector ", b"packed ", b"dirty "];
-    let mut rng = SplitMix64::new(seed);
-    let mut v = Vec::with_capacity(len + 16);
-    while v.len() < len {
-        v.extend_from_slice(words[(rng.next_u64() % 8) as usize]);
-        if rng.next_u64().is_multiple_of(16) {
-            v.extend_from_slice(format!("{} ", rng.next_u64() % 100_000).as_bytes());
-        }
-    }
-    v.truncate(len);
-    v
-}
-
 fn noise(seed: u64, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     SplitMix64::new(seed).fill(&mut v);
     v
-}
-
-fn check_file(e: &Engine, ino: u64, want: &[u8]) {
-    assert_eq!(e.getattr(ino).unwrap().size, want.len() as u64, "size");
-    let mut got = vec![0xEEu8; want.len()];
-    let n = e.read(ino, 0, &mut got).unwrap();
-    assert_eq!(n, want.len());
-    for (r, (g, w)) in got.chunks(RECORD).zip(want.chunks(RECORD)).enumerate() {
-        assert!(g == w, "record {r} differs from what was written last");
-    }
-    // unaligned reads across record boundaries
-    let mut rng = SplitMix64::new(want.len() as u64);
-    for _ in 0..16 {
-        let off = rng.below(want.len() as u64) as usize;
-        let len = (rng.below(3 * RECORD as u64) as usize).min(want.len() - off);
-        let mut got = vec![0xEEu8; len];
-        assert_eq!(e.read(ino, off as u64, &mut got).unwrap(), len);
-        assert!(got[..] == want[off..off + len], "read of {len} bytes at {off}");
-    }
-}
-
-fn reopen_and_check(pool: &Path, ino: u64, want: &[u8]) {
-    let e = Engine::open(pool, &opts(0)).unwrap();
-    check_file(&e, ino, want);
-    let report = e.fsck().unwrap();
-    assert!(report.is_clean(), "fsck: {report:?}");
-    e.close().unwrap();
 }
 
 /// Wait until workers packed `n` records since open.
@@ -126,7 +72,7 @@ fn partial_overwrite_of_packed_records_keeps_the_rest() {
     check_file(&e, ino, &model);
     e.close().unwrap();
     drop(e);
-    reopen_and_check(&pool, ino, &model);
+    reopen_and_check(&pool, &opts(0), ino, &model);
 }
 
 /// Truncation into and below packed records, hole punching inside one and over whole
@@ -153,12 +99,7 @@ fn truncate_and_punch_of_packed_records() {
     check_file(&e, ino, &model);
     e.set_size(ino, 12 * RECORD as u64).unwrap();
     model.resize(12 * RECORD, 0);
-    check_file(&e, ino, &model);
-    e.sync().unwrap();
-    check_file(&e, ino, &model);
-    e.close().unwrap();
-    drop(e);
-    reopen_and_check(&pool, ino, &model);
+    sync_close_and_recheck(e, &pool, &opts(0), ino, &model);
 }
 
 /// What fsync acknowledged survives a crash (the engine dropped without close) although
@@ -267,7 +208,7 @@ fn caller_runs_stores_whole_records_the_writer_compressed() {
     assert_eq!(exts.len(), RECS - RECS / 10, "one extent per non-zero record");
     e.close().unwrap();
     drop(e);
-    reopen_and_check(&pool, ino, &model);
+    reopen_and_check(&pool, &opts(0), ino, &model);
 }
 
 /// Writers racing the workers that pack their records: three threads own disjoint regions
@@ -319,5 +260,5 @@ fn writers_and_readers_racing_record_packing_see_their_writes() {
     assert!(e.fsck().unwrap().is_clean());
     e.close().unwrap();
     drop(e);
-    reopen_and_check(&pool, ino, &want);
+    reopen_and_check(&pool, &opts(0), ino, &want);
 }
