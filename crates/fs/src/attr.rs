@@ -73,8 +73,8 @@ impl Fs {
         if let Some(size) = s.size {
             self.engine.set_size(ino, size)?;
         }
-        // attributes only: the engine's in-memory overlay, durable with the next txg like a
-        // namespace change, without a metadata transaction of its own
+        // attributes only: one record into the engine's namespace delta, durable with the
+        // next txg
         self.engine.update_attr(ino, |a: &mut InodeAttr| -> Result<((), bool)> {
             if attr_change && s.size.is_none() && checks {
                 check_setattr(a, c, s)?;

@@ -145,8 +145,7 @@ impl Fs {
             self.inodes.set_parent(attr.ino, parent);
         }
         self.inodes.add_lookup(attr.ino, 1);
-        // the record just committed is the inode's whole state: no attribute overlay entry
-        // (meta_write dropped any for this number), no dirty data, no pending atime, and a
+        // the record just published is the inode's whole state: no dirty data, no pending atime, and a
         // symlink's size is its target's length — no second metadata read per create
         Ok(attr)
     }

@@ -7,7 +7,7 @@
 //! * namespace: N creates, one `meta_write` each (what an untar through FUSE costs), then N
 //!   lookups, N getattrs and a full listing; reference: the host filesystem creating N empty
 //!   files in one directory (`File::create`, no sync; the engine's creates are likewise
-//!   non-durable until the txg commit, timed separately as `commit_s`);
+//!   in memory until the txg commit, timed separately as `commit_s`);
 //! * packing: FILE... (or generated text) written with zstd:3 on a 512-byte-sector pool; the
 //!   same extents rounded to 4 KiB (what btrfs' block granularity would store) as reference;
 //! * read: sequential 1 MiB reads of that data after reopening (cold record cache);

@@ -46,10 +46,8 @@ pub struct Inner {
     pub throttle_lock: Mutex<()>,
     pub throttle_cv: Condvar,
     pub txg: TxgCtl,
-    /// extents freed by namespace transactions (inode deletion), applied at the next commit
-    pub pending_frees: Mutex<Vec<(u32, u64, u64)>>,
-    /// Inode attributes changed by `Engine::update_attr` and not yet in redb (attrs.rs).
-    pub attrs: crate::attrs::AttrOverlay,
+    /// Metadata changes not yet in redb (nsdelta.rs).
+    pub ns: crate::nsdelta::NsDelta,
     pub ext_cache: ExtentCache,
     pub rec_cache: RecordCache,
     pub policy: RwLock<Policy>,
@@ -109,8 +107,7 @@ impl Inner {
             throttle_lock: Mutex::new(()),
             throttle_cv: Condvar::new(),
             txg: TxgCtl::new(last_txg),
-            pending_frees: Mutex::new(Vec::new()),
-            attrs: Default::default(),
+            ns: Default::default(),
             ext_cache: ExtentCache::new(1 << 18),
             rec_cache: RecordCache::new(opts.record_cache_bytes),
             policy: RwLock::new(policy),
@@ -178,12 +175,39 @@ impl Inner {
         Ok(())
     }
 
-    /// Committed inode record (size/blocks as committed).
-    pub fn committed_inode(&self, ino: Ino) -> Result<InodeAttr> {
+    /// Inode record: the namespace delta's attributes over redb's, size/blocks as committed
+    /// (0 for an inode not committed yet). `NoInode` if it does not exist.
+    pub fn inode_record(&self, ino: Ino) -> Result<InodeAttr> {
+        // the delta first, then a redb read started after it (nsdelta.rs)
+        let row = self.ns.find(|d| d.inodes.get(&ino).cloned());
+        if let Some(None) = row {
+            return Err(EngineError::NoInode(ino));
+        }
         let rx = self.db.begin_read()?;
-        let t = rx.open_table(tables::INODES)?;
-        let v = t.get(ino)?.ok_or(EngineError::NoInode(ino))?;
-        Ok(squeezefs_meta::encode::decode_inode(ino, v.value())?)
+        crate::nsdelta::resolve_inode(ino, row, base_inode(&rx, ino)?)
+    }
+
+    /// A row of a byte-keyed namespace table: the delta's, else redb's (read after it).
+    pub fn row(
+        &self,
+        sel: fn(&crate::nsdelta::Delta) -> &crate::nsdelta::ByteRows,
+        table: redb::TableDefinition<&'static [u8], &'static [u8]>,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        if let Some(v) = self.ns.find(|d| sel(d).get(key).cloned()) {
+            return Ok(v);
+        }
+        let rx = self.db.begin_read()?;
+        let t = rx.open_table(table)?;
+        let v = t.get(key)?.map(|v| v.value().to_vec());
+        Ok(v)
+    }
+
+    /// Size and physical bytes of `ino` held by the data path, if it holds the file.
+    pub fn live_sizes(&self, ino: Ino) -> Option<(u64, u64)> {
+        let f = self.files.get(ino)?;
+        let fd = f.lock();
+        (!fd.retired).then(|| (fd.size, fd.blocks_bytes()))
     }
 
     /// Free bytes over all devices (growable devices: the host filesystem's free space).
@@ -214,6 +238,25 @@ impl Inner {
             self.host_free.store(f, Ordering::Relaxed);
         }
     }
+}
+
+/// redb's record of `ino`, if it holds one.
+pub fn base_inode(rx: &redb::ReadTransaction, ino: Ino) -> Result<Option<InodeAttr>> {
+    let t = rx.open_table(tables::INODES)?;
+    let v = t.get(ino)?;
+    Ok(match v {
+        Some(v) => Some(squeezefs_meta::encode::decode_inode(ino, v.value())?),
+        None => None,
+    })
+}
+
+/// `a` with the data path's size and physical bytes, if it holds the file.
+pub fn with_live_sizes(mut a: InodeAttr, live: Option<(u64, u64)>) -> InodeAttr {
+    if let Some((size, blocks)) = live {
+        a.size = size;
+        a.blocks_bytes = blocks;
+    }
+    a
 }
 
 /// statvfs of `path`: bytes available to unprivileged users.

@@ -7,10 +7,10 @@
 //!   durable at the next txg commit; `fsync(ino)` returns only after a commit covering it.
 //! * The engine knows nothing of POSIX permissions; the fs core checks them.
 //!
-//! Durability model (DESIGN.md §10): every `meta_write` is one redb transaction committed
-//! with `Durability::None` (visible at once, no fsync); every txg ends with one durable redb
-//! commit that carries the txg's extent pointers, sizes and freed space and, with them,
-//! every namespace transaction committed before it. A crash leaves the pool at the last
+//! Durability model (DESIGN.md §10): every `meta_write` is one atomic change of the
+//! in-memory namespace delta (nsdelta.rs; visible at once, no redb transaction); every txg
+//! ends with one durable redb commit that carries the txg's extent pointers, sizes and freed
+//! space and, with them, every namespace change made before it. A crash leaves the pool at the last
 //! durable commit: namespace and data consistent (extent pointers only ever reference data
 //! that was fdatasync'ed before the commit). Data written after the quiesce of txg N is in
 //! txg N+1, while namespace changes made during N's sync are made durable by N's commit:
@@ -21,7 +21,6 @@
 //! dirty data not yet committed is lost (tests use this to check `fsync`).
 
 mod alloc;
-mod attrs;
 mod caches;
 mod devq;
 mod dirty;
@@ -30,6 +29,7 @@ mod error;
 pub mod fsck;
 mod inner;
 mod metatx;
+mod nsdelta;
 mod options;
 mod outbuf;
 mod policy;
@@ -57,6 +57,7 @@ pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO
 #[allow(unused_imports)]
 use redb::{ReadableDatabase, ReadableTable};
 use inner::Inner;
+use std::collections::HashMap;
 use parking_lot::Mutex;
 use squeezefs_meta::{encode::decode_inode, keys, tables};
 use std::path::Path;
@@ -179,24 +180,23 @@ impl Engine {
         }
     }
 
-    /// Run `f` in one atomic metadata transaction (committed non-durably; durable at txg).
+    /// Run `f` in one atomic metadata transaction: its changes are visible at once (all or,
+    /// when `f` fails, none) and durable at the next txg commit (nsdelta.rs).
     pub fn meta_write<T>(&self, f: impl FnOnce(&mut MetaTx<'_>) -> Result<T>) -> Result<T> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        let _writer = inner.attrs.meta_lock.lock();
-        let mut tx = inner.db.begin_write()?;
-        tx.set_durability(redb::Durability::None)?;
-        let mut mtx = MetaTx::new(inner, tx);
-        let v = f(&mut mtx)?; // dropping `mtx` on error aborts the transaction
-        let MetaTx { tx, deleted, frees, written, .. } = mtx;
-        tx.commit()?;
-        // redb now holds these inodes' current records (derived from the overlay's)
-        for ino in written.iter().chain(deleted.iter()) {
-            inner.attrs.forget(*ino);
+        let _writer = inner.ns.meta_lock.lock();
+        let mut mtx = MetaTx::new(inner);
+        let v = f(&mut mtx)?; // dropping `mtx` on error drops its changes
+        let d = mtx.d;
+        if d.is_empty() {
+            return Ok(v);
         }
+        let deleted = d.deleted.clone();
+        let rows = inner.ns.publish(d);
         inner.txg.note_meta_change();
-        if !frees.is_empty() {
-            inner.pending_frees.lock().extend(frees);
+        if rows > nsdelta::MAX_OPEN_ROWS {
+            inner.txg.request_commit();
         }
         for ino in deleted {
             inner.file_policy.write().remove(&ino);
@@ -207,10 +207,9 @@ impl Engine {
         Ok(v)
     }
 
-    /// Change one inode's attributes (mode, owner, times, flags — not size: `set_size`)
-    /// without a redb transaction: `f` gets the current record and returns whether it
-    /// changed anything; the change is visible at once and durable with the next txg, like a
-    /// `meta_write` (see attrs.rs). An `Err` from `f` changes nothing.
+    /// Change one inode's attributes (mode, owner, times, flags — not size: `set_size`):
+    /// `f` gets the current record and returns whether it changed anything; like a
+    /// `meta_write` of that one record. An `Err` from `f` changes nothing.
     pub fn update_attr<T, E: From<EngineError>>(
         &self,
         ino: Ino,
@@ -218,12 +217,18 @@ impl Engine {
     ) -> std::result::Result<T, E> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        let _writer = inner.attrs.meta_lock.lock();
+        let _writer = inner.ns.meta_lock.lock();
         let mut a = self.getattr(ino)?;
         let (v, changed) = f(&mut a)?;
         if changed {
-            inner.attrs.put(a);
+            let mut d = nsdelta::Delta::default();
+            d.inodes.insert(ino, Some(a));
+            d.rows = 1;
+            let rows = inner.ns.publish(d);
             inner.txg.note_meta_change();
+            if rows > nsdelta::MAX_OPEN_ROWS {
+                inner.txg.request_commit();
+            }
         }
         Ok(v)
     }
@@ -231,30 +236,23 @@ impl Engine {
     /// Current attributes, including the in-memory size of dirty data.
     pub fn getattr(&self, ino: Ino) -> Result<InodeAttr> {
         self.inner.check_open()?;
-        // overlay first: an entry leaves it only after redb holds the same record
-        let overlay = self.inner.attrs.get(ino);
-        let mut a = self.inner.committed_inode(ino)?;
-        if let Some(o) = overlay {
-            a = attrs::with_sizes_of(o, &a);
-        }
-        if let Some(f) = self.inner.files.get(ino) {
-            let fd = f.lock();
-            if !fd.retired {
-                a.size = fd.size;
-                a.blocks_bytes = fd.blocks_bytes();
+        let live = self.inner.live_sizes(ino);
+        if live.is_some() {
+            // sizes known: redb is needed only for an inode no delta holds
+            if let Some(row) = self.inner.ns.find(|d| d.inodes.get(&ino).cloned()) {
+                let a = row.ok_or(EngineError::NoInode(ino))?;
+                return Ok(inner::with_live_sizes(a, live));
             }
         }
-        Ok(a)
+        Ok(inner::with_live_sizes(self.inner.inode_record(ino)?, live))
     }
 
     pub fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
         self.inner.check_open()?;
-        let rx = self.inner.db.begin_read()?;
-        let t = rx.open_table(tables::DIRENTS)?;
         let k = keys::dir_name(dir, name);
-        match t.get(&k[..])? {
+        match self.inner.row(|d| &d.dirents, tables::DIRENTS, &k)? {
             Some(v) => {
-                let (ino, kind, _) = squeezefs_meta::encode::decode_dirent(v.value())?;
+                let (ino, kind, _) = squeezefs_meta::encode::decode_dirent(&v)?;
                 Ok(Some((ino, kind)))
             }
             None => Ok(None),
@@ -264,42 +262,36 @@ impl Engine {
     /// Entries of `dir` with cookie > `after`, at most `limit`.
     pub fn dir_list(&self, dir: Ino, after: u64, limit: usize) -> Result<Vec<DirEntry>> {
         self.inner.check_open()?;
-        let rx = self.inner.db.begin_read()?;
-        let t = rx.open_table(tables::DIR_COOKIES)?;
-        metatx::list_cookies(&t, dir, after, limit)
+        metatx::list_cookies(&self.inner, None, dir, after, limit)
     }
 
     pub fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Option<Vec<u8>>> {
         self.inner.check_open()?;
-        let rx = self.inner.db.begin_read()?;
-        let t = rx.open_table(tables::XATTRS)?;
         let k = keys::dir_name(ino, name);
-        let v = t.get(&k[..])?.map(|v| v.value().to_vec());
-        Ok(v)
+        self.inner.row(|d| &d.xattrs, tables::XATTRS, &k)
     }
 
     pub fn list_xattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
         self.inner.check_open()?;
-        let rx = self.inner.db.begin_read()?;
-        let t = rx.open_table(tables::XATTRS)?;
         let lo = keys::ino_prefix(ino);
+        let hi = keys::ino_prefix_end(ino);
+        let r = nsdelta::KeyRange { lo: &lo, hi: hi.as_ref().map_or(std::ops::Bound::Unbounded, |h| std::ops::Bound::Excluded(&h[..])) };
         let mut out = Vec::new();
-        let it = match keys::ino_prefix_end(ino) {
-            Some(hi) => t.range(&lo[..]..&hi[..])?,
-            None => t.range(&lo[..]..)?,
-        };
-        for row in it {
-            let (k, _) = row?;
-            if let Some((_, name)) = keys::split_ino_name(k.value()) {
+        nsdelta::merged_rows(&self.inner, None, |d| &d.xattrs, tables::XATTRS, r, |k, _| {
+            if let Some((_, name)) = keys::split_ino_name(&k) {
                 out.push(name.to_vec());
             }
-        }
+            Ok(true)
+        })?;
         Ok(out)
     }
 
     /// Symlink target (stored with the inode).
     pub fn read_link(&self, ino: Ino) -> Result<Vec<u8>> {
         self.inner.check_open()?;
+        if let Some(row) = self.inner.ns.find(|d| d.symlinks.get(&ino).cloned()) {
+            return row.ok_or(EngineError::NoInode(ino));
+        }
         let rx = self.inner.db.begin_read()?;
         let t = rx.open_table(tables::SYMLINKS)?;
         let v = t.get(ino)?.ok_or(EngineError::NoInode(ino))?.value().to_vec();
@@ -361,7 +353,10 @@ impl Engine {
         let rx = self.inner.db.begin_read()?;
         let inodes = {
             use redb::ReadableTableMetadata;
-            rx.open_table(tables::INODES)?.len()?
+            let n = rx.open_table(tables::INODES)?.len()? as i64;
+            // created minus deleted since the last commit: read after redb, so a commit in
+            // between can only make the figure briefly low, never count an inode twice
+            (n + self.inner.ns.inode_count()).max(0) as u64
         };
         Ok(StatFs {
             total_bytes: used.saturating_add(free),
@@ -403,12 +398,24 @@ impl Engine {
     /// frees them at mount.
     pub fn orphans(&self) -> Result<Vec<Ino>> {
         self.inner.check_open()?;
+        let mut delta: HashMap<Ino, bool> = HashMap::new();
+        self.inner.ns.with_layers(|ls| {
+            for l in ls.iter().rev() {
+                delta.extend(l.orphans.iter().map(|(&i, &p)| (i, p)));
+            }
+        });
         let rx = self.inner.db.begin_read()?;
         let t = rx.open_table(tables::ORPHANS)?;
         let mut v = Vec::new();
         for row in t.iter()? {
-            v.push(row?.0.value());
+            let ino = row?.0.value();
+            if delta.get(&ino) != Some(&false) {
+                v.push(ino);
+            }
         }
+        v.extend(delta.into_iter().filter(|&(_, p)| p).map(|(i, _)| i));
+        v.sort_unstable();
+        v.dedup();
         Ok(v)
     }
 
@@ -470,7 +477,7 @@ impl Engine {
         Ok(out)
     }
 
-    /// Committed inode record without the in-memory overlay (tests, fsck).
+    /// Committed inode record: redb's, without the namespace delta (tests, fsck).
     pub fn committed_attr(&self, ino: Ino) -> Result<InodeAttr> {
         let rx = self.inner.db.begin_read()?;
         let t = rx.open_table(tables::INODES)?;

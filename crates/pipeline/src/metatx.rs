@@ -1,32 +1,74 @@
-//! Namespace transactions: [`MetaTx`] wraps one redb write transaction, committed
-//! non-durably by `Engine::meta_write` (durable at the next txg commit).
-//!
-//! Side effects on in-memory state (dropping a deleted inode's dirty data, freeing its
-//! space) are collected here and applied by `meta_write` only after the commit succeeded.
+//! Namespace transactions: [`MetaTx`] collects one `Engine::meta_write`'s changes in a
+//! private [`Delta`]; `meta_write` publishes them into the namespace delta (nsdelta.rs) in
+//! one step when the closure succeeds, and drops them when it fails. Reads see the
+//! transaction's own changes, then the namespace delta, then redb.
 
 #[allow(unused_imports)]
 use redb::{ReadableDatabase, ReadableTable};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
-use crate::sync::extent_footprint;
-use squeezefs_meta::encode::{
-    decode_cookie_entry, decode_dirent, decode_inode, encode_cookie_entry, encode_dirent, encode_inode,
-};
-use squeezefs_meta::{keys, tables, ExtentPtr, FileKind, InodeAttr, Ino, StoredRecord};
+use crate::nsdelta::{merged_rows, ByteRows, Delta, KeyRange};
+use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, encode_cookie_entry, encode_dirent};
+use squeezefs_meta::{keys, tables, FileKind, InodeAttr, Ino};
+use std::ops::Bound;
 
-/// An open metadata write transaction (wraps one redb write transaction).
+/// An open metadata transaction (see the module comment).
 pub struct MetaTx<'a> {
-    pub(crate) tx: redb::WriteTransaction,
     pub(crate) inner: &'a Inner,
-    pub(crate) deleted: Vec<Ino>,
-    pub(crate) frees: Vec<(u32, u64, u64)>,
-    /// inodes this transaction wrote: their redb record is current (attrs.rs)
-    pub(crate) written: Vec<Ino>,
+    /// this transaction's changes
+    pub(crate) d: Delta,
+    /// numbers `alloc_ino` handed out: their first `put_inode` creates an inode
+    fresh: Vec<Ino>,
+    /// redb read transaction for point reads, with the delta generation it was opened at
+    rx: Option<(u64, redb::ReadTransaction)>,
+}
+
+fn dirents(d: &Delta) -> &ByteRows {
+    &d.dirents
+}
+fn cookies(d: &Delta) -> &ByteRows {
+    &d.cookies
+}
+fn xattrs(d: &Delta) -> &ByteRows {
+    &d.xattrs
 }
 
 impl<'a> MetaTx<'a> {
-    pub(crate) fn new(inner: &'a Inner, tx: redb::WriteTransaction) -> MetaTx<'a> {
-        MetaTx { tx, inner, deleted: Vec::new(), frees: Vec::new(), written: Vec::new() }
+    pub(crate) fn new(inner: &'a Inner) -> MetaTx<'a> {
+        MetaTx { inner, d: Delta::default(), fresh: Vec::new(), rx: None }
+    }
+
+    /// A redb read transaction that sees every row that has left the delta (nsdelta.rs):
+    /// reopened when the delta's generation moved since it was opened.
+    fn rx(&mut self) -> Result<&redb::ReadTransaction> {
+        let gen = self.inner.ns.generation();
+        if self.rx.as_ref().is_none_or(|(g, _)| *g != gen) {
+            self.rx = Some((gen, self.inner.db.begin_read()?));
+        }
+        Ok(&self.rx.as_ref().expect("just set").1)
+    }
+
+    /// A row of a byte-keyed table: this transaction's, the delta's, else redb's.
+    fn row(
+        &mut self,
+        sel: fn(&Delta) -> &ByteRows,
+        table: redb::TableDefinition<&'static [u8], &'static [u8]>,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        if let Some(v) = sel(&self.d).get(key) {
+            return Ok(v.clone());
+        }
+        if let Some(v) = self.inner.ns.find(|d| sel(d).get(key).cloned()) {
+            return Ok(v);
+        }
+        let t = self.rx()?.open_table(table)?;
+        let v = t.get(key)?.map(|v| v.value().to_vec());
+        Ok(v)
+    }
+
+    fn put_row(&mut self, sel: fn(&mut Delta) -> &mut ByteRows, key: Vec<u8>, value: Option<Vec<u8>>) {
+        sel(&mut self.d).insert(key, value);
+        self.d.rows += 1;
     }
 
     /// A fresh inode number (never handed out before in this pool's durable history; a
@@ -36,26 +78,27 @@ impl<'a> MetaTx<'a> {
         if ino == u64::MAX {
             return Err(EngineError::Other("inode numbers exhausted".into()));
         }
+        self.fresh.push(ino);
         Ok(ino)
     }
 
+    /// Current attributes (sizes from the data path).
     pub fn get_inode(&mut self, ino: Ino) -> Result<InodeAttr> {
-        let t = self.tx.open_table(tables::INODES)?;
-        let v = t.get(ino)?.ok_or(EngineError::NoInode(ino))?;
-        let mut a = decode_inode(ino, v.value())?;
-        if !self.written.contains(&ino) {
-            if let Some(o) = self.inner.attrs.get(ino) {
-                a = crate::attrs::with_sizes_of(o, &a);
+        let row = match self.d.inodes.get(&ino) {
+            Some(r) => Some(r.clone()),
+            None => self.inner.ns.find(|d| d.inodes.get(&ino).cloned()),
+        };
+        let inner = self.inner;
+        let live = inner.live_sizes(ino);
+        let a = match row {
+            Some(None) => return Err(EngineError::NoInode(ino)),
+            Some(Some(a)) if live.is_some() => a,
+            row => {
+                let rx = self.rx()?;
+                crate::nsdelta::resolve_inode(ino, row, crate::inner::base_inode(rx, ino)?)?
             }
-        }
-        if let Some(f) = self.inner.files.get(ino) {
-            let fd = f.lock();
-            if !fd.retired {
-                a.size = fd.size;
-                a.blocks_bytes = fd.blocks_bytes();
-            }
-        }
-        Ok(a)
+        };
+        Ok(crate::inner::with_live_sizes(a, live))
     }
 
     /// Insert or update; `size`/`blocks_bytes` are ignored (data path owns them).
@@ -63,178 +106,139 @@ impl<'a> MetaTx<'a> {
         if attr.ino == 0 {
             return Err(EngineError::Invalid("inode number 0 is never used".into()));
         }
-        let mut t = self.tx.open_table(tables::INODES)?;
-        let (size, blocks) = match t.get(attr.ino)? {
-            Some(v) => {
-                let old = decode_inode(attr.ino, v.value())?;
-                (old.size, old.blocks_bytes)
-            }
-            None => (0, 0),
-        };
-        let mut a = attr.clone();
-        a.size = size;
-        a.blocks_bytes = blocks;
-        t.insert(attr.ino, &encode_inode(&a)[..])?;
-        self.written.push(attr.ino);
+        if let Some(i) = self.fresh.iter().position(|&f| f == attr.ino) {
+            self.fresh.swap_remove(i);
+            self.d.inode_count += 1;
+        }
+        self.d.inodes.insert(attr.ino, Some(attr.clone()));
+        self.d.rows += 1;
         Ok(())
     }
 
-    /// Remove the inode, its xattrs, symlink target and data (space freed after commit).
+    /// Remove the inode, its xattrs, symlink target and data (space freed by the commit that
+    /// makes the removal durable).
     pub fn delete_inode(&mut self, ino: Ino) -> Result<()> {
-        {
-            let mut t = self.tx.open_table(tables::INODES)?;
-            if t.remove(ino)?.is_none() {
-                return Err(EngineError::NoInode(ino));
-            }
-        }
+        self.get_inode(ino)?;
+        self.d.inodes.insert(ino, None);
+        self.d.symlinks.insert(ino, None);
+        self.d.orphans.insert(ino, false);
+        self.d.next_cookie.insert(ino, None);
+        // xattr rows in the delta: tombstoned now; redb's go at the commit
         let lo = keys::ino_prefix(ino);
         let hi = keys::ino_prefix_end(ino);
-        {
-            let mut x = self.tx.open_table(tables::XATTRS)?;
-            remove_prefix(&mut x, &lo, hi.as_ref().map(|h| &h[..]))?;
-        }
-        self.tx.open_table(tables::SYMLINKS)?.remove(ino)?;
-        self.tx.open_table(tables::ORPHANS)?.remove(ino)?;
-        self.tx.open_table(tables::DIR_NEXT_COOKIE)?.remove(ino)?;
-        {
-            let mut e = self.tx.open_table(tables::EXTENTS)?;
-            let a = keys::pair(ino, 0);
-            let b = keys::pair(ino, u64::MAX);
-            let mut gone = Vec::new();
-            for row in e.range(&a[..]..=&b[..])? {
-                let (k, v) = row?;
-                gone.push((k.value().to_vec(), ExtentPtr::decode(v.value())?));
+        let r = KeyRange { lo: &lo, hi: hi.as_ref().map_or(Bound::Unbounded, |h| Bound::Excluded(&h[..])) };
+        let mut names: Vec<Vec<u8>> = crate::nsdelta::layer_range(&self.d.xattrs, r).map(|(k, _)| k).collect();
+        self.inner.ns.with_layers(|ls| {
+            for l in ls {
+                names.extend(crate::nsdelta::layer_range(&l.xattrs, r).map(|(k, _)| k));
             }
-            for (k, ext) in gone {
-                e.remove(&k[..])?;
-                if let StoredRecord::Device(d) = ext.stored {
-                    self.frees.push((d.dev, d.offset, extent_footprint(&ext, self.inner.sector)));
-                }
-            }
+        });
+        for k in names {
+            self.d.xattrs.insert(k, None);
         }
-        self.deleted.push(ino);
+        self.d.deleted.push(ino);
+        self.d.inode_count -= 1;
+        self.d.rows += 5;
         Ok(())
     }
 
     pub fn set_symlink_target(&mut self, ino: Ino, target: &[u8]) -> Result<()> {
-        self.tx.open_table(tables::SYMLINKS)?.insert(ino, target)?;
+        self.d.symlinks.insert(ino, Some(target.to_vec()));
+        self.d.rows += 1;
         Ok(())
     }
 
     pub fn dir_get(&mut self, dir: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
-        let t = self.tx.open_table(tables::DIRENTS)?;
         let k = keys::dir_name(dir, name);
-        let r = match t.get(&k[..])? {
+        match self.row(dirents, tables::DIRENTS, &k)? {
             Some(v) => {
-                let (ino, kind, _) = decode_dirent(v.value())?;
-                Some((ino, kind))
+                let (ino, kind, _) = decode_dirent(&v)?;
+                Ok(Some((ino, kind)))
             }
-            None => None,
-        };
-        Ok(r)
+            None => Ok(None),
+        }
     }
 
     /// `Err(Exists)` if the name is taken.
     pub fn dir_insert(&mut self, dir: Ino, name: &[u8], ino: Ino, kind: FileKind) -> Result<()> {
         let k = keys::dir_name(dir, name);
-        let mut t = self.tx.open_table(tables::DIRENTS)?;
-        if t.get(&k[..])?.is_some() {
+        if self.row(dirents, tables::DIRENTS, &k)?.is_some() {
             return Err(EngineError::Exists);
         }
-        let cookie = {
-            let mut c = self.tx.open_table(tables::DIR_NEXT_COOKIE)?;
-            // cookies start at 3: 1 and 2 are left for "." and ".." of readdir
-            let next = c.get(dir)?.map(|v| v.value()).unwrap_or(3);
-            c.insert(dir, next + 1)?;
-            next
-        };
-        t.insert(&k[..], &encode_dirent(ino, kind, cookie)[..])?;
-        let mut ct = self.tx.open_table(tables::DIR_COOKIES)?;
-        let ck = keys::pair(dir, cookie);
-        ct.insert(&ck[..], &encode_cookie_entry(ino, kind, name)[..])?;
+        // cookies start at 3: 1 and 2 are left for "." and ".." of readdir
+        let cookie = match self.d.next_cookie.get(&dir).copied() {
+            Some(c) => c,
+            None => match self.inner.ns.find(|d| d.next_cookie.get(&dir).copied()) {
+                Some(c) => c,
+                None => self.rx()?.open_table(tables::DIR_NEXT_COOKIE)?.get(dir)?.map(|v| v.value()),
+            },
+        }
+        .unwrap_or(3);
+        self.d.next_cookie.insert(dir, Some(cookie + 1));
+        self.put_row(|d| &mut d.dirents, k, Some(encode_dirent(ino, kind, cookie).to_vec()));
+        self.put_row(|d| &mut d.cookies, keys::pair(dir, cookie).to_vec(), Some(encode_cookie_entry(ino, kind, name)));
         Ok(())
     }
 
     /// `Err(NoEntry)` if absent; returns what it removed.
     pub fn dir_remove(&mut self, dir: Ino, name: &[u8]) -> Result<(Ino, FileKind)> {
         let k = keys::dir_name(dir, name);
-        let mut t = self.tx.open_table(tables::DIRENTS)?;
-        let (ino, kind, cookie) = match t.remove(&k[..])? {
-            Some(v) => decode_dirent(v.value())?,
-            None => return Err(EngineError::NoEntry),
+        let Some(v) = self.row(dirents, tables::DIRENTS, &k)? else {
+            return Err(EngineError::NoEntry);
         };
-        let mut ct = self.tx.open_table(tables::DIR_COOKIES)?;
-        ct.remove(&keys::pair(dir, cookie)[..])?;
+        let (ino, kind, cookie) = decode_dirent(&v)?;
+        self.put_row(|d| &mut d.dirents, k, None);
+        self.put_row(|d| &mut d.cookies, keys::pair(dir, cookie).to_vec(), None);
         Ok((ino, kind))
     }
 
     pub fn dir_is_empty(&mut self, dir: Ino) -> Result<bool> {
-        let ct = self.tx.open_table(tables::DIR_COOKIES)?;
-        let a = keys::pair(dir, 0);
-        let b = keys::pair(dir, u64::MAX);
-        let empty = ct.range(&a[..]..=&b[..])?.next().is_none();
-        Ok(empty)
+        Ok(self.dir_list(dir, 0, 1)?.is_empty())
     }
 
     /// Entries of `dir` with cookie > `after`, at most `limit` (inside the transaction).
     pub fn dir_list(&mut self, dir: Ino, after: u64, limit: usize) -> Result<Vec<squeezefs_meta::DirEntry>> {
-        let ct = self.tx.open_table(tables::DIR_COOKIES)?;
-        list_cookies(&ct, dir, after, limit)
+        list_cookies(self.inner, Some(&self.d), dir, after, limit)
     }
 
     pub fn set_xattr(&mut self, ino: Ino, name: &[u8], value: &[u8]) -> Result<()> {
-        let k = keys::dir_name(ino, name);
-        self.tx.open_table(tables::XATTRS)?.insert(&k[..], value)?;
+        self.put_row(|d| &mut d.xattrs, keys::dir_name(ino, name), Some(value.to_vec()));
         Ok(())
     }
 
     /// `Err(NoEntry)` if absent.
     pub fn remove_xattr(&mut self, ino: Ino, name: &[u8]) -> Result<()> {
         let k = keys::dir_name(ino, name);
-        match self.tx.open_table(tables::XATTRS)?.remove(&k[..])? {
-            Some(_) => Ok(()),
-            None => Err(EngineError::NoEntry),
+        if self.row(xattrs, tables::XATTRS, &k)?.is_none() {
+            return Err(EngineError::NoEntry);
         }
+        self.put_row(|d| &mut d.xattrs, k, None);
+        Ok(())
     }
 
     pub fn get_xattr(&mut self, ino: Ino, name: &[u8]) -> Result<Option<Vec<u8>>> {
         let k = keys::dir_name(ino, name);
-        let t = self.tx.open_table(tables::XATTRS)?;
-        let v = t.get(&k[..])?.map(|v| v.value().to_vec());
-        Ok(v)
+        self.row(xattrs, tables::XATTRS, &k)
     }
 
     pub fn add_orphan(&mut self, ino: Ino) -> Result<()> {
-        self.tx.open_table(tables::ORPHANS)?.insert(ino, ())?;
+        self.d.orphans.insert(ino, true);
+        self.d.rows += 1;
         Ok(())
     }
 
     pub fn remove_orphan(&mut self, ino: Ino) -> Result<()> {
-        self.tx.open_table(tables::ORPHANS)?.remove(ino)?;
+        self.d.orphans.insert(ino, false);
+        self.d.rows += 1;
         Ok(())
     }
 }
 
-fn remove_prefix(t: &mut redb::Table<&[u8], &[u8]>, lo: &[u8], hi: Option<&[u8]>) -> Result<()> {
-    let mut ks = Vec::new();
-    {
-        let it = match hi {
-            Some(h) => t.range(lo..h)?,
-            None => t.range(lo..)?,
-        };
-        for row in it {
-            ks.push(row?.0.value().to_vec());
-        }
-    }
-    for k in ks {
-        t.remove(&k[..])?;
-    }
-    Ok(())
-}
-
-/// Listing in cookie order from any table handle (read or write transaction).
+/// Listing of `dir` in cookie order: `local` (a transaction's changes), the namespace
+/// delta and redb merged.
 pub(crate) fn list_cookies(
-    ct: &impl redb::ReadableTable<&'static [u8], &'static [u8]>,
+    inner: &Inner,
+    local: Option<&Delta>,
     dir: Ino,
     after: u64,
     limit: usize,
@@ -245,14 +249,11 @@ pub(crate) fn list_cookies(
     }
     let a = keys::pair(dir, after + 1);
     let b = keys::pair(dir, u64::MAX);
-    for row in ct.range(&a[..]..=&b[..])? {
-        let (k, v) = row?;
-        let Some((_, cookie)) = keys::unpair(k.value()) else { continue };
-        let (ino, kind, name) = decode_cookie_entry(v.value())?;
+    merged_rows(inner, local, cookies, tables::DIR_COOKIES, KeyRange { lo: &a, hi: Bound::Included(&b) }, |k, v| {
+        let Some((_, cookie)) = keys::unpair(&k) else { return Ok(true) };
+        let (ino, kind, name) = decode_cookie_entry(&v)?;
         out.push(squeezefs_meta::DirEntry { cookie, name, ino, kind });
-        if out.len() >= limit {
-            break;
-        }
-    }
+        Ok(out.len() < limit)
+    })?;
     Ok(out)
 }

@@ -190,7 +190,7 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
     let f = inner.files.get(ino);
     let size = match &f {
         Some(f) => f.lock().size,
-        None => inner.committed_inode(ino)?.size,
+        None => inner.inode_record(ino)?.size,
     };
     if off >= size || buf.is_empty() {
         return Ok(0);

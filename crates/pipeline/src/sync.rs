@@ -281,8 +281,7 @@ fn commit(
     frozen: &[(Ino, Arc<Layer>)],
     placed: Vec<Placed>,
 ) -> Result<HashMap<Ino, u64>> {
-    // frees of namespace transactions committed (non-durably) before this point
-    let mut frees: Vec<(u32, u64, u64)> = std::mem::take(&mut *inner.pending_frees.lock());
+    let mut frees: Vec<(u32, u64, u64)> = Vec::new();
     let mut unreferenced: Vec<(u32, u64, u64)> = Vec::new();
     let mut by_layer: Vec<Vec<Placed>> = (0..frozen.len()).map(|_| Vec::new()).collect();
     for p in placed {
@@ -292,23 +291,19 @@ fn commit(
     let mut blocks_out = HashMap::new();
     // merged free ranges holding this txg's frees, discarded after the commit
     let mut discards: Vec<(u32, u64, u64)> = Vec::new();
-    // metadata writers wait for this commit anyway (redb's write lock); holding their lock
-    // from the overlay snapshot to the commit keeps the overlay and redb in step (attrs.rs)
-    let writers = inner.attrs.meta_lock.lock();
-    let overlay = inner.attrs.snapshot();
+    // every metadata change made so far (nsdelta.rs); writers go on into a fresh delta
+    let delta = {
+        let _writers = inner.ns.meta_lock.lock();
+        inner.ns.take_for_commit()
+    };
     let tx = inner.db.begin_write()?;
+    if let Some(d) = &delta {
+        // first: the layers below see which inodes still exist
+        crate::nsdelta::apply(&tx, d, sector, &mut frees)?;
+    }
     {
         let mut inodes = tx.open_table(tables::INODES)?;
         let mut extents = tx.open_table(tables::EXTENTS)?;
-        // attribute changes kept in memory: into this durable commit, sizes as committed
-        for o in &overlay {
-            let cur = match inodes.get(o.ino)? {
-                Some(v) => squeezefs_meta::encode::decode_inode(o.ino, v.value())?,
-                None => continue, // deleted: `meta_write` dropped its overlay entry too
-            };
-            let a = crate::attrs::with_sizes_of(o.clone(), &cur);
-            inodes.insert(o.ino, &squeezefs_meta::encode::encode_inode(&a)[..])?;
-        }
         let free_of = |e: &ExtentPtr, frees: &mut Vec<(u32, u64, u64)>| {
             if let StoredRecord::Device(d) = e.stored {
                 frees.push((d.dev, d.offset, sector_bytes(u64::from(d.psize), sector)));
@@ -410,8 +405,9 @@ fn commit(
         }
     }
     tx.commit()?;
-    inner.attrs.forget_all(overlay.iter().map(|o| o.ino));
-    drop(writers);
+    if delta.is_some() {
+        inner.ns.committed();
+    }
     discard(inner, &discards);
     Ok(blocks_out)
 }

@@ -3,7 +3,8 @@
  *
  * States of a txg (number N):
  *   OPEN       N accepts writes: `write`/`set_size`/`punch_hole` change the open layer of
- *              each file's dirty data; namespace changes commit to redb non-durably.
+ *              each file's dirty data; metadata changes go into the namespace delta
+ *              (nsdelta.rs), which N's commit takes whole.
  *   QUIESCING  the driver took N's dirty-inode set and freezes each file's open layer into
  *              its syncing layer (per-file lock, one at a time: a write either lands wholly
  *              in N or wholly in N+1). N+1 is OPEN from the moment N starts quiescing.
@@ -19,6 +20,7 @@
  *   - dirty data reached `SYNC_DIRTY_PERCENT` of `max_dirty_bytes` (ZFS
  *     zfs_dirty_data_sync_percent);
  *   - `early::EARLY_SYNC_BYTES` of records were compressed early and wait for a txg;
+ *   - the namespace delta holds more than `nsdelta::MAX_OPEN_ROWS` rows;
  *   - the txg has been open `txg_timeout` (default 5 s) and something changed.
  * A failed sync (device I/O error, no space at allocation) moves the pool to SUSPENDED:
  * nothing more is synced, the pool on disk stays at the last committed txg, every later
@@ -64,8 +66,10 @@ pub struct TxgState {
     pub abandon: bool,
     pub exited: bool,
     pub opened_at: Instant,
-    /// a namespace transaction committed (non-durably) since the last quiesce
+    /// a metadata change went into the namespace delta since the last quiesce
     pub meta_dirty: bool,
+    /// the namespace delta is large: commit without waiting for the timeout
+    pub meta_full: bool,
 }
 
 pub struct TxgCtl {
@@ -88,6 +92,7 @@ impl TxgCtl {
                 exited: false,
                 opened_at: Instant::now(),
                 meta_dirty: false,
+                meta_full: false,
             }),
             wake: Condvar::new(),
             done: Condvar::new(),
@@ -104,6 +109,15 @@ impl TxgCtl {
 
     pub fn note_meta_change(&self) {
         self.st.lock().meta_dirty = true;
+    }
+
+    /// The namespace delta is large: have the driver commit the open txg now.
+    pub fn request_commit(&self) {
+        let mut st = self.st.lock();
+        if !st.meta_full {
+            st.meta_full = true;
+            self.wake.notify_one();
+        }
     }
 
     /// Wake the driver (dirty threshold reached).
@@ -189,7 +203,7 @@ pub fn driver(inner: Arc<Inner>) {
                 let threshold = inner.opts.max_dirty_bytes / 100 * SYNC_DIRTY_PERCENT;
                 // compressed early and waiting: write it out, so its buffers return to the pool
                 let ready = inner.compress_q.counters.ready.load(Ordering::Relaxed);
-                if has_work && (dirty >= threshold || ready >= crate::early::EARLY_SYNC_BYTES) {
+                if has_work && (dirty >= threshold || ready >= crate::early::EARLY_SYNC_BYTES || st.meta_full) {
                     break;
                 }
                 let elapsed = st.opened_at.elapsed();
@@ -206,6 +220,7 @@ pub fn driver(inner: Arc<Inner>) {
             st.open += 1;
             st.phase = Phase::Quiescing(txg);
             st.meta_dirty = false;
+            st.meta_full = false;
             st.opened_at = Instant::now();
             txg
         };

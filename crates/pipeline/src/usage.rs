@@ -11,7 +11,7 @@ use squeezefs_meta::{keys, tables, ExtentPtr, Ino};
 use std::collections::BTreeMap;
 
 pub fn usage(inner: &Inner, ino: Ino) -> Result<Vec<UsageRow>> {
-    inner.committed_inode(ino)?;
+    inner.inode_record(ino)?;
     let rx = inner.db.begin_read()?;
     let t = rx.open_table(tables::EXTENTS)?;
     let a = keys::pair(ino, 0);

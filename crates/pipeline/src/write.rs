@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 pub fn file_ref(inner: &Inner, ino: Ino) -> Result<FileRef> {
     loop {
         let f = inner.files.get_or_create(ino, || {
-            let a = inner.committed_inode(ino)?;
+            let a = inner.inode_record(ino)?;
             Ok::<_, EngineError>((a.size, a.blocks_bytes))
         })?;
         if !f.lock().retired {
@@ -491,7 +491,7 @@ pub fn allocate(inner: &Inner, ino: Ino, off: u64, len: u64, keep_size: bool) ->
             set_size(inner, ino, end)?;
         }
     } else {
-        inner.committed_inode(ino).map(|_| ())?;
+        inner.inode_record(ino).map(|_| ())?;
     }
     Ok(())
 }

@@ -342,7 +342,7 @@ fn device_failure_suspends_the_pool_at_its_last_commit() {
 }
 
 #[test]
-fn inode_numbers_are_not_reused_after_reopen_even_without_a_txg() {
+fn inode_numbers_of_committed_inodes_are_not_reused_after_a_crash() {
     let d = tempfile::tempdir().unwrap();
     let pool = d.path().join("pool");
     let opts = OpenOptions { txg_timeout: std::time::Duration::from_secs(3600), ..Default::default() };
@@ -350,12 +350,15 @@ fn inode_numbers_are_not_reused_after_reopen_even_without_a_txg() {
     let e = Engine::open(&pool, &opts).unwrap();
     let a = create(&e, "a");
     let b = create(&e, "b");
-    drop(e); // no txg committed the superblock's counter; the namespace survives redb's close
-    let e = Engine::open(&pool, &opts).unwrap();
+    e.sync().unwrap();
     let c = create(&e, "c");
-    assert!(c > a && c > b, "{a} {b} {c}");
+    drop(e); // crash: `c` was never committed, so it is gone with its number
+    let e = Engine::open(&pool, &opts).unwrap();
+    assert!(e.lookup(ROOT_INO, b"c").unwrap().is_none());
+    let c2 = create(&e, "c");
+    assert!(c2 > a && c2 > b, "{a} {b} {c} {c2}");
     e.close().unwrap();
     drop(e);
     let e = Engine::open(&pool, &opts).unwrap();
-    assert!(create(&e, "d") > c);
+    assert!(create(&e, "d") > c2);
 }
