@@ -40,6 +40,17 @@ pub fn is_slow(opcode: u32) -> bool {
     matches!(opcode, op::FSYNC | op::FSYNCDIR)
 }
 
+/// Requests that carry real work (decompression, copies of large payloads, listings): a
+/// ring thread handles them as SCHED_OTHER (mod.rs `Sched::Lazy`). `payload` is the
+/// request's payload length.
+pub fn is_heavy(opcode: u32, payload: u32) -> bool {
+    match opcode {
+        op::READ | op::READDIR | op::READDIRPLUS | op::FALLOCATE => true,
+        op::WRITE => payload >= 32 * 1024,
+        _ => false,
+    }
+}
+
 pub struct Dispatcher {
     fs: Arc<Fs>,
     writeback: bool,

@@ -37,9 +37,11 @@
 //! while other jobs kept the second CPU busy). A CPU that runs only SCHED_IDLE tasks counts
 //! as idle for that choice, so a ring thread is SCHED_IDLE while it sleeps in
 //! io_uring_enter (where its replies are committed and the callers woken) and SCHED_OTHER
-//! while it handles requests: the caller stays on its CPU, and request handling keeps its
-//! normal share against the compression workers (SCHED_IDLE throughout cost 20–35% of cold
-//! read throughput; `Sched`).
+//! while it handles requests that carry real work (reads, large writes, listings): those
+//! keep their normal share against the compression workers (SCHED_IDLE throughout cost
+//! 20–35% of cold read throughput). Switching costs two sched_setscheduler calls (~3 µs
+//! each here), so it happens only for such requests, not for the many short metadata
+//! requests of e.g. an extract (`Sched::Lazy`).
 //!
 //! Tunables: `DEPTH` (entries per CPU), `PAYLOAD` (≥ the kernel's max payload: max_write /
 //! max_pages, 1 MiB here, or registration fails with EINVAL).
@@ -160,7 +162,7 @@ fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
 }
 
 /// How a ring thread presents itself to the scheduler (`SQUEEZEFS_URING_SCHED` overrides
-/// the default for experiments: `normal`, `idle`, `waiting-idle`).
+/// the default for experiments: `normal`, `idle`, `waiting-idle`, `lazy`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Sched {
     /// SCHED_OTHER throughout
@@ -170,13 +172,17 @@ enum Sched {
     /// SCHED_IDLE while it sleeps in io_uring_enter (where it commits replies, i.e. wakes
     /// the callers), SCHED_OTHER while it handles requests
     WaitingIdle,
+    /// SCHED_IDLE while it sleeps and while it handles short requests; SCHED_OTHER from a
+    /// request that carries real work (`dispatch::is_heavy`) until it sleeps again
+    Lazy,
 }
 
 fn sched_mode() -> Sched {
     match std::env::var("SQUEEZEFS_URING_SCHED").as_deref() {
         Ok("normal") => Sched::Normal,
         Ok("idle") => Sched::Idle,
-        _ => Sched::WaitingIdle,
+        Ok("waiting-idle") => Sched::WaitingIdle,
+        _ => Sched::Lazy,
     }
 }
 
@@ -252,6 +258,9 @@ struct Queue {
     wake: OwnedFd,
     done_tx: mpsc::Sender<usize>,
     done_rx: mpsc::Receiver<usize>,
+    sched: Sched,
+    /// the thread runs SCHED_IDLE now
+    idle_now: bool,
 }
 
 impl Drop for Queue {
@@ -281,6 +290,8 @@ fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<Dispatcher>, started: &mpsc:
         wake: unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(efd) },
         done_tx,
         done_rx,
+        sched: sched_mode(),
+        idle_now: false,
     };
     for i in 0..DEPTH {
         // SAFETY: the SQE points at the entry's iovec and buffers, which live in `q.ents`
@@ -300,17 +311,17 @@ fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<Dispatcher>, started: &mpsc:
         q.completion(tag, res)?;
     }
     let _ = started.send(Ok(()));
-    let sched = sched_mode();
+    let sched = q.sched;
     if sched == Sched::Idle {
-        set_policy(true);
+        q.set_idle(true);
     }
     loop {
-        if sched == Sched::WaitingIdle {
-            set_policy(true);
+        if matches!(sched, Sched::WaitingIdle | Sched::Lazy) {
+            q.set_idle(true);
         }
         let waited = q.ring.submit_and_wait(1);
         if sched == Sched::WaitingIdle {
-            set_policy(false);
+            q.set_idle(false);
         }
         match waited {
             Ok(_) => {}
@@ -329,6 +340,13 @@ fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<Dispatcher>, started: &mpsc:
 }
 
 impl Queue {
+    fn set_idle(&mut self, idle: bool) {
+        if self.idle_now != idle {
+            set_policy(idle);
+            self.idle_now = idle;
+        }
+    }
+
     fn push(&mut self, sqe: squeue::Entry128) -> io::Result<()> {
         // at most one command per entry plus the poll is ever outstanding: DEPTH + 1 slots
         unsafe { self.ring.submission().push(&sqe) }.map_err(|_| io::Error::other("submission queue full"))
@@ -380,6 +398,9 @@ impl Queue {
             let h = abi::InHeader::parse(&e.header);
             if dispatch::is_slow(h.opcode) && self.lend(idx) {
                 return Ok(());
+            }
+            if self.sched == Sched::Lazy && dispatch::is_heavy(h.opcode, abi::u32_at(&self.ents[idx].header, abi::ENT_PAYLOAD_SZ)) {
+                self.set_idle(false);
             }
             let e = &mut self.ents[idx];
             let r = run(&self.disp, &h, &mut e.header, &mut e.payload);
