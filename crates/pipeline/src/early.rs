@@ -39,8 +39,13 @@
  *     always run: one worker-pool job is submitted per queue entry).
  *
  * Queue: two FIFO lists, `urgent` (the sync stage's records) before `background` (early
- * compression). Each entry pushed submits one worker-pool job that runs one entry, taking
- * urgent entries first: a txg being synced never waits behind the next txg's records.
+ * compression). A worker-pool job runs entries, urgent ones first, until both lists are
+ * empty: a txg being synced never waits behind the next txg's records. `push` submits one
+ * job per entry; `push_urgent_many` (the sync stage's whole list) submits at most one per
+ * worker, because a txg of small files has one record per file and a worker wake-up per
+ * record cost more than hashing or compressing it (~50 µs each in a `none` extract).
+ * Every entry is run: the last job to find the queue empty exits only after taking
+ * everything pushed before that moment, and whatever is pushed later comes with a job.
  *
  * Flow control (`EarlyCounters`): `backlog` = record bytes of background slots not yet
  * compressed; a writer waits while it exceeds `max_backlog` (`wait_backlog`), so a writer
@@ -517,6 +522,19 @@ impl CompressQueue {
         inner.workers.execute(move || i.compress_q.run_one(&i));
     }
 
+    /// Queue the sync stage's slots as urgent entries, with at most one job per worker.
+    pub fn push_urgent_many(inner: &Arc<Inner>, slots: Vec<Arc<Slot>>) {
+        if slots.is_empty() {
+            return;
+        }
+        let jobs = slots.len().min(inner.workers.threads().max(1));
+        inner.compress_q.q.lock().urgent.extend(slots);
+        for _ in 0..jobs {
+            let i = inner.clone();
+            inner.workers.execute(move || i.compress_q.run_one(&i));
+        }
+    }
+
     /// Wait while too many records wait for early compression (see the block comment).
     pub fn wait_backlog(inner: &Inner) {
         let c = &inner.compress_q.counters;
@@ -534,13 +552,17 @@ impl CompressQueue {
         }
     }
 
+    /// Run entries, urgent first, until the queue is empty (see the block comment).
     fn run_one(&self, inner: &Inner) {
-        let next = {
-            let mut q = self.q.lock();
-            q.urgent.pop_front().or_else(|| q.background.pop_front())
-        };
-        if let Some(s) = next {
-            s.run(inner);
+        loop {
+            let next = {
+                let mut q = self.q.lock();
+                q.urgent.pop_front().or_else(|| q.background.pop_front())
+            };
+            match next {
+                Some(s) => s.run(inner),
+                None => return,
+            }
         }
     }
 }

@@ -185,7 +185,7 @@ impl Engine {
     pub fn meta_write<T>(&self, f: impl FnOnce(&mut MetaTx<'_>) -> Result<T>) -> Result<T> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        let _writer = inner.ns.meta_lock.lock();
+        let writer = inner.ns.meta_lock.lock();
         let mut mtx = MetaTx::new(inner);
         let v = f(&mut mtx)?; // dropping `mtx` on error drops its changes
         let d = mtx.d;
@@ -195,9 +195,8 @@ impl Engine {
         let deleted = d.deleted.clone();
         let rows = inner.ns.publish(d);
         inner.txg.note_meta_change();
-        if rows > nsdelta::MAX_OPEN_ROWS {
-            inner.txg.request_commit();
-        }
+        drop(writer);
+        self.bound_delta(rows)?;
         for ino in deleted {
             inner.file_policy.write().remove(&ino);
             let b = inner.files.purge(ino);
@@ -217,7 +216,7 @@ impl Engine {
     ) -> std::result::Result<T, E> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        let _writer = inner.ns.meta_lock.lock();
+        let writer = inner.ns.meta_lock.lock();
         let mut a = self.getattr(ino)?;
         let (v, changed) = f(&mut a)?;
         if changed {
@@ -226,11 +225,24 @@ impl Engine {
             d.rows = 1;
             let rows = inner.ns.publish(d);
             inner.txg.note_meta_change();
-            if rows > nsdelta::MAX_OPEN_ROWS {
-                inner.txg.request_commit();
-            }
+            drop(writer);
+            self.bound_delta(rows)?;
         }
         Ok(v)
+    }
+
+    /// Keep the namespace delta's memory bounded: past `max_delta_rows` rows ask for a
+    /// commit; past four times that (writers outrunning the commits) wait for one, as the
+    /// write throttle does for dirty data. Called without `meta_lock` (the commit takes it).
+    fn bound_delta(&self, rows: usize) -> Result<()> {
+        let max = self.inner.opts.max_delta_rows.max(1);
+        if rows > max {
+            self.inner.txg.request_commit();
+        }
+        if rows > max.saturating_mul(4) {
+            self.inner.txg.sync_and_wait(&self.inner)?;
+        }
+        Ok(())
     }
 
     /// Current attributes, including the in-memory size of dirty data.

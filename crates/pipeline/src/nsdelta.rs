@@ -31,8 +31,9 @@
  * Locks: `meta_lock` serializes writers (taken first); `rows` guards the generations.
  * Durability: a change is durable when the txg commit holding it is; `fsync`/`sync` wait
  * for that commit (writers mark the txg dirty), as for data.
- * Tunable: `MAX_OPEN_ROWS` — past it the txg driver is woken to commit early, bounding the
- * memory the delta holds.
+ * Tunable: `OpenOptions::max_delta_rows` (default `MAX_OPEN_ROWS`) — past it the txg driver is woken to commit early; past four
+ * times it writers wait for a commit (`Engine::bound_delta`), bounding the delta's memory
+ * (~200 B a row) when writers outrun the commits.
  */
 
 #[allow(unused_imports)]
@@ -47,7 +48,8 @@ use std::iter::Peekable;
 use std::ops::Bound;
 use std::sync::Arc;
 
-/// Rows in `open` past which the txg driver is asked to commit (~200 B each).
+/// Default of `OpenOptions::max_delta_rows`: rows in `open` past which the txg driver is
+/// asked to commit (~200 B each).
 pub const MAX_OPEN_ROWS: usize = 256 * 1024;
 
 /// A byte-keyed table's changes: value, or `None` for removed.

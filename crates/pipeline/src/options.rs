@@ -47,6 +47,9 @@ pub struct OpenOptions {
     pub record_cache_bytes: usize,
     /// Override the device paths recorded at mkfs (devices moved); index = device index.
     pub devices: Vec<PathBuf>,
+    /// Rows of metadata changes held in memory before a commit is asked for (nsdelta.rs;
+    /// writers wait past four times this).
+    pub max_delta_rows: usize,
 }
 
 impl Default for OpenOptions {
@@ -60,6 +63,7 @@ impl Default for OpenOptions {
             workers: 0,
             record_cache_bytes: 64 * 1024 * 1024,
             devices: Vec::new(),
+            max_delta_rows: crate::nsdelta::MAX_OPEN_ROWS,
         }
     }
 }

@@ -148,6 +148,7 @@ fn compress(
     // per file: how many records in a row compressed (see policy::TRUST_AFTER)
     let streaks: Vec<Arc<AtomicU32>> = frozen.iter().map(|_| Arc::new(AtomicU32::new(0))).collect();
     let (mut reused, mut fresh, mut packed) = (0usize, 0usize, 0usize);
+    let mut new_slots = Vec::new();
     for &(li, idx) in jobs {
         let policy = per_file.get(&frozen[li].0).copied().unwrap_or(global);
         let Some(Rec::Data(rec)) = frozen[li].1.recs.get(&idx) else {
@@ -178,9 +179,9 @@ fn compress(
         }
         fresh += 1;
         let Some(buf) = rec.shared() else { unreachable!("packed records were sent above") };
-        let slot = Slot::new(buf, policy, streaks[li].clone(), None, inner).forward_to(tx.clone(), li, idx);
-        CompressQueue::push(inner, slot, true);
+        new_slots.push(Slot::new(buf, policy, streaks[li].clone(), None, inner).forward_to(tx.clone(), li, idx));
     }
+    CompressQueue::push_urgent_many(inner, new_slots);
     log::trace!("compress: {packed} records held packed, {reused} compressed early, {fresh} now");
     rx
 }

@@ -338,3 +338,28 @@ fn creates_go_on_while_commits_run() {
     assert_fsck_clean(&e, "after concurrent creates and commits");
     e.close().unwrap();
 }
+
+#[test]
+fn a_large_delta_is_committed_without_waiting_for_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    // creates are 3 rows each: 100 rows ask for a commit, 400 make writers wait for one
+    let e = Engine::open(&pool, &OpenOptions { max_delta_rows: 100, ..slow_txg() }).unwrap();
+    let synced = e.info().last_txg;
+    for i in 0..400 {
+        create_file(&e, format!("f{i}").as_bytes()).unwrap();
+    }
+    // without the bound nothing would commit for an hour
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while e.info().last_txg < synced + 2 {
+        assert!(std::time::Instant::now() < deadline, "no commit asked for by the delta's size");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(e); // crash: what was committed must be a consistent prefix
+    let e = Engine::open(&pool, &slow_txg()).unwrap();
+    let n = names(&e, ROOT_INO, 1000).len();
+    assert!(n > 0 && n <= 400, "{n} of 400 kept");
+    assert_fsck_clean(&e, "after a crash with the delta bounded");
+    e.close().unwrap();
+}
