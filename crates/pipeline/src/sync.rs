@@ -34,7 +34,7 @@ use crate::policy::Compressed;
 use crate::units::sector_bytes;
 use squeezefs_control::{choose_device, DeviceView};
 use squeezefs_meta::{keys, tables, DeviceExtent, ExtentPtr, Ino, StoredRecord, Superblock};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -65,14 +65,28 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
         let mut written = vec![false; inner.devs.len()];
         let mut placed = Vec::with_capacity(jobs.len());
         let mut first_err = None;
+        // results arrive in completion order; they are placed in job order (file by file,
+        // record by record), so a file's records of one txg lie on the device in file order
+        // for sequential reads, whichever worker finished first
+        let mut waiting: BTreeMap<usize, Compressed> = BTreeMap::new();
+        let mut next = 0usize;
         for _ in 0..jobs.len() {
             let (li, idx, c) = results.recv().expect("compress workers alive");
             if first_err.is_some() {
                 continue; // drain the remaining results
             }
-            match place(inner, txg, &frozen[li].1, idx, c, &completion, &mut allocated, &mut written) {
-                Ok(outcome) => placed.push(Placed { layer: li, idx, outcome }),
-                Err(e) => first_err = Some(e),
+            let pos = jobs.binary_search(&(li, idx)).expect("a result for a job of this txg");
+            waiting.insert(pos, c);
+            while let Some(c) = waiting.remove(&next) {
+                let (li, idx) = jobs[next];
+                next += 1;
+                match place(inner, txg, &frozen[li].1, idx, c, &completion, &mut allocated, &mut written) {
+                    Ok(outcome) => placed.push(Placed { layer: li, idx, outcome }),
+                    Err(e) => {
+                        first_err = Some(e);
+                        break;
+                    }
+                }
             }
         }
         t_placed = std::time::Instant::now();
