@@ -8,7 +8,8 @@
 #   target = 0.9 × min(cores × single-thread zstd:1 speed, device write speed × ratio)
 # where the single-thread speed is the higher of the zstd CLI (-b1, 128 KiB blocks, the
 # engine's record size) and the engine's codec library per CPU-second of one thread, the device speed from dd with O_DIRECT on the filesystem holding WORKDIR,
-# and the ratio from the engine's own run. WORKDIR defaults to a new directory in /var/tmp.
+# and the ratio from the engine's own run. WORKDIR defaults to a new directory in /var/tmp,
+# removed at the end (a WORKDIR given is kept).
 # Corpus: $SQUEEZEFS_CORPUS or ../shared/corpus (zip files); skipped with a message if absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +22,13 @@ fi
 for tool in zstd unzip dd nproc python3; do
     command -v $tool >/dev/null || { echo "engine-throughput: needs $tool" >&2; exit 1; }
 done
-WORK=${1:-$(mktemp -d /var/tmp/sqz-engine-bench.XXXXXX)}
+if [ -n "${1:-}" ]; then
+    WORK=$1
+else
+    # a work dir of our own (corpus copies, ~60 MB) goes when the script ends
+    WORK=$(mktemp -d /var/tmp/sqz-engine-bench.XXXXXX)
+    trap 'rm -rf "$WORK"' EXIT
+fi
 mkdir -p "$WORK/corpus"
 for z in "$CORPUS"/*.zip; do unzip -qo "$z" -d "$WORK/corpus"; done
 mapfile -t FILES < <(find "$WORK/corpus" -type f | sort)
