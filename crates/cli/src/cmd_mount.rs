@@ -233,6 +233,7 @@ fn open_and_mount(pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> Result<s
         read_only: cfg.read_only,
         check_permissions: !cfg.default_permissions,
         compression: cfg.compression,
+        noatime: cfg.flags.noatime,
     };
     let fs = Arc::new(Fs::new(engine.clone(), fs_cfg).context("starting the filesystem")?);
     match mount::mount(fs.clone(), pool, mountpoint, cfg) {

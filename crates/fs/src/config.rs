@@ -15,10 +15,13 @@ pub struct FsConfig {
     pub check_permissions: bool,
     /// mount-wide compression; `None` keeps the engine's default
     pub compression: Option<Compression>,
+    /// `noatime`: reads never update atime (the daemon, not the kernel, keeps atime for a
+    /// FUSE mount, so the mount flag alone does not stop the updates)
+    pub noatime: bool,
 }
 
 impl Default for FsConfig {
     fn default() -> Self {
-        FsConfig { read_only: false, check_permissions: true, compression: None }
+        FsConfig { read_only: false, check_permissions: true, compression: None, noatime: false }
     }
 }

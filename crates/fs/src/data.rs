@@ -124,9 +124,10 @@ impl Fs {
         Ok(n)
     }
 
-    /// relatime: record the access if atime is not newer than mtime/ctime or a day old.
+    /// relatime: record the access if atime is not newer than mtime/ctime or a day old
+    /// (never with `noatime`).
     fn decide_atime(&self, ino: Ino) {
-        if self.read_only() {
+        if self.read_only() || self.cfg.noatime {
             return;
         }
         let now = time::now();

@@ -394,3 +394,30 @@ fn read_only_fs_refuses_changes() {
     assert_eq!(errno(fs.mkdir(&root(), ROOT_INO, b"d", 0o755)), libc::EROFS);
     assert_eq!(errno(fs.open(&root(), f.ino, libc::O_WRONLY)), libc::EROFS);
 }
+
+/// `-o noatime` used to reach only the kernel, which leaves a FUSE mount's atime to the
+/// daemon: reads kept updating atime under relatime rules.
+#[test]
+fn noatime_mount_reads_leave_atime_alone() {
+    for noatime in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = dir.path().join("pool");
+        Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+        let cfg = FsConfig { noatime, ..FsConfig::default() };
+        let fs = Fs::new(Engine::open(&pool, &OpenOptions::default()).unwrap(), cfg).unwrap();
+        let f = file(&fs, &root(), ROOT_INO, "f", b"data");
+        // an atime older than mtime: relatime updates it at the next read
+        let old = squeezefs_pipeline::Timestamp { secs: 1_000, nanos: 0 };
+        fs.setattr(&root(), f, &SetAttr { atime: Some(TimeSet::At(old)), ..Default::default() }).unwrap();
+        assert_eq!(fs.getattr(f).unwrap().atime, old);
+        assert_eq!(fs.read(f, 0, 10).unwrap(), b"data");
+        fs.write_atime(f);
+        let after = fs.getattr(f).unwrap().atime;
+        if noatime {
+            assert_eq!(after, old, "noatime: a read must not touch atime");
+        } else {
+            assert!(after > old, "relatime: the first read after a change updates atime");
+        }
+        fs.shutdown().unwrap();
+    }
+}
