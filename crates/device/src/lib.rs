@@ -51,6 +51,16 @@ pub trait Device: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError>;
     /// Write all of `data` at `offset`; a growable device grows, a fixed one returns `Full`.
     fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError>;
+    /// Write the concatenation of `bufs` at `offset`, as one write (same contract as
+    /// [`Device::write_at`]). The default copies into one buffer and calls `write_at`, so a
+    /// test double sees exactly one write; [`FileDevice`] gathers the slices with `pwritev`
+    /// instead (the device queue coalesces small records this way without copying them).
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<(), DeviceError> {
+        if let [one] = bufs {
+            return self.write_at(one, offset);
+        }
+        self.write_at(&bufs.concat(), offset)
+    }
     /// Make every completed write durable (fdatasync).
     fn sync(&self) -> Result<(), DeviceError>;
     /// Current length in bytes.
@@ -81,6 +91,9 @@ impl<T: Device + ?Sized> Device for std::sync::Arc<T> {
     fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
         (**self).write_at(data, offset)
     }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<(), DeviceError> {
+        (**self).write_vectored_at(bufs, offset)
+    }
     fn sync(&self) -> Result<(), DeviceError> {
         (**self).sync()
     }
@@ -104,6 +117,9 @@ impl<T: Device + ?Sized> Device for Box<T> {
     }
     fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
         (**self).write_at(data, offset)
+    }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<(), DeviceError> {
+        (**self).write_vectored_at(bufs, offset)
     }
     fn sync(&self) -> Result<(), DeviceError> {
         (**self).sync()

@@ -1,12 +1,12 @@
 //! Per-device write queues. One writer thread per device drains its queue: it takes every
-//! request waiting (up to `MAX_BATCH_BYTES`), sorts them by offset, coalesces contiguous small
-//! requests into one buffer and issues large sequential writes, measuring latency and
+//! request waiting (up to `MAX_BATCH_BYTES`), sorts them by offset and writes each run of
+//! contiguous requests as one gathered write (`Device::write_vectored_at`: `pwritev` on a
+//! file device, so records are not copied into a batch buffer), measuring latency and
 //! throughput into the device's [`DeviceStats`].
 //!
 //! States of a request: queued (counted in `queued_bytes`) → written (stats updated,
 //! completion signalled, error recorded if any). The queue closes when the engine drops.
-//! Tunables: `MAX_BATCH_BYTES` (8 MiB), `COALESCE_BELOW` (records smaller than this are
-//! copied into a batch buffer; larger ones are written from their own buffer, uncopied).
+//! Tunables: `MAX_BATCH_BYTES` (8 MiB: the most one batch, and one write, takes).
 
 use crate::dirty::{Layer, Rec};
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -17,7 +17,6 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 pub const MAX_BATCH_BYTES: usize = 8 << 20;
-pub const COALESCE_BELOW: usize = 64 << 10;
 
 /// Bytes to write: owned (compressed output) or a raw record inside a frozen layer.
 pub enum Payload {
@@ -136,27 +135,22 @@ fn writer_loop(dev: Arc<dyn Device>, rx: Receiver<WriteReq>, stats: Arc<DeviceSt
     }
 }
 
-/// Split a sorted batch into runs of contiguous requests and write each run.
+/// Split a sorted batch into runs of contiguous requests (at most `MAX_BATCH_BYTES` each)
+/// and write each run as one gathered write.
 fn write_batch(dev: &dyn Device, stats: &DeviceStats, batch: Vec<WriteReq>) {
     let mut run: Vec<WriteReq> = Vec::new();
     let mut run_end = 0u64;
     let mut run_bytes = 0usize;
     for r in batch {
         let len = r.payload.bytes().len();
-        let big = len >= COALESCE_BELOW;
-        let contiguous = !run.is_empty() && r.offset == run_end && !big;
+        let contiguous = !run.is_empty() && r.offset == run_end;
         if !contiguous || run_bytes + len > MAX_BATCH_BYTES {
             flush_run(dev, stats, std::mem::take(&mut run));
             run_bytes = 0;
         }
         run_end = r.offset + len as u64;
         run_bytes += len;
-        let single = big;
         run.push(r);
-        if single {
-            flush_run(dev, stats, std::mem::take(&mut run));
-            run_bytes = 0;
-        }
     }
     flush_run(dev, stats, run);
 }
@@ -171,12 +165,9 @@ fn flush_run(dev: &dyn Device, stats: &DeviceStats, run: Vec<WriteReq>) {
     let res = if run.len() == 1 {
         dev.write_at(run[0].payload.bytes(), offset)
     } else {
-        // small records: one copy into a batch buffer buys one large sequential write
-        let mut buf = Vec::with_capacity(total);
-        for r in &run {
-            buf.extend_from_slice(r.payload.bytes());
-        }
-        dev.write_at(&buf, offset)
+        // contiguous records: one large sequential write, gathered from their buffers
+        let bufs: Vec<&[u8]> = run.iter().map(|r| r.payload.bytes()).collect();
+        dev.write_vectored_at(&bufs, offset)
     };
     stats.record_write(total as u64, t0.elapsed());
     stats.queued_sub(total as u64);
@@ -212,5 +203,83 @@ mod tests {
         assert_eq!(&snap[200..300], &[3u8; 100][..]);
         assert_eq!(q.stats.queued_bytes(), 0);
         assert_eq!(q.stats.snapshot().written_bytes, 300);
+    }
+
+    /// Records the (offset, length) of every write; the first write waits for `gate`, so a
+    /// backlog forms behind it.
+    struct GatedDevice {
+        mem: MemDevice,
+        writes: std::sync::Mutex<Vec<(u64, usize)>>,
+        gate: std::sync::Barrier,
+        first: std::sync::atomic::AtomicBool,
+    }
+
+    impl Device for GatedDevice {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), squeezefs_device::DeviceError> {
+            self.mem.read_at(buf, offset)
+        }
+        fn write_at(&self, data: &[u8], offset: u64) -> Result<(), squeezefs_device::DeviceError> {
+            if self.first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                self.gate.wait();
+            }
+            self.writes.lock().unwrap().push((offset, data.len()));
+            self.mem.write_at(data, offset)
+        }
+        fn sync(&self) -> Result<(), squeezefs_device::DeviceError> {
+            self.mem.sync()
+        }
+        fn len(&self) -> u64 {
+            self.mem.len()
+        }
+        fn capacity(&self) -> Option<u64> {
+            None
+        }
+        fn name(&self) -> &str {
+            "gated"
+        }
+    }
+
+    /// A backlog of contiguous records, small and large (≥ 64 KiB, once written alone),
+    /// goes out as one gathered write in offset order; a gap starts a new write.
+    #[test]
+    fn a_backlog_of_contiguous_records_is_one_gathered_write() {
+        let dev = Arc::new(GatedDevice {
+            mem: MemDevice::new("m"),
+            writes: Default::default(),
+            gate: std::sync::Barrier::new(2),
+            first: true.into(),
+        });
+        let q = DevQueue::start(dev.clone(), 0);
+        let done = Arc::new(Completion::default());
+        let req = |offset: u64, len: usize, fill: u8| WriteReq {
+            offset,
+            payload: Payload::Owned(Arc::new(crate::outbuf::OutBytes::unpooled(vec![fill; len]))),
+            done: done.clone(),
+        };
+        done.add(6);
+        q.submit(req(0, 10, 1)); // taken alone; its write waits at the gate
+        while !dev_waiting(&dev) {
+            std::thread::yield_now();
+        }
+        // queued out of order, contiguous from 1000, one of them large; then one past a gap
+        q.submit(req(1000 + 3000 + 100_000, 500, 5));
+        q.submit(req(1000 + 3000, 100_000, 4));
+        q.submit(req(1000, 3000, 3));
+        q.submit(req(1_000_000, 7, 6));
+        q.submit(req(1000 + 3000 + 100_000 + 500, 1, 7));
+        dev.gate.wait();
+        assert_eq!(done.wait(), None);
+        let writes = dev.writes.lock().unwrap().clone();
+        assert_eq!(writes, vec![(0, 10), (1000, 3000 + 100_000 + 500 + 1), (1_000_000, 7)]);
+        let snap = dev.mem.snapshot();
+        assert_eq!(&snap[1000..4000], &[3u8; 3000][..]);
+        assert_eq!(&snap[4000..104_000], &vec![4u8; 100_000][..]);
+        assert_eq!(&snap[104_000..104_500], &[5u8; 500][..]);
+        assert_eq!(snap[104_500], 7);
+    }
+
+    /// The first write has been taken by the device thread (it waits at the gate).
+    fn dev_waiting(dev: &GatedDevice) -> bool {
+        !dev.first.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
