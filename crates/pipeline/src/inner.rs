@@ -48,6 +48,8 @@ pub struct Inner {
     pub txg: TxgCtl,
     /// Metadata changes not yet in redb (nsdelta.rs).
     pub ns: crate::nsdelta::NsDelta,
+    /// redb snapshot shared by the namespace's point reads until the next commit (snapshot.rs)
+    pub snap: crate::snapshot::SnapshotCache,
     pub ext_cache: ExtentCache,
     pub rec_cache: RecordCache,
     pub policy: RwLock<Policy>,
@@ -108,6 +110,7 @@ impl Inner {
             throttle_cv: Condvar::new(),
             txg: TxgCtl::new(last_txg),
             ns: Default::default(),
+            snap: Default::default(),
             ext_cache: ExtentCache::new(1 << 18),
             rec_cache: RecordCache::new(opts.record_cache_bytes),
             policy: RwLock::new(policy),
@@ -183,8 +186,12 @@ impl Inner {
         if let Some(None) = row {
             return Err(EngineError::NoInode(ino));
         }
-        let rx = self.db.begin_read()?;
-        crate::nsdelta::resolve_inode(ino, row, base_inode(&rx, ino)?)
+        let s = self.snap.get(&self.db)?;
+        let base = match s.inodes.get(ino)? {
+            Some(v) => Some(squeezefs_meta::encode::decode_inode(ino, v.value())?),
+            None => None,
+        };
+        crate::nsdelta::resolve_inode(ino, row, base)
     }
 
     /// A row of a byte-keyed namespace table: the delta's, else redb's (read after it).
@@ -197,9 +204,11 @@ impl Inner {
         if let Some(v) = self.ns.find(|d| sel(d).get(key).cloned()) {
             return Ok(v);
         }
-        let rx = self.db.begin_read()?;
-        let t = rx.open_table(table)?;
-        let v = t.get(key)?.map(|v| v.value().to_vec());
+        let s = self.snap.get(&self.db)?;
+        let v = match s.byte_table(table) {
+            Some(t) => t.get(key)?.map(|v| v.value().to_vec()),
+            None => s.rx.open_table(table)?.get(key)?.map(|v| v.value().to_vec()),
+        };
         Ok(v)
     }
 

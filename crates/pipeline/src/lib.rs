@@ -36,6 +36,7 @@ mod policy;
 mod pool;
 mod read;
 pub mod scrub;
+mod snapshot;
 mod sync;
 mod throttle;
 mod txg;
@@ -304,9 +305,8 @@ impl Engine {
         if let Some(row) = self.inner.ns.find(|d| d.symlinks.get(&ino).cloned()) {
             return row.ok_or(EngineError::NoInode(ino));
         }
-        let rx = self.inner.db.begin_read()?;
-        let t = rx.open_table(tables::SYMLINKS)?;
-        let v = t.get(ino)?.ok_or(EngineError::NoInode(ino))?.value().to_vec();
+        let s = self.inner.snap.get(&self.inner.db)?;
+        let v = s.symlinks.get(ino)?.ok_or(EngineError::NoInode(ino))?.value().to_vec();
         Ok(v)
     }
 

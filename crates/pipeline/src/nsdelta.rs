@@ -281,9 +281,16 @@ pub fn merged_rows(
         for l in layers {
             its.push(layer_range(sel(l), r));
         }
-        let rx = inner.db.begin_read()?;
-        let t = rx.open_table(table)?;
-        for row in Merged::new(its, base_range(&t, r)?) {
+        let s = inner.snap.get(&inner.db)?;
+        let opened;
+        let t = match s.byte_table(table) {
+            Some(t) => t,
+            None => {
+                opened = s.rx.open_table(table)?;
+                &opened
+            }
+        };
+        for row in Merged::new(its, base_range(t, r)?) {
             let (k, v) = row?;
             if !f(k, v)? {
                 break;

@@ -420,6 +420,8 @@ fn commit(
         }
     }
     tx.commit()?;
+    // before anything this commit wrote leaves the delta or the dirty cache (snapshot.rs)
+    inner.snap.committed();
     if delta.is_some() {
         inner.ns.committed();
     }
