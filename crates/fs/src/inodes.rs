@@ -16,7 +16,7 @@
 //! inodes never contend; each critical section is a few map operations.
 use parking_lot::Mutex;
 use squeezefs_pipeline::{Ino, ROOT_INO};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 const SHARDS: usize = 64;
 
@@ -27,9 +27,9 @@ struct Refs {
 }
 
 pub struct InodeTable {
-    shards: Vec<Mutex<HashMap<Ino, Refs>>>,
+    shards: Vec<Mutex<FxHashMap<Ino, Refs>>>,
     /// directory → its parent (directories have exactly one); root maps to itself
-    parents: Vec<Mutex<HashMap<Ino, Ino>>>,
+    parents: Vec<Mutex<FxHashMap<Ino, Ino>>>,
 }
 
 /// What a reference drop found.
@@ -49,14 +49,14 @@ impl Default for InodeTable {
 impl InodeTable {
     pub fn new() -> InodeTable {
         let t = InodeTable {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            parents: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(FxHashMap::default())).collect(),
+            parents: (0..SHARDS).map(|_| Mutex::new(FxHashMap::default())).collect(),
         };
         t.set_parent(ROOT_INO, ROOT_INO);
         t
     }
 
-    fn shard(&self, ino: Ino) -> &Mutex<HashMap<Ino, Refs>> {
+    fn shard(&self, ino: Ino) -> &Mutex<FxHashMap<Ino, Refs>> {
         &self.shards[(ino as usize) % SHARDS]
     }
 

@@ -17,7 +17,8 @@ use crate::error::EngineError;
 use parking_lot::Mutex;
 use squeezefs_codec::{Codec, Workspaces};
 use squeezefs_meta::Ino;
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// One dirty record.
@@ -276,17 +277,17 @@ const SHARDS: usize = 16;
 
 /// Inode → FileData, sharded so that writers to different files rarely share a lock.
 pub struct FileTable {
-    shards: Vec<Mutex<HashMap<Ino, FileRef>>>,
+    shards: Vec<Mutex<FxHashMap<Ino, FileRef>>>,
 }
 
 impl Default for FileTable {
     fn default() -> Self {
-        FileTable { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+        FileTable { shards: (0..SHARDS).map(|_| Mutex::new(FxHashMap::default())).collect() }
     }
 }
 
 impl FileTable {
-    fn shard(&self, ino: Ino) -> &Mutex<HashMap<Ino, FileRef>> {
+    fn shard(&self, ino: Ino) -> &Mutex<FxHashMap<Ino, FileRef>> {
         &self.shards[(ino as usize) % SHARDS]
     }
 

@@ -15,7 +15,8 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use squeezefs_codec::{WorkspaceConfig, Workspaces};
 use squeezefs_device::Device;
 use squeezefs_meta::{tables, InodeAttr, Ino};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -36,7 +37,7 @@ pub struct Inner {
     pub space: Mutex<Vec<DevSpace>>,
     pub files: FileTable,
     /// inodes with changes in the open txg
-    pub dirty_set: Mutex<HashSet<Ino>>,
+    pub dirty_set: Mutex<FxHashSet<Ino>>,
     /// bytes held by dirty record buffers (open + syncing layers) and by early
     /// compression results waiting for their txg (early.rs); shared with those results
     pub dirty_bytes: Arc<AtomicU64>,
@@ -54,7 +55,7 @@ pub struct Inner {
     pub rec_cache: RecordCache,
     pub policy: RwLock<Policy>,
     /// per-file overrides of `policy` (resolved properties, set by the fs core)
-    pub file_policy: RwLock<HashMap<Ino, Policy>>,
+    pub file_policy: RwLock<FxHashMap<Ino, Policy>>,
     pub workers: WorkerPool,
     ws: OnceLock<Workspaces>,
     pub opts: OpenOptions,
@@ -62,7 +63,7 @@ pub struct Inner {
     /// free bytes of the host filesystem under growable device files (refreshed per txg)
     pub host_free: AtomicU64,
     /// sequential-read detection: inode → end of its last read
-    pub readahead: Mutex<HashMap<Ino, u64>>,
+    pub readahead: Mutex<FxHashMap<Ino, u64>>,
     /// prefetches in flight (record keys), so one record is decoded once
     pub prefetching: Mutex<HashSet<(u32, u64, u64)>>,
     /// notified whenever a prefetch finishes
@@ -103,7 +104,7 @@ impl Inner {
             devs,
             space: Mutex::new(space),
             files: FileTable::default(),
-            dirty_set: Mutex::new(HashSet::new()),
+            dirty_set: Mutex::new(FxHashSet::default()),
             dirty_bytes: Arc::new(AtomicU64::new(0)),
             compress_q: Default::default(),
             throttle_lock: Mutex::new(()),
@@ -114,13 +115,13 @@ impl Inner {
             ext_cache: ExtentCache::new(1 << 18),
             rec_cache: RecordCache::new(opts.record_cache_bytes),
             policy: RwLock::new(policy),
-            file_policy: RwLock::new(HashMap::new()),
+            file_policy: RwLock::new(FxHashMap::default()),
             workers: WorkerPool::new(opts.workers, "sqz-work"),
             ws: OnceLock::new(),
             opts,
             closed: AtomicBool::new(false),
             host_free: AtomicU64::new(u64::MAX),
-            readahead: Mutex::new(HashMap::new()),
+            readahead: Mutex::new(FxHashMap::default()),
             prefetching: Mutex::new(HashSet::new()),
             prefetch_cv: Condvar::new(),
             next_ino: AtomicU64::new(next_ino),

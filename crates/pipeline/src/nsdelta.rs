@@ -43,7 +43,8 @@ use crate::sync::extent_footprint;
 use parking_lot::{Mutex, RwLock};
 use squeezefs_meta::encode::{decode_inode, encode_inode};
 use squeezefs_meta::{keys, tables, ExtentPtr, InodeAttr, Ino, StoredRecord};
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
 use std::iter::Peekable;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -58,13 +59,13 @@ pub type ByteRows = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 /// Changes to the namespace tables (see the block comment); `None` values are tombstones.
 #[derive(Default, Debug, Clone)]
 pub struct Delta {
-    pub inodes: HashMap<Ino, Option<InodeAttr>>,
+    pub inodes: FxHashMap<Ino, Option<InodeAttr>>,
     pub dirents: ByteRows,
     pub cookies: ByteRows,
-    pub next_cookie: HashMap<Ino, Option<u64>>,
-    pub symlinks: HashMap<Ino, Option<Vec<u8>>>,
+    pub next_cookie: FxHashMap<Ino, Option<u64>>,
+    pub symlinks: FxHashMap<Ino, Option<Vec<u8>>>,
     pub xattrs: ByteRows,
-    pub orphans: HashMap<Ino, bool>,
+    pub orphans: FxHashMap<Ino, bool>,
     /// inodes deleted: their extents and xattr rows go at the commit
     pub deleted: Vec<Ino>,
     /// inodes created minus deleted (statfs counts them before the commit)
