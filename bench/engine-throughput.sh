@@ -50,7 +50,7 @@ Z1_LINE=$(zstd1)
 echo "$Z1_LINE"
 Z1A=$(echo "$Z1_LINE" | grep -Eo '[0-9.]+ MB/s' | head -1 | cut -d' ' -f1)
 
-echo "== single-thread zstd:1 by CPU time (the engine's codec library, 128 KiB blocks, best of 3)"
+echo "== single-thread zstd:1 by CPU time (the engine's codec library, 128 KiB blocks, best of 10)"
 REF=$("$BIN" --codec-reference "${FILES[@]}")
 echo "$REF"
 Z1CPU=$(REF="$REF" python3 -c "import json, os; print(json.loads(os.environ['REF'])['mb_per_cpu_s'])")
