@@ -50,6 +50,7 @@ pub use error::{EngineError, Result};
 pub use metatx::MetaTx;
 pub use options::{MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE};
 pub use policy::ADAPTIVE_PLACEHOLDER;
+pub use read::PREFETCH_RECORDS;
 pub use pool::{DEFAULT_DEVICE_FILE, META_FILE};
 pub use squeezefs_device::{Device, DeviceStatsSnapshot};
 pub use squeezefs_meta::{DeviceExtent, ExtentPtr, StoredRecord};
@@ -487,6 +488,11 @@ impl Engine {
             }
         }
         Ok(out)
+    }
+
+    /// Bytes of decoded records held in the read cache now.
+    pub fn record_cache_bytes(&self) -> usize {
+        self.inner.rec_cache.bytes()
     }
 
     /// Committed inode record: redb's, without the namespace delta (tests, fsck).

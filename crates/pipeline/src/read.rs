@@ -157,9 +157,12 @@ fn decode(inner: &Inner, e: &ExtentPtr, stored: &[u8], ino: Ino, off: u64) -> Re
                 stored.len()
             )));
         }
-        return Ok(stored.to_vec());
+        let mut out = inner.rec_cache.take_buffer(logical);
+        out.copy_from_slice(stored);
+        return Ok(out);
     }
-    let mut out = vec![0u8; logical];
+    // every byte is overwritten: a short decode is an error below, and `out` is dropped
+    let mut out = inner.rec_cache.take_buffer(logical);
     let n = inner
         .workspaces()
         .decompress(alg, stored, &mut out)
@@ -256,15 +259,30 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
             Source::Committed => committed.push(idx),
         }
     }
-    let records = fetch_committed(inner, ino, &committed)?;
-    for (idx, rec) in committed.iter().zip(records) {
+    let (records, keys) = fetch_committed(inner, ino, &committed)?;
+    // records this read finished (it reached their end)
+    let mut finished = Vec::new();
+    for ((idx, rec), key) in committed.iter().zip(records).zip(keys) {
         let (bs, rsl) = span(*idx);
         match rec {
-            Some(r) => copy_part(&mut buf[bs], &r, rsl),
+            Some(r) => {
+                if rsl.end >= r.len() {
+                    finished.extend(key);
+                }
+                copy_part(&mut buf[bs], &r, rsl);
+            }
             None => buf[bs].fill(0),
         }
     }
-    readahead(inner, ino, off, end, size, f.is_none());
+    let sequential = readahead(inner, ino, off, end, size, f.is_none());
+    if sequential {
+        // drop-behind: a sequential reader will not come back for these (the kernel's page
+        // cache holds what it read), so their buffers go to the next decode rather than
+        // pushing records still ahead of the reader out of the cache
+        for k in finished {
+            inner.rec_cache.release(&k);
+        }
+    }
     Ok(n)
 }
 
@@ -281,18 +299,22 @@ fn copy_part(dst: &mut [u8], rec: &[u8], rsl: std::ops::Range<usize>) {
 
 /// Decode several committed records, in parallel on the workers when more than one must be
 /// read from a device.
-fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Vec<Option<Arc<Vec<u8>>>>> {
+type Fetched = (Vec<Option<Arc<Vec<u8>>>>, Vec<Option<RecordKey>>);
+
+fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
     let exts = extents_of(inner, ino, idxs)?;
+    let keys: Vec<Option<RecordKey>> = exts.iter().map(|e| e.as_ref().and_then(record_key)).collect();
     let misses = exts
         .iter()
         .filter(|e| e.as_ref().and_then(record_key).is_some_and(|k| !inner.rec_cache.contains(&k)))
         .count();
     if misses < 2 || inner.workers.threads() < 2 {
-        return idxs
+        let recs = idxs
             .iter()
             .zip(exts)
             .map(|(&i, e)| e.map(|e| load_retrying(inner, ino, i, e)).transpose())
-            .collect();
+            .collect::<Result<_>>()?;
+        return Ok((recs, keys));
     }
     // parallel: the workers need 'static data, so they get owned pointers and a sender
     let (tx, rx) = crossbeam_channel::unbounded();
@@ -322,7 +344,7 @@ fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Vec<Option<A
     }
     match err {
         Some(e) => Err(e),
-        None => Ok(out),
+        None => Ok((out, keys)),
     }
 }
 
@@ -342,7 +364,8 @@ fn load_retrying(inner: &Inner, ino: Ino, idx: u64, e: ExtentPtr) -> Result<Arc<
 }
 
 /// Sequential readers get the next records decoded in the background.
-fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool) {
+/// Start prefetches past a sequential read; returns whether the read was sequential.
+fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool) -> bool {
     let sequential = {
         let mut ra = inner.readahead.lock();
         if ra.len() > 4096 {
@@ -353,14 +376,14 @@ fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool
         seq
     };
     if !sequential || !clean {
-        return;
+        return sequential;
     }
     let rs = inner.recordsize;
     let next = end.div_ceil(rs);
     let stop = (next + PREFETCH_RECORDS).min(records_for_size(size, rs));
     let me = inner.self_arc();
     let idxs: Vec<u64> = (next..stop).collect();
-    let Ok(exts) = extents_of(inner, ino, &idxs) else { return };
+    let Ok(exts) = extents_of(inner, ino, &idxs) else { return true };
     for (idx, e) in idxs.into_iter().zip(exts) {
         let Some(e) = e else { continue };
         let Some(k) = record_key(&e) else { continue };
@@ -379,6 +402,7 @@ fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool
             let _ = load_uncached(&me, ino, idx, &e, Some(k));
         });
     }
+    true
 }
 
 /// Releases a prefetch claim on every path out of the decode (error or panic included), so
