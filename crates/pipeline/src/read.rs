@@ -399,7 +399,12 @@ fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool
                 return;
             }
             let _claim = PrefetchClaim { inner: &me, key: k };
-            let _ = load_uncached(&me, ino, idx, &e, Some(k));
+            // the reader got past this record while the job waited (it decoded the record
+            // itself and dropped it behind): decoding it now would only refill the cache
+            let passed = me.readahead.lock().get(&ino).is_some_and(|&pos| pos >= record_start_byte(idx + 1, me.recordsize));
+            if !passed {
+                let _ = load_uncached(&me, ino, idx, &e, Some(k));
+            }
         });
     }
     true

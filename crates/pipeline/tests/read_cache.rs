@@ -44,9 +44,10 @@ fn sequential_reads_drop_finished_records_from_the_cache() {
         off += n as u64;
         peak = peak.max(e.record_cache_bytes());
     }
-    // what stays: the prefetches ahead of the reader and the records of the read in
-    // progress, never the records behind it (without drop-behind: all 64)
-    let ahead = (PREFETCH_RECORDS + 4) * REC;
+    // what stays: the prefetches ahead of the reader and the records of the reads in
+    // progress (with slack for workers finishing late, as in a debug build), never the
+    // records behind it — without drop-behind, all 64 stay
+    let ahead = (PREFETCH_RECORDS + 8) * REC;
     assert!(peak as u64 <= ahead, "cache peaked at {peak} bytes (read-ahead allows {ahead})");
     assert!((e.record_cache_bytes() as u64) < ahead);
 }
