@@ -188,11 +188,7 @@ impl Inner {
             return Err(EngineError::NoInode(ino));
         }
         let s = self.snap.get(&self.db)?;
-        let base = match s.inodes.get(ino)? {
-            Some(v) => Some(squeezefs_meta::encode::decode_inode(ino, v.value())?),
-            None => None,
-        };
-        crate::nsdelta::resolve_inode(ino, row, base)
+        crate::nsdelta::resolve_inode(ino, row, inode_in(&s.inodes, ino)?)
     }
 
     /// A row of a byte-keyed namespace table: the delta's, else redb's (read after it).
@@ -252,9 +248,12 @@ impl Inner {
 
 /// redb's record of `ino`, if it holds one.
 pub fn base_inode(rx: &redb::ReadTransaction, ino: Ino) -> Result<Option<InodeAttr>> {
-    let t = rx.open_table(tables::INODES)?;
-    let v = t.get(ino)?;
-    Ok(match v {
+    inode_in(&rx.open_table(tables::INODES)?, ino)
+}
+
+/// `ino`'s record in an opened `inodes` table, if it holds one.
+pub fn inode_in(t: &redb::ReadOnlyTable<u64, &'static [u8]>, ino: Ino) -> Result<Option<InodeAttr>> {
+    Ok(match t.get(ino)? {
         Some(v) => Some(squeezefs_meta::encode::decode_inode(ino, v.value())?),
         None => None,
     })

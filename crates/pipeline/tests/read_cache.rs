@@ -1,7 +1,6 @@
 //! The decoded-record cache under sequential and random readers.
 mod common;
 use common::*;
-use squeezefs_codec::Spec;
 use squeezefs_pipeline::*;
 
 const REC: u64 = 128 * 1024;
@@ -10,12 +9,7 @@ fn pool_with_file(records: u64) -> (tempfile::TempDir, std::path::PathBuf, OpenO
     let d = tempfile::tempdir().unwrap();
     let pool = d.path().join("pool");
     Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
-    let opts = OpenOptions {
-        compression: "zstd:1".parse::<Spec>().unwrap(),
-        workers: 2,
-        record_cache_bytes: 64 << 20,
-        ..fast_opts()
-    };
+    let opts = zstd_read_opts(64 << 20);
     let e = Engine::open(&pool, &opts).unwrap();
     let ino = create(&e, "f");
     let data: Vec<u8> = (0..records * REC).map(|i| (i / 5 % 241) as u8 ^ (i / REC) as u8).collect();

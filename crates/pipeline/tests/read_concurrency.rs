@@ -2,7 +2,6 @@
 //! multi-record reads (which decode on the workers).
 mod common;
 use common::*;
-use squeezefs_codec::Spec;
 use squeezefs_pipeline::*;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -15,13 +14,8 @@ fn readers_on_workers_never_wait_for_a_queued_prefetch() {
     let d = tempfile::tempdir().unwrap();
     let pool = d.path().join("pool");
     Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
-    let opts = OpenOptions {
-        compression: "zstd:1".parse::<Spec>().unwrap(),
-        workers: 2,
-        // a small cache keeps evicting, so records are decoded again and again
-        record_cache_bytes: 1 << 20,
-        ..fast_opts()
-    };
+    // a small cache keeps evicting, so records are decoded again and again
+    let opts = zstd_read_opts(1 << 20);
     let e = Engine::open(&pool, &opts).unwrap();
     let ino = create(&e, "big");
     let rec: Vec<u8> = (0..128 * 1024u32).map(|i| (i / 7 % 251) as u8).collect();

@@ -26,6 +26,17 @@ pub fn fast_opts() -> OpenOptions {
     OpenOptions { txg_timeout: std::time::Duration::from_millis(200), ..Default::default() }
 }
 
+/// Options of a pool compressing with zstd:1 on 2 workers, with a record cache of
+/// `record_cache_bytes` (the read-path tests).
+pub fn zstd_read_opts(record_cache_bytes: usize) -> OpenOptions {
+    OpenOptions {
+        compression: "zstd:1".parse::<squeezefs_codec::Spec>().unwrap(),
+        workers: 2,
+        record_cache_bytes,
+        ..fast_opts()
+    }
+}
+
 pub fn new_pool(dir: &Path) -> Arc<Engine> {
     Engine::mkfs(dir, &MkfsOptions::default()).unwrap();
     Engine::open(dir, &fast_opts()).unwrap()
