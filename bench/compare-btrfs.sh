@@ -371,8 +371,10 @@ fs_umount_core() {
     fi
     "$SQ" umount "$MNT" >> "$ULOG" 2>&1 || fusermount3 -u "$MNT" >> "$ULOG" 2>&1 \
         || die "neither 'squeezefs umount' nor fusermount3 -u could unmount $MNT"
-    # watchdog against a daemon that never exits (its sleep dies with it when it is cancelled)
-    ( trap 'kill "$sp" 2>/dev/null; exit 0' TERM; sleep "$PHASE_TIMEOUT" & sp=$!; wait "$sp"; kill -TERM "$DPID" 2>/dev/null ) &
+    # watchdog against a daemon that never exits (its sleep dies with it when it is cancelled;
+    # cancelled before `sp` is set, the trap finds no sleep: hence `${sp:-}` under set -u, and
+    # the subshell's own messages are of no interest)
+    ( trap 'kill "${sp:-}" 2>/dev/null; exit 0' TERM; sleep "$PHASE_TIMEOUT" & sp=$!; wait "$sp"; kill -TERM "$DPID" 2>/dev/null ) 2>/dev/null &
     local wd=$!
     local rc=0
     wait "$TPID" || rc=$?
