@@ -14,6 +14,7 @@
 //! `squeezefs_fs` xattr docs: `trusted.squeezefs.remount` on the mount's root).
 use anyhow::{anyhow, bail, Context, Result};
 use squeezefs_fs::{Fs, FsConfig};
+use squeezefs_fuse::mount_config::LiveMount;
 use squeezefs_fuse::{mount, MountConfig};
 use squeezefs_pipeline::{Engine, OpenOptions};
 use std::io::{Read, Write};
@@ -74,8 +75,13 @@ fn log_event(msg: &str) {
     eprintln!("[{now} squeezefs pid {}] {msg}", std::process::id());
 }
 
-/// `-o remount,compress=SPEC`: send the change to the daemon serving `mountpoint`.
+/// `-o remount,compress=SPEC`: send the change to the daemon serving `mountpoint`. Options
+/// fixed at mount time may be restated (mount(8) repeats the live ones) but not changed.
 fn remount(mountpoint: &Path, cfg: &MountConfig) -> Result<()> {
+    let canonical = std::fs::canonicalize(mountpoint).with_context(|| format!("mount point {}", mountpoint.display()))?;
+    let live = live_mount_options(&canonical)
+        .with_context(|| format!("{} is not the root of a squeezefs mount", mountpoint.display()))?;
+    cfg.check_remount(&LiveMount::from_proc_mounts_options(&live))?;
     let Some(req) = cfg.remount_request() else {
         // generic flags only (e.g. `mount -o remount` from a script): nothing to change
         return Ok(());
@@ -85,6 +91,42 @@ fn remount(mountpoint: &Path, cfg: &MountConfig) -> Result<()> {
     crate::cmd_stats::set_xattr(mountpoint, squeezefs_fs::xattr_names::REMOUNT, req.as_bytes())
         .with_context(|| format!("remount {} with {req}", mountpoint.display()))?;
     Ok(())
+}
+
+/// The options field of the last /proc/self/mounts line that mounts squeezefs on
+/// `mountpoint` (the topmost mount there).
+fn live_mount_options(mountpoint: &Path) -> Result<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").context("reading /proc/self/mounts")?;
+    mounts
+        .lines()
+        .rev()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.len() > 3 && f[2] == mount::FS_TYPE && Path::new(&unescape_mount_field(f[1])) == mountpoint)
+                .then(|| f[3].to_string())
+        })
+        .ok_or_else(|| anyhow::anyhow!("/proc/self/mounts lists no {} mount there", mount::FS_TYPE))
+}
+
+/// /proc/mounts writes space, tab, newline and backslash in paths as `\ooo` octal escapes.
+fn unescape_mount_field(f: &str) -> String {
+    let b = f.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = (b[i] == b'\\' && i + 3 < b.len())
+            .then(|| b[i + 1..i + 4].iter().try_fold(0u32, |v, c| (b'0'..=b'7').contains(c).then(|| v * 8 + u32::from(c - b'0'))))
+            .flatten()
+            .and_then(|v| u8::try_from(v).ok());
+        if let Some(byte) = octal {
+            out.push(byte);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Fork; the parent exits with the child's verdict on the mount.
@@ -269,5 +311,19 @@ fn stop_on_signal(mnt: &Path) {
             }
         }
         Err(e) => log::error!("unmounting {}: {e}", String::from_utf8_lossy(mnt.as_os_str().as_bytes())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unescape_mount_field;
+
+    #[test]
+    fn proc_mounts_octal_escapes_are_undone() {
+        assert_eq!(unescape_mount_field("/mnt/a\\040b"), "/mnt/a b");
+        assert_eq!(unescape_mount_field("/x\\011y\\012z\\134"), "/x\ty\nz\\");
+        // not an escape: left as it is
+        assert_eq!(unescape_mount_field("/p\\9ab\\777"), "/p\\9ab\\777");
+        assert_eq!(unescape_mount_field("/end\\04"), "/end\\04");
     }
 }

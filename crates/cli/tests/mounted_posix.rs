@@ -588,11 +588,14 @@ fn remount_switches_compression_for_new_writes() {
     assert!(!out.status.success());
 }
 
-#[test]
-fn mount_t_fuse_squeezefs_through_the_helper() {
-    if !can_mount() || !Path::new("/usr/bin/mount").exists() && !Path::new("/bin/mount").exists() {
-        return;
+/// Runs `f` with mount(8)'s helper for fuse.squeezefs installed (a link to this build, removed
+/// afterwards unless one was there before); one test at a time, as they share the path.
+fn with_mount_helper<R>(f: impl FnOnce() -> R) -> Option<R> {
+    static HELPER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if !Path::new("/usr/bin/mount").exists() && !Path::new("/bin/mount").exists() {
+        return None;
     }
+    let _one = HELPER.lock().unwrap_or_else(|p| p.into_inner());
     let helper = Path::new("/sbin/mount.fuse.squeezefs");
     let installed_here = if helper.exists() {
         false
@@ -600,25 +603,77 @@ fn mount_t_fuse_squeezefs_through_the_helper() {
         std::os::unix::fs::symlink(BIN, helper).unwrap();
         true
     };
-    let mut m = Mounted::new("");
-    m.umount();
-    let out = std::process::Command::new("mount")
-        .args(["-t", "fuse.squeezefs", m.pool.to_str().unwrap(), m.mnt.to_str().unwrap(), "-o", "compress=zstd:1,allow_other"])
-        .output()
-        .unwrap();
-    let ok = out.status.success();
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-    if ok {
-        write(&m.path("via-helper"), b"x");
-        let _ = run(&["umount", m.mnt.to_str().unwrap()]);
-    }
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     if installed_here {
         let _ = std::fs::remove_file(helper);
     }
-    assert!(ok, "mount -t fuse.squeezefs failed: {}", String::from_utf8_lossy(&out.stderr));
+    Some(r.unwrap_or_else(|e| std::panic::resume_unwind(e)))
+}
+
+fn mount8(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("mount").args(args).output().unwrap()
+}
+
+#[test]
+fn mount_t_fuse_squeezefs_through_the_helper() {
+    if !can_mount() {
+        return;
+    }
+    let mut m = Mounted::new("");
+    m.umount();
+    let Some((out, mounts)) = with_mount_helper(|| {
+        let out = mount8(&["-t", "fuse.squeezefs", m.pool.to_str().unwrap(), m.mnt.to_str().unwrap(), "-o", "compress=zstd:1,allow_other"]);
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        if out.status.success() {
+            write(&m.path("via-helper"), b"x");
+            let _ = run(&["umount", m.mnt.to_str().unwrap()]);
+        }
+        (out, mounts)
+    }) else {
+        return;
+    };
+    assert!(out.status.success(), "mount -t fuse.squeezefs failed: {}", String::from_utf8_lossy(&out.stderr));
     assert!(mounts.lines().any(|l| l.contains(m.mnt.to_str().unwrap()) && l.contains("fuse.squeezefs")));
     m.mount();
     assert!(m.path("via-helper").exists());
+}
+
+/// The bug: `mount -o remount,compress=SPEC MNT` runs the helper with the live mount's
+/// /proc/mounts options in front of SPEC, and the helper refused the first one only the FUSE
+/// kernel module sets: "unknown mount option 'user_id=0'".
+#[test]
+fn mount8_remount_of_a_mountpoint_changes_compression() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new("compress=zstd:3");
+    let mnt = m.mnt.to_str().unwrap();
+    let compression = || {
+        let out = run(&["stats", mnt, "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["mount_compression"].as_str().unwrap().to_string()
+    };
+    let Some(()) = with_mount_helper(|| {
+        let out = mount8(&["-o", "remount,compress=lz4", mnt]);
+        assert!(out.status.success(), "mount -o remount: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(compression(), "compress=lz4");
+        // restating an option the mount has is fine (Mounted mounts with allow_other)
+        let out = mount8(&["-o", "remount,allow_other,compress=zstd:1", mnt]);
+        assert!(out.status.success(), "restating allow_other: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(compression(), "compress=zstd:1");
+        // what a remount cannot change is refused by name, and nothing changes
+        for (opts, name) in [("remount,ro,compress=lz4", "ro"), ("remount,recordsize=64K,compress=lz4", "recordsize")] {
+            let out = mount8(&["-o", opts, mnt]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "-o {opts} succeeded");
+            assert!(err.contains(&format!("'{name}' cannot be changed by remount")), "-o {opts}: {err}");
+            assert_eq!(compression(), "compress=zstd:1");
+        }
+    }) else {
+        return;
+    };
+    write(&m.path("after"), b"still writable");
 }
 
 #[test]

@@ -11,6 +11,13 @@
 //!   `exec`/`noexec`, `atime`/`noatime`/`relatime`/`strictatime`/`nodiratime`,
 //!   `sync`/`async`/`dirsync`, and the mount(8)-only `auto`/`noauto`/`user`/`users`/
 //!   `nouser`/`nofail`/`_netdev`/`x-*`/`comment=*`, which are ignored.
+//!
+//! Remount: `compress=` and `compress-force=` change; everything else keeps the value the
+//! filesystem was mounted with. `mount -o remount,OPTS MNT` hands the helper the live
+//! mount's options from /proc/mounts followed by OPTS, so a remount also accepts the FUSE
+//! kernel options only the kernel sets (`user_id=`, `group_id=`, `max_read=`, `blksize=`,
+//! `rootmode=`) and restates of `ro`/`rw`, `allow_other` and `default_permissions`;
+//! [`MountConfig::check_remount`] refuses those that differ from the live mount.
 use squeezefs_codec::Spec;
 use squeezefs_fs::Compression;
 
@@ -45,7 +52,46 @@ pub struct MountConfig {
     pub fsname: Option<String>,
     pub flags: KernelFlags,
     pub uring: UringMode,
+    /// options fixed at mount time that this option string names (their values are in the
+    /// fields above); a remount may only restate them (`check_remount`)
+    pub restated: Restated,
 }
+
+/// Which of the options that a remount cannot change an option string names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Restated {
+    pub read_only: bool,
+    pub allow_other: bool,
+    pub default_permissions: bool,
+}
+
+/// The settings of a live mount that a remount cannot change, as /proc/mounts shows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct LiveMount {
+    pub read_only: bool,
+    pub allow_other: bool,
+    pub default_permissions: bool,
+}
+
+impl LiveMount {
+    /// From the options field of a /proc/mounts line (`rw,relatime,user_id=0,...`).
+    pub fn from_proc_mounts_options(opts: &str) -> LiveMount {
+        let mut m = LiveMount::default();
+        for o in opts.split(',') {
+            match o {
+                "ro" => m.read_only = true,
+                "rw" => m.read_only = false,
+                "allow_other" => m.allow_other = true,
+                "default_permissions" => m.default_permissions = true,
+                _ => {}
+            }
+        }
+        m
+    }
+}
+
+/// FUSE kernel options: /proc/mounts shows them, only the kernel and the mounting code set them.
+const KERNEL_SET_OPTIONS: [&str; 5] = ["user_id", "group_id", "max_read", "blksize", "rootmode"];
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
@@ -58,8 +104,10 @@ pub enum MountOptionError {
     MissingValue(String),
     #[error("mount option '{0}' takes no value")]
     UnexpectedValue(String),
-    #[error("'{0}' cannot be changed by remount (remount changes compress= and compress-force=)")]
+    #[error("'{0}' cannot be changed by remount (remount changes compress= and compress-force=; the other options keep the values the filesystem was mounted with)")]
     NotRemountable(String),
+    #[error("mount option '{0}' is set by the FUSE kernel module, not by the user (it is accepted only in a remount, where mount(8) repeats the live mount's options)")]
+    KernelSet(String),
 }
 
 const MIN_RECORD: u64 = 4 << 10;
@@ -93,6 +141,7 @@ impl MountConfig {
     pub fn parse(opts: &str) -> Result<MountConfig, MountOptionError> {
         let mut c = MountConfig::default();
         let mut changed_at_remount: Vec<String> = Vec::new();
+        let mut kernel_set: Option<String> = None;
         for opt in opts.split(',').map(str::trim).filter(|o| !o.is_empty()) {
             let (name, value) = match opt.split_once('=') {
                 Some((n, v)) => (n, Some(v)),
@@ -146,20 +195,34 @@ impl MountConfig {
                     }
                     c.fsname = Some(v.into());
                 }
+                n if KERNEL_SET_OPTIONS.contains(&n) => {
+                    let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
+                    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+                        return Err(MountOptionError::BadValue {
+                            name: name.into(),
+                            value: v.into(),
+                            reason: "expected a number".into(),
+                        });
+                    }
+                    kernel_set.get_or_insert_with(|| name.into());
+                }
                 "comment" => {}
                 n if n.starts_with("x-") => {}
                 "ro" => {
                     flag(&mut c, &|c| c.read_only = true)?;
-                    changed_at_remount.push(name.into());
+                    c.restated.read_only = true;
                 }
-                "rw" => flag(&mut c, &|c| c.read_only = false)?,
+                "rw" => {
+                    flag(&mut c, &|c| c.read_only = false)?;
+                    c.restated.read_only = true;
+                }
                 "allow_other" => {
                     flag(&mut c, &|c| c.allow_other = true)?;
-                    changed_at_remount.push(name.into());
+                    c.restated.allow_other = true;
                 }
                 "default_permissions" => {
                     flag(&mut c, &|c| c.default_permissions = true)?;
-                    changed_at_remount.push(name.into());
+                    c.restated.default_permissions = true;
                 }
                 "remount" => flag(&mut c, &|c| c.remount = true)?,
                 "dev" => flag(&mut c, &|c| c.flags.nodev = false)?,
@@ -184,8 +247,26 @@ impl MountConfig {
             if let Some(o) = changed_at_remount.into_iter().next() {
                 return Err(MountOptionError::NotRemountable(o));
             }
+        } else if let Some(o) = kernel_set {
+            return Err(MountOptionError::KernelSet(o));
         }
         Ok(c)
+    }
+
+    /// A remount may restate the options fixed at mount time (mount(8) repeats them from
+    /// /proc/mounts) but not change them: the first one that differs from `live` is refused.
+    pub fn check_remount(&self, live: &LiveMount) -> Result<(), MountOptionError> {
+        let r = &self.restated;
+        if r.read_only && self.read_only != live.read_only {
+            return Err(MountOptionError::NotRemountable(if self.read_only { "ro" } else { "rw" }.into()));
+        }
+        if r.allow_other && self.allow_other != live.allow_other {
+            return Err(MountOptionError::NotRemountable("allow_other".into()));
+        }
+        if r.default_permissions && !live.default_permissions {
+            return Err(MountOptionError::NotRemountable("default_permissions".into()));
+        }
+        Ok(())
     }
 
     /// The value sent to a live mount for `remount` (see squeezefs_fs xattr docs).
@@ -271,12 +352,54 @@ mod tests {
 
     #[test]
     fn remount_changes_only_compression() {
+        let rw = LiveMount { read_only: false, allow_other: false, default_permissions: true };
         let c = MountConfig::parse("remount,rw,nosuid,relatime").unwrap();
         assert!(c.remount);
-        assert_eq!(MountConfig::parse("remount,ro"), Err(MountOptionError::NotRemountable("ro".into())));
+        assert_eq!(c.check_remount(&rw), Ok(()));
+        let c = MountConfig::parse("remount,ro").unwrap();
+        assert_eq!(c.check_remount(&rw), Err(MountOptionError::NotRemountable("ro".into())));
+        let ro = LiveMount { read_only: true, ..rw };
+        assert_eq!(c.check_remount(&ro), Ok(()));
+        let c = MountConfig::parse("remount,rw").unwrap();
+        assert_eq!(c.check_remount(&ro), Err(MountOptionError::NotRemountable("rw".into())));
+        let c = MountConfig::parse("remount,allow_other").unwrap();
+        assert_eq!(c.check_remount(&rw), Err(MountOptionError::NotRemountable("allow_other".into())));
+        assert_eq!(c.check_remount(&LiveMount { allow_other: true, ..rw }), Ok(()));
+        let c = MountConfig::parse("remount,default_permissions").unwrap();
+        assert_eq!(
+            c.check_remount(&LiveMount { default_permissions: false, ..rw }),
+            Err(MountOptionError::NotRemountable("default_permissions".into()))
+        );
         assert_eq!(
             MountConfig::parse("remount,recordsize=8K"),
             Err(MountOptionError::NotRemountable("recordsize".into()))
         );
+    }
+
+    /// The bug: `mount -o remount,compress=zstd:9 MNT` ran the helper with the live mount's
+    /// /proc/mounts options in front of the user's, and the first of them that only the FUSE
+    /// kernel module sets failed the remount: "unknown mount option 'user_id=0'".
+    #[test]
+    fn remount_accepts_the_options_mount8_repeats_from_proc_mounts() {
+        let live = "rw,relatime,user_id=0,group_id=0,default_permissions,allow_other,max_read=1048576";
+        let c = MountConfig::parse(&format!("{live},remount,compress=zstd:9")).unwrap();
+        assert!(c.remount);
+        assert_eq!(c.remount_request().as_deref(), Some("compress=zstd:9"));
+        assert_eq!(c.check_remount(&LiveMount::from_proc_mounts_options(live)), Ok(()));
+        // mount(8) puts `remount` after the live options: order does not matter
+        let c = MountConfig::parse("ro,relatime,remount,user_id=0,group_id=0,default_permissions,max_read=1048576").unwrap();
+        let live_ro = LiveMount::from_proc_mounts_options("ro,relatime,user_id=0,group_id=0,default_permissions");
+        assert!(live_ro.read_only && live_ro.default_permissions && !live_ro.allow_other);
+        assert_eq!(c.check_remount(&live_ro), Ok(()));
+    }
+
+    #[test]
+    fn kernel_set_options_are_refused_outside_a_remount() {
+        assert_eq!(MountConfig::parse("user_id=0"), Err(MountOptionError::KernelSet("user_id".into())));
+        assert_eq!(MountConfig::parse("compress=lz4,max_read=4096"), Err(MountOptionError::KernelSet("max_read".into())));
+        let msg = MountConfig::parse("group_id=5").unwrap_err().to_string();
+        assert!(msg.contains("group_id") && msg.contains("remount"), "{msg}");
+        assert!(matches!(MountConfig::parse("remount,user_id=root"), Err(MountOptionError::BadValue { .. })));
+        assert_eq!(MountConfig::parse("remount,user_id"), Err(MountOptionError::MissingValue("user_id".into())));
     }
 }
