@@ -663,7 +663,12 @@ fn mount8_remount_of_a_mountpoint_changes_compression() {
         assert!(out.status.success(), "restating allow_other: {}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(compression(), "compress=zstd:1");
         // what a remount cannot change is refused by name, and nothing changes
-        for (opts, name) in [("remount,ro,compress=lz4", "ro"), ("remount,recordsize=64K,compress=lz4", "recordsize")] {
+        for (opts, name) in [
+            ("remount,ro,compress=lz4", "ro"),
+            ("remount,recordsize=64K,compress=lz4", "recordsize"),
+            ("remount,noatime,compress=lz4", "noatime"),
+            ("remount,noexec,compress=lz4", "noexec"),
+        ] {
             let out = mount8(&["-o", opts, mnt]);
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(!out.status.success(), "-o {opts} succeeded");

@@ -21,7 +21,7 @@
 use squeezefs_codec::Spec;
 use squeezefs_fs::Compression;
 
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct KernelFlags {
     pub nodev: bool,
     pub nosuid: bool,
@@ -63,6 +63,8 @@ pub struct Restated {
     pub read_only: bool,
     pub allow_other: bool,
     pub default_permissions: bool,
+    /// each field: the string names that flag (in either sense, e.g. `suid` or `nosuid`)
+    pub flags: KernelFlags,
 }
 
 /// The settings of a live mount that a remount cannot change, as /proc/mounts shows them.
@@ -71,6 +73,7 @@ pub struct LiveMount {
     pub read_only: bool,
     pub allow_other: bool,
     pub default_permissions: bool,
+    pub flags: KernelFlags,
 }
 
 impl LiveMount {
@@ -83,6 +86,12 @@ impl LiveMount {
                 "rw" => m.read_only = false,
                 "allow_other" => m.allow_other = true,
                 "default_permissions" => m.default_permissions = true,
+                "nodev" => m.flags.nodev = true,
+                "nosuid" => m.flags.nosuid = true,
+                "noexec" => m.flags.noexec = true,
+                "noatime" => m.flags.noatime = true,
+                "sync" => m.flags.sync = true,
+                "dirsync" => m.flags.dirsync = true,
                 _ => {}
             }
         }
@@ -225,19 +234,30 @@ impl MountConfig {
                     c.restated.default_permissions = true;
                 }
                 "remount" => flag(&mut c, &|c| c.remount = true)?,
-                "dev" => flag(&mut c, &|c| c.flags.nodev = false)?,
-                "nodev" => flag(&mut c, &|c| c.flags.nodev = true)?,
-                "suid" => flag(&mut c, &|c| c.flags.nosuid = false)?,
-                "nosuid" => flag(&mut c, &|c| c.flags.nosuid = true)?,
-                "exec" => flag(&mut c, &|c| c.flags.noexec = false)?,
-                "noexec" => flag(&mut c, &|c| c.flags.noexec = true)?,
-                "noatime" => flag(&mut c, &|c| c.flags.noatime = true)?,
-                "atime" | "relatime" | "strictatime" | "norelatime" | "nodiratime" | "diratime" => {
-                    flag(&mut c, &|c| c.flags.noatime = false)?
+                "dev" | "nodev" => {
+                    flag(&mut c, &|c| c.flags.nodev = name == "nodev")?;
+                    c.restated.flags.nodev = true;
                 }
-                "sync" => flag(&mut c, &|c| c.flags.sync = true)?,
-                "async" => flag(&mut c, &|c| c.flags.sync = false)?,
-                "dirsync" => flag(&mut c, &|c| c.flags.dirsync = true)?,
+                "suid" | "nosuid" => {
+                    flag(&mut c, &|c| c.flags.nosuid = name == "nosuid")?;
+                    c.restated.flags.nosuid = true;
+                }
+                "exec" | "noexec" => {
+                    flag(&mut c, &|c| c.flags.noexec = name == "noexec")?;
+                    c.restated.flags.noexec = true;
+                }
+                "noatime" | "atime" | "relatime" | "strictatime" | "norelatime" | "nodiratime" | "diratime" => {
+                    flag(&mut c, &|c| c.flags.noatime = name == "noatime")?;
+                    c.restated.flags.noatime = true;
+                }
+                "sync" | "async" => {
+                    flag(&mut c, &|c| c.flags.sync = name == "sync")?;
+                    c.restated.flags.sync = true;
+                }
+                "dirsync" => {
+                    flag(&mut c, &|c| c.flags.dirsync = true)?;
+                    c.restated.flags.dirsync = true;
+                }
                 "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "owner" | "nofail"
                 | "_netdev" | "suid_dev" | "loud" | "silent" => flag(&mut c, &|_| {})?,
                 _ => return Err(MountOptionError::Unknown(opt.into())),
@@ -265,6 +285,21 @@ impl MountConfig {
         }
         if r.default_permissions && !live.default_permissions {
             return Err(MountOptionError::NotRemountable("default_permissions".into()));
+        }
+        // (mentioned, wanted, live, name when set, name when clear)
+        let (f, want, have) = (&r.flags, &self.flags, &live.flags);
+        let flags = [
+            (f.nodev, want.nodev, have.nodev, "nodev", "dev"),
+            (f.nosuid, want.nosuid, have.nosuid, "nosuid", "suid"),
+            (f.noexec, want.noexec, have.noexec, "noexec", "exec"),
+            (f.noatime, want.noatime, have.noatime, "noatime", "relatime"),
+            (f.sync, want.sync, have.sync, "sync", "async"),
+            (f.dirsync, want.dirsync, have.dirsync, "dirsync", "dirsync"),
+        ];
+        for (mentioned, want, have, set, clear) in flags {
+            if mentioned && want != have {
+                return Err(MountOptionError::NotRemountable(if want { set } else { clear }.into()));
+            }
         }
         Ok(())
     }
@@ -352,8 +387,8 @@ mod tests {
 
     #[test]
     fn remount_changes_only_compression() {
-        let rw = LiveMount { read_only: false, allow_other: false, default_permissions: true };
-        let c = MountConfig::parse("remount,rw,nosuid,relatime").unwrap();
+        let rw = LiveMount { read_only: false, allow_other: false, default_permissions: true, flags: KernelFlags::default() };
+        let c = MountConfig::parse("remount,rw,relatime,dev").unwrap();
         assert!(c.remount);
         assert_eq!(c.check_remount(&rw), Ok(()));
         let c = MountConfig::parse("remount,ro").unwrap();
@@ -391,6 +426,26 @@ mod tests {
         let live_ro = LiveMount::from_proc_mounts_options("ro,relatime,user_id=0,group_id=0,default_permissions");
         assert!(live_ro.read_only && live_ro.default_permissions && !live_ro.allow_other);
         assert_eq!(c.check_remount(&live_ro), Ok(()));
+    }
+
+    /// `mount -o remount,noatime MNT` used to succeed and change nothing: the helper sends
+    /// only the compression to the daemon and never applied the flag.
+    #[test]
+    fn remount_refuses_a_flag_that_differs_from_the_live_mount() {
+        let live = LiveMount::from_proc_mounts_options("rw,nosuid,relatime,user_id=0,group_id=0,default_permissions");
+        assert!(live.flags.nosuid && !live.flags.noatime && !live.flags.nodev);
+        let echo = "rw,nosuid,relatime,remount,user_id=0,group_id=0,default_permissions";
+        let c = MountConfig::parse(echo).unwrap();
+        assert_eq!(c.check_remount(&live), Ok(()));
+        for (extra, name) in [("noatime", "noatime"), ("suid", "suid"), ("nodev", "nodev"), ("noexec", "noexec"), ("sync", "sync")] {
+            let c = MountConfig::parse(&format!("{echo},{extra}")).unwrap();
+            assert_eq!(c.check_remount(&live), Err(MountOptionError::NotRemountable(name.into())), "{extra}");
+        }
+        let c = MountConfig::parse("remount,noatime").unwrap();
+        assert_eq!(c.check_remount(&LiveMount { flags: KernelFlags { noatime: true, ..Default::default() }, ..live }), Ok(()));
+        // not mentioned: not checked
+        let c = MountConfig::parse("remount,compress=lz4").unwrap();
+        assert_eq!(c.check_remount(&LiveMount { flags: KernelFlags { noexec: true, ..Default::default() }, ..live }), Ok(()));
     }
 
     #[test]
