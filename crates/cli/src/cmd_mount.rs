@@ -37,12 +37,17 @@ pub struct MountArgs {
     /// Stay in the foreground (do not daemonize)
     #[arg(short = 'f', long)]
     pub foreground: bool,
+    /// Called by mount(8) as its helper: a remount's options are then the whole resulting
+    /// set (mount(8) merged them with the live mount's), not a change to it
+    #[arg(skip)]
+    pub from_mount8: bool,
 }
 
 pub fn run(args: MountArgs) -> Result<()> {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).try_init();
     let cfg = MountConfig::parse(&args.options.join(","))?;
     if cfg.remount {
+        let cfg = if args.from_mount8 { cfg.with_complete_mount_flags() } else { cfg };
         return remount(&args.mountpoint, &cfg);
     }
     let mountpoint = std::fs::canonicalize(&args.mountpoint)
@@ -75,21 +80,60 @@ fn log_event(msg: &str) {
     eprintln!("[{now} squeezefs pid {}] {msg}", std::process::id());
 }
 
-/// `-o remount,compress=SPEC`: send the change to the daemon serving `mountpoint`. Options
-/// fixed at mount time may be restated (mount(8) repeats the live ones) but not changed.
+/// `-o remount,...`: the per-mount flags (dev, suid, exec, atime) change in the kernel
+/// (`MS_REMOUNT | MS_BIND`), the compression and the atime mode go to the daemon serving
+/// `mountpoint`. Options fixed at mount time may be restated (mount(8) repeats the live
+/// ones) but not changed.
 fn remount(mountpoint: &Path, cfg: &MountConfig) -> Result<()> {
     let canonical = std::fs::canonicalize(mountpoint).with_context(|| format!("mount point {}", mountpoint.display()))?;
-    let live = live_mount_options(&canonical)
-        .with_context(|| format!("{} is not the root of a squeezefs mount", mountpoint.display()))?;
-    cfg.check_remount(&LiveMount::from_proc_mounts_options(&live))?;
-    let Some(req) = cfg.remount_request() else {
-        // generic flags only (e.g. `mount -o remount` from a script): nothing to change
+    let live = LiveMount::from_proc_mounts_options(
+        &live_mount_options(&canonical)
+            .with_context(|| format!("{} is not the root of a squeezefs mount", mountpoint.display()))?,
+    );
+    cfg.check_remount(&live)?;
+    let flags = cfg.per_mount_flags(&live);
+    let mut req: Vec<String> = cfg.remount_request().into_iter().collect();
+    if let Some(f) = flags.filter(|f| f.noatime != live.flags.noatime) {
+        req.push(if f.noatime { "noatime" } else { "relatime" }.into());
+    }
+    if let Some(f) = flags {
+        remount_mount_flags(&canonical, f, live.read_only)?;
+    }
+    if req.is_empty() {
+        // nothing for the daemon (e.g. a bare `mount -o remount` from a script)
         return Ok(());
-    };
+    }
+    let req = req.join(",");
     crate::cmd_stats::mount_info(mountpoint)
         .with_context(|| format!("{} is not the root of a squeezefs mount", mountpoint.display()))?;
     crate::cmd_stats::set_xattr(mountpoint, squeezefs_fs::xattr_names::REMOUNT, req.as_bytes())
         .with_context(|| format!("remount {} with {req}", mountpoint.display()))?;
+    Ok(())
+}
+
+/// Set the per-mount flags of the mount at `target` to exactly `f` (keeping it read-only if
+/// it is): mount(2) with `MS_REMOUNT | MS_BIND` changes the mount, not the filesystem.
+fn remount_mount_flags(target: &Path, f: squeezefs_fuse::mount_config::KernelFlags, read_only: bool) -> Result<()> {
+    let mut flags = libc::MS_REMOUNT | libc::MS_BIND;
+    for (on, bit) in [
+        (f.nodev, libc::MS_NODEV),
+        (f.nosuid, libc::MS_NOSUID),
+        (f.noexec, libc::MS_NOEXEC),
+        (read_only, libc::MS_RDONLY),
+    ] {
+        if on {
+            flags |= bit;
+        }
+    }
+    flags |= if f.noatime { libc::MS_NOATIME } else { libc::MS_RELATIME };
+    let c = std::ffi::CString::new(target.as_os_str().as_bytes()).context("mount point path holds a NUL byte")?;
+    // SAFETY: plain syscall; the path is a valid C string and the other pointers are null,
+    // which MS_REMOUNT | MS_BIND allows.
+    let r = unsafe { libc::mount(std::ptr::null(), c.as_ptr(), std::ptr::null(), flags, std::ptr::null()) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        bail!("remounting {} with new mount flags: {e}", target.display());
+    }
     Ok(())
 }
 

@@ -56,6 +56,7 @@ pub fn translate(args: &[String]) -> Result<Option<crate::cmd_mount::MountArgs>>
         mountpoint: positional[1].clone().into(),
         options: opts,
         foreground: false,
+        from_mount8: true,
     }))
 }
 

@@ -127,7 +127,7 @@ impl Fs {
     /// relatime: record the access if atime is not newer than mtime/ctime or a day old
     /// (never with `noatime`).
     fn decide_atime(&self, ino: Ino) {
-        if self.read_only() || self.cfg.noatime {
+        if self.read_only() || self.noatime() {
             return;
         }
         let now = time::now();

@@ -45,6 +45,8 @@ pub struct Fs {
     engine: Arc<Engine>,
     cfg: FsConfig,
     compression: Mutex<Option<Compression>>,
+    /// `noatime` in effect: starts as `cfg.noatime`, a remount may change it
+    noatime: std::sync::atomic::AtomicBool,
     inodes: inodes::InodeTable,
     handles: handles::Handles,
     atimes: atime::PendingAtimes,
@@ -59,6 +61,7 @@ impl Fs {
         }
         let fs = Fs {
             compression: Mutex::new(cfg.compression),
+            noatime: std::sync::atomic::AtomicBool::new(cfg.noatime),
             engine,
             cfg,
             inodes: inodes::InodeTable::new(),
@@ -126,6 +129,10 @@ impl Fs {
 
     fn read_only(&self) -> bool {
         self.cfg.read_only || self.engine.read_only()
+    }
+
+    fn noatime(&self) -> bool {
+        self.noatime.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn check_writable(&self) -> Result<()> {

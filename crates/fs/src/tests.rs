@@ -278,6 +278,31 @@ fn xattr_flags_and_namespaces() {
     assert!(!fs.listxattr(&r, f).unwrap().iter().any(|n| n.starts_with(b"user.squeezefs")));
 }
 
+/// `mount -o remount,noatime` used to change nothing in the daemon, which keeps a FUSE
+/// mount's atime: the remount request now carries the atime mode.
+#[test]
+fn remount_xattr_switches_atime_for_later_reads() {
+    let (_d, fs) = new_fs();
+    let name = xattr_names::REMOUNT.as_bytes();
+    let f = file(&fs, &root(), ROOT_INO, "f", b"data");
+    let old = squeezefs_pipeline::Timestamp { secs: 1_000, nanos: 0 };
+    let read_after_old_atime = || {
+        fs.setattr(&root(), f, &SetAttr { atime: Some(TimeSet::At(old)), ..Default::default() }).unwrap();
+        assert_eq!(fs.read(f, 0, 10).unwrap(), b"data");
+        fs.write_atime(f);
+        fs.getattr(f).unwrap().atime
+    };
+    let info = || String::from_utf8(fs.getxattr(&root(), ROOT_INO, xattr_names::MOUNT.as_bytes()).unwrap()).unwrap();
+    assert!(info().contains("relatime"), "{}", info());
+    fs.setxattr(&root(), ROOT_INO, name, b"noatime", 0).unwrap();
+    assert!(info().contains("noatime"), "{}", info());
+    assert_eq!(read_after_old_atime(), old, "noatime after remount: a read must not touch atime");
+    fs.setxattr(&root(), ROOT_INO, name, b"relatime,compress=lz4", 0).unwrap();
+    assert!(read_after_old_atime() > old, "relatime after remount: the read updates atime");
+    assert!(info().contains("compress=lz4") && info().contains("relatime"), "{}", info());
+    assert_eq!(errno(fs.setxattr(&root(), ROOT_INO, name, b"strictatime", 0)), libc::EINVAL);
+}
+
 #[test]
 fn remount_xattr_changes_compression_for_root_only() {
     let (_d, fs) = new_fs();

@@ -3,9 +3,9 @@
 //! * `user.squeezefs.usage` (get, any file or directory): compsize rows, see [`crate::usage`];
 //!   on the root directory it first commits all dirty data (a sync);
 //! * `user.squeezefs.mount` (get, root directory): the mount's settings and daemon pid;
-//! * `trusted.squeezefs.remount` (set, root directory, root only): `compress=SPEC` or
-//!   `compress-force=SPEC`, applied to data written from now on (what `squeezefs mount -o
-//!   remount` sends).
+//! * `trusted.squeezefs.remount` (set, root directory, root only): comma-separated
+//!   `compress=SPEC` or `compress-force=SPEC` (applied to data written from now on) and
+//!   `noatime` or `relatime` (reads from now on); what `squeezefs mount -o remount` sends.
 //!
 //! Virtual names never appear in listxattr, so copies (`cp -a`, rsync -X) ignore them.
 use crate::creds::Creds;
@@ -112,6 +112,7 @@ impl Fs {
             None => s.push_str("compress=none\n"),
         }
         s.push_str(if self.read_only() { "ro\n" } else { "rw\n" });
+        s.push_str(if self.noatime() { "noatime\n" } else { "relatime\n" });
         if !self.cfg.check_permissions {
             s.push_str("default_permissions\n");
         }
@@ -188,28 +189,35 @@ impl Fs {
     fn remount(&self, value: &[u8]) -> Result<()> {
         let text = std::str::from_utf8(value).map_err(|_| FsError::Invalid("remount options are not UTF-8"))?;
         let mut new = None;
+        let mut noatime = None;
         for opt in text.split(',').map(str::trim).filter(|o| !o.is_empty()) {
             let (force, spec) = if let Some(s) = opt.strip_prefix("compress-force=") {
                 (true, s)
             } else if let Some(s) = opt.strip_prefix("compress=") {
                 (false, s)
+            } else if opt == "noatime" || opt == "relatime" {
+                noatime = Some(opt == "noatime");
+                continue;
             } else {
-                return Err(FsError::Invalid("remount accepts compress=SPEC and compress-force=SPEC"));
+                return Err(FsError::Invalid("remount accepts compress=SPEC, compress-force=SPEC, noatime and relatime"));
             };
             let spec: Spec = spec.parse().map_err(|_| FsError::Invalid("bad compression spec"))?;
             new = Some(Compression { spec, force });
         }
-        match new {
-            Some(c) => {
-                // commit what was written under the old setting first, so the new one
-                // applies exactly to writes made after the remount
-                if !self.read_only() {
-                    self.engine.sync()?;
-                }
-                self.set_compression(c);
-                Ok(())
-            }
-            None => Err(FsError::Invalid("empty remount option list")),
+        if new.is_none() && noatime.is_none() {
+            return Err(FsError::Invalid("empty remount option list"));
         }
+        if let Some(c) = new {
+            // commit what was written under the old setting first, so the new one
+            // applies exactly to writes made after the remount
+            if !self.read_only() {
+                self.engine.sync()?;
+            }
+            self.set_compression(c);
+        }
+        if let Some(n) = noatime {
+            self.noatime.store(n, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
     }
 }

@@ -16,8 +16,10 @@
 //! filesystem was mounted with. `mount -o remount,OPTS MNT` hands the helper the live
 //! mount's options from /proc/mounts followed by OPTS, so a remount also accepts the FUSE
 //! kernel options only the kernel sets (`user_id=`, `group_id=`, `max_read=`, `blksize=`,
-//! `rootmode=`) and restates of `ro`/`rw`, `allow_other` and `default_permissions`;
-//! [`MountConfig::check_remount`] refuses those that differ from the live mount.
+//! `rootmode=`) and restates of `ro`/`rw`, `allow_other`, `default_permissions`, `sync` and
+//! `dirsync`; [`MountConfig::check_remount`] refuses those that differ from the live mount.
+//! The per-mount flags `nodev`, `nosuid`, `noexec` and `noatime` do change at remount
+//! ([`MountConfig::per_mount_flags`]).
 use squeezefs_codec::Spec;
 use squeezefs_fs::Compression;
 
@@ -113,7 +115,7 @@ pub enum MountOptionError {
     MissingValue(String),
     #[error("mount option '{0}' takes no value")]
     UnexpectedValue(String),
-    #[error("'{0}' cannot be changed by remount (remount changes compress= and compress-force=; the other options keep the values the filesystem was mounted with)")]
+    #[error("'{0}' cannot be changed by remount (remount changes compress=, compress-force=, dev/nodev, suid/nosuid, exec/noexec and atime/noatime; the other options keep the values the filesystem was mounted with)")]
     NotRemountable(String),
     #[error("mount option '{0}' is set by the FUSE kernel module, not by the user (it is accepted only in a remount, where mount(8) repeats the live mount's options)")]
     KernelSet(String),
@@ -286,13 +288,10 @@ impl MountConfig {
         if r.default_permissions && !live.default_permissions {
             return Err(MountOptionError::NotRemountable("default_permissions".into()));
         }
-        // (mentioned, wanted, live, name when set, name when clear)
+        // superblock flags: (mentioned, wanted, live, name when set, name when clear); the
+        // per-mount ones (dev, suid, exec, atime) change, see `per_mount_flags`
         let (f, want, have) = (&r.flags, &self.flags, &live.flags);
         let flags = [
-            (f.nodev, want.nodev, have.nodev, "nodev", "dev"),
-            (f.nosuid, want.nosuid, have.nosuid, "nosuid", "suid"),
-            (f.noexec, want.noexec, have.noexec, "noexec", "exec"),
-            (f.noatime, want.noatime, have.noatime, "noatime", "relatime"),
             (f.sync, want.sync, have.sync, "sync", "async"),
             (f.dirsync, want.dirsync, have.dirsync, "dirsync", "dirsync"),
         ];
@@ -302,6 +301,31 @@ impl MountConfig {
             }
         }
         Ok(())
+    }
+
+    /// For the option string mount(8) hands its helper at a remount: it is the whole
+    /// resulting set, the live mount's options merged with the user's, and a per-mount flag
+    /// it leaves out is clear (it writes `noexec` but never `exec`). A string typed to
+    /// `squeezefs mount -o remount` is a change instead: what it leaves out keeps its value.
+    pub fn with_complete_mount_flags(mut self) -> MountConfig {
+        let f = &mut self.restated.flags;
+        (f.nodev, f.nosuid, f.noexec, f.noatime) = (true, true, true, true);
+        self
+    }
+
+    /// The per-mount flags a remount asks for (`nodev`, `nosuid`, `noexec`, `noatime`; the
+    /// ones it does not name keep their live values), or `None` when they equal the live ones.
+    pub fn per_mount_flags(&self, live: &LiveMount) -> Option<KernelFlags> {
+        let (r, want) = (&self.restated.flags, &self.flags);
+        let pick = |mentioned: bool, want: bool, have: bool| if mentioned { want } else { have };
+        let new = KernelFlags {
+            nodev: pick(r.nodev, want.nodev, live.flags.nodev),
+            nosuid: pick(r.nosuid, want.nosuid, live.flags.nosuid),
+            noexec: pick(r.noexec, want.noexec, live.flags.noexec),
+            noatime: pick(r.noatime, want.noatime, live.flags.noatime),
+            ..live.flags
+        };
+        (new != live.flags).then_some(new)
     }
 
     /// The value sent to a live mount for `remount` (see squeezefs_fs xattr docs).
@@ -428,24 +452,36 @@ mod tests {
         assert_eq!(c.check_remount(&live_ro), Ok(()));
     }
 
-    /// `mount -o remount,noatime MNT` used to succeed and change nothing: the helper sends
+    /// `mount -o remount,noatime MNT` used to succeed and change nothing: the helper sent
     /// only the compression to the daemon and never applied the flag.
     #[test]
-    fn remount_refuses_a_flag_that_differs_from_the_live_mount() {
+    fn remount_applies_per_mount_flags_and_refuses_superblock_ones() {
         let live = LiveMount::from_proc_mounts_options("rw,nosuid,relatime,user_id=0,group_id=0,default_permissions");
         assert!(live.flags.nosuid && !live.flags.noatime && !live.flags.nodev);
         let echo = "rw,nosuid,relatime,remount,user_id=0,group_id=0,default_permissions";
         let c = MountConfig::parse(echo).unwrap();
         assert_eq!(c.check_remount(&live), Ok(()));
-        for (extra, name) in [("noatime", "noatime"), ("suid", "suid"), ("nodev", "nodev"), ("noexec", "noexec"), ("sync", "sync")] {
+        assert_eq!(c.per_mount_flags(&live), None);
+        let c = MountConfig::parse(&format!("{echo},noatime,nodev")).unwrap();
+        assert_eq!(c.check_remount(&live), Ok(()));
+        let want = KernelFlags { nosuid: true, noatime: true, nodev: true, ..Default::default() };
+        assert_eq!(c.per_mount_flags(&live), Some(want));
+        // named the other way round, or not named: the live value stays unless named
+        let c = MountConfig::parse("remount,suid").unwrap();
+        assert_eq!(c.per_mount_flags(&live), Some(KernelFlags::default()));
+        let c = MountConfig::parse("remount,compress=lz4").unwrap();
+        assert_eq!(c.per_mount_flags(&live), None);
+        // mount(8)'s merged string, after `mount -o remount,exec` on a noexec mount: it leaves
+        // `noexec` out, which means exec
+        let live_noexec = LiveMount::from_proc_mounts_options("rw,noexec,noatime,default_permissions");
+        let c = MountConfig::parse("rw,noatime,remount,relatime,default_permissions").unwrap();
+        assert_eq!(c.per_mount_flags(&live_noexec), Some(KernelFlags { noexec: true, ..Default::default() }));
+        let c = c.with_complete_mount_flags();
+        assert_eq!(c.per_mount_flags(&live_noexec), Some(KernelFlags::default()));
+        for (extra, name) in [("sync", "sync"), ("dirsync", "dirsync")] {
             let c = MountConfig::parse(&format!("{echo},{extra}")).unwrap();
             assert_eq!(c.check_remount(&live), Err(MountOptionError::NotRemountable(name.into())), "{extra}");
         }
-        let c = MountConfig::parse("remount,noatime").unwrap();
-        assert_eq!(c.check_remount(&LiveMount { flags: KernelFlags { noatime: true, ..Default::default() }, ..live }), Ok(()));
-        // not mentioned: not checked
-        let c = MountConfig::parse("remount,compress=lz4").unwrap();
-        assert_eq!(c.check_remount(&LiveMount { flags: KernelFlags { noexec: true, ..Default::default() }, ..live }), Ok(()));
     }
 
     #[test]
