@@ -816,3 +816,29 @@ fn uring_and_dev_fuse_transports_serve_the_same_filesystem() {
     }
     assert_eq!(seen[0], seen[1], "the two transports disagree");
 }
+
+/// /proc/mounts writes a space in a mount point as `\040`: remount and umount must still find
+/// the mount (they compared the escaped text with the path).
+#[test]
+fn remount_and_umount_find_a_mount_point_with_a_space() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::Builder::new().prefix("sqzspace").tempdir_in("/tmp").unwrap();
+    let pool = dir.path().join("pool");
+    let mnt = dir.path().join("mount point");
+    std::fs::create_dir(&mnt).unwrap();
+    let (p, m) = (pool.to_str().unwrap(), mnt.to_str().unwrap());
+    run_ok(&["mkfs", p]);
+    run_ok(&["mount", p, m, "-o", "compress=zstd:3"]);
+    let remount = run(&["mount", "-o", "remount,compress=lz4,noatime", p, m]);
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let stats = run(&["stats", m, "--json"]);
+    let umount = run(&["umount", m]);
+    assert!(remount.status.success(), "remount: {}", String::from_utf8_lossy(&remount.stderr));
+    assert!(mounts.lines().any(|l| l.contains("mount\\040point") && l.contains("noatime")), "{mounts}");
+    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(v["mount_compression"], "compress=lz4");
+    assert!(umount.status.success(), "umount: {}", String::from_utf8_lossy(&umount.stderr));
+    assert!(!std::fs::read_to_string("/proc/self/mounts").unwrap().contains("mount\\040point"));
+}
