@@ -297,10 +297,11 @@ fn copy_part(dst: &mut [u8], rec: &[u8], rsl: std::ops::Range<usize>) {
     dst[n..].fill(0);
 }
 
-/// Decode several committed records, in parallel on the workers when more than one must be
-/// read from a device.
+/// Decoded records (`None`: a hole) and their cache keys (`None`: inline or a hole).
 type Fetched = (Vec<Option<Arc<Vec<u8>>>>, Vec<Option<RecordKey>>);
 
+/// Decode several committed records, in parallel on the workers when more than one must be
+/// read from a device.
 fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
     let exts = extents_of(inner, ino, idxs)?;
     let keys: Vec<Option<RecordKey>> = exts.iter().map(|e| e.as_ref().and_then(record_key)).collect();
@@ -363,8 +364,8 @@ fn load_retrying(inner: &Inner, ino: Ino, idx: u64, e: ExtentPtr) -> Result<Arc<
     }
 }
 
-/// Sequential readers get the next records decoded in the background.
-/// Start prefetches past a sequential read; returns whether the read was sequential.
+/// Sequential readers get the next records decoded in the background; returns whether this
+/// read was sequential.
 fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool) -> bool {
     let sequential = {
         let mut ra = inner.readahead.lock();

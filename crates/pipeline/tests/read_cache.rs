@@ -5,19 +5,11 @@ use squeezefs_pipeline::*;
 
 const REC: u64 = 128 * 1024;
 
-fn pool_with_file(records: u64) -> (tempfile::TempDir, std::path::PathBuf, OpenOptions, Ino, Vec<u8>) {
+fn pool_with_records(records: u64) -> (tempfile::TempDir, std::path::PathBuf, OpenOptions, Ino, Vec<u8>) {
     let d = tempfile::tempdir().unwrap();
-    let pool = d.path().join("pool");
-    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
     let opts = zstd_read_opts(64 << 20);
-    let e = Engine::open(&pool, &opts).unwrap();
-    let ino = create(&e, "f");
     let data: Vec<u8> = (0..records * REC).map(|i| (i / 5 % 241) as u8 ^ (i / REC) as u8).collect();
-    for (k, chunk) in data.chunks(1 << 20).enumerate() {
-        e.write(ino, (k << 20) as u64, chunk).unwrap();
-    }
-    e.close().unwrap();
-    drop(e);
+    let (pool, ino) = pool_with_file(d.path(), &opts, "f", &data);
     (d, pool, opts, ino, data)
 }
 
@@ -27,7 +19,7 @@ fn pool_with_file(records: u64) -> (tempfile::TempDir, std::path::PathBuf, OpenO
 #[test]
 fn sequential_reads_drop_finished_records_from_the_cache() {
     let records = 64;
-    let (_d, pool, opts, ino, data) = pool_with_file(records);
+    let (_d, pool, opts, ino, data) = pool_with_records(records);
     let e = Engine::open(&pool, &opts).unwrap();
     let mut buf = vec![0u8; 256 * 1024];
     let mut off = 0u64;
@@ -50,7 +42,7 @@ fn sequential_reads_drop_finished_records_from_the_cache() {
 #[test]
 fn random_reads_keep_their_records() {
     let records = 16;
-    let (_d, pool, opts, ino, data) = pool_with_file(records);
+    let (_d, pool, opts, ino, data) = pool_with_records(records);
     let e = Engine::open(&pool, &opts).unwrap();
     let mut buf = vec![0u8; 4096];
     for r in (0..records).rev() {

@@ -12,19 +12,11 @@ use std::time::Duration;
 #[test]
 fn readers_on_workers_never_wait_for_a_queued_prefetch() {
     let d = tempfile::tempdir().unwrap();
-    let pool = d.path().join("pool");
-    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
     // a small cache keeps evicting, so records are decoded again and again
     let opts = zstd_read_opts(1 << 20);
-    let e = Engine::open(&pool, &opts).unwrap();
-    let ino = create(&e, "big");
     let rec: Vec<u8> = (0..128 * 1024u32).map(|i| (i / 7 % 251) as u8).collect();
     let records = 96u64;
-    for r in 0..records {
-        e.write(ino, r * rec.len() as u64, &rec).unwrap();
-    }
-    e.close().unwrap();
-    drop(e);
+    let (pool, ino) = pool_with_file(d.path(), &opts, "big", &rec.repeat(records as usize));
 
     for round in 0..6 {
         let e = reopen(&pool, &opts);

@@ -37,6 +37,20 @@ pub fn zstd_read_opts(record_cache_bytes: usize) -> OpenOptions {
     }
 }
 
+/// A fresh pool in `dir` holding one file `name` with `data` (written in 1 MiB pieces),
+/// closed so that its records are on the device; returns the pool path and the inode.
+pub fn pool_with_file(dir: &Path, opts: &OpenOptions, name: &str, data: &[u8]) -> (std::path::PathBuf, Ino) {
+    let pool = dir.join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let e = Engine::open(&pool, opts).unwrap();
+    let ino = create(&e, name);
+    for (k, chunk) in data.chunks(1 << 20).enumerate() {
+        e.write(ino, (k << 20) as u64, chunk).unwrap();
+    }
+    e.close().unwrap();
+    (pool, ino)
+}
+
 pub fn new_pool(dir: &Path) -> Arc<Engine> {
     Engine::mkfs(dir, &MkfsOptions::default()).unwrap();
     Engine::open(dir, &fast_opts()).unwrap()
