@@ -108,6 +108,10 @@ impl Fs {
                 a.ctime = now;
                 changed = true;
             }
+            if s.atime.is_some() {
+                // an explicit atime replaces what a read decided and has not written (atime.rs)
+                self.atimes.forget(ino);
+            }
             for (t, field) in [(s.atime, &mut a.atime), (s.mtime, &mut a.mtime)] {
                 if let Some(t) = t {
                     *field = match t {

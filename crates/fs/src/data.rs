@@ -131,18 +131,21 @@ impl Fs {
             return;
         }
         let now = time::now();
-        let Ok(a) = self.stat(ino) else { return };
+        let Ok(mut a) = self.engine.getattr(ino) else { return };
+        let seen = a.atime;
+        a.atime = self.shown_atime(ino, seen);
         if time::relatime_wants_update(&a, now) {
-            self.atimes.insert(ino, crate::atime::PendingAtime { atime: now, ctime: a.ctime });
+            self.atimes.insert(ino, crate::atime::PendingAtime { atime: now, seen });
         }
     }
 
-    /// Write the atime update a read of `ino` decided, if any (unless the inode's ctime
-    /// changed since: a setattr or write in between wins).
+    /// Write the atime update a read of `ino` decided, if any and if atime is still the one
+    /// the read saw (an explicit atime in between wins; atime.rs).
     pub fn write_atime(&self, ino: Ino) {
         let Some(p) = self.atimes.get(ino) else { return };
         let r = self.engine.update_attr(ino, |a| -> Result<((), bool)> {
-            let newer = a.ctime == p.ctime && a.atime < p.atime;
+            // under the metadata lock, so a setattr that forgot the decision came before
+            let newer = self.atimes.get(ino) == Some(p) && p.applies_to(a.atime);
             if newer {
                 a.atime = p.atime;
             }

@@ -117,14 +117,20 @@ impl Fs {
     /// length of its target (the engine's data path leaves it 0).
     fn stat(&self, ino: Ino) -> std::result::Result<InodeAttr, EngineError> {
         let mut a = self.engine.getattr(ino)?;
-        // an atime a read decided but has not written yet (atime.rs)
-        if let Some(p) = self.atimes.get(ino) {
-            a.atime = a.atime.max(p.atime);
-        }
+        a.atime = self.shown_atime(ino, a.atime);
         if a.kind == FileKind::Symlink && a.size == 0 {
             a.size = self.engine.read_link(ino)?.len() as u64;
         }
         Ok(a)
+    }
+
+    /// `stored` (the engine's atime of `ino`), or the atime a read decided from it but has
+    /// not written yet (atime.rs).
+    fn shown_atime(&self, ino: Ino, stored: Timestamp) -> Timestamp {
+        match self.atimes.get(ino) {
+            Some(p) if p.applies_to(stored) => p.atime,
+            _ => stored,
+        }
     }
 
     fn read_only(&self) -> bool {

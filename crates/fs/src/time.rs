@@ -2,8 +2,9 @@
 use squeezefs_pipeline::{InodeAttr, Timestamp};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The kernel's tick clock, as kernel filesystems stamp inodes (why: `squeezefs_pipeline::now`).
 pub fn now() -> Timestamp {
-    from_system(SystemTime::now())
+    squeezefs_pipeline::now()
 }
 
 pub fn from_system(t: SystemTime) -> Timestamp {
@@ -32,10 +33,12 @@ pub fn to_system(t: Timestamp) -> SystemTime {
 }
 
 /// relatime: update atime on read only if it is not newer than mtime or ctime, or if it
-/// is more than a day old.
+/// is more than a day old; and never to the value it has (a second read in the same tick
+/// writes nothing, as the kernel's `atime_needs_update`).
 pub fn relatime_wants_update(attr: &InodeAttr, now: Timestamp) -> bool {
     const DAY: i64 = 24 * 3600;
-    attr.atime <= attr.mtime || attr.atime <= attr.ctime || now.secs - attr.atime.secs >= DAY
+    attr.atime != now
+        && (attr.atime <= attr.mtime || attr.atime <= attr.ctime || now.secs - attr.atime.secs >= DAY)
 }
 
 #[cfg(test)]

@@ -7,6 +7,9 @@
 //!   `compress=SPEC` or `compress-force=SPEC` (applied to data written from now on) and
 //!   `noatime` or `relatime` (reads from now on); what `squeezefs mount -o remount` sends.
 //!
+//! (The transport answers a fourth, `user.squeezefs.requests` on the root: FUSE requests
+//! served per opcode; squeezefs-fuse `requests.rs`.)
+//!
 //! Virtual names never appear in listxattr, so copies (`cp -a`, rsync -X) ignore them.
 use crate::creds::Creds;
 use crate::error::{FsError, Result};

@@ -6,6 +6,8 @@ use fuser::{
     ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
     ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use crate::requests::{self, RequestCounts};
+use crate::uring::abi::op;
 use squeezefs_fs::{time, Creds, FileKind, Fs, FsError, InodeAttr, SetAttr, TimeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -26,6 +28,8 @@ pub(crate) const READDIR_BATCH: usize = 256;
 pub struct FuseFs {
     fs: Arc<Fs>,
     writeback: bool,
+    /// requests served, shared with the io_uring transport (requests.rs)
+    requests: Arc<RequestCounts>,
     /// ask the kernel for FUSE-over-io_uring at INIT; set afterwards to whether it agreed
     uring: Arc<AtomicBool>,
 }
@@ -34,8 +38,8 @@ impl FuseFs {
     /// `writeback`: ask for the kernel writeback cache (not for read-only mounts).
     /// `uring`: ask for the io_uring transport; holds whether the kernel granted it once
     /// INIT is answered.
-    pub fn new(fs: Arc<Fs>, writeback: bool, uring: Arc<AtomicBool>) -> FuseFs {
-        FuseFs { fs, writeback, uring }
+    pub fn new(fs: Arc<Fs>, writeback: bool, uring: Arc<AtomicBool>, requests: Arc<RequestCounts>) -> FuseFs {
+        FuseFs { fs, writeback, requests, uring }
     }
 }
 
@@ -255,6 +259,7 @@ impl Filesystem for FuseFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.requests.count(op::LOOKUP);
         match self.fs.lookup(&creds(req), parent.0, name.as_bytes()) {
             // a negative entry (node id 0) the kernel may cache: we are the only writer,
             // and our own creates replace it
@@ -268,10 +273,12 @@ impl Filesystem for FuseFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.requests.count(op::FORGET);
         self.fs.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.requests.count(op::GETATTR);
         match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&TTL, &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -296,6 +303,7 @@ impl Filesystem for FuseFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.requests.count(op::SETATTR);
         let s = SetAttr {
             mode: mode.map(|m| m & 0o7777),
             uid,
@@ -313,6 +321,7 @@ impl Filesystem for FuseFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.requests.count(op::READLINK);
         match self.fs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
@@ -329,6 +338,7 @@ impl Filesystem for FuseFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.requests.count(op::MKNOD);
         let Some(kind) = kind_of_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
@@ -339,18 +349,22 @@ impl Filesystem for FuseFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        self.requests.count(op::MKDIR);
         reply_entry(reply, self.fs.mkdir(&creds(req), parent.0, name.as_bytes(), mode & 0o7777));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.requests.count(op::UNLINK);
         reply_empty(reply, self.fs.unlink(&creds(req), parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.requests.count(op::RMDIR);
         reply_empty(reply, self.fs.rmdir(&creds(req), parent.0, name.as_bytes()));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        self.requests.count(op::SYMLINK);
         reply_entry(
             reply,
             self.fs.symlink(&creds(req), parent.0, link_name.as_bytes(), target.as_os_str().as_bytes()),
@@ -367,6 +381,8 @@ impl Filesystem for FuseFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        // the kernel sends RENAME2 only for a rename with flags
+        self.requests.count(if flags.bits() == 0 { op::RENAME } else { op::RENAME2 });
         reply_empty(
             reply,
             self.fs.rename(&creds(req), parent.0, name.as_bytes(), newparent.0, newname.as_bytes(), flags.bits()),
@@ -374,10 +390,12 @@ impl Filesystem for FuseFs {
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.requests.count(op::LINK);
         reply_entry(reply, self.fs.link(&creds(req), ino.0, newparent.0, newname.as_bytes()));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.requests.count(op::OPEN);
         match self.fs.open(&creds(req), ino.0, flags.0) {
             // we are the only writer: cached pages stay valid across opens
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
@@ -396,6 +414,7 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.requests.count(op::READ);
         // one reply buffer per request thread: no allocation, page faults or zeroing of
         // up to 1 MiB per request (read_into writes every byte it returns)
         thread_local! {
@@ -428,6 +447,7 @@ impl Filesystem for FuseFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.requests.count(op::WRITE);
         // the kernel resolves O_APPEND offsets itself (it owns the size)
         let from_cache = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         match self.fs.write(&creds(req), ino.0, offset, data, from_cache) {
@@ -437,6 +457,7 @@ impl Filesystem for FuseFs {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        self.requests.count(op::FLUSH);
         // Nothing to do at close (data is durable at fsync/txg, POSIX locks stay in the
         // kernel): ENOSYS makes the kernel stop sending FLUSH, one synchronous round trip
         // less per close(2) — a quarter of the requests of a small-file tree read. The kernel
@@ -454,14 +475,17 @@ impl Filesystem for FuseFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.requests.count(op::RELEASE);
         reply_empty(reply, self.fs.release(fh.0));
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.requests.count(op::FSYNC);
         reply_empty(reply, self.fs.fsync(ino.0));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.requests.count(op::OPENDIR);
         match self.fs.opendir(&creds(req), ino.0, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
@@ -469,6 +493,7 @@ impl Filesystem for FuseFs {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        self.requests.count(op::READDIR);
         let mut offset = offset;
         loop {
             let items = match self.fs.readdir(ino.0, offset, READDIR_BATCH, false) {
@@ -488,6 +513,7 @@ impl Filesystem for FuseFs {
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        self.requests.count(op::READDIRPLUS);
         let mut offset = offset;
         loop {
             let items = match self.fs.readdir(ino.0, offset, READDIR_BATCH, true) {
@@ -519,14 +545,17 @@ impl Filesystem for FuseFs {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.requests.count(op::RELEASEDIR);
         reply_empty(reply, self.fs.releasedir(fh.0));
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.requests.count(op::FSYNCDIR);
         reply_empty(reply, self.fs.fsync(ino.0));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.requests.count(op::STATFS);
         match self.fs.statfs() {
             Ok(s) => {
                 let (blocks, bfree, bavail, files, ffree, bsize, namelen, frsize) = statfs_fields(s.total_bytes, s.free_bytes, s.inodes);
@@ -546,23 +575,29 @@ impl Filesystem for FuseFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.requests.count(op::SETXATTR);
         reply_empty(reply, self.fs.setxattr(&creds(req), ino.0, name.as_bytes(), value, flags));
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        reply_xattr(reply, size, self.fs.getxattr(&creds(req), ino.0, name.as_bytes()));
+        self.requests.count(op::GETXATTR);
+        let r = requests::getxattr(&self.fs, &self.requests, &creds(req), ino.0, name.as_bytes());
+        reply_xattr(reply, size, r);
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.requests.count(op::LISTXATTR);
         let r = self.fs.listxattr(&creds(req), ino.0).map(xattr_name_list);
         reply_xattr(reply, size, r);
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.requests.count(op::REMOVEXATTR);
         reply_empty(reply, self.fs.removexattr(&creds(req), ino.0, name.as_bytes()));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.requests.count(op::ACCESS);
         reply_empty(reply, self.fs.access(&creds(req), ino.0, mask.bits() as u32));
     }
 
@@ -576,6 +611,7 @@ impl Filesystem for FuseFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.requests.count(op::CREATE);
         match self.fs.create(&creds(req), parent.0, name.as_bytes(), mode & 0o7777, flags) {
             Ok((a, fh)) => reply.created(
                 &TTL,
@@ -598,10 +634,12 @@ impl Filesystem for FuseFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.requests.count(op::FALLOCATE);
         reply_empty(reply, self.fs.fallocate(&creds(req), ino.0, offset, length, mode));
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        self.requests.count(op::LSEEK);
         if offset < 0 {
             return reply.error(Errno::ENXIO);
         }

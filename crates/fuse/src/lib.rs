@@ -4,6 +4,7 @@ mod adapter;
 pub mod mount;
 pub mod mount_config;
 mod readahead;
+pub mod requests;
 pub mod uring;
 
 pub use adapter::FuseFs;

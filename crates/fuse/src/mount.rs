@@ -6,6 +6,7 @@
 //! through fusermount3 (fuser's `Session::new`).
 use crate::adapter::FuseFs;
 use crate::mount_config::{MountConfig, UringMode};
+use crate::requests::RequestCounts;
 use crate::uring;
 use fuser::{Config, MountOption, Session, SessionACL};
 use squeezefs_fs::Fs;
@@ -78,7 +79,8 @@ fn want_uring(cfg: &MountConfig) -> bool {
 fn mount_session(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Session<FuseFs>> {
     let root = unsafe { libc::geteuid() } == 0;
     let granted = Arc::new(AtomicBool::new(root && want_uring(cfg)));
-    let adapter = FuseFs::new(fs.clone(), !cfg.read_only, granted.clone());
+    let requests = Arc::new(RequestCounts::default());
+    let adapter = FuseFs::new(fs.clone(), !cfg.read_only, granted.clone(), requests.clone());
     let fsname = cfg.fsname.clone().unwrap_or_else(|| pool.display().to_string().replace(',', "_"));
     if root {
         let fd = mount_as_root(&fsname, mountpoint, cfg)?;
@@ -86,7 +88,7 @@ fn mount_session(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig)
         let session = Session::from_fd(adapter, fd, session_config(cfg).acl, session_config(cfg))?;
         // INIT is answered: the kernel said whether it takes rings on this connection
         if granted.load(Ordering::Relaxed) {
-            match uring::start(fs, ring_fd, !cfg.read_only) {
+            match uring::start(fs, ring_fd, !cfg.read_only, requests) {
                 Ok(n) => log::info!("serving FUSE requests over io_uring: {n} per-CPU queues"),
                 Err(e) => log::warn!("FUSE over io_uring did not start ({e}); serving /dev/fuse"),
             }

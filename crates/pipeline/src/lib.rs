@@ -51,7 +51,7 @@ pub use metatx::MetaTx;
 pub use options::{MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE};
 pub use policy::ADAPTIVE_PLACEHOLDER;
 pub use read::PREFETCH_RECORDS;
-pub use pool::{DEFAULT_DEVICE_FILE, META_FILE};
+pub use pool::{now, DEFAULT_DEVICE_FILE, META_FILE};
 pub use squeezefs_device::{Device, DeviceStatsSnapshot};
 pub use squeezefs_meta::{DeviceExtent, ExtentPtr, StoredRecord};
 pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};

@@ -20,9 +20,23 @@ use std::sync::Arc;
 pub const META_FILE: &str = "meta.redb";
 pub const DEFAULT_DEVICE_FILE: &str = "data.0";
 
+/// The clock of every file timestamp: `CLOCK_REALTIME_COARSE`, the clock the kernel's
+/// `current_time()` reads (the last timer tick, 1–10 ms steps), as ext4 and btrfs stamp
+/// their inodes with.
+///
+/// Why not the precise clock: with the FUSE writeback cache the kernel keeps a regular
+/// file's mtime/ctime itself and stamps them with `current_time()` on every write. When the
+/// times the daemon handed out (CREATE, SETATTR) equal that tick, `file_update_time` finds
+/// nothing to change and leaves the inode clean, so the next `fchown`/`fchmod`/close sends
+/// no SETATTR to flush the times back: one round trip less per file a `tar xf` creates
+/// (10 → 9, docs/benchmarks.md). A precise stamp always differed from the tick, and could
+/// even be later than the kernel's next stamp of the same file, so mtime ran backwards.
 pub fn now() -> Timestamp {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec to the pointer it is given; CLOCK_REALTIME_COARSE
+    // exists on every Linux since 2.6.32, so the call cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    Timestamp { secs: ts.tv_sec, nanos: ts.tv_nsec as u32 }
 }
 
 fn pool_err(msg: String) -> EngineError {

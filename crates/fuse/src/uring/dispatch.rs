@@ -8,6 +8,7 @@ use crate::adapter::{
     errno, file_attr_kind_bits, kind_of_mode, lseek_left_to_kernel, negative_attr, statfs_fields, xattr_name_list,
     xattr_reply, XattrReply, BLKSIZE, READDIR_BATCH, TTL,
 };
+use crate::requests::{self, RequestCounts};
 use squeezefs_fs::{Creds, FileKind, Fs, FsError, InodeAttr, SetAttr, TimeSet, Timestamp};
 use std::sync::Arc;
 
@@ -54,6 +55,7 @@ pub fn is_heavy(opcode: u32, payload: u32) -> bool {
 pub struct Dispatcher {
     fs: Arc<Fs>,
     writeback: bool,
+    requests: Arc<RequestCounts>,
 }
 
 fn attr(a: &InodeAttr) -> Attr {
@@ -94,8 +96,8 @@ fn two_names(p: &[u8]) -> Result<(Vec<u8>, Vec<u8>), Handled> {
 }
 
 impl Dispatcher {
-    pub fn new(fs: Arc<Fs>, writeback: bool) -> Dispatcher {
-        Dispatcher { fs, writeback }
+    pub fn new(fs: Arc<Fs>, writeback: bool, requests: Arc<RequestCounts>) -> Dispatcher {
+        Dispatcher { fs, writeback, requests }
     }
 
     /// The relatime update of a READ, once its reply has been submitted (as the adapter
@@ -108,6 +110,7 @@ impl Dispatcher {
     /// left at the start of `payload`.
     pub fn handle(&self, h: &InHeader, op_in: &[u8], payload: &mut [u8], payload_len: usize) -> Handled {
         let payload_len = payload_len.min(payload.len());
+        self.requests.count(h.opcode);
         match self.dispatch(h, op_in, payload, payload_len) {
             Ok(x) | Err(x) => x,
         }
@@ -317,7 +320,7 @@ impl Dispatcher {
             op::GETXATTR => {
                 let size = abi::u32_at(op_in, 0);
                 let n = name(&payload[..plen])?;
-                Self::xattr(payload, size, fs.getxattr(&c, ino, &n))
+                Self::xattr(payload, size, requests::getxattr(fs, &self.requests, &c, ino, &n))
             }
             op::LISTXATTR => {
                 let size = abi::u32_at(op_in, 0);

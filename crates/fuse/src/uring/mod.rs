@@ -49,6 +49,7 @@ pub mod abi;
 pub mod dispatch;
 
 use crate::adapter::MAX_WRITE;
+use crate::requests::RequestCounts;
 use dispatch::Dispatcher;
 use io_uring::{opcode, squeue, types, IoUring};
 use squeezefs_fs::Fs;
@@ -206,9 +207,9 @@ fn pin_to(cpu: usize) {
 /// Start one ring thread per CPU queue on the connection behind `fuse_fd` (INIT must be
 /// answered with FUSE_OVER_IO_URING). Returns the number of queues once every thread has
 /// registered its entries; on error the connection keeps using /dev/fuse.
-pub fn start(fs: Arc<Fs>, fuse_fd: OwnedFd, writeback: bool) -> io::Result<usize> {
+pub fn start(fs: Arc<Fs>, fuse_fd: OwnedFd, writeback: bool, requests: Arc<RequestCounts>) -> io::Result<usize> {
     let fd = Arc::new(fuse_fd);
-    let disp = Arc::new(Dispatcher::new(fs, writeback));
+    let disp = Arc::new(Dispatcher::new(fs, writeback, requests));
     let queues = queue_count();
     let (tx, rx) = mpsc::channel();
     for qid in 0..queues {
