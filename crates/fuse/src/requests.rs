@@ -1,8 +1,10 @@
 //! Requests served since mount, per FUSE opcode: what a workload costs in kernel round trips.
 //!
 //! Read with `getfattr --only-values -n user.squeezefs.requests MNT` (the mount's root; any
-//! user): one `NAME count` line per opcode seen, in opcode order. Both transports count each
-//! request as they take it, before handling it, so a request that fails is counted too.
+//! user): one `NAME count` line per opcode seen, in opcode order. Both transports count a
+//! request before handling it, so one that fails is counted too: the io_uring dispatcher
+//! every request it takes, the fuser adapter each call of the operations it implements
+//! (what fuser answers by itself, INIT and ENOSYS for the rest, is not counted).
 //! The transport answers this attribute itself (the fs core knows no opcodes); like the
 //! fs core's virtual attributes it never appears in listxattr.
 use crate::uring::abi::op;
