@@ -31,14 +31,19 @@ pub fn file_ref(inner: &Inner, ino: Ino) -> Result<FileRef> {
 }
 
 /// Content of record `idx` below the open layer (syncing layer, else committed), as an
-/// owned buffer; `None` = hole. `open_floor_hides` short-cuts truncated records.
+/// owned buffer; `None` = hole. The open layer's truncation floor short-cuts truncated
+/// records, and a file with no committed extent skips the extent lookup: `committed_blocks`
+/// is the sum of its committed extents' footprints, each at least one byte (fsck checks
+/// it), and the txg being synced can only add extents for records its layer holds, which
+/// `syncing.view` answers first. (Every file a `tar xf` creates starts with one of these
+/// lookups, for nothing.)
 fn lower_record(inner: &Inner, ino: Ino, f: &FileRef, idx: u64) -> Result<Option<Vec<u8>>> {
-    let syncing = {
+    let (syncing, nothing_committed) = {
         let fd = f.lock();
         if fd.open.trunc_floor.is_some_and(|fl| idx >= fl) {
             return Ok(None);
         }
-        fd.syncing.clone()
+        (fd.syncing.clone(), fd.committed_blocks == 0)
     };
     if let Some(s) = syncing {
         match s.view(idx) {
@@ -47,6 +52,9 @@ fn lower_record(inner: &Inner, ino: Ino, f: &FileRef, idx: u64) -> Result<Option
             LayerView::Hole => return Ok(None),
             LayerView::Below => {}
         }
+    }
+    if nothing_committed {
+        return Ok(None);
     }
     match read::committed_record(inner, ino, idx)? {
         Some(r) => Ok(Some(r.to_vec())),
