@@ -29,14 +29,17 @@ impl Default for RequestCounts {
 }
 
 impl RequestCounts {
+    fn slot(&self, opcode: u32) -> &AtomicU64 {
+        &self.by_opcode[(opcode as usize).min(SLOTS - 1)]
+    }
+
     pub fn count(&self, opcode: u32) {
-        let slot = (opcode as usize).min(SLOTS - 1);
         // Relaxed: the counts order nothing; a reader sees each increment eventually
-        self.by_opcode[slot].fetch_add(1, Ordering::Relaxed);
+        self.slot(opcode).fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn get(&self, opcode: u32) -> u64 {
-        self.by_opcode[(opcode as usize).min(SLOTS - 1)].load(Ordering::Relaxed)
+        self.slot(opcode).load(Ordering::Relaxed)
     }
 
     /// The attribute's value: `NAME count` lines for the opcodes seen.
