@@ -897,3 +897,86 @@ fn tar_like_creation_sends_three_setattrs(opts: &str) {
         assert_eq!((md.len(), md.uid(), md.mode() & 0o7777, md.mtime()), (8192, NOBODY, 0o644, 1_600_000_000));
     }
 }
+
+/// Without allow_other only uid 0 processes reach a mount, and the daemon alone checks
+/// permissions: the kernel no longer refreshes a directory's attributes (a GETATTR round
+/// trip) before each create in it, which `tar xf` pays once per file.
+#[test]
+fn a_private_mount_creates_files_without_refreshing_the_parent() {
+    if !can_mount() {
+        return;
+    }
+    for opts in ["compress=none,uring=off", "compress=none,uring=on"] {
+        let m = Mounted::new_private(opts);
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+        let line = mounts.lines().find(|l| l.contains(m.mnt.to_str().unwrap())).expect("mounted");
+        assert!(!line.contains("default_permissions"), "{opts}: kernel checks asked for: {line}");
+        std::fs::create_dir(m.path("d")).unwrap();
+        const FILES: u64 = 40;
+        let before = requests_served(&m, "GETATTR");
+        for i in 0..FILES {
+            std::fs::write(m.path(&format!("d/f{i}")), b"data").unwrap();
+        }
+        let getattrs = requests_served(&m, "GETATTR") - before;
+        assert!(getattrs <= FILES / 8, "{opts}: {getattrs} GETATTR requests for {FILES} created files");
+        assert_eq!(std::fs::read(m.path("d/f7")).unwrap(), b"data");
+    }
+}
+
+const CAP_CHOWN: u32 = 0;
+const CAP_DAC_OVERRIDE: u32 = 1;
+const CAP_DAC_READ_SEARCH: u32 = 2;
+const CAP_FOWNER: u32 = 3;
+
+/// The daemon's checks on a private mount see capabilities, not just uid 0: a confined
+/// root process gets the errno the kernel gives it on ext4.
+#[test]
+fn a_private_mount_refuses_confined_root_what_ext4_refuses() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new_private("");
+    let own = |rel: &str, mode: u32| {
+        let p = m.path(rel);
+        std::os::unix::fs::chown(&p, Some(1000), Some(1000)).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        c(&p)
+    };
+    std::fs::write(m.path("secret"), b"s").unwrap();
+    let secret = own("secret", 0o600);
+    std::fs::write(m.path("shared"), b"s").unwrap();
+    let shared = own("shared", 0o644);
+    std::fs::create_dir(m.path("theirs")).unwrap();
+    own("theirs", 0o755);
+    let new_in_theirs = c(&m.path("theirs/new"));
+    let dac = [CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH];
+    let open = |p: &CString, flags: i32| {
+        let fd = unsafe { libc::open(p.as_ptr(), flags, 0o644) };
+        if fd >= 0 {
+            unsafe { libc::close(fd) };
+        }
+        rc(fd)
+    };
+    let t = libc::timespec { tv_sec: 1_500_000_000, tv_nsec: 0 };
+    let set_times = |p: &CString| rc(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), [t, t].as_ptr(), 0) });
+    let touch = |p: &CString| rc(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), std::ptr::null(), 0) });
+
+    assert_eq!(as_confined_root(&dac, || open(&secret, libc::O_RDONLY)), libc::EACCES);
+    assert_eq!(as_confined_root(&dac, || open(&shared, libc::O_RDONLY)), 0);
+    assert_eq!(as_confined_root(&dac, || open(&shared, libc::O_WRONLY)), libc::EACCES);
+    assert_eq!(as_confined_root(&dac, || open(&new_in_theirs, libc::O_WRONLY | libc::O_CREAT)), libc::EACCES);
+    assert_eq!(as_confined_root(&[CAP_FOWNER], || rc(unsafe { libc::chmod(shared.as_ptr(), 0o600) })), libc::EPERM);
+    assert_eq!(as_confined_root(&[CAP_CHOWN], || rc(unsafe { libc::chown(shared.as_ptr(), 0, 0) })), libc::EPERM);
+    assert_eq!(as_confined_root(&[CAP_FOWNER], || set_times(&shared)), libc::EPERM);
+    assert_eq!(as_confined_root(&[CAP_FOWNER, CAP_DAC_OVERRIDE], || touch(&shared)), libc::EACCES);
+    // a file server acting for another user (fsuid) is held to that user's rights
+    assert_eq!(as_fsuid(2000, || open(&shared, libc::O_RDONLY)), 0);
+    assert_eq!(as_fsuid(2000, || open(&secret, libc::O_RDONLY)), libc::EACCES);
+    assert_eq!(as_fsuid(1000, || open(&secret, libc::O_RDWR)), 0);
+    // full root may do all of it
+    assert_eq!(open(&secret, libc::O_RDWR), 0);
+    assert_eq!(open(&new_in_theirs, libc::O_WRONLY | libc::O_CREAT), 0);
+    assert_eq!(set_times(&shared), 0);
+    assert_eq!(rc(unsafe { libc::chmod(shared.as_ptr(), 0o600) }), 0);
+    assert_eq!(rc(unsafe { libc::chown(shared.as_ptr(), 0, 0) }), 0);
+}

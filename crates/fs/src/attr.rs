@@ -1,5 +1,5 @@
 //! getattr / setattr (chmod, chown, truncate, utimensat) with the rules of setattr_prepare.
-use crate::creds::Creds;
+use crate::creds::{Cap, Creds};
 use crate::error::{FsError, Result};
 use crate::perm::{self, MAY_WRITE, S_ISGID};
 use crate::{time, Fs};
@@ -101,7 +101,7 @@ impl Fs {
             }
             if let Some(mode) = s.mode {
                 let mut mode = mode & 0o7777;
-                if checks && !c.is_root() && !c.in_group(a.gid) {
+                if checks && !c.in_group(a.gid) && !c.capable(Cap::Fsetid) {
                     mode &= !S_ISGID;
                 }
                 a.perm = mode;
@@ -135,18 +135,20 @@ impl Fs {
 }
 
 /// setattr_prepare: who may change what (EPERM for ownership rules, EACCES for
-/// UTIME_NOW by a writer who is not the owner).
+/// UTIME_NOW by a writer who is not the owner). Capabilities are looked up only when the
+/// ownership rule refuses.
 fn check_setattr(a: &InodeAttr, c: &Creds, s: &SetAttr) -> Result<()> {
-    if c.is_root() {
-        return Ok(());
-    }
+    // chown_ok: the owner may "change" the owner to itself; anything else needs CAP_CHOWN
     if let Some(uid) = s.uid {
-        if uid != a.uid || c.uid != a.uid {
+        let owner_keeps_it = c.uid == a.uid && uid == a.uid;
+        if !owner_keeps_it && !c.capable(Cap::Chown) {
             return Err(FsError::Perm);
         }
     }
+    // chgrp_ok: the owner may pick one of its own groups
     if let Some(gid) = s.gid {
-        if c.uid != a.uid || (gid != a.gid && !c.in_group(gid)) {
+        let owner_picks_own_group = c.uid == a.uid && (gid == a.gid || c.in_group(gid));
+        if !owner_picks_own_group && !c.capable(Cap::Chown) {
             return Err(FsError::Perm);
         }
     }
@@ -155,20 +157,26 @@ fn check_setattr(a: &InodeAttr, c: &Creds, s: &SetAttr) -> Result<()> {
         // writer's credentials (file_remove_privs): allowed whoever the writer is
         let only_drops_privs = mode & 0o7777 == perm::strip_suid_sgid(a.perm)
             || mode & 0o7777 == a.perm & !(perm::S_ISUID | S_ISGID);
-        if c.uid != a.uid && !only_drops_privs {
+        if !only_drops_privs && !perm::is_owner(a, c) {
             return Err(FsError::Perm);
         }
     }
-    if s.ctime.is_some() {
-        // only the kernel sets ctime explicitly (writeback cache time flush): no check
-        return Ok(());
-    }
+    // With the writeback cache the kernel sends every setattr of a regular file with a
+    // ctime, and mtime as a value, never as "now"; its own flush of the times it cached is
+    // mtime + ctime alone. atime still tells the two utimensat forms apart: explicit needs
+    // the owner (or CAP_FOWNER), "now" the owner or a writer. mtime without atime may be the
+    // flush, sent with whatever credentials the flushing task has: allowed.
     let explicit = |t: Option<TimeSet>| matches!(t, Some(TimeSet::At(_)));
-    if explicit(s.atime) || explicit(s.mtime) {
-        if c.uid != a.uid {
+    let (set_explicitly, set_to_now) = if s.ctime.is_some() {
+        (explicit(s.atime), s.atime == Some(TimeSet::Now))
+    } else {
+        (explicit(s.atime) || explicit(s.mtime), s.atime.is_some() || s.mtime.is_some())
+    };
+    if set_explicitly {
+        if !perm::is_owner(a, c) {
             return Err(FsError::Perm);
         }
-    } else if (s.atime.is_some() || s.mtime.is_some()) && c.uid != a.uid {
+    } else if set_to_now && !perm::is_owner(a, c) {
         perm::check(a, c, MAY_WRITE)?;
     }
     Ok(())

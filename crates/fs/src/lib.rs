@@ -24,7 +24,7 @@ mod xattr;
 
 pub use attr::{SetAttr, TimeSet};
 pub use config::{Compression, FsConfig};
-pub use creds::Creds;
+pub use creds::{Cap, Creds, ALL_CAPS};
 pub use dir::DirItem;
 pub use error::{FsError, Result};
 pub use name::NAME_MAX;

@@ -1,6 +1,6 @@
 //! Namespace operations: lookup, create (mknod/mkdir/symlink), link, unlink, rmdir, rename.
 //! Each runs its checks and changes in one metadata transaction.
-use crate::creds::Creds;
+use crate::creds::{Cap, Creds};
 use crate::error::{FsError, Result};
 use crate::perm::{self, MAY_EXEC, MAY_WRITE, S_ISGID};
 use crate::{name, time, Fs};
@@ -122,7 +122,7 @@ impl Fs {
             } else {
                 c.gid
             };
-            if kind != FileKind::Dir && mode & S_ISGID != 0 && !c.is_root() && !c.in_group(gid) {
+            if kind != FileKind::Dir && mode & S_ISGID != 0 && !c.in_group(gid) && !c.capable(Cap::Fsetid) {
                 mode &= !S_ISGID;
             }
             let attr = InodeAttr {

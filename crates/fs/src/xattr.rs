@@ -11,7 +11,7 @@
 //! served per opcode; squeezefs-fuse `requests.rs`.)
 //!
 //! Virtual names never appear in listxattr, so copies (`cp -a`, rsync -X) ignore them.
-use crate::creds::Creds;
+use crate::creds::{Cap, Creds};
 use crate::error::{FsError, Result};
 use crate::perm::{self, MAY_READ, MAY_WRITE, S_ISVTX};
 use crate::{time, usage, Compression, Fs};
@@ -56,9 +56,9 @@ impl Fs {
     fn check_xattr(&self, a: &InodeAttr, c: &Creds, ns: Ns, write: bool) -> Result<()> {
         let denied = if write { FsError::Perm } else { FsError::NoXattr };
         match ns {
-            Ns::Trusted if !c.is_root() => return Err(denied),
+            Ns::Trusted if !c.capable(Cap::SysAdmin) => return Err(denied),
             Ns::Trusted => return Ok(()),
-            Ns::Security if write && !c.is_root() => return Err(FsError::Perm),
+            Ns::Security if write && !c.capable(Cap::SysAdmin) => return Err(FsError::Perm),
             Ns::Security => return Ok(()),
             Ns::User => {
                 if a.kind != FileKind::File && a.kind != FileKind::Dir {
@@ -125,8 +125,9 @@ impl Fs {
     pub fn listxattr(&self, c: &Creds, ino: Ino) -> Result<Vec<Vec<u8>>> {
         let _ = self.stat(ino)?;
         let mut names = self.engine.list_xattr(ino)?;
-        if !c.is_root() {
-            names.retain(|n| !n.starts_with(b"trusted."));
+        let trusted = |n: &Vec<u8>| n.starts_with(b"trusted.");
+        if names.iter().any(trusted) && !c.capable(Cap::SysAdmin) {
+            names.retain(|n| !trusted(n));
         }
         Ok(names)
     }
@@ -143,7 +144,7 @@ impl Fs {
             if ino != ROOT_INO {
                 return Err(FsError::Invalid("trusted.squeezefs.remount is set on the mount's root"));
             }
-            if !c.is_root() {
+            if !c.capable(Cap::SysAdmin) {
                 return Err(FsError::Perm);
             }
             return self.remount(value);

@@ -99,8 +99,10 @@ fn mount_session(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig)
         c.mount_options = vec![
             MountOption::FSName(fsname),
             MountOption::Subtype("squeezefs".into()),
-            MountOption::DefaultPermissions,
         ];
+        if cfg.kernel_checks_permissions() {
+            c.mount_options.push(MountOption::DefaultPermissions);
+        }
         if cfg.read_only {
             c.mount_options.push(MountOption::RO);
         }
@@ -128,9 +130,12 @@ fn mount_as_root(fsname: &str, mountpoint: &Path, cfg: &MountConfig) -> io::Resu
         return Err(io::Error::new(e.kind(), format!("opening /dev/fuse: {e} (is the fuse module loaded?)")));
     }
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // The kernel always checks permissions (VFS rules, the same errno as ext4, also on
-    // cached dentries); the fs core checks again unless default_permissions was given.
-    let mut data = format!("fd={raw},rootmode={root_mode:o},user_id=0,group_id=0,default_permissions");
+    // The fs core checks permissions unless default_permissions was given; the kernel
+    // checks too when asked to or when other users reach the mount (`kernel_checks_permissions`).
+    let mut data = format!("fd={raw},rootmode={root_mode:o},user_id=0,group_id=0");
+    if cfg.kernel_checks_permissions() {
+        data.push_str(",default_permissions");
+    }
     if cfg.allow_other {
         data.push_str(",allow_other");
     }

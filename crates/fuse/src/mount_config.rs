@@ -148,6 +148,18 @@ fn spec(name: &str, v: &str) -> Result<Spec, MountOptionError> {
 }
 
 impl MountConfig {
+    /// Whether the kernel checks permissions itself (its `default_permissions`), on every
+    /// path component including cached dentries. Asked for, or implied by `allow_other`:
+    /// other users reach the mount, and walks through dentries that another user's lookup
+    /// cached must be checked too. Without either, only the mounting user's processes
+    /// reach the mount (the kernel refuses every other uid); the fs core then checks alone,
+    /// which spares the GETATTR of the parent that the kernel sends before each create in
+    /// a directory (a create invalidates the parent's attributes, and the kernel refreshes
+    /// them for its next check).
+    pub fn kernel_checks_permissions(&self) -> bool {
+        self.default_permissions || self.allow_other
+    }
+
     /// Parse comma-separated options (several `-o` strings may be joined with ',').
     pub fn parse(opts: &str) -> Result<MountConfig, MountOptionError> {
         let mut c = MountConfig::default();

@@ -37,6 +37,8 @@ pub struct Mounted {
     pub pool: PathBuf,
     pub mnt: PathBuf,
     pub opts: String,
+    /// mounted with allow_other (the default of these tests)
+    pub allow_other: bool,
     mounted: bool,
 }
 
@@ -44,22 +46,33 @@ impl Mounted {
     /// mkfs a fresh pool and mount it with `opts` (allow_other is always added so that
     /// tests can act as other users).
     pub fn new(opts: &str) -> Mounted {
+        Mounted::create(opts, true)
+    }
+
+    /// Like `new` but without allow_other: only uid 0 processes reach the mount, and the
+    /// daemon alone checks permissions.
+    pub fn new_private(opts: &str) -> Mounted {
+        Mounted::create(opts, false)
+    }
+
+    fn create(opts: &str, allow_other: bool) -> Mounted {
         let dir = tempfile::Builder::new().prefix("sqzmnt").tempdir_in("/tmp").unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let pool = dir.path().join("pool");
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
         run_ok(&["mkfs", pool.to_str().unwrap()]);
-        let mut m = Mounted { dir, pool, mnt, opts: opts.to_string(), mounted: false };
+        let mut m = Mounted { dir, pool, mnt, opts: opts.to_string(), allow_other, mounted: false };
         m.mount();
         m
     }
 
     fn full_opts(&self) -> String {
-        if self.opts.is_empty() {
-            "allow_other".into()
-        } else {
-            format!("allow_other,{}", self.opts)
+        match (self.allow_other, self.opts.is_empty()) {
+            (true, true) => "allow_other".into(),
+            (true, false) => format!("allow_other,{}", self.opts),
+            (false, true) => "defaults".into(),
+            (false, false) => self.opts.clone(),
         }
     }
 
@@ -156,6 +169,68 @@ pub fn as_user(id: u32, f: impl FnOnce() -> i32) -> i32 {
             }
         }
     }
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Run `f` in a forked child that stays uid 0 but drops `caps` (capability numbers) from
+/// its effective and permitted sets, like a confined service; returns what `f` returned.
+pub fn as_confined_root(caps: &[u32], f: impl FnOnce() -> i32) -> i32 {
+    unsafe {
+        match libc::fork() {
+            -1 => panic!("fork failed"),
+            0 => {
+                let mut hdr = CapHeader { version: 0x2008_0522, pid: 0 };
+                let mut data = [CapData::default(); 2];
+                let mut ok = libc::syscall(libc::SYS_capget, &mut hdr as *mut CapHeader, data.as_mut_ptr()) == 0;
+                for &cap in caps {
+                    let (i, bit) = ((cap / 32) as usize, 1u32 << (cap % 32));
+                    data[i].effective &= !bit;
+                    data[i].permitted &= !bit;
+                }
+                let mut hdr = CapHeader { version: 0x2008_0522, pid: 0 };
+                ok = ok && libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()) == 0;
+                libc::_exit(if ok { f() } else { 255 });
+            }
+            pid => wait_child(pid),
+        }
+    }
+}
+
+/// Run `f` in a forked child whose filesystem uid and gid are `id` (real uid stays 0, as
+/// in a file server acting for a client); returns what `f` returned.
+pub fn as_fsuid(id: u32, f: impl FnOnce() -> i32) -> i32 {
+    unsafe {
+        match libc::fork() {
+            -1 => panic!("fork failed"),
+            0 => {
+                libc::setfsgid(id);
+                libc::setfsuid(id);
+                let ok = libc::setfsuid(u32::MAX) as u32 == id;
+                libc::_exit(if ok { f() } else { 255 });
+            }
+            pid => wait_child(pid),
+        }
+    }
+}
+
+fn wait_child(pid: libc::pid_t) -> i32 {
+    let mut status = 0;
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(libc::WIFEXITED(status), "child died");
+    libc::WEXITSTATUS(status)
 }
 
 /// A syscall's result as 0 / errno.
