@@ -19,8 +19,9 @@ pub struct MetaTx<'a> {
     pub(crate) d: Delta,
     /// numbers `alloc_ino` handed out: their first `put_inode` creates an inode
     fresh: Vec<Ino>,
-    /// redb read transaction for point reads, with the delta generation it was opened at
-    rx: Option<(u64, redb::ReadTransaction)>,
+    /// the shared redb snapshot for point reads (snapshot.rs), with the delta generation
+    /// it was taken at
+    rx: Option<(u64, std::sync::Arc<crate::snapshot::Snapshot>)>,
 }
 
 fn dirents(d: &Delta) -> &ByteRows {
@@ -39,13 +40,15 @@ impl<'a> MetaTx<'a> {
     }
 
     /// A redb read transaction that sees every row that has left the delta (nsdelta.rs):
-    /// reopened when the delta's generation moved since it was opened.
+    /// taken again when the delta's generation moved since. It is the pool's shared
+    /// snapshot, not a `begin_read` of our own: the txg commit opens that one, so a
+    /// namespace change never waits on redb's reader registration behind a commit.
     fn rx(&mut self) -> Result<&redb::ReadTransaction> {
         let gen = self.inner.ns.generation();
         if self.rx.as_ref().is_none_or(|(g, _)| *g != gen) {
-            self.rx = Some((gen, self.inner.db.begin_read()?));
+            self.rx = Some((gen, self.inner.snap.get(&self.inner.db)?));
         }
-        Ok(&self.rx.as_ref().expect("just set").1)
+        Ok(&self.rx.as_ref().expect("just set").1.rx)
     }
 
     /// A row of a byte-keyed table: this transaction's, the delta's, else redb's.

@@ -421,7 +421,7 @@ fn commit(
     }
     tx.commit()?;
     // before anything this commit wrote leaves the delta or the dirty cache (snapshot.rs)
-    inner.snap.committed();
+    inner.snap.committed(&inner.db);
     if delta.is_some() {
         inner.ns.committed();
     }
