@@ -33,7 +33,7 @@ pub fn run(args: UmountArgs) -> Result<()> {
     })?;
     if let (Some(pid), false) = (pid, args.lazy) {
         let deadline = Instant::now() + Duration::from_secs(args.timeout);
-        while unsafe { libc::kill(pid, 0) } == 0 && !is_zombie(pid) {
+        while unsafe { libc::kill(pid, 0) } == 0 && !(is_zombie(pid) && other_threads_gone(pid)) {
             if Instant::now() > deadline {
                 bail!("the daemon (pid {pid}) is still flushing after {} s", args.timeout);
             }
@@ -41,6 +41,14 @@ pub fn run(args: UmountArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The main thread of an exiting daemon turns zombie before its other threads have torn
+/// down, and the last of them closes the files: the pool's lock on its metadata store is
+/// free only once they are gone (a mount of the same pool right after `umount` returned
+/// found it "already open").
+fn other_threads_gone(pid: i32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(true, |d| d.count() <= 1)
 }
 
 fn is_zombie(pid: i32) -> bool {

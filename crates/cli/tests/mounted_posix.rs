@@ -1017,3 +1017,21 @@ fn large_reads_over_io_uring_go_to_the_reader_thread_and_arrive_intact() {
         assert!(names.iter().any(|n| n.starts_with("sqz-uring-rd-")), "no reader thread among {names:?}");
     }
 }
+
+/// Regression: `squeezefs umount` returned once the daemon's main thread was a zombie, while
+/// its other threads were still exiting with the metadata store open, and a mount of the
+/// same pool right after it failed with "already open" (seen once in a benchmark loop).
+#[test]
+fn a_pool_mounts_again_right_after_umount_returns() {
+    if !can_mount() {
+        return;
+    }
+    let mut m = Mounted::new("compress=zstd:3");
+    for i in 0..8 {
+        std::fs::write(m.path(&format!("f{i}")), vec![i as u8; 3 << 20]).unwrap();
+        m.remount();
+    }
+    for i in 0..8u8 {
+        assert_eq!(std::fs::read(m.path(&format!("f{i}"))).unwrap(), vec![i; 3 << 20]);
+    }
+}
