@@ -981,43 +981,6 @@ fn a_private_mount_refuses_confined_root_what_ext4_refuses() {
     assert_eq!(rc(unsafe { libc::chown(shared.as_ptr(), 0, 0) }), 0);
 }
 
-/// Large READs over io_uring (readahead) are served by the queue's reader thread, off the
-/// ring thread, so the synchronous requests from the same CPU do not wait behind them; the
-/// data must arrive intact and in order whichever thread served it.
-#[test]
-fn large_reads_over_io_uring_go_to_the_reader_thread_and_arrive_intact() {
-    if !can_mount() {
-        return;
-    }
-    let mut m = Mounted::new("compress=zstd:3,uring=on");
-    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8 ^ (i / 4093) as u8).collect();
-    std::fs::write(m.path("big"), &data).unwrap();
-    m.remount(); // nothing of the file left in the page cache
-    assert_transport(&m, "uring=on");
-    let mut f = std::fs::File::open(m.path("big")).unwrap();
-    let mut got = Vec::with_capacity(data.len());
-    let mut buf = vec![0u8; 256 << 10];
-    loop {
-        let n = f.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        got.extend_from_slice(&buf[..n]);
-        // metadata requests between the reads, as a tar extract makes them
-        std::fs::metadata(m.path("")).unwrap();
-    }
-    assert!(got == data, "content differs after a cold read");
-    if std::path::Path::new("/sys/module/fuse/parameters/enable_uring").exists() {
-        let pid = m.daemon_pid();
-        let names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .unwrap()
-            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-            .map(|s| s.trim().to_string())
-            .collect();
-        assert!(names.iter().any(|n| n.starts_with("sqz-uring-rd-")), "no reader thread among {names:?}");
-    }
-}
-
 /// Regression: `squeezefs umount` returned once the daemon's main thread was a zombie, while
 /// its other threads were still exiting with the metadata store open, and a mount of the
 /// same pool right after it failed with "already open" (seen once in a benchmark loop).

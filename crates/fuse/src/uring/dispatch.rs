@@ -41,16 +41,6 @@ pub fn is_slow(opcode: u32) -> bool {
     matches!(opcode, op::FSYNC | op::FSYNCDIR)
 }
 
-/// READs at least this large are readahead (or large direct reads): handled by the queue's
-/// reader thread (mod.rs `Queue::lend_read`). Single-page reads that a caller waits for
-/// stay on the ring thread: a hand-over costs two wake-ups.
-pub const OFFLOADED_READ: u32 = 128 * 1024;
-
-/// Whether a request is a READ of at least `OFFLOADED_READ` bytes (`op_in`: its fuse_read_in).
-pub fn is_offloaded_read(opcode: u32, op_in: &[u8]) -> bool {
-    opcode == op::READ && abi::u32_at(op_in, 16) >= OFFLOADED_READ
-}
-
 /// Requests that carry real work (decompression, copies of large payloads, listings): a
 /// ring thread handles them as SCHED_OTHER (mod.rs `Sched::Lazy`). `payload` is the
 /// request's payload length.

@@ -17,9 +17,8 @@
 //! * `HANDLING`: its completion arrived with a request in the buffers; the thread runs it
 //!   through [`dispatch::Dispatcher`], writes the reply into the same buffers and submits
 //!   COMMIT_AND_FETCH with the request's commit id → `WAITING`;
-//! * `LENT`: a slow request runs on a helper thread, a large READ on the queue's reader
-//!   thread; its reply comes back through the queue's eventfd → COMMIT_AND_FETCH →
-//!   `WAITING`;
+//! * `LENT`: a slow request runs on a helper thread; its reply comes back through the
+//!   queue's eventfd → COMMIT_AND_FETCH → `WAITING`;
 //! * `DEAD`: the completion failed with ENOTCONN/ENODEV (unmount or abort), or with an
 //!   error we cannot retry. EINTR/EAGAIN resubmit the last command. The thread ends when
 //!   all its entries are dead.
@@ -30,17 +29,6 @@
 //! CPU, as libfuse does; requests that may wait long (fsync: a txg commit) are `LENT` to a
 //! helper thread, which hands the entry back through an eventfd the ring polls, so one
 //! process's fsync does not stall the other requests from its CPU.
-//!
-//! Large READs (`dispatch::is_offloaded_read`: readahead, which the caller does not wait
-//! for) are lent too, to one persistent reader thread per queue that is not pinned, so
-//! their work (fetching records, decompressing, copying up to 1 MiB) runs on another CPU
-//! and the ring thread stays free for the synchronous requests. Served inline, a READ
-//! waiting on the device held up every request queued behind it on that CPU (a Linux
-//! tarball extract reads the tarball from the same mount while it creates the files: the
-//! CREATEs waited for the tarball's reads). While a READ is lent the ring thread sleeps as
-//! SCHED_OTHER, so that the reader thread's wake-up gets it the CPU at once to commit the
-//! reply: as SCHED_IDLE it waited until a caller busy copying data let go of the CPU (a
-//! plain sequential read of zstd:3 data lost 20–25% of its throughput that way).
 //!
 //! Placement: pinning the ring threads is half of it. The reply wakes the caller from the
 //! ring thread, and the scheduler puts a wakee on an idle CPU rather than on the busy
@@ -72,7 +60,6 @@ use std::sync::{mpsc, Arc};
 
 /// Entries per CPU queue.
 const DEPTH: usize = 8;
-
 /// Payload buffer per entry: the largest request or reply body (1 MiB write/read) + slack.
 const PAYLOAD: usize = MAX_WRITE as usize + 4096;
 /// Where root switches the transport on (the kernel reads it at INIT).
@@ -128,11 +115,8 @@ struct Entry {
     payload: Box<[u8]>,
     iov: Box<[libc::iovec; 2]>,
     commit: bool,
-    /// with a helper thread for a slow request (`Queue::lend`) or a large READ
-    /// (`Queue::lend_read`)
+    /// with a helper thread for a slow request (`Queue::lend`)
     lent: bool,
-    /// lent to the reader thread
-    lent_read: bool,
     dead: bool,
 }
 
@@ -144,7 +128,7 @@ impl Entry {
             libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: header.len() },
             libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() },
         ]);
-        Entry { header, payload, iov, commit: false, lent: false, lent_read: false, dead: false }
+        Entry { header, payload, iov, commit: false, lent: false, dead: false }
     }
 
     /// REGISTER (first time) or COMMIT_AND_FETCH (after a reply) for entry `idx` of `qid`.
@@ -273,13 +257,8 @@ struct Queue {
     fd: i32,
     qid: u16,
     wake: OwnedFd,
-    /// lent entries coming back: (entry, inode whose relatime update follows the reply)
-    done_tx: mpsc::Sender<(usize, Option<u64>)>,
-    done_rx: mpsc::Receiver<(usize, Option<u64>)>,
-    /// the queue's reader thread (started at the first large READ lent)
-    reader: Option<mpsc::Sender<Lent>>,
-    /// READs with the reader thread now
-    reads_lent: usize,
+    done_tx: mpsc::Sender<usize>,
+    done_rx: mpsc::Receiver<usize>,
     sched: Sched,
     /// the thread runs SCHED_IDLE now
     idle_now: bool,
@@ -312,8 +291,6 @@ fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<Dispatcher>, started: &mpsc:
         wake: unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(efd) },
         done_tx,
         done_rx,
-        reader: None,
-        reads_lent: 0,
         sched: sched_mode(),
         idle_now: false,
     };
@@ -341,8 +318,7 @@ fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<Dispatcher>, started: &mpsc:
     }
     loop {
         if matches!(sched, Sched::WaitingIdle | Sched::Lazy) {
-            // a lent READ's reply must be committed as soon as it is ready (module comment)
-            q.set_idle(q.reads_lent == 0);
+            q.set_idle(true);
         }
         let waited = q.ring.submit_and_wait(1);
         if sched == Sched::WaitingIdle {
@@ -386,29 +362,17 @@ impl Queue {
         if tag == WAKE_TAG {
             let mut n = 0u64;
             unsafe { libc::read(self.wake.as_raw_fd(), (&raw mut n).cast(), 8) };
-            let mut atimes = Vec::new();
-            while let Ok((idx, atime_after)) = self.done_rx.try_recv() {
+            while let Ok(idx) = self.done_rx.try_recv() {
                 let e = &mut self.ents[idx];
                 e.lent = false;
-                if std::mem::take(&mut e.lent_read) {
-                    self.reads_lent -= 1;
-                }
                 e.commit = true;
-                let sqe = self.ents[idx].sqe(self.fd, self.qid, idx);
+                let sqe = e.sqe(self.fd, self.qid, idx);
                 self.push(sqe)?;
-                atimes.extend(atime_after);
             }
-            if res != -libc::ECANCELED {
-                self.arm_wake()?;
+            if res == -libc::ECANCELED {
+                return Ok(());
             }
-            if !atimes.is_empty() {
-                // replies first, as for a READ served here
-                self.ring.submit()?;
-                for ino in atimes {
-                    self.disp.after_read(ino);
-                }
-            }
-            return Ok(());
+            return self.arm_wake();
         }
         let idx = tag as usize;
         let (fd, qid) = (self.fd, self.qid);
@@ -433,11 +397,7 @@ impl Queue {
             }
         } else {
             let h = abi::InHeader::parse(&e.header);
-            let offloaded = dispatch::is_offloaded_read(h.opcode, &e.header[abi::OP_IN..abi::OP_IN + abi::OP_IN_LEN]);
             if dispatch::is_slow(h.opcode) && self.lend(idx) {
-                return Ok(());
-            }
-            if offloaded && self.lend_read(idx) {
                 return Ok(());
             }
             if self.sched == Sched::Lazy && dispatch::is_heavy(h.opcode, abi::u32_at(&self.ents[idx].header, abi::ENT_PAYLOAD_SZ)) {
@@ -472,8 +432,8 @@ impl Queue {
             let header = unsafe { std::slice::from_raw_parts_mut(lent.header, abi::HEADER_LEN) };
             let payload = unsafe { std::slice::from_raw_parts_mut(lent.payload, lent.payload_cap) };
             let h = abi::InHeader::parse(header);
-            let r = run(&disp, &h, header, payload);
-            let _ = done.send((lent.idx, r.atime_after));
+            run(&disp, &h, header, payload);
+            let _ = done.send(lent.idx);
             let one = 1u64;
             unsafe { libc::write(wake, (&raw const one).cast(), 8) };
         });
@@ -481,47 +441,6 @@ impl Queue {
             self.ents[idx].lent = false;
         }
         spawned.is_ok()
-    }
-
-    /// Hand entry `idx` (a large READ) to the queue's reader thread, started on first use.
-    /// False when it could not be started or has gone (the caller then runs it here).
-    fn lend_read(&mut self, idx: usize) -> bool {
-        if self.reader.is_none() {
-            let (tx, rx) = mpsc::channel::<Lent>();
-            let (disp, done, wake) = (self.disp.clone(), self.done_tx.clone(), self.wake.as_raw_fd());
-            let spawned = std::thread::Builder::new().name(format!("sqz-uring-rd-{}", self.qid)).spawn(move || {
-                // ends when the queue drops its sender, after every lent entry came back
-                for lent in rx {
-                    // SAFETY: see `Lent`; the lengths are the boxes' own
-                    let header = unsafe { std::slice::from_raw_parts_mut(lent.header, abi::HEADER_LEN) };
-                    let payload = unsafe { std::slice::from_raw_parts_mut(lent.payload, lent.payload_cap) };
-                    let h = abi::InHeader::parse(header);
-                    let r = run(&disp, &h, header, payload);
-                    let _ = done.send((lent.idx, r.atime_after));
-                    let one = 1u64;
-                    unsafe { libc::write(wake, (&raw const one).cast(), 8) };
-                }
-            });
-            match spawned {
-                Ok(_) => self.reader = Some(tx),
-                Err(e) => {
-                    log::warn!("uring queue {}: no reader thread ({e}); large reads stay on the ring thread", self.qid);
-                    return false;
-                }
-            }
-        }
-        let e = &mut self.ents[idx];
-        let lent = Lent { idx, header: e.header.as_mut_ptr(), payload: e.payload.as_mut_ptr(), payload_cap: e.payload.len() };
-        e.lent = true;
-        e.lent_read = true;
-        let sent = self.reader.as_ref().is_some_and(|r| r.send(lent).is_ok());
-        if sent {
-            self.reads_lent += 1;
-        } else {
-            self.ents[idx].lent = false;
-            self.ents[idx].lent_read = false;
-        }
-        sent
     }
 }
 
