@@ -149,18 +149,14 @@ pub fn xattr_get(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
     Ok(buf)
 }
 
-/// Run `f` in a forked child with uid/gid `id` and no supplementary groups; returns
-/// what `f` returned (an errno, 0 for success). `f` must only make system calls.
-pub fn as_user(id: u32, f: impl FnOnce() -> i32) -> i32 {
+/// Run `f` in a forked child after `become_` switched its credentials (false: it could
+/// not, and the child exits with 255); returns what `f` returned (an errno, 0 for
+/// success). `f` must only make system calls.
+fn in_child(become_: impl FnOnce() -> bool, f: impl FnOnce() -> i32) -> i32 {
     unsafe {
         match libc::fork() {
             -1 => panic!("fork failed"),
-            0 => {
-                let ok = libc::setgroups(0, std::ptr::null()) == 0
-                    && libc::setresgid(id, id, id) == 0
-                    && libc::setresuid(id, id, id) == 0;
-                libc::_exit(if ok { f() } else { 255 });
-            }
+            0 => libc::_exit(if become_() { f() } else { 255 }),
             pid => {
                 let mut status = 0;
                 libc::waitpid(pid, &mut status, 0);
@@ -171,6 +167,19 @@ pub fn as_user(id: u32, f: impl FnOnce() -> i32) -> i32 {
     }
 }
 
+/// Run `f` in a forked child with uid/gid `id` and no supplementary groups.
+pub fn as_user(id: u32, f: impl FnOnce() -> i32) -> i32 {
+    in_child(
+        || unsafe {
+            libc::setgroups(0, std::ptr::null()) == 0 && libc::setresgid(id, id, id) == 0 && libc::setresuid(id, id, id) == 0
+        },
+        f,
+    )
+}
+
+/// The kernel's capget/capset layout (version 3: two 32-bit halves), written out here
+/// rather than taken from the fs crate, so that these tests check its capability lookup
+/// against the kernel ABI independently.
 #[repr(C)]
 struct CapHeader {
     version: u32,
@@ -186,51 +195,37 @@ struct CapData {
 }
 
 /// Run `f` in a forked child that stays uid 0 but drops `caps` (capability numbers) from
-/// its effective and permitted sets, like a confined service; returns what `f` returned.
+/// its effective and permitted sets, like a confined service.
 pub fn as_confined_root(caps: &[u32], f: impl FnOnce() -> i32) -> i32 {
-    unsafe {
-        match libc::fork() {
-            -1 => panic!("fork failed"),
-            0 => {
-                let mut hdr = CapHeader { version: 0x2008_0522, pid: 0 };
-                let mut data = [CapData::default(); 2];
-                let mut ok = libc::syscall(libc::SYS_capget, &mut hdr as *mut CapHeader, data.as_mut_ptr()) == 0;
-                for &cap in caps {
-                    let (i, bit) = ((cap / 32) as usize, 1u32 << (cap % 32));
-                    data[i].effective &= !bit;
-                    data[i].permitted &= !bit;
-                }
-                let mut hdr = CapHeader { version: 0x2008_0522, pid: 0 };
-                ok = ok && libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()) == 0;
-                libc::_exit(if ok { f() } else { 255 });
+    in_child(
+        || unsafe {
+            let mut hdr = CapHeader { version: 0x2008_0522, pid: 0 };
+            let mut data = [CapData::default(); 2];
+            if libc::syscall(libc::SYS_capget, &mut hdr as *mut CapHeader, data.as_mut_ptr()) != 0 {
+                return false;
             }
-            pid => wait_child(pid),
-        }
-    }
+            for &cap in caps {
+                let (i, bit) = ((cap / 32) as usize, 1u32 << (cap % 32));
+                data[i].effective &= !bit;
+                data[i].permitted &= !bit;
+            }
+            libc::syscall(libc::SYS_capset, &mut hdr as *mut CapHeader, data.as_ptr()) == 0
+        },
+        f,
+    )
 }
 
 /// Run `f` in a forked child whose filesystem uid and gid are `id` (real uid stays 0, as
-/// in a file server acting for a client); returns what `f` returned.
+/// in a file server acting for a client).
 pub fn as_fsuid(id: u32, f: impl FnOnce() -> i32) -> i32 {
-    unsafe {
-        match libc::fork() {
-            -1 => panic!("fork failed"),
-            0 => {
-                libc::setfsgid(id);
-                libc::setfsuid(id);
-                let ok = libc::setfsuid(u32::MAX) as u32 == id;
-                libc::_exit(if ok { f() } else { 255 });
-            }
-            pid => wait_child(pid),
-        }
-    }
-}
-
-fn wait_child(pid: libc::pid_t) -> i32 {
-    let mut status = 0;
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert!(libc::WIFEXITED(status), "child died");
-    libc::WEXITSTATUS(status)
+    in_child(
+        || unsafe {
+            libc::setfsgid(id);
+            libc::setfsuid(id);
+            libc::setfsuid(u32::MAX) as u32 == id
+        },
+        f,
+    )
 }
 
 /// A syscall's result as 0 / errno.
