@@ -870,10 +870,24 @@ fn a_tar_like_file_creation_sends_no_setattr_for_its_times() {
 fn tar_like_creation_sends_three_setattrs(opts: &str) {
     let m = Mounted::new(opts);
     const FILES: u64 = 40;
+    // A file whose write falls on the next clock tick after its creation still needs the
+    // fourth SETATTR; on a loaded machine more than a few do. The fewest of three rounds
+    // counts: with the bug every round needs four per file.
+    let fewest = (0..3).map(|round| tar_like_round(&m, round, FILES)).min().unwrap();
+    // three per file (owner, mode, times), and a few tick crossings
+    assert!(
+        (3 * FILES..=3 * FILES + FILES / 8).contains(&fewest),
+        "{opts}: {fewest} SETATTR requests for {FILES} files in the best of three rounds (three each expected)"
+    );
+}
+
+/// Create FILES files as tar does; the SETATTR requests that cost.
+fn tar_like_round(m: &Mounted, round: u32, files: u64) -> u64 {
     let data = vec![b'x'; 8192];
-    let before = requests_served(&m, "SETATTR");
-    for i in 0..FILES {
-        let p = c(&m.path(&format!("f{i}")));
+    let name = |i: u64| m.path(&format!("r{round}f{i}"));
+    let before = requests_served(m, "SETATTR");
+    for i in 0..files {
+        let p = c(&name(i));
         unsafe {
             let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o600);
             assert!(fd >= 0, "create: errno {}", errno());
@@ -885,17 +899,12 @@ fn tar_like_creation_sends_three_setattrs(opts: &str) {
             assert_eq!(libc::close(fd), 0);
         }
     }
-    let setattrs = requests_served(&m, "SETATTR") - before;
-    // three per file (owner, mode, times); a file whose write fell on the next clock tick
-    // after its creation still needs the fourth, so allow a few of those
-    assert!(
-        (3 * FILES..=3 * FILES + FILES / 8).contains(&setattrs),
-        "{opts}: {setattrs} SETATTR requests for {FILES} files (three each expected)"
-    );
-    for i in 0..FILES {
-        let md = std::fs::metadata(m.path(&format!("f{i}"))).unwrap();
+    let setattrs = requests_served(m, "SETATTR") - before;
+    for i in 0..files {
+        let md = std::fs::metadata(name(i)).unwrap();
         assert_eq!((md.len(), md.uid(), md.mode() & 0o7777, md.mtime()), (8192, NOBODY, 0o644, 1_600_000_000));
     }
+    setattrs
 }
 
 /// Without allow_other only uid 0 processes reach a mount, and the daemon alone checks
