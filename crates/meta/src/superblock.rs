@@ -22,10 +22,14 @@ impl Features {
     pub const INCOMPAT_INLINE_DATA: u64 = 1 << 0;
     /// Records packed at sector granularity (not block granularity).
     pub const INCOMPAT_PACKED_SECTORS: u64 = 1 << 1;
+    /// Records of one txg packed at byte granularity inside runs of whole sectors (an
+    /// extent's offset need not be sector-aligned; its footprint is its stored length).
+    pub const INCOMPAT_PACKED_BYTES: u64 = 1 << 2;
 
     pub const KNOWN_COMPAT: u64 = 0;
     pub const KNOWN_RO_COMPAT: u64 = 0;
-    pub const KNOWN_INCOMPAT: u64 = Self::INCOMPAT_INLINE_DATA | Self::INCOMPAT_PACKED_SECTORS;
+    pub const KNOWN_INCOMPAT: u64 =
+        Self::INCOMPAT_INLINE_DATA | Self::INCOMPAT_PACKED_SECTORS | Self::INCOMPAT_PACKED_BYTES;
 
     /// What this build writes at mkfs.
     pub fn current() -> Features {

@@ -1,15 +1,30 @@
-//! Space allocator: free ranges per device, sector-granular, packed.
+//! Space allocator: free ranges per device, packed.
 //!
 //! State per device: a map of free ranges below the *allocation end* plus the allocation end
 //! itself (every byte at or after it is free up to the capacity; a growable device has no
-//! capacity). Allocation is next-fit from a cursor, so the records of one txg land back to
-//! back and the device writers see long sequential runs; when no free range fits, the
-//! allocation end moves up.
+//! capacity), and the *open run* of the syncing txg. Allocation is next-fit from a cursor, so
+//! the records of one txg land back to back and the device writers see long sequential runs;
+//! when no free range fits, the allocation end moves up.
 //!
-//! Invariants: free ranges are sector-aligned, disjoint, non-adjacent (merged), and lie in
-//! `[DATA_START, alloc_end)`. Reuse of freed space is safe because frees are applied only in
-//! the commit stage of a txg and allocation happens only in the sync stage of the next one,
-//! after the durable commit that freed the space (see txg.rs).
+//! Packing. A txg's records are packed into *runs*: a run starts on a sector boundary in
+//! sectors that are wholly free, and its records follow each other at `granule` bytes (1 in
+//! pools with the `PACKED_BYTES` feature, the sector in older pools). When a record does not
+//! fit the run's remaining sectors, the run grows by whole sectors if the space right after it
+//! is free, or a new run starts elsewhere. `close_run` (end of the place stage) returns the
+//! unused end of the run's last sector to the free map.
+//!
+//! States of the open run: none → open (first `alloc_packed`) → open, longer (extended in
+//! place) → none (`close_run`, or a new run elsewhere, which closes the old one first).
+//!
+//! Invariants: free ranges are disjoint, non-adjacent (merged) and lie in
+//! `[DATA_START, alloc_end)`; they are byte-granular, but new space is only ever handed out
+//! as whole free sectors (`alloc`). So a sector holding bytes of two txgs' records never
+//! exists: only records of one run share a sector, and a torn write of that sector can only
+//! hurt records of a txg that has not committed. A partial sector left free (a run's unused
+//! end, or a freed record beside live ones) is reused only once the whole sector is free.
+//! Reuse of freed space is safe because frees are applied only in the commit stage of a txg
+//! and allocation happens only in the sync stage of the next one, after the durable commit
+//! that freed the space (see txg.rs).
 //!
 //! Persistence: `dirty` remembers the range starts that changed since the last commit; the
 //! commit stage writes exactly those keys of the `free_space` table (and the allocation end).
@@ -23,18 +38,42 @@ pub struct DevSpace {
     pub end: u64,
     pub capacity: Option<u64>,
     pub data_start: u64,
+    /// allocation alignment of new space (a power of two)
+    sector: u64,
+    /// record packing unit: 1 (byte-packed pools) or `sector` (pools without PACKED_BYTES)
+    granule: u64,
+    run: Option<Run>,
     cursor: u64,
     dirty: BTreeSet<u64>,
     end_dirty: bool,
 }
 
+/// The open run of the syncing txg: `[start, next)` holds its records so far, `[next, end)` is
+/// reserved (whole sectors, `end` sector-aligned) and not yet used.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    next: u64,
+    end: u64,
+}
+
 impl DevSpace {
-    pub fn new(data_start: u64, end: u64, capacity: Option<u64>, free: BTreeMap<u64, u64>) -> DevSpace {
+    pub fn new(
+        data_start: u64,
+        end: u64,
+        capacity: Option<u64>,
+        free: BTreeMap<u64, u64>,
+        sector: u64,
+        granule: u64,
+    ) -> DevSpace {
+        debug_assert!(sector.is_power_of_two() && granule >= 1 && sector.is_multiple_of(granule));
         DevSpace {
             free,
             end: end.max(data_start),
             capacity,
             data_start,
+            sector,
+            granule,
+            run: None,
             cursor: 0,
             dirty: BTreeSet::new(),
             end_dirty: false,
@@ -51,34 +90,115 @@ impl DevSpace {
         self.free.values().sum()
     }
 
-    /// Allocate `len` bytes (a multiple of the sector); `None` when nothing fits.
+    /// Bytes a record of `stored` bytes occupies (its footprint): rounded up to the granule.
+    pub fn footprint(&self, stored: u64) -> u64 {
+        crate::units::granule_bytes(stored, self.granule)
+    }
+
+    /// Place a record of `stored` bytes in the open run (see the module comment); returns its
+    /// offset, or `None` when no space is left. Its footprint is `self.footprint(stored)`.
+    pub fn alloc_packed(&mut self, stored: u64) -> Option<u64> {
+        let need = self.footprint(stored);
+        if let Some(run) = self.run {
+            if run.next + need <= run.end {
+                self.run = Some(Run { next: run.next + need, end: run.end });
+                return Some(run.next);
+            }
+            let more = crate::units::sector_bytes(run.next + need - run.end, self.sector);
+            if self.take_at(run.end, more) {
+                self.run = Some(Run { next: run.next + need, end: run.end + more });
+                return Some(run.next);
+            }
+        }
+        let whole = crate::units::sector_bytes(need, self.sector);
+        let start = self.alloc(whole)?;
+        // only now: a failed allocation leaves the old run open for smaller records
+        self.close_run();
+        self.run = Some(Run { next: start + need, end: start + whole });
+        Some(start)
+    }
+
+    /// End the open run: the unused end of its last sector goes back to the free map.
+    pub fn close_run(&mut self) {
+        if let Some(run) = self.run.take() {
+            if run.end > run.next {
+                self.free(run.next, run.end - run.next);
+            }
+        }
+    }
+
+    /// Take exactly `[at, at+len)` (`at` sector-aligned) if it is free; used to grow a run.
+    fn take_at(&mut self, at: u64, len: u64) -> bool {
+        if at == self.end {
+            let Some(new_end) = at.checked_add(len) else { return false };
+            if self.capacity.is_some_and(|c| new_end > c) {
+                return false;
+            }
+            self.end = new_end;
+            self.end_dirty = true;
+            return true;
+        }
+        match self.free.get(&at).copied() {
+            Some(flen) if flen >= len => {
+                self.free.remove(&at);
+                self.dirty.insert(at);
+                if flen > len {
+                    self.free.insert(at + len, flen - len);
+                    self.dirty.insert(at + len);
+                }
+                self.cursor = at + len;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Allocate `len` bytes (a multiple of the sector) of wholly free sectors, at a
+    /// sector-aligned offset; `None` when nothing fits.
     pub fn alloc(&mut self, len: u64) -> Option<u64> {
         if len == 0 {
             return Some(self.end);
         }
+        let sector = self.sector;
+        // the sector-aligned part of a free range that can hold `len`
+        let fits = |s: u64, l: u64| {
+            let a = crate::units::sector_bytes(s, sector);
+            (a.checked_add(len)? <= s + l).then_some(a)
+        };
         // next fit: first free range at or after the cursor, then from the start
         let found = self
             .free
             .range(self.cursor..)
             .chain(self.free.range(..self.cursor))
-            .find(|(_, &l)| l >= len)
-            .map(|(&s, &l)| (s, l));
-        if let Some((start, flen)) = found {
+            .find_map(|(&s, &l)| fits(s, l).map(|a| (s, l, a)));
+        if let Some((start, flen, at)) = found {
             self.free.remove(&start);
             self.dirty.insert(start);
-            if flen > len {
-                self.free.insert(start + len, flen - len);
-                self.dirty.insert(start + len);
+            if at > start {
+                // a partial sector before: stays free until its neighbour is freed too
+                self.free.insert(start, at - start);
             }
-            self.cursor = start + len;
-            return Some(start);
+            if start + flen > at + len {
+                self.free.insert(at + len, start + flen - at - len);
+                self.dirty.insert(at + len);
+            }
+            self.cursor = at + len;
+            return Some(at);
         }
-        let start = self.end;
+        // at the end: from the first sector boundary at or after it (the sector holding the
+        // end may hold a record's last bytes)
+        let start = crate::units::sector_bytes(self.end, sector);
         let new_end = start.checked_add(len)?;
         if let Some(cap) = self.capacity {
             if new_end > cap {
                 return None;
             }
+        }
+        if start > self.end {
+            // the skipped partial sector lies below the end now: a free range of its own (no
+            // free range ends at the old end: `free` lowers the end instead)
+            self.free.insert(self.end, start - self.end);
+            self.dirty.insert(self.end);
         }
         self.end = new_end;
         self.end_dirty = true;
@@ -149,7 +269,7 @@ mod tests {
 
     #[test]
     fn allocations_are_packed_back_to_back() {
-        let mut d = DevSpace::new(4096, 4096, None, BTreeMap::new());
+        let mut d = DevSpace::new(4096, 4096, None, BTreeMap::new(), 512, 512);
         assert_eq!(d.alloc(512), Some(4096));
         assert_eq!(d.alloc(1024), Some(4608));
         assert_eq!(d.alloc(512), Some(5632));
@@ -158,7 +278,7 @@ mod tests {
 
     #[test]
     fn capacity_limits_allocation() {
-        let mut d = DevSpace::new(4096, 4096, Some(8192), BTreeMap::new());
+        let mut d = DevSpace::new(4096, 4096, Some(8192), BTreeMap::new(), 512, 512);
         assert_eq!(d.alloc(4096), Some(4096));
         assert_eq!(d.alloc(512), None);
         assert_eq!(d.free_bytes(), Some(0));
@@ -169,7 +289,7 @@ mod tests {
 
     #[test]
     fn frees_merge_and_are_reused() {
-        let mut d = DevSpace::new(0, 0, None, BTreeMap::new());
+        let mut d = DevSpace::new(0, 0, None, BTreeMap::new(), 512, 512);
         let a = d.alloc(512).unwrap();
         let b = d.alloc(512).unwrap();
         let c = d.alloc(512).unwrap();
@@ -182,13 +302,98 @@ mod tests {
         assert_eq!(d.alloc(1536), Some(0));
     }
 
+    #[test]
+    fn records_of_one_run_are_packed_at_byte_granularity() {
+        let mut d = DevSpace::new(4096, 4096, None, BTreeMap::new(), 512, 1);
+        assert_eq!(d.alloc_packed(100), Some(4096));
+        assert_eq!(d.alloc_packed(1000), Some(4196));
+        assert_eq!(d.alloc_packed(3), Some(5196));
+        assert_eq!(d.end, 4096 + 1536, "the run grew by whole sectors");
+        d.close_run();
+        assert_eq!(d.end, 5199, "the run's unused end went back: the end is not sector-aligned");
+        // the next txg's run starts on the next sector boundary, never in the shared sector
+        assert_eq!(d.alloc_packed(10), Some(5632));
+        assert_eq!(d.free.get(&5199), Some(&(5632 - 5199)));
+        d.close_run();
+        assert!(d.is_allocated(4096, 1103) && !d.is_allocated(5199, 1));
+    }
+
+    #[test]
+    fn a_partial_free_sector_is_reused_only_when_wholly_free() {
+        let mut d = DevSpace::new(4096, 4096, None, BTreeMap::new(), 512, 1);
+        let a = d.alloc_packed(300).unwrap();
+        let b = d.alloc_packed(300).unwrap();
+        let c = d.alloc_packed(1024).unwrap();
+        d.close_run();
+        let end = d.end;
+        d.free(a, 300);
+        // [4096, 4396) is free but shares its sector with b: a new run must not start there
+        assert_eq!(d.alloc_packed(200), Some(crate::units::sector_bytes(end, 512)));
+        d.close_run();
+        d.free(b, 300);
+        // now [4096, 4696) is free: the first sector is whole and is used again
+        assert_eq!(d.alloc_packed(200), Some(4096));
+        d.close_run();
+        assert!(d.is_allocated(c, 1024));
+    }
+
+    #[test]
+    fn sector_packed_pools_keep_whole_sector_footprints() {
+        let mut d = DevSpace::new(4096, 4096, None, BTreeMap::new(), 512, 512);
+        assert_eq!(d.footprint(100), 512);
+        assert_eq!(d.alloc_packed(100), Some(4096));
+        assert_eq!(d.alloc_packed(600), Some(4608));
+        d.close_run();
+        assert_eq!(d.end, 4608 + 1024);
+        assert!(d.free.is_empty());
+    }
+
     proptest! {
+        /// Txgs of packed records with frees between them: no two live records overlap, a
+        /// sector never holds records of two runs (a torn write of it could only hurt an
+        /// uncommitted txg), and every byte is either a live footprint or free.
+        #[test]
+        fn runs_never_share_a_sector(
+            txgs in proptest::collection::vec(
+                (proptest::collection::vec(1u64..3000, 1..12), proptest::collection::vec(any::<prop::sample::Index>(), 0..6)),
+                1..40),
+            byte_packed in any::<bool>(),
+        ) {
+            let sector = 512;
+            let cap = 4096 + 256 * 512;
+            let mut d = DevSpace::new(4096, 4096, Some(cap), BTreeMap::new(), sector, if byte_packed { 1 } else { sector });
+            // live records: (start, footprint, run number)
+            let mut live: Vec<(u64, u64, usize)> = Vec::new();
+            for (run_no, (sizes, frees)) in txgs.into_iter().enumerate() {
+                for n in sizes {
+                    let Some(s) = d.alloc_packed(n) else { continue };
+                    let f = d.footprint(n);
+                    for &(ls, lf, lr) in &live {
+                        prop_assert!(s + f <= ls || ls + lf <= s, "overlap");
+                        let shares = s / sector <= (ls + lf - 1) / sector && ls / sector <= (s + f - 1) / sector;
+                        prop_assert!(!shares || lr == run_no, "sector shared by runs {lr} and {run_no}");
+                    }
+                    prop_assert!(d.is_allocated(s, f));
+                    live.push((s, f, run_no));
+                }
+                d.close_run();
+                for pick in frees {
+                    if live.is_empty() { break; }
+                    let (s, f, _) = live.swap_remove(pick.index(live.len()));
+                    d.free(s, f);
+                    prop_assert!(!d.is_allocated(s, f));
+                }
+                let used: u64 = live.iter().map(|x| x.1).sum();
+                prop_assert_eq!(used + d.free_bytes().unwrap(), cap - 4096);
+            }
+        }
+
         /// Random alloc/free sequences never hand out overlapping space and account every
         /// byte exactly once.
         #[test]
         fn no_double_allocation(ops in proptest::collection::vec((any::<bool>(), 1u64..8, any::<prop::sample::Index>()), 1..200)) {
             let sector = 512;
-            let mut d = DevSpace::new(4096, 4096, Some(4096 + 64 * 512), BTreeMap::new());
+            let mut d = DevSpace::new(4096, 4096, Some(4096 + 64 * 512), BTreeMap::new(), 512, 512);
             let mut live: Vec<(u64, u64)> = Vec::new();
             for (is_alloc, n, pick) in ops {
                 if is_alloc || live.is_empty() {

@@ -173,10 +173,10 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
                 }
             }
         }
-        *blocks.entry(ino).or_default() += extent_footprint(&e, inner.sector);
+        *blocks.entry(ino).or_default() += extent_footprint(&e, inner.granule);
         if let StoredRecord::Device(d) = e.stored {
             match per_dev.get_mut(d.dev as usize) {
-                Some(v) => v.push((d.offset, crate::units::sector_bytes(u64::from(d.psize), inner.sector), ino)),
+                Some(v) => v.push((d.offset, crate::units::granule_bytes(u64::from(d.psize), inner.granule), ino)),
                 None => r.problems.push(format!("inode {ino} record {idx} points to device {}", d.dev)),
             }
         }

@@ -31,6 +31,9 @@ pub struct Inner {
     pub db: redb::Database,
     pub read_only: bool,
     pub sector: u64,
+    /// record packing unit on the devices: 1 in pools with `INCOMPAT_PACKED_BYTES`, else the
+    /// sector (alloc.rs); footprints of device extents are their stored length rounded to it
+    pub granule: u64,
     pub recordsize: u64,
     pub max_inline: u64,
     pub devs: Vec<DevSlot>,
@@ -84,6 +87,7 @@ impl Inner {
         db: redb::Database,
         read_only: bool,
         sector: u64,
+        granule: u64,
         recordsize: u64,
         max_inline: u64,
         devs: Vec<DevSlot>,
@@ -99,6 +103,7 @@ impl Inner {
             db,
             read_only,
             sector,
+            granule,
             recordsize,
             max_inline,
             devs,

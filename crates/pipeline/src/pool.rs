@@ -236,6 +236,9 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         read_only = true;
     }
     let pool_id = PoolId(sb.pool_id);
+    // pools made before PACKED_BYTES keep packing at the sector: their free map and extent
+    // footprints are in whole sectors
+    let granule = if sb.features.incompat & Features::INCOMPAT_PACKED_BYTES != 0 { 1 } else { u64::from(sb.sector) };
     let mut devs = Vec::new();
     let mut space = Vec::new();
     {
@@ -285,7 +288,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
                 DeviceKind::GrowableFile => None,
                 _ => d.capacity(),
             };
-            space.push(DevSpace::new(DATA_START, rec.alloc_end, cap, free));
+            space.push(DevSpace::new(DATA_START, rec.alloc_end, cap, free, u64::from(sb.sector), granule));
             devs.push(d);
         }
     }
@@ -305,6 +308,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         db,
         read_only,
         u64::from(sb.sector),
+        granule,
         u64::from(sb.recordsize),
         u64::from(sb.max_inline),
         slots,

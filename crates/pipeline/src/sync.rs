@@ -8,7 +8,8 @@
  *                 Records compressed early are not compressed again: those held PACKED
  *                 (dirty.rs) are sent as they are, the others' slots forward their result.
  * 3. `place`    — as results arrive: small files inline; other records get a device
- *                 (smallest expected completion, crates/control) and packed sector space,
+ *                 (smallest expected completion, crates/control) and space packed into
+ *                 the txg's run on that device (alloc.rs),
  *                 and go to that device's write queue at once (compression and device
  *                 writes overlap).
  * 4. `issue`/wait — device writers drain their queues in large sequential batches;
@@ -31,7 +32,7 @@ use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::early::{Claim, CompressQueue, CompressResult, Slot};
 use crate::policy::Compressed;
-use crate::units::sector_bytes;
+use crate::units::{granule_bytes, sector_bytes};
 use squeezefs_control::{choose_device, DeviceView};
 use squeezefs_meta::{keys, tables, DeviceExtent, ExtentPtr, Ino, StoredRecord, Superblock};
 use std::collections::{BTreeMap, HashMap};
@@ -89,6 +90,11 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
                 }
             }
         }
+        // the runs' unused ends go back to the free map (also after a failure: the error path
+        // then frees the placed records themselves)
+        for s in inner.space.lock().iter_mut() {
+            s.close_run();
+        }
         t_placed = std::time::Instant::now();
         let write_err = completion.wait();
         t_written = std::time::Instant::now();
@@ -127,7 +133,7 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             // nothing of this txg is referenced: give its space back (in memory only)
             let mut space = inner.space.lock();
             for d in allocated {
-                space[d.dev as usize].free(d.offset, sector_bytes(u64::from(d.psize), inner.sector));
+                space[d.dev as usize].free(d.offset, granule_bytes(u64::from(d.psize), inner.granule));
             }
             Err(e)
         }
@@ -260,7 +266,7 @@ fn place(
             })
             .collect();
         let dev = choose_device(&views, need).ok_or(EngineError::NoSpace)?;
-        let off = space[dev].alloc(need).ok_or(EngineError::NoSpace)?;
+        let off = space[dev].alloc_packed(stored_len).ok_or(EngineError::NoSpace)?;
         (dev, off)
     };
     let ext = DeviceExtent { dev: dev as u32, offset, psize: stored_len as u32 };
@@ -281,10 +287,11 @@ fn flush(inner: &Inner, written: &[bool]) -> Result<()> {
     Ok(())
 }
 
-/// Physical bytes an extent occupies (for `blocks_bytes`).
-pub fn extent_footprint(e: &ExtentPtr, sector: u64) -> u64 {
+/// Physical bytes an extent occupies (for `blocks_bytes`, frees and fsck), in a pool whose
+/// records are packed at `granule` bytes (`Inner::granule`).
+pub fn extent_footprint(e: &ExtentPtr, granule: u64) -> u64 {
     match &e.stored {
-        StoredRecord::Device(d) => sector_bytes(u64::from(d.psize), sector),
+        StoredRecord::Device(d) => granule_bytes(u64::from(d.psize), granule),
         StoredRecord::Inline(v) => v.len() as u64,
     }
 }
@@ -302,7 +309,7 @@ fn commit(
     for p in placed {
         by_layer[p.layer].push(p);
     }
-    let sector = inner.sector;
+    let granule = inner.granule;
     let mut blocks_out = HashMap::new();
     // merged free ranges holding this txg's frees, discarded after the commit
     let mut discards: Vec<(u32, u64, u64)> = Vec::new();
@@ -314,14 +321,14 @@ fn commit(
     let tx = inner.db.begin_write()?;
     if let Some(d) = &delta {
         // first: the layers below see which inodes still exist
-        crate::nsdelta::apply(&tx, d, sector, &mut frees)?;
+        crate::nsdelta::apply(&tx, d, granule, &mut frees)?;
     }
     {
         let mut inodes = tx.open_table(tables::INODES)?;
         let mut extents = tx.open_table(tables::EXTENTS)?;
         let free_of = |e: &ExtentPtr, frees: &mut Vec<(u32, u64, u64)>| {
             if let StoredRecord::Device(d) = e.stored {
-                frees.push((d.dev, d.offset, sector_bytes(u64::from(d.psize), sector)));
+                frees.push((d.dev, d.offset, granule_bytes(u64::from(d.psize), granule)));
             }
         };
         for (li, (ino, layer)) in frozen.iter().enumerate() {
@@ -349,7 +356,7 @@ fn commit(
                 }
                 for (k, e) in gone {
                     extents.remove(&k[..])?;
-                    blocks -= extent_footprint(&e, sector) as i64;
+                    blocks -= extent_footprint(&e, granule) as i64;
                     free_of(&e, &mut frees);
                 }
             }
@@ -358,7 +365,7 @@ fn commit(
                     let k = keys::pair(*ino, idx);
                     if let Some(old) = extents.remove(&k[..])? {
                         let e = ExtentPtr::decode(old.value())?;
-                        blocks -= extent_footprint(&e, sector) as i64;
+                        blocks -= extent_footprint(&e, granule) as i64;
                         free_of(&e, &mut frees);
                     }
                 }
@@ -367,12 +374,12 @@ fn commit(
                 let k = keys::pair(*ino, p.idx);
                 let old = extents.remove(&k[..])?.map(|v| ExtentPtr::decode(v.value())).transpose()?;
                 if let Some(e) = old {
-                    blocks -= extent_footprint(&e, sector) as i64;
+                    blocks -= extent_footprint(&e, granule) as i64;
                     free_of(&e, &mut frees);
                 }
                 if let Outcome::Extent(e) = &p.outcome {
                     extents.insert(&k[..], &e.encode()[..])?;
-                    blocks += extent_footprint(e, sector) as i64;
+                    blocks += extent_footprint(e, granule) as i64;
                 }
             }
             attr.size = layer.size;

@@ -33,6 +33,12 @@ pub fn sector_bytes(bytes: u64, sector: u64) -> u64 {
     bytes.div_ceil(sector) * sector
 }
 
+/// Bytes a record of `stored` bytes occupies on a device whose records are packed at
+/// `granule` bytes (1 with the PACKED_BYTES feature, else the sector): its footprint.
+pub fn granule_bytes(stored: u64, granule: u64) -> u64 {
+    stored.div_ceil(granule) * granule
+}
+
 /// `offset + len` if it stays within [`MAX_FILE_SIZE`].
 pub fn checked_end(offset: u64, len: u64) -> Option<u64> {
     offset.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE)

@@ -21,7 +21,7 @@ pub fn usage(inner: &Inner, ino: Ino) -> Result<Vec<UsageRow>> {
         let (_, v) = row?;
         let e = ExtentPtr::decode(v.value())?;
         let r = rows.entry((e.alg, e.level)).or_default();
-        r.0 += extent_footprint(&e, inner.sector);
+        r.0 += extent_footprint(&e, inner.granule);
         r.1 += u64::from(e.logical);
     }
     Ok(rows

@@ -75,8 +75,9 @@ fn small_compressible_file_goes_inline_compressed() {
 }
 
 #[test]
-fn compressed_record_saves_sector_granularity() {
-    // packed allocation: a record compressed to N bytes takes ceil(N/512) sectors
+fn compressed_records_of_a_txg_are_packed_byte_by_byte() {
+    // PACKED_BYTES: a record compressed to N bytes occupies N bytes, right after the previous
+    // record of its txg; only the run as a whole starts on a sector boundary
     let d = tempfile::tempdir().unwrap();
     let e = new_pool(&d.path().join("pool"));
     e.set_compression("zstd:3".parse().unwrap(), false);
@@ -87,8 +88,29 @@ fn compressed_record_saves_sector_granularity() {
     let used = e.device_stats()[0].used_bytes;
     let disk: u64 = e.usage(f).unwrap().iter().map(|r| r.disk_bytes).sum();
     assert_eq!(used, disk);
-    assert_eq!(used % 512, 0);
     assert!(used < (1 << 20) / 4);
+    let exts: Vec<DeviceExtent> = e
+        .extents(f)
+        .unwrap()
+        .into_iter()
+        .map(|(_, x)| match x.stored {
+            StoredRecord::Device(dx) => dx,
+            StoredRecord::Inline(_) => panic!("a 1 MiB file has no inline record"),
+        })
+        .collect();
+    assert_eq!(exts.len(), 8);
+    let stored: u64 = exts.iter().map(|x| u64::from(x.psize)).sum();
+    assert_eq!(used, stored, "no sector rounding per record");
+    assert_eq!(exts[0].offset % 512, 0, "a run starts on a sector boundary");
+    for w in exts.windows(2) {
+        assert_eq!(w[1].offset, w[0].offset + u64::from(w[0].psize), "records of one txg back to back");
+    }
+    assert!(exts.iter().any(|x| x.offset % 512 != 0));
+    assert!(e.fsck().unwrap().problems.is_empty());
+    e.close().unwrap();
+    drop(e);
+    let e = Engine::open(&d.path().join("pool"), &fast_opts()).unwrap();
+    assert_eq!(read_all(&e, f), data);
 }
 
 #[test]
