@@ -3,8 +3,10 @@
 //! pool's memory accounting is exact and the hot path never allocates: libzstd cannot grow
 //! a static context, it fails instead, which the pool's sizing rules out.
 //!
-//! Frames are what `zstd -b` produces per block: `ZSTD_compress2` with the level set, the
-//! source size known (pledged = block length, recorded in the header), no checksum.
+//! Frames are standard zstd frames, one per block: `ZSTD_compress2` with the level set, the
+//! source size known (pledged = block length, recorded in the header), no checksum. Most
+//! levels' frames are what `zstd -b` produces per block; [`cparams`] lists the levels whose
+//! parameters are tuned for record-sized blocks.
 
 use crate::algorithm::Algorithm;
 use crate::error::CodecError;
@@ -28,6 +30,11 @@ fn is_dst_too_small(code: usize) -> bool {
 /// `ZSTD_c_useRowMatchFinder` (experimental parameter 14).
 const USE_ROW_MATCH_FINDER: sys::ZSTD_cParameter = sys::ZSTD_cParameter::ZSTD_c_experimentalParam14;
 
+/// `ZSTD_c_splitAfterSequences` (experimental parameter 13 in libzstd 1.5.7): the post-block
+/// splitter, which cuts a block where its sequences' statistics change so each part gets
+/// its own entropy tables. Value 1 = `ZSTD_ps_enable`.
+const SPLIT_AFTER_SEQUENCES: sys::ZSTD_cParameter = sys::ZSTD_cParameter::ZSTD_c_experimentalParam13;
+
 /// Parameters of `level` for sources of up to `block` bytes: libzstd's own table
 /// (`ZSTD_getCParams`), with one floor that buys ratio and two caps that bound workspace
 /// memory on small blocks:
@@ -39,10 +46,17 @@ const USE_ROW_MATCH_FINDER: sys::ZSTD_cParameter = sys::ZSTD_cParameter::ZSTD_c_
 ///   ratio margin at the same level while staying faster than the zstd CLI's level 1;
 /// * `dfast` (level 4 on 128 KiB): both hash tables at most half a window's entries
 ///   (libzstd gives them one entry per byte: 1 MiB of tables for a 128 KiB record);
+/// * `lazy2` (levels 7–10 on 128 KiB): the post-block splitter on ([`post_block_splitter`];
+///   not a table parameter, so it is set beside them). These levels spend their time
+///   searching matches and then code a whole record with one set of entropy tables;
+///   splitting where the statistics change measured +0.45% ratio at level 9 on the Silesia
+///   subset for about a fifth more CPU, and no workspace memory (docs/benchmarks.md, ninth
+///   session). libzstd makes the same split on its own from btopt on (level 13+). A hash log
+///   of 18 would add 0.1% more but 640 KiB per workspace, past the btrfs figures.
 /// * binary-tree strategies (btlazy2 and up, levels 11+): chain log at most the window log
 ///   (libzstd uses windowLog + 1, i.e. trees over the whole window; 2 MiB at 128 KiB).
 ///
-/// Levels 3 and 5..=10 are untouched, so their frames are byte-identical to the zstd CLI's;
+/// Levels 3, 5 and 6 are untouched, so their frames are byte-identical to the zstd CLI's;
 /// the capped levels lose a little ratio (measured in docs/benchmarks.md) and their
 /// workspaces stay under the btrfs figures for the same levels.
 pub(crate) fn cparams(level: i32, block: usize) -> sys::ZSTD_compressionParameters {
@@ -66,6 +80,14 @@ pub(crate) fn cparams(level: i32, block: usize) -> sys::ZSTD_compressionParamete
     p
 }
 
+/// Whether `level` on sources of up to `block` bytes runs the post-block splitter (see
+/// [`cparams`]): the `lazy2` levels. libzstd's own choice stands for the others.
+pub(crate) fn post_block_splitter(level: i32, block: usize) -> bool {
+    // SAFETY: pure function of its arguments.
+    let p = unsafe { sys::ZSTD_getCParams(level, block as u64, 0) };
+    p.strategy == sys::ZSTD_strategy::ZSTD_lazy2
+}
+
 /// The explicit parameters `level` needs on top of the level itself (empty when libzstd's
 /// table is used unchanged).
 fn overrides(level: i32, block: usize) -> Vec<(sys::ZSTD_cParameter, i32)> {
@@ -78,6 +100,9 @@ fn overrides(level: i32, block: usize) -> Vec<(sys::ZSTD_cParameter, i32)> {
     }
     if capped.hashLog != base.hashLog {
         v.push((sys::ZSTD_cParameter::ZSTD_c_hashLog, capped.hashLog as i32));
+    }
+    if post_block_splitter(level, block) {
+        v.push((SPLIT_AFTER_SEQUENCES, 1));
     }
     v
 }
@@ -100,6 +125,9 @@ pub(crate) fn cctx_bytes(level: i32, block: usize) -> usize {
         let mut r = sys::ZSTD_CCtxParams_init_advanced(params, p);
         if !is_error(r) {
             r = sys::ZSTD_CCtxParams_setParameter(params, USE_ROW_MATCH_FINDER, 1);
+        }
+        if !is_error(r) && post_block_splitter(level, block) {
+            r = sys::ZSTD_CCtxParams_setParameter(params, SPLIT_AFTER_SEQUENCES, 1);
         }
         let bytes = if is_error(r) {
             sys::ZSTD_estimateCCtxSize_usingCParams(p.cParams)
@@ -208,6 +236,74 @@ impl Decompressor {
                 alg: Algorithm::Zstd,
                 detail: error_name(code).to_string(),
             }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RECORD: usize = 128 << 10;
+
+    /// A record whose halves differ in statistics, as files' records often do: words, then a
+    /// table of little-endian counters with noise.
+    fn mixed_record() -> Vec<u8> {
+        let words = ["squeeze ", "record ", "txg ", "extent ", "zstd ", "sector ", "packed ", "dirty\n"];
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut v = Vec::with_capacity(RECORD);
+        while v.len() < RECORD / 2 {
+            v.extend_from_slice(words[(next() % 8) as usize].as_bytes());
+        }
+        let mut i: u32 = 0;
+        while v.len() < RECORD {
+            i += 1 + (next() % 3) as u32;
+            v.extend_from_slice(&i.to_le_bytes());
+            v.extend_from_slice(&((next() % 64) as u16).to_le_bytes());
+        }
+        v.truncate(RECORD);
+        v
+    }
+
+    fn ours(level: i32, src: &[u8]) -> Vec<u8> {
+        let mut c = Compressor::new(cctx_bytes(level, RECORD), RECORD).unwrap();
+        let mut dst = vec![0u8; zstd_safe::compress_bound(src.len())];
+        let n = c.compress(level, src, &mut dst).unwrap_or_else(|e| panic!("level {level}: {e}"));
+        dst.truncate(n);
+        dst
+    }
+
+    /// The static workspace `cctx_bytes` sizes must hold every level's parameters, including
+    /// the post-block splitter's buffers (a static CCtx fails rather than grow).
+    #[test]
+    fn every_level_compresses_a_full_record_in_its_static_workspace() {
+        let src = mixed_record();
+        for level in (1..=22).chain([-1, -5]) {
+            let frame = ours(level, &src);
+            let mut d = Decompressor::new().unwrap();
+            let mut back = vec![0u8; src.len()];
+            assert_eq!(d.decompress(&frame, &mut back).unwrap(), src.len(), "level {level}");
+            assert!(back == src, "level {level} round trip");
+        }
+    }
+
+    #[test]
+    fn the_lazy2_levels_split_blocks_and_beat_libzstds_table() {
+        let src = mixed_record();
+        for level in 1..=22 {
+            assert_eq!(post_block_splitter(level, RECORD), (7..=10).contains(&level), "level {level}");
+        }
+        for level in 7..=10 {
+            let mut stock = vec![0u8; zstd_safe::compress_bound(src.len())];
+            let n = zstd_safe::compress(&mut stock[..], &src, level).unwrap();
+            let mine = ours(level, &src).len();
+            assert!(mine < n, "level {level}: {mine} bytes against libzstd's {n}");
         }
     }
 }
