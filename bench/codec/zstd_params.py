@@ -5,8 +5,9 @@ usage: zstd_params.py [--level N] [--block BYTES] FILE...
 
 Compresses the files, concatenated, as independent blocks (one ZSTD_compress2 per block with
 the block size pledged, as squeezefs and btrfs do per record) through the system libzstd
-(ctypes, no build step), once per parameter set below, and prints ratio and single-thread
-speed per CPU-second. It answers "how much ratio is left at this level and record size, and at
+(ctypes, no build step), once per parameter set below, and prints the ratio (stored bytes
+exact, as byte-packed pools store them, and rounded per block to 512 B and 4 KiB sectors) and
+single-thread speed per CPU-second. It answers "how much ratio is left at this level and record size, and at
 what cost" (docs/benchmarks.md, the zstd:9 ratio section). Needs libzstd.so.1 (Debian libzstd1).
 """
 import argparse
@@ -59,7 +60,9 @@ def check(z, code, what):
 def run(z, data, block, level, params):
     cctx = z.ZSTD_createCCtx()
     out = ctypes.create_string_buffer(block + block // 128 + 1024)
-    stored = 0
+    # stored bytes exactly (byte-packed pools), and rounded up per block to 512 B (pools made
+    # before PACKED_BYTES) and to 4 KiB (btrfs' sectors)
+    stored = [0, 0, 0]
     t0 = time.process_time()
     for i in range(0, len(data), block):
         src = data[i:i + block]
@@ -68,10 +71,12 @@ def run(z, data, block, level, params):
         for k, v in params:
             check(z, z.ZSTD_CCtx_setParameter(cctx, k, v), f"parameter {k}={v}")
         check(z, z.ZSTD_CCtx_setPledgedSrcSize(cctx, len(src)), "pledged size")
-        stored += check(z, z.ZSTD_compress2(cctx, out, len(out), src, len(src)), "compress")
+        n = min(check(z, z.ZSTD_compress2(cctx, out, len(out), src, len(src)), "compress"), len(src))
+        for k, unit in enumerate((1, 512, 4096)):
+            stored[k] += -(-n // unit) * unit
     secs = time.process_time() - t0
     z.ZSTD_freeCCtx(cctx)
-    return len(data) / stored, len(data) / 1e6 / secs
+    return [len(data) / s for s in stored], len(data) / 1e6 / secs
 
 
 def main():
@@ -83,14 +88,14 @@ def main():
     data = b"".join(open(f, "rb").read() for f in a.files)
     z = load()
     print(f"libzstd {z.ZSTD_versionString().decode()}, {len(data)} bytes, {a.block}-byte blocks, level {a.level}")
-    print(f"| level {a.level} plus | ratio | MB/s (one thread, per CPU-second) |")
-    print("|---|---|---|")
+    print(f"| level {a.level} plus | ratio | 512 B sectors | 4 KiB sectors | MB/s (one thread, per CPU-second) |")
+    print("|---|---|---|---|---|")
     for name, params in SETS:
-        ratio, speed = run(z, data, a.block, a.level, params)
-        print(f"| {name} | {ratio:.4f} | {speed:.1f} |")
+        r, speed = run(z, data, a.block, a.level, params)
+        print(f"| {name} | {r[0]:.4f} | {r[1]:.4f} | {r[2]:.4f} | {speed:.1f} |")
     for lv in (a.level + 1, a.level + 2, a.level + 4):
-        ratio, speed = run(z, data, a.block, lv, [])
-        print(f"| (level {lv} for comparison) | {ratio:.4f} | {speed:.1f} |")
+        r, speed = run(z, data, a.block, lv, [])
+        print(f"| (level {lv} for comparison) | {r[0]:.4f} | {r[1]:.4f} | {r[2]:.4f} | {speed:.1f} |")
 
 
 if __name__ == "__main__":

@@ -113,6 +113,16 @@ impl RecordCache {
         }
     }
 
+    /// Hand back a buffer from `take_buffer` that was used only for a while (a compressed
+    /// record's stored bytes): kept as a spare while there is room.
+    pub fn give_buffer(&self, b: Vec<u8>) {
+        let mut sp = self.spare.lock();
+        let held: usize = sp.iter().map(|b| b.capacity()).sum();
+        if held + b.capacity() <= SPARE_BYTES {
+            sp.push(b);
+        }
+    }
+
     fn keep_spare(&self, evicted: Vec<Arc<Vec<u8>>>) {
         let mut sp = self.spare.lock();
         let mut held: usize = sp.iter().map(|b| b.capacity()).sum();

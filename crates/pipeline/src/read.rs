@@ -111,22 +111,29 @@ fn load_uncached(
             e.logical
         )));
     }
-    let stored: std::borrow::Cow<'_, [u8]> = match &e.stored {
-        StoredRecord::Inline(v) => v.as_slice().into(),
+    // a device record is read into a recycled buffer (read_exact_at fills all of it): a raw
+    // one is then the decoded record itself, without a second buffer and copy
+    let from_device = match &e.stored {
+        StoredRecord::Inline(_) => None,
         StoredRecord::Device(d) => {
             let dev = inner
                 .devs
                 .get(d.dev as usize)
                 .ok_or_else(|| EngineError::Corrupt(format!("inode {ino} record {idx} points to device {} of {}", d.dev, inner.devs.len())))?;
-            let mut buf = vec![0u8; d.psize as usize];
+            let mut buf = inner.rec_cache.take_buffer(d.psize as usize);
             dev.dev.read_at(&mut buf, d.offset).map_err(|err| {
                 log::error!("read of inode {ino} at offset {offset_in_file} failed: {err}");
                 EngineError::from(err)
             })?;
-            buf.into()
+            Some(buf)
         }
     };
-    let h = xxh3_64(&stored);
+    let stored: &[u8] = match (&from_device, &e.stored) {
+        (Some(buf), _) => buf,
+        (None, StoredRecord::Inline(v)) => v,
+        (None, StoredRecord::Device(_)) => unreachable!("device records are read above"),
+    };
+    let h = xxh3_64(stored);
     if h != e.hash {
         let place = match &e.stored {
             StoredRecord::Device(d) => format!("device {} offset {}", d.dev, d.offset),
@@ -139,7 +146,17 @@ fn load_uncached(
         );
         return Err(EngineError::Checksum { ino, offset: offset_in_file });
     }
-    let out = Arc::new(decode(inner, e, &stored, ino, offset_in_file)?);
+    let raw = e.alg == Algorithm::None.id() && stored.len() == e.logical as usize;
+    let out = match (from_device, &e.stored) {
+        (Some(buf), _) if raw => Arc::new(buf),
+        (Some(buf), _) => {
+            let out = decode(inner, e, &buf, ino, offset_in_file);
+            inner.rec_cache.give_buffer(buf);
+            Arc::new(out?)
+        }
+        (None, StoredRecord::Inline(v)) => Arc::new(decode(inner, e, v, ino, offset_in_file)?),
+        (None, StoredRecord::Device(_)) => unreachable!("device records are read above"),
+    };
     if let Some(k) = key {
         inner.rec_cache.insert(k, out.clone());
     }
