@@ -17,7 +17,7 @@
 #      sync and unmount -- the write time runs until the data is durable and the filesystem is
 #      unmounted (squeezefs: until the daemon exited; FUSE has no syncfs, so `sync` alone does not
 #      reach squeezefs' transaction group commit). Mount, drop caches, read every file (cat);
-#      READ_ROUNDS times (--read-rounds, default 3; remount + drop caches each), the median counts.
+#      READ_ROUNDS times (--read-rounds, default 5; remount + drop caches each), the median counts.
 #  (b) Linux source tarball (Debian linux-source-6.1, decompressed to .tar before timing),
 #      mounted compress=SPEC: copy the tar in (+sync+unmount), extract it on the filesystem
 #      (+sync+unmount), delete the tar, mount, drop caches, read the tree.
@@ -54,7 +54,7 @@ PY=/usr/bin/python3
 SPECS="none lz4 zstd:1 zstd:3 zstd:9"
 PARTS="a,b,c"
 COPIES=4
-READ_ROUNDS=3
+READ_ROUNDS=5
 ZU_SIZE=2G
 FSES="btrfs squeezefs"
 VERIFY=light
