@@ -80,14 +80,36 @@ impl DevSpace {
         }
     }
 
-    /// Free bytes: free ranges plus the tail up to the capacity (`None`: unbounded).
+    /// Bytes that new records can still get: the whole sectors inside free ranges plus those
+    /// from the first sector boundary at or after the end up to the capacity (`None`:
+    /// unbounded). Partial sectors left free beside live bytes do not count: `alloc` never
+    /// hands them out, and counting them let writes be accepted that no txg could place.
     pub fn free_bytes(&self) -> Option<u64> {
-        let ranges: u64 = self.free.values().sum();
-        self.capacity.map(|c| ranges + c.saturating_sub(self.end))
+        let tail_start = crate::units::sector_bytes(self.end, self.sector);
+        self.capacity.map(|c| self.allocatable_range_bytes() + c.saturating_sub(tail_start))
     }
 
+    /// Whole free sectors inside the free ranges (what `alloc` can hand out of them).
+    pub fn allocatable_range_bytes(&self) -> u64 {
+        self.free
+            .iter()
+            .map(|(&s, &l)| {
+                let lo = crate::units::sector_bytes(s, self.sector);
+                let hi = (s + l) / self.sector * self.sector;
+                hi.saturating_sub(lo)
+            })
+            .sum()
+    }
+
+    /// Bytes in free ranges, partial sectors included: with the footprints of live extents
+    /// they tile `[data_start, end)` (space accounting and fsck).
     pub fn free_range_bytes(&self) -> u64 {
         self.free.values().sum()
+    }
+
+    /// Room left in the open run: a record this small or smaller fits without new sectors.
+    pub fn run_room(&self) -> u64 {
+        self.run.map_or(0, |r| r.end - r.next)
     }
 
     /// Bytes a record of `stored` bytes occupies (its footprint): rounded up to the granule.
@@ -384,7 +406,12 @@ mod tests {
                     prop_assert!(!d.is_allocated(s, f));
                 }
                 let used: u64 = live.iter().map(|x| x.1).sum();
-                prop_assert_eq!(used + d.free_bytes().unwrap(), cap - 4096);
+                prop_assert_eq!(used + d.free_range_bytes() + (cap - d.end), cap - 4096);
+                // what free_bytes promises, alloc keeps: whole sectors only, and at least one
+                // of them can be had whenever it reports any
+                let free = d.free_bytes().unwrap();
+                prop_assert_eq!(free % sector, 0);
+                prop_assert_eq!(free > 0, d.clone().alloc(sector).is_some());
             }
         }
 

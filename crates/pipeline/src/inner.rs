@@ -233,7 +233,7 @@ impl Inner {
                 Some(f) => total = total.saturating_add(f),
                 None => {
                     any_growable = true;
-                    growable_ranges += s.free_range_bytes();
+                    growable_ranges += s.allocatable_range_bytes();
                 }
             }
         }

@@ -32,7 +32,7 @@ use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::early::{Claim, CompressQueue, CompressResult, Slot};
 use crate::policy::Compressed;
-use crate::units::{granule_bytes, sector_bytes};
+use crate::units::granule_bytes;
 use squeezefs_control::{choose_device, DeviceView};
 use squeezefs_meta::{keys, tables, DeviceExtent, ExtentPtr, Ino, StoredRecord, Superblock};
 use std::collections::{BTreeMap, HashMap};
@@ -60,6 +60,9 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
     let mut t_written = t0;
     let mut t_flushed = t0;
     let mut allocated: Vec<DeviceExtent> = Vec::new();
+    // set once the commit stage starts: from then on it has applied frees to the space map
+    // (records of files deleted meanwhile included), and the error path must not free again
+    let mut committing = false;
     let result = (|| {
         let results = compress(inner, &frozen, &jobs);
         let completion = Arc::new(Completion::default());
@@ -106,6 +109,7 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
         }
         flush(inner, &written)?;
         t_flushed = std::time::Instant::now();
+        committing = true;
         commit(inner, txg, &frozen, placed)
     })();
     match result {
@@ -130,9 +134,11 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             Ok(())
         }
         Err(e) => {
-            // nothing of this txg is referenced: give its space back (in memory only)
+            // nothing of this txg is referenced: give its space back (in memory only). A
+            // failed commit leaves the map as it was partly changed; the pool is suspended
+            // after any failed txg (txg.rs) and the next open reads the durable state.
             let mut space = inner.space.lock();
-            for d in allocated {
+            for d in allocated.iter().filter(|_| !committing) {
                 space[d.dev as usize].free(d.offset, granule_bytes(u64::from(d.psize), inner.granule));
             }
             Err(e)
@@ -249,10 +255,11 @@ fn place(
             stored: StoredRecord::Inline(bytes),
         }));
     }
-    let need = sector_bytes(stored_len, inner.sector);
     let (dev, offset) = {
         let mut space = inner.space.lock();
-        let views: Vec<DeviceView> = inner
+        let need = space.first().map_or(stored_len, |s| s.footprint(stored_len));
+        // room = whole free sectors + what is left in the device's open run
+        let mut views: Vec<DeviceView> = inner
             .devs
             .iter()
             .zip(space.iter())
@@ -261,13 +268,19 @@ fn place(
                 DeviceView {
                     queued_bytes: st.queued_bytes,
                     throughput_bps: st.throughput_bps,
-                    free_bytes: s.free_bytes().unwrap_or(u64::MAX),
+                    free_bytes: s.free_bytes().map_or(u64::MAX, |f| f.saturating_add(s.run_room())),
                 }
             })
             .collect();
-        let dev = choose_device(&views, need).ok_or(EngineError::NoSpace)?;
-        let off = space[dev].alloc_packed(stored_len).ok_or(EngineError::NoSpace)?;
-        (dev, off)
+        // the room is an estimate (free sectors need not be contiguous): a device that cannot
+        // place the record after all is passed over for the next best one
+        loop {
+            let dev = choose_device(&views, need).ok_or(EngineError::NoSpace)?;
+            match space[dev].alloc_packed(stored_len) {
+                Some(off) => break (dev, off),
+                None => views[dev].free_bytes = 0,
+            }
+        }
     };
     let ext = DeviceExtent { dev: dev as u32, offset, psize: stored_len as u32 };
     allocated.push(ext);

@@ -78,3 +78,53 @@ fn filling_a_fixed_device_returns_no_space_and_recovers_after_delete() {
     assert_fsck_clean(&e, "after reopen");
     e.close().unwrap();
 }
+
+/// Regression (byte packing, ninth session): bytes freed inside sectors that still hold live
+/// records were counted as free space, although the allocator hands out only whole free
+/// sectors. Writes were accepted that no txg could place: the txg failed with NoSpace and
+/// the pool was suspended, losing the accepted data. Now such writes are refused up front.
+#[test]
+fn free_bytes_in_shared_sectors_are_not_offered_to_new_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    // no inline records: every small file is a device record, packed byte by byte
+    let mkfs = MkfsOptions { device_capacity: Some(MIB), max_inline: Some(0), ..MkfsOptions::default() };
+    Engine::mkfs(&pool, &mkfs).unwrap();
+    let e = Engine::open(&pool, &OpenOptions { compression: "none".parse().unwrap(), ..OpenOptions::default() }).unwrap();
+    let mut names = Vec::new();
+    for k in 0..10_000u64 {
+        let name = format!("s{k}");
+        match write_new_file(&e, &name, &random_bytes(k, 300)) {
+            Ok(_) => names.push(name),
+            Err(EngineError::NoSpace) => break,
+            Err(other) => panic!("filling: expected NoSpace, got {other}"),
+        }
+        if k % 500 == 499 {
+            e.sync().unwrap();
+        }
+    }
+    e.sync().unwrap();
+    assert!(names.len() > 2000, "only {} files of 300 bytes fitted in 1 MiB", names.len());
+    // every other file goes: ~half the bytes are free, but no sector is wholly free
+    for name in names.iter().step_by(2) {
+        delete_file(&e, name.as_bytes()).unwrap();
+    }
+    e.sync().unwrap();
+    assert_fsck_clean(&e, "after the deletes");
+    let big = random_bytes(7, 256 * 1024);
+    match write_new_file(&e, "big", &big) {
+        Err(EngineError::NoSpace) => {}
+        Ok(_) => panic!("256 KiB accepted with no whole sector free"),
+        Err(other) => panic!("expected NoSpace, got {other}"),
+    }
+    // the pool is not suspended: syncs go on, and freeing whole sectors makes room again
+    e.sync().unwrap();
+    for name in names.iter().skip(1).step_by(2) {
+        delete_file(&e, name.as_bytes()).unwrap();
+    }
+    e.sync().unwrap();
+    let ino = write_new_file(&e, "big2", &big).unwrap();
+    e.fsync(ino).unwrap();
+    assert_eq!(read_all(&e, ino).unwrap(), big);
+    assert_fsck_clean(&e, "at the end");
+}
