@@ -137,9 +137,11 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             // nothing of this txg is referenced: give its space back (in memory only). A
             // failed commit leaves the map as it was partly changed; the pool is suspended
             // after any failed txg (txg.rs) and the next open reads the durable state.
-            let mut space = inner.space.lock();
-            for d in allocated.iter().filter(|_| !committing) {
-                space[d.dev as usize].free(d.offset, granule_bytes(u64::from(d.psize), inner.granule));
+            if !committing {
+                let mut space = inner.space.lock();
+                for d in allocated {
+                    space[d.dev as usize].free(d.offset, granule_bytes(u64::from(d.psize), inner.granule));
+                }
             }
             Err(e)
         }
@@ -257,7 +259,8 @@ fn place(
     }
     let (dev, offset) = {
         let mut space = inner.space.lock();
-        let need = space.first().map_or(stored_len, |s| s.footprint(stored_len));
+        // at least 1, so a device passed over below (room 0) is never chosen again
+        let need = granule_bytes(stored_len, inner.granule).max(1);
         // room = whole free sectors + what is left in the device's open run
         let mut views: Vec<DeviceView> = inner
             .devs
