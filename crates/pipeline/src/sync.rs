@@ -275,15 +275,7 @@ fn place(
                 }
             })
             .collect();
-        // the room is an estimate (free sectors need not be contiguous): a device that cannot
-        // place the record after all is passed over for the next best one
-        loop {
-            let dev = choose_device(&views, need).ok_or(EngineError::NoSpace)?;
-            match space[dev].alloc_packed(stored_len) {
-                Some(off) => break (dev, off),
-                None => views[dev].free_bytes = 0,
-            }
-        }
+        place_on_a_device(&mut space, &mut views, stored_len, need).ok_or(EngineError::NoSpace)?
     };
     let ext = DeviceExtent { dev: dev as u32, offset, psize: stored_len as u32 };
     allocated.push(ext);
@@ -291,6 +283,25 @@ fn place(
     completion.add(1);
     inner.devs[dev].queue.submit(WriteReq { offset, payload, done: completion.clone() });
     Ok(Outcome::Extent(ExtentPtr { logical, alg, level, hash, birth: txg, stored: StoredRecord::Device(ext) }))
+}
+
+/// The device and offset for a record of `stored` bytes (footprint `need` ≥ 1): the best
+/// device by `choose_device` that can place it. The room in `views` is an estimate (free
+/// sectors need not be contiguous), so a device that cannot place the record after all is
+/// passed over for the next best one (its room set to 0).
+fn place_on_a_device(
+    space: &mut [crate::alloc::DevSpace],
+    views: &mut [DeviceView],
+    stored: u64,
+    need: u64,
+) -> Option<(usize, u64)> {
+    loop {
+        let dev = choose_device(views, need)?;
+        match space[dev].alloc_packed(stored) {
+            Some(off) => return Some((dev, off)),
+            None => views[dev].free_bytes = 0,
+        }
+    }
 }
 
 /// Stage 5: make the txg's data durable before any pointer to it is.
@@ -485,4 +496,36 @@ fn release(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], blocks: &HashMap<Ino, u6
     }
     let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(bytes)));
     inner.throttle_cv.notify_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::DevSpace;
+    use std::collections::BTreeMap;
+
+    fn view(free_bytes: u64, throughput_bps: f64) -> DeviceView {
+        DeviceView { queued_bytes: 0, throughput_bps, free_bytes }
+    }
+
+    #[test]
+    fn a_device_whose_free_sectors_are_scattered_is_passed_over() {
+        // device 0 (faster, so chosen first) has 4 whole free sectors, none of them adjacent;
+        // device 1 has room. A record of 3 sectors goes to device 1.
+        let free: BTreeMap<u64, u64> = (0..4).map(|i| (4096 + i * 1024, 512)).collect();
+        let mut space = vec![
+            DevSpace::new(4096, 4096 + 8 * 1024, Some(4096 + 8 * 1024), free, 512, 1),
+            DevSpace::new(4096, 4096, Some(1 << 20), BTreeMap::new(), 512, 1),
+        ];
+        let mut views = vec![view(space[0].free_bytes().unwrap(), 2e9), view(space[1].free_bytes().unwrap(), 1e9)];
+        assert_eq!(views[0].free_bytes, 2048);
+        assert_eq!(choose_device(&views, 1500), Some(0), "device 0 looks best");
+        assert_eq!(place_on_a_device(&mut space, &mut views, 1500, 1500), Some((1, 4096)));
+        // a record that fits one of device 0's sectors stays there
+        let mut views = vec![view(2048, 2e9), view(1 << 20, 1e9)];
+        assert_eq!(place_on_a_device(&mut space, &mut views, 300, 300), Some((0, 4096)));
+        // no device can place it: None (NoSpace), not a loop
+        let mut views = vec![view(2048, 2e9), view(0, 1e9)];
+        assert_eq!(place_on_a_device(&mut space, &mut views, 1500, 1500), None);
+    }
 }
