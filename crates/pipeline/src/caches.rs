@@ -116,23 +116,22 @@ impl RecordCache {
     /// Hand back a buffer from `take_buffer` that was used only for a while (a compressed
     /// record's stored bytes): kept as a spare while there is room.
     pub fn give_buffer(&self, b: Vec<u8>) {
-        let mut sp = self.spare.lock();
-        let held: usize = sp.iter().map(|b| b.capacity()).sum();
-        if held + b.capacity() <= SPARE_BYTES {
-            sp.push(b);
-        }
+        self.keep_spares([b]);
     }
 
     fn keep_spare(&self, evicted: Vec<Arc<Vec<u8>>>) {
+        // a reader still holding the record frees it when done
+        self.keep_spares(evicted.into_iter().filter_map(|v| Arc::try_unwrap(v).ok()));
+    }
+
+    /// Keep buffers as spares up to `SPARE_BYTES` of capacity; the rest are freed.
+    fn keep_spares(&self, bufs: impl IntoIterator<Item = Vec<u8>>) {
         let mut sp = self.spare.lock();
         let mut held: usize = sp.iter().map(|b| b.capacity()).sum();
-        for v in evicted {
-            // a reader still holding the record frees it when done
-            if let Ok(b) = Arc::try_unwrap(v) {
-                if held + b.capacity() <= SPARE_BYTES {
-                    held += b.capacity();
-                    sp.push(b);
-                }
+        for b in bufs {
+            if held + b.capacity() <= SPARE_BYTES {
+                held += b.capacity();
+                sp.push(b);
             }
         }
     }
