@@ -36,7 +36,21 @@ enum Command {
     Stats(cmd_stats::StatsArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors end the process here: one line on stderr, `squeezefs: ` then the context chain
+/// joined by ": " (what was being done, then why), and exit status 1. Never a backtrace: these
+/// are answers to bad input or a bad pool, and anyhow would otherwise append one whenever
+/// RUST_BACKTRACE is set in the user's environment. (Usage errors are clap's: status 2.)
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("squeezefs: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     if mount_helper::invoked_as_helper() {
         return mount_helper::run();
     }
