@@ -427,12 +427,15 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
     if full_hi > full_lo {
         loop {
             // records that hold data below the open layer get a Hole marker; a commit between
-            // the scan and the lock (it bumps the extent-cache generation) means a rescan
+            // the scan and the lock (it bumps the extent-cache generation) means a rescan, and
+            // so does a record retired between `file_ref` and the lock (a seek or a commit's
+            // release retires clean records): markers put there would reach no reader and no
+            // txg (tests/races.rs::punch_hole_racing_seek_is_not_lost)
             let seen = inner.ext_cache.gen();
             let mut lower: Vec<u64> = committed_indices(inner, ino, full_lo, full_hi)?;
             let f = file_ref(inner, ino)?;
             let mut fd = f.lock();
-            if inner.ext_cache.gen() != seen {
+            if fd.retired || inner.ext_cache.gen() != seen {
                 continue;
             }
             if let Some(s) = &fd.syncing {
