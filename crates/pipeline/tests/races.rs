@@ -437,7 +437,7 @@ fn cold_sequential_readers_never_see_stale_records() {
             }
             e.write(ino, (k * RS) as u64, &rec(k, v, (x >> 20) % 4 == 0)).unwrap();
             done[k].store(v as u64, Ordering::Release);
-            std::thread::sleep(Duration::from_micros(((x >> 10) % 3000) as u64));
+            std::thread::sleep(Duration::from_micros((x >> 10) % 3000));
         }
     }
     stop.store(true, Ordering::Relaxed);
