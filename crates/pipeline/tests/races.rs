@@ -113,7 +113,7 @@ fn ops_racing_continuous_syncs_match_the_model() {
         let what;
         if r < 50 {
             let off = rng.next_u64() % MAX;
-            let len = 1 + (rng.next_u64() % if rng.next_u64() % 8 == 0 { 1_000_000 } else { 100_000 }) as usize;
+            let len = 1 + (rng.next_u64() % if rng.next_u64().is_multiple_of(8) { 1_000_000 } else { 100_000 }) as usize;
             let kind = rng.next_u64() % 4;
             let data = match kind {
                 0 => vec![0u8; len],
@@ -208,8 +208,7 @@ fn two_writers_on_one_file_racing_syncs() {
                     let off = rng.next_u64() % H;
                     let len = 1 + rng.next_u64() % (H - off).min(200_000);
                     let r = rng.next_u64() % 10;
-                    let what;
-                    if r < 7 {
+                    let what = if r < 7 {
                         let data: Vec<u8> = if r == 0 {
                             vec![0u8; len as usize]
                         } else if r == 1 {
@@ -220,12 +219,12 @@ fn two_writers_on_one_file_racing_syncs() {
                         };
                         e.write(ino, base + off, &data).unwrap();
                         model[off as usize..(off + len) as usize].copy_from_slice(&data);
-                        what = format!("write {}+{len}", base + off);
+                        format!("write {}+{len}", base + off)
                     } else {
                         e.punch_hole(ino, base + off, len).unwrap();
                         model[off as usize..(off + len) as usize].fill(0);
-                        what = format!("punch {}+{len}", base + off);
-                    }
+                        format!("punch {}+{len}", base + off)
+                    };
                     let off = rng.next_u64() % H;
                     let len = 1 + rng.next_u64() % (H - off).min(100_000);
                     let mut buf = vec![0xEEu8; len as usize];
@@ -332,10 +331,10 @@ fn readers_never_see_stale_or_mixed_records_during_syncs() {
         v += 1;
         for k in 0..N {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            if (x >> 40) % 3 == 0 {
+            if (x >> 40).is_multiple_of(3) {
                 continue;
             }
-            e.write(ino, (k * RS) as u64, &rec(k, v, (x >> 20) % 4 == 0)).unwrap();
+            e.write(ino, (k * RS) as u64, &rec(k, v, (x >> 20).is_multiple_of(4))).unwrap();
             done[k].store(v as u64, Ordering::Release);
         }
     }
@@ -432,10 +431,10 @@ fn cold_sequential_readers_never_see_stale_records() {
         v += 1;
         for k in 0..N {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            if (x >> 40) % 8 != 0 {
+            if !(x >> 40).is_multiple_of(8) {
                 continue;
             }
-            e.write(ino, (k * RS) as u64, &rec(k, v, (x >> 20) % 4 == 0)).unwrap();
+            e.write(ino, (k * RS) as u64, &rec(k, v, (x >> 20).is_multiple_of(4))).unwrap();
             done[k].store(v as u64, Ordering::Release);
             std::thread::sleep(Duration::from_micros((x >> 10) % 3000));
         }
