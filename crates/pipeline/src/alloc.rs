@@ -85,20 +85,42 @@ impl DevSpace {
     /// unbounded). Partial sectors left free beside live bytes do not count: `alloc` never
     /// hands them out, and counting them let writes be accepted that no txg could place.
     pub fn free_bytes(&self) -> Option<u64> {
-        let tail_start = crate::units::sector_bytes(self.end, self.sector);
-        self.capacity.map(|c| self.allocatable_range_bytes() + c.saturating_sub(tail_start))
+        Some(self.allocatable_range_bytes() + self.tail_bytes()?)
+    }
+
+    /// What records of up to `record` bytes each (a whole number of sectors) are sure to get,
+    /// in whatever sizes and order they come: every free range and the space past the end,
+    /// each less one record. A record never spans two ranges, so a range whose remainder is
+    /// shorter than the next record loses that remainder (under `record`, the partial sector
+    /// where a run ends included). Write admission uses this, not `free_bytes`: a write
+    /// accepted on whole free sectors that lie in pieces smaller than its records made the
+    /// txg fail in placement and suspended the pool
+    /// (tests/enospc.rs::fragmented_free_sectors_do_not_suspend_the_pool).
+    pub fn placeable_bytes(&self, record: u64) -> Option<u64> {
+        let in_ranges: u64 = self.whole_free_sectors().map(|(_, len)| len.saturating_sub(record)).sum();
+        Some(in_ranges + self.tail_bytes()?.saturating_sub(record))
+    }
+
+    /// Whole sectors from the first sector boundary at or after the end up to the capacity
+    /// (rounded down to a sector: a partial last sector is never handed out); `None` when
+    /// the device is growable.
+    fn tail_bytes(&self) -> Option<u64> {
+        let cap = self.capacity? / self.sector * self.sector;
+        Some(cap.saturating_sub(crate::units::sector_bytes(self.end, self.sector)))
     }
 
     /// Whole free sectors inside the free ranges (what `alloc` can hand out of them).
     pub fn allocatable_range_bytes(&self) -> u64 {
-        self.free
-            .iter()
-            .map(|(&s, &l)| {
-                let lo = crate::units::sector_bytes(s, self.sector);
-                let hi = (s + l) / self.sector * self.sector;
-                hi.saturating_sub(lo)
-            })
-            .sum()
+        self.whole_free_sectors().map(|(_, len)| len).sum()
+    }
+
+    /// (start, length) of the whole free sectors of each free range that has any.
+    fn whole_free_sectors(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.free.iter().filter_map(|(&s, &l)| {
+            let lo = crate::units::sector_bytes(s, self.sector);
+            let hi = (s + l) / self.sector * self.sector;
+            (hi > lo).then(|| (lo, hi - lo))
+        })
     }
 
     /// Bytes in free ranges, partial sectors included: with the footprints of live extents
@@ -368,6 +390,33 @@ mod tests {
         d.close_run();
         assert_eq!(d.end, 4608 + 1024);
         assert!(d.free.is_empty());
+    }
+
+    /// Found in review: a capacity that is not a multiple of the sector (a fixed device file
+    /// of `--capacity` bytes, a block device whose size is not a multiple of 4096) leaves a
+    /// partial last sector that `alloc` can never hand out; `free_bytes` counted it.
+    #[test]
+    fn free_bytes_does_not_count_the_partial_sector_at_an_unaligned_capacity() {
+        let mut d = DevSpace::new(4096, 4096, Some(4096 + 1000), BTreeMap::new(), 512, 1);
+        assert_eq!(d.alloc(512), Some(4096));
+        // 488 bytes remain below the capacity, less than a sector: nothing can be placed
+        assert_eq!(d.clone().alloc(512), None);
+        assert_eq!(d.clone().alloc_packed(1), None);
+        assert_eq!(d.free_bytes(), Some(0), "free_bytes promises space that alloc never gives");
+        assert_eq!(d.placeable_bytes(512), Some(0));
+    }
+
+    /// Free pieces count for admission only beyond one record each: records of up to that
+    /// size, in any order, always find room for that much.
+    #[test]
+    fn placeable_bytes_leaves_one_record_per_free_piece() {
+        // pieces of 2, 8 and 3 sectors, and 16 sectors past the end
+        let free = BTreeMap::from([(4096, 1024), (8192, 4096), (16384, 1536)]);
+        let d = DevSpace::new(4096, 20480, Some(20480 + 8192), free, 512, 1);
+        assert_eq!(d.free_bytes(), Some(1024 + 4096 + 1536 + 8192));
+        assert_eq!(d.placeable_bytes(2048), Some(2048 + 6144));
+        assert_eq!(d.placeable_bytes(512), Some(512 + 3584 + 1024 + 7680));
+        assert_eq!(DevSpace::new(4096, 4096, None, BTreeMap::new(), 512, 1).placeable_bytes(512), None);
     }
 
     proptest! {

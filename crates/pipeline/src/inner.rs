@@ -41,6 +41,9 @@ pub struct Inner {
     pub files: FileTable,
     /// inodes with changes in the open txg
     pub dirty_set: Mutex<FxHashSet<Ino>>,
+    /// Files whose layers the syncing txg holds (0 between txgs): write admission bounds the
+    /// short last records in flight with it.
+    pub syncing_files: AtomicU64,
     /// bytes held by dirty record buffers (open + syncing layers) and by early
     /// compression results waiting for their txg (early.rs); shared with those results
     pub dirty_bytes: Arc<AtomicU64>,
@@ -109,6 +112,7 @@ impl Inner {
             devs,
             space: Mutex::new(space),
             files: FileTable::default(),
+            syncing_files: AtomicU64::new(0),
             dirty_set: Mutex::new(FxHashSet::default()),
             dirty_bytes: Arc::new(AtomicU64::new(0)),
             compress_q: Default::default(),
@@ -221,10 +225,10 @@ impl Inner {
         (!fd.retired).then(|| (fd.size, fd.blocks_bytes()))
     }
 
-    /// Free bytes over all devices (growable devices: the host filesystem's free space).
+    /// Free bytes over all devices, for statfs' total: whole free sectors of fixed devices;
+    /// for growable devices the host filesystem's free space plus their free ranges.
     pub fn free_bytes(&self) -> u64 {
         let space = self.space.lock();
-        let host = self.host_free.load(Ordering::Relaxed);
         let mut total = 0u64;
         let mut growable_ranges = 0u64;
         let mut any_growable = false;
@@ -238,7 +242,29 @@ impl Inner {
             }
         }
         if any_growable {
-            total = total.saturating_add(host).saturating_add(growable_ranges);
+            total = total.saturating_add(self.host_free.load(Ordering::Relaxed)).saturating_add(growable_ranges);
+        }
+        total
+    }
+
+    /// Bytes new data is sure to find room in (write admission, statfs' free and available):
+    /// on a fixed device what records of up to `recordsize` are sure to get in its free
+    /// pieces (`DevSpace::placeable_bytes`); for growable devices the host filesystem's free
+    /// space only, since their freed ranges were punched back to the host and reusing them
+    /// takes host space again (records that find no free range go past the end).
+    pub fn placeable_bytes(&self) -> u64 {
+        let record = crate::units::sector_bytes(self.recordsize, self.sector);
+        let space = self.space.lock();
+        let mut total = 0u64;
+        let mut any_growable = false;
+        for s in space.iter() {
+            match s.placeable_bytes(record) {
+                Some(f) => total = total.saturating_add(f),
+                None => any_growable = true,
+            }
+        }
+        if any_growable {
+            total = total.saturating_add(self.host_free.load(Ordering::Relaxed));
         }
         total
     }

@@ -361,7 +361,10 @@ impl Engine {
 
     pub fn statfs(&self) -> Result<StatFs> {
         self.inner.check_open()?;
-        let free = self.inner.free_bytes();
+        // total counts every whole free sector; free only what new data is sure to get
+        // (the admission figure), so `df` never shows room that writes are refused
+        let free = self.inner.placeable_bytes();
+        let whole_free = self.inner.free_bytes().max(free);
         let used: u64 = self.device_stats().iter().map(|d| d.used_bytes).sum();
         let rx = self.inner.db.begin_read()?;
         let inodes = {
@@ -372,7 +375,7 @@ impl Engine {
             (n + self.inner.ns.inode_count()).max(0) as u64
         };
         Ok(StatFs {
-            total_bytes: used.saturating_add(free),
+            total_bytes: used.saturating_add(whole_free),
             free_bytes: free,
             sector: self.inner.sector as u32,
             inodes,

@@ -115,6 +115,11 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
     match result {
         Ok(blocks) => {
             let t_committed = std::time::Instant::now();
+            // the host space this txg took, before `release` stops counting its bytes as
+            // dirty: otherwise admission would, in between, see both the old host figure
+            // and the lower dirty count, and accept data the host has no room for
+            // (tests/enospc.rs::growable_pool_admission_sees_the_host_space_the_last_txg_took)
+            inner.refresh_host_free();
             release(inner, &frozen, &blocks);
             for (_, layer) in frozen {
                 // the last reference (device writes and compress jobs are done): recycle

@@ -225,8 +225,10 @@ pub fn driver(inner: Arc<Inner>) {
             txg
         };
         let frozen = quiesce(&inner);
+        inner.syncing_files.store(frozen.len() as u64, Ordering::Relaxed);
         ctl.st.lock().phase = Phase::Syncing(txg);
         let r = sync::sync_txg(&inner, txg, frozen);
+        inner.syncing_files.store(0, Ordering::Relaxed);
         let mut st = ctl.st.lock();
         st.phase = Phase::Idle;
         match r {

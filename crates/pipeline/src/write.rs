@@ -301,11 +301,25 @@ fn too_big(off: u64, len: u64) -> EngineError {
     ))
 }
 
-/// ENOSPC before accepting data: free space must cover every dirty byte stored raw.
+/// ENOSPC before accepting data: the space records are sure to find (`placeable_bytes`)
+/// must cover every dirty byte stored raw, plus the partial sector where each of the two txgs
+/// in flight may end its run, plus the rounding of short records. Records are packed at the
+/// granule, which in pools made before PACKED_BYTES is the sector: there a record of 513
+/// bytes takes 1024. Only a file's last record is short (the others hold `recordsize`, a
+/// whole number of sectors), so the rounding is at most granule − 1 per file in the open
+/// txg and again per file in the syncing one; uncounted, it let twice the room be accepted
+/// (tests/enospc.rs::old_pool_write_admission_counts_sector_footprints).
 fn reserve(inner: &Inner, len: u64) -> Result<()> {
     let dirty = inner.dirty_bytes.load(Ordering::Relaxed);
     let slack = inner.sector * 2;
-    if inner.free_bytes() < dirty.saturating_add(len).saturating_add(slack) {
+    let rounding = if inner.granule > 1 {
+        let files = inner.dirty_set.lock().len() as u64 + inner.syncing_files.load(Ordering::Relaxed) + 1;
+        files.saturating_mul(inner.granule - 1)
+    } else {
+        0
+    };
+    let need = dirty.saturating_add(len).saturating_add(slack).saturating_add(rounding);
+    if inner.placeable_bytes() < need {
         return Err(EngineError::NoSpace);
     }
     Ok(())

@@ -128,3 +128,150 @@ fn free_bytes_in_shared_sectors_are_not_offered_to_new_writes() {
     assert_eq!(read_all(&e, ino).unwrap(), big);
     assert_fsck_clean(&e, "at the end");
 }
+
+fn raw_opts() -> OpenOptions {
+    OpenOptions { compression: "none".parse().unwrap(), ..OpenOptions::default() }
+}
+
+/// Found in review: free space made only of whole sectors that are not contiguous was counted
+/// (about half the device) and admitted a 128 KiB record, but no 256 contiguous free sectors
+/// existed, so the txg failed in `place` and the pool was suspended, losing the txg's writes.
+#[test]
+fn fragmented_free_sectors_do_not_suspend_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    let mkfs = MkfsOptions { device_capacity: Some(MIB), max_inline: Some(0), ..MkfsOptions::default() };
+    Engine::mkfs(&pool, &mkfs).unwrap();
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    // 1 KiB files: each record is exactly two 512-byte sectors, packed back to back
+    let mut names = Vec::new();
+    for k in 0..800u64 {
+        let name = format!("s{k}");
+        write_new_file(&e, &name, &random_bytes(k, 1024)).unwrap();
+        names.push(name);
+    }
+    e.sync().unwrap();
+    let whole_free_before = e.statfs().unwrap().total_bytes;
+    // every other file goes: ~400 KiB more free in whole sectors, in pieces of 2 sectors
+    for name in names.iter().step_by(2) {
+        delete_file(&e, name.as_bytes()).unwrap();
+    }
+    e.sync().unwrap();
+    let st = e.statfs().unwrap();
+    assert_eq!(st.total_bytes, whole_free_before, "the total counts every whole sector");
+    // what statfs offers is what a write gets: here less than one record
+    let free = st.free_bytes;
+    assert!(free < 128 * 1024, "statfs offers {free} bytes, in pieces no record fits");
+    let big = random_bytes(7, 128 * 1024);
+    match write_new_file(&e, "big", &big) {
+        // refused up front: fine
+        Err(EngineError::NoSpace) => {}
+        Ok(_) => {
+            // accepted: the txg must place it (or at least not suspend the pool)
+            match e.sync() {
+                Ok(()) => {}
+                Err(err) => panic!("a write accepted with {free} bytes 'free' made the txg fail: {err}"),
+            }
+        }
+        Err(other) => panic!("expected NoSpace or success, got {other}"),
+    }
+    // small files still fit in what statfs offers
+    for k in 0..(free / 1024).saturating_sub(2) {
+        write_new_file(&e, &format!("t{k}"), &random_bytes(1000 + k, 1024)).unwrap();
+    }
+    e.sync().expect("the pool must not be suspended");
+}
+
+/// Make a pool as builds before `PACKED_BYTES` did: mkfs, then clear the feature bit in the
+/// (still empty) pool's superblock.
+fn mkfs_sector_packed(pool: &std::path::Path, mkfs: &MkfsOptions) {
+    Engine::mkfs(pool, mkfs).unwrap();
+    use redb::ReadableTable;
+    use squeezefs_meta::{tables, Features, Superblock};
+    let db = redb::Database::open(pool.join("meta.redb")).unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_table(tables::SUPERBLOCK).unwrap();
+        let mut sb = Superblock::decode(t.get(0u8).unwrap().unwrap().value()).unwrap();
+        sb.features.incompat &= !Features::INCOMPAT_PACKED_BYTES;
+        t.insert(0u8, &sb.encode()[..]).unwrap();
+    }
+    tx.commit().unwrap();
+}
+
+/// Found in review: in a sector-packed (old) pool a record of 513 stored bytes occupies 1024
+/// bytes, but write admission compared free space with the *logical* dirty bytes: ~2x more
+/// data was accepted than the txg could place; it failed with NoSpace and suspended the pool.
+#[test]
+fn old_pool_write_admission_counts_sector_footprints() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    let mkfs = MkfsOptions { device_capacity: Some(MIB), max_inline: Some(0), ..MkfsOptions::default() };
+    mkfs_sector_packed(&pool, &mkfs);
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    let mut accepted = 0u64;
+    for k in 0..1500u64 {
+        match write_new_file(&e, &format!("s{k}"), &random_bytes(k, 513)) {
+            Ok(_) => accepted += 1,
+            Err(EngineError::NoSpace) => break,
+            Err(other) => panic!("filling: expected NoSpace, got {other}"),
+        }
+    }
+    match e.sync() {
+        Ok(()) => {}
+        Err(err) => panic!("{accepted} files of 513 bytes were accepted, then the txg failed: {err}"),
+    }
+}
+
+/// Unmounts the tmpfs it mounted when dropped (also when the test panics).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    /// A tmpfs of `size` bytes, or `None` where mounting is not allowed (not root).
+    fn mount(size: u64) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs(dir))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// Found in review: a pool on a growable device file. Write admission uses the host
+/// filesystem's free space, cached by `refresh_host_free`, which ran only at the start of a
+/// txg's sync (and at open). After txg N had written its data, the cache still showed the
+/// space N took while `dirty_bytes` no longer counted N's bytes: the next writes were
+/// admitted against space that was gone, and the txg that synced them failed on the host's
+/// ENOSPC and suspended the pool, instead of the write returning NoSpace.
+#[test]
+fn growable_pool_admission_sees_the_host_space_the_last_txg_took() {
+    let Some(fs) = Tmpfs::mount(16 * MIB) else {
+        eprintln!("skipped: cannot mount a tmpfs (not root)");
+        return;
+    };
+    let pool = fs.0.join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    let a = write_new_file(&e, "a", &random_bytes(1, 6 * MIB)).unwrap();
+    e.fsync(a).unwrap();
+    // the host holds ~6 MiB of data now; ~9 MiB are left, but the cache says ~15
+    let mut refused = false;
+    match write_new_file(&e, "b", &random_bytes(2, 12 * MIB)) {
+        Ok(_) => {}
+        Err(EngineError::NoSpace) => refused = true,
+        Err(other) => panic!("expected NoSpace or success, got {other}"),
+    }
+    let r = e.sync();
+    let _ = e.close();
+    drop(e);
+    assert!(r.is_ok(), "12 MiB accepted with ~9 MiB left on the host (refused: {refused}): {}", r.unwrap_err());
+}
