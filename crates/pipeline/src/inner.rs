@@ -28,7 +28,7 @@ pub struct DevSlot {
 
 pub struct Inner {
     pub pool_dir: PathBuf,
-    pub db: redb::Database,
+    pub db: crate::metadb::MetaDb,
     pub read_only: bool,
     pub sector: u64,
     /// record packing unit on the devices: 1 in pools with `INCOMPAT_PACKED_BYTES`, else the
@@ -87,7 +87,7 @@ impl Inner {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         pool_dir: PathBuf,
-        db: redb::Database,
+        db: crate::metadb::MetaDb,
         read_only: bool,
         sector: u64,
         granule: u64,

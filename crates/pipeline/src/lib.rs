@@ -28,6 +28,7 @@ mod early;
 mod error;
 pub mod fsck;
 mod inner;
+mod metadb;
 mod metatx;
 mod nsdelta;
 mod options;

@@ -2,7 +2,8 @@
 //! unless devices are named, one growable device file (`data.0`).
 
 #[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
+use crate::metadb::MetaDb;
+use redb::ReadableTable;
 use crate::alloc::DevSpace;
 use crate::devq::DevQueue;
 use crate::error::{EngineError, Result};
@@ -68,14 +69,11 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
     if pool.exists() && !pool.is_dir() {
         return Err(pool_err(format!("{} exists and is not a directory; a pool is a directory", pool.display())));
     }
-    if meta.exists() {
-        if !opts.force {
-            return Err(pool_err(format!(
-                "{} already holds a squeezefs pool; use --force to overwrite it",
-                pool.display()
-            )));
-        }
-        std::fs::remove_file(&meta).map_err(|e| pool_err(format!("cannot remove {}: {e}", meta.display())))?;
+    if meta.exists() && !opts.force {
+        return Err(pool_err(format!(
+            "{} already holds a squeezefs pool; use --force to overwrite it",
+            pool.display()
+        )));
     }
     std::fs::create_dir_all(pool).map_err(|e| pool_err(format!("cannot create {}: {e}", pool.display())))?;
     let mut devs: Vec<(Arc<dyn Device>, PathBuf, DeviceKind)> = Vec::new();
@@ -125,6 +123,12 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
             std::fs::canonicalize(p).unwrap_or_else(|_| p.clone())
         };
         devs.push((Arc::new(d), recorded, kind));
+    }
+    // only now that every device opened and passed its checks: an old pool is replaced by
+    // --force, not destroyed by a mistyped --device (tests/checking_tools.rs::
+    // a_failed_mkfs_force_does_not_destroy_the_existing_pool)
+    if meta.exists() {
+        std::fs::remove_file(&meta).map_err(|e| pool_err(format!("cannot remove {}: {e}", meta.display())))?;
     }
     let any_block = devs.iter().any(|d| d.2 == DeviceKind::Block);
     let sector = opts.sector.unwrap_or(if any_block { 4096 } else { 512 });
@@ -192,13 +196,16 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
             pool.display()
         )));
     }
-    let db = redb::Database::open(&meta).map_err(|e| match e {
-        redb::DatabaseError::DatabaseAlreadyOpen => {
-            pool_err(format!("pool {} is already open (mounted or in use by another command)", pool.display()))
-        }
-        e => pool_err(format!("cannot open the metadata store {}: {e}", meta.display())),
-    })?;
-    let rx = db.begin_read()?;
+    let open_db = |read_only: bool| {
+        MetaDb::open(&meta, read_only).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => {
+                pool_err(format!("pool {} is already open (mounted or in use by another command)", pool.display()))
+            }
+            e => pool_err(format!("cannot open the metadata store {}: {e}", meta.display())),
+        })
+    };
+    let mut db = open_db(opts.read_only)?;
+    let mut rx = db.begin_read()?;
     let sb = {
         let t = rx.open_table(tables::SUPERBLOCK)?;
         let v = t.get(0u8)?.ok_or_else(|| pool_err("the pool has no superblock".into()))?;
@@ -234,6 +241,11 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
             pool.display()
         );
         read_only = true;
+        // and the store too: this build must not write a pool it does not fully understand
+        drop(rx);
+        drop(db); // the read-write handle holds redb's lock until dropped
+        db = open_db(true)?;
+        rx = db.begin_read()?;
     }
     let pool_id = PoolId(sb.pool_id);
     // pools made before PACKED_BYTES keep packing at the sector: their free map and extent

@@ -51,7 +51,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    fn open(db: &redb::Database) -> Result<Snapshot> {
+    fn open(db: &crate::metadb::MetaDb) -> Result<Snapshot> {
         let rx = db.begin_read()?;
         Ok(Snapshot {
             inodes: rx.open_table(tables::INODES)?,
@@ -83,7 +83,7 @@ pub struct SnapshotCache {
 impl SnapshotCache {
     /// A snapshot at least as new as every commit that finished `committed` before this
     /// call. Call only after looking in the namespace delta (block comment).
-    pub fn get(&self, db: &redb::Database) -> Result<Arc<Snapshot>> {
+    pub fn get(&self, db: &crate::metadb::MetaDb) -> Result<Arc<Snapshot>> {
         let g = self.generation.load(Ordering::Acquire);
         if let Some((cg, s)) = self.cached.lock().as_ref() {
             // a newer snapshot than the generation loaded reads the same: rows it holds
@@ -104,7 +104,7 @@ impl SnapshotCache {
 
     /// The txg commit's redb transaction committed (block comment). Called by the only
     /// committer, so the generation cannot move in between.
-    pub fn committed(&self, db: &redb::Database) {
+    pub fn committed(&self, db: &crate::metadb::MetaDb) {
         let next = self.generation.load(Ordering::Acquire) + 1;
         // the old snapshot goes first: it must not outlive the commit by a reader's choice
         // (if opening fails, readers open their own, as before the first commit)
@@ -121,8 +121,8 @@ impl SnapshotCache {
 mod tests {
     use super::*;
 
-    fn db_with(dir: &std::path::Path, ino: u64, v: &[u8]) -> redb::Database {
-        let db = redb::Database::create(dir.join("t.redb")).unwrap();
+    fn db_with(dir: &std::path::Path, ino: u64, v: &[u8]) -> crate::metadb::MetaDb {
+        let db = crate::metadb::MetaDb::Rw(redb::Database::create(dir.join("t.redb")).unwrap());
         let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_table(tables::INODES).unwrap();
@@ -135,7 +135,7 @@ mod tests {
         db
     }
 
-    fn put(db: &redb::Database, ino: u64, v: &[u8]) {
+    fn put(db: &crate::metadb::MetaDb, ino: u64, v: &[u8]) {
         let tx = db.begin_write().unwrap();
         tx.open_table(tables::INODES).unwrap().insert(ino, v).unwrap();
         tx.commit().unwrap();
