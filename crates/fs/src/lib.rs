@@ -50,6 +50,8 @@ pub struct Fs {
     inodes: inodes::InodeTable,
     handles: handles::Handles,
     atimes: atime::PendingAtimes,
+    /// held across a rename's transaction and its parent-map update (is_within)
+    rename_lock: Mutex<()>,
 }
 
 impl Fs {
@@ -67,6 +69,7 @@ impl Fs {
             inodes: inodes::InodeTable::new(),
             handles: handles::Handles::default(),
             atimes: atime::PendingAtimes::default(),
+            rename_lock: Mutex::new(()),
         };
         if !fs.engine.read_only() && !fs.cfg.read_only {
             for ino in fs.engine.orphans()? {
@@ -94,7 +97,7 @@ impl Fs {
             for ino in self.inodes.referenced() {
                 if let Ok(a) = self.stat(ino) {
                     if a.nlink == 0 {
-                        self.delete_inode(ino)?;
+                        self.delete_inode(ino, true)?;
                     }
                 }
             }
@@ -182,17 +185,21 @@ impl Fs {
             return Ok(());
         }
         match self.stat(ino) {
-            Ok(a) if a.nlink == 0 => self.delete_inode(ino),
+            Ok(a) if a.nlink == 0 => self.delete_inode(ino, false),
             Ok(_) => Ok(()),
             Err(EngineError::NoInode(_)) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
 
-    fn delete_inode(&self, ino: Ino) -> Result<()> {
+    fn delete_inode(&self, ino: Ino, at_unmount: bool) -> Result<()> {
         self.tx(|tx| {
-            let a = tx.get_inode(ino)?;
-            if a.nlink == 0 {
+            let a = match tx.get_inode(ino) {
+                Ok(a) => a,
+                Err(EngineError::NoInode(_)) => return Ok(()), // deleted meanwhile
+                Err(e) => return Err(e.into()),
+            };
+            if a.nlink == 0 && (at_unmount || !self.inodes.is_referenced(ino)) {
                 tx.delete_inode(ino)?;
                 tx.remove_orphan(ino)?;
             }

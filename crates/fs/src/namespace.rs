@@ -225,6 +225,10 @@ impl Fs {
         if victim.1 == FileKind::Dir {
             self.inodes.remove_parent(victim.0);
         }
+        // a last release/forget between our reference check and the publish saw nlink > 0
+        if !self.inodes.is_referenced(victim.0) {
+            self.maybe_delete(victim.0)?;
+        }
         Ok(())
     }
 
@@ -270,6 +274,7 @@ impl Fs {
         }
         self.check_writable()?;
         let now = time::now();
+        let _rename = self.rename_lock.lock();
         let (src, dst) = self.tx(|tx| {
             let mut pa = dir_attr(tx, parent)?;
             let mut npa = if newparent == parent { pa.clone() } else { dir_attr(tx, newparent)? };
@@ -390,6 +395,13 @@ impl Fs {
                 self.inodes.set_parent(dino, parent);
             } else {
                 self.inodes.remove_parent(dino);
+            }
+            if !exchange && !self.inodes.is_referenced(dino) {
+                self.maybe_delete(dino)?;
+            }
+        } else if let Some((dino, _)) = dst.filter(|_| !exchange) {
+            if !self.inodes.is_referenced(dino) {
+                self.maybe_delete(dino)?;
             }
         }
         Ok(())

@@ -367,14 +367,7 @@ impl Engine {
         let free = self.inner.placeable_bytes();
         let whole_free = self.inner.free_bytes().max(free);
         let used: u64 = self.device_stats().iter().map(|d| d.used_bytes).sum();
-        let rx = self.inner.db.begin_read()?;
-        let inodes = {
-            use redb::ReadableTableMetadata;
-            let n = rx.open_table(tables::INODES)?.len()? as i64;
-            // created minus deleted since the last commit: read after redb, so a commit in
-            // between can only make the figure briefly low, never count an inode twice
-            (n + self.inner.ns.inode_count()).max(0) as u64
-        };
+        let inodes = self.inner.ns.total_inodes().max(0) as u64;
         Ok(StatFs {
             total_bytes: used.saturating_add(whole_free),
             free_bytes: free,

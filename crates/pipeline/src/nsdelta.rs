@@ -99,6 +99,8 @@ struct Generations {
     committing: Option<Arc<Delta>>,
     /// bumped whenever `committing` is dropped (its rows are in redb from then on)
     generation: u64,
+    /// inodes redb holds as of the last `committed` (set at open)
+    committed_inodes: i64,
 }
 
 pub struct NsDelta {
@@ -112,7 +114,7 @@ impl Default for NsDelta {
     fn default() -> Self {
         NsDelta {
             meta_lock: Mutex::new(()),
-            rows: RwLock::new(Generations { open: Delta::default(), committing: None, generation: 0 }),
+            rows: RwLock::new(Generations { open: Delta::default(), committing: None, generation: 0, committed_inodes: 0 }),
         }
     }
 }
@@ -169,7 +171,8 @@ impl NsDelta {
     /// redb durably holds `committing`'s rows.
     pub fn committed(&self) {
         let mut g = self.rows.write();
-        g.committing = None;
+        let n = g.committing.take().map_or(0, |c| c.inode_count);
+        g.committed_inodes += n;
         g.generation += 1;
     }
 
@@ -177,6 +180,18 @@ impl NsDelta {
     pub fn inode_count(&self) -> i64 {
         let g = self.rows.read();
         g.open.inode_count + g.committing.as_ref().map_or(0, |c| c.inode_count)
+    }
+
+    /// Inodes that exist: redb's count (as of the last `committed`) plus the delta's, in one
+    /// read of the generations, so a commit in progress is counted exactly once.
+    pub fn total_inodes(&self) -> i64 {
+        let g = self.rows.read();
+        g.committed_inodes + g.open.inode_count + g.committing.as_ref().map_or(0, |c| c.inode_count)
+    }
+
+    /// At open: the inodes redb holds.
+    pub fn set_committed_inodes(&self, n: i64) {
+        self.rows.write().committed_inodes = n;
     }
 }
 

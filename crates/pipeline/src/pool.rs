@@ -304,10 +304,11 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
             devs.push(d);
         }
     }
-    let next_ino = {
+    let (next_ino, inode_rows) = {
+        use redb::ReadableTableMetadata;
         let t = rx.open_table(tables::INODES)?;
         let last = t.last()?.map(|(k, _)| k.value()).unwrap_or(0);
-        sb.next_ino.max(last + 1)
+        (sb.next_ino.max(last + 1), t.len()? as i64)
     };
     drop(rx);
     let slots = devs
@@ -330,6 +331,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         next_ino,
     )
     .into_arc();
+    inner.ns.set_committed_inodes(inode_rows);
     inner.refresh_host_free();
     Ok(inner)
 }
