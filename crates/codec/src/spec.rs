@@ -196,7 +196,7 @@ impl FromStr for Spec {
             return p.fixed(Algorithm::Zstd, -n);
         }
         if let Some(rest) = s.strip_prefix("zstd") {
-            let level = match rest.split_at_checked(1) {
+            let level = match split_first(rest) {
                 None => ZSTD_DEFAULT_LEVEL as i64,
                 Some((":", n)) => p.signed(n)?,
                 Some(("-", n)) => p.unsigned(n)?,
@@ -206,7 +206,7 @@ impl FromStr for Spec {
             return p.fixed(Algorithm::Zstd, level);
         }
         if let Some(rest) = s.strip_prefix("lz4hc") {
-            let level = match rest.split_at_checked(1) {
+            let level = match split_first(rest) {
                 None => Algorithm::Lz4Hc.default_level() as i64,
                 Some((":" | "-", n)) => p.unsigned(n)?,
                 _ => return Err(p.junk(rest)),
@@ -281,7 +281,7 @@ impl FromStr for Spec {
             return Ok(Spec::Auto { min: min as i32, max: max as i32 });
         }
         if let Some(rest) = s.strip_prefix("qos") {
-            let n = match rest.split_at_checked(1) {
+            let n = match split_first(rest) {
                 Some((":" | "-" | "=", n)) => p.unsigned(n)?,
                 _ => {
                     return Err(SpecError::Malformed {
@@ -298,6 +298,14 @@ impl FromStr for Spec {
         let name: String = s.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
         Err(SpecError::UnknownName { name: if name.is_empty() { s } else { name } })
     }
+}
+
+/// `rest` split after its first character (None only when `rest` is empty). Not
+/// `split_at_checked(1)`: that is also None when the first character is not ASCII, which
+/// made `zstdé` parse as plain `zstd`.
+fn split_first(rest: &str) -> Option<(&str, &str)> {
+    let c = rest.chars().next()?;
+    Some(rest.split_at(c.len_utf8()))
 }
 
 /// Number parsing with errors that quote the whole spec.

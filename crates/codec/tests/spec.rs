@@ -251,3 +251,15 @@ proptest! {
         let _ = Spec::parse_list(&s);
     }
 }
+
+/// Found in review: `split_at_checked(1)` is `None` both for an empty rest and for a rest
+/// whose first character is not ASCII, so `zstdé` parsed as plain `zstd` (level 3) and a
+/// mistyped mount option was taken silently.
+#[test]
+fn non_ascii_junk_after_zstd_or_lz4hc_is_refused() {
+    for input in ["zstd\u{e9}", "zstd\u{2013}3", "lz4hc\u{e9}", "ZSTD\u{fc}", "lz4hc\u{2014}9", "qos\u{e9}5"] {
+        let r = input.parse::<Spec>();
+        assert!(r.is_err(), "{input:?} parsed as {:?}", r.unwrap());
+    }
+    assert!(Spec::parse_list("zstd\u{e9},lz4").is_err());
+}
