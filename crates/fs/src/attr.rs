@@ -5,8 +5,8 @@ use crate::perm::{self, MAY_WRITE, S_ISGID};
 use crate::{time, Fs};
 use squeezefs_pipeline::{FileKind, Ino, InodeAttr, Timestamp};
 
-/// Largest file size (ext4 with 4 KiB blocks: 16 TiB).
-pub const MAX_FILE_SIZE: u64 = 16 << 40;
+/// Largest file size (ext4 with 4 KiB blocks: s_maxbytes = (2^32 - 1) blocks = 16 TiB - 4 KiB).
+pub const MAX_FILE_SIZE: u64 = (16 << 40) - 4096;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeSet {
@@ -83,10 +83,11 @@ impl Fs {
             if s.size.is_some() {
                 a.mtime = now;
                 a.ctime = now;
-                a.perm = perm::mode_after_write(a.perm, c);
+                a.perm = perm::mode_after_write(a.perm, a.gid, c);
                 changed = true;
             }
             if s.uid.is_some() || s.gid.is_some() {
+                let old_gid = a.gid;
                 if let Some(uid) = s.uid {
                     a.uid = uid;
                 }
@@ -94,7 +95,7 @@ impl Fs {
                     a.gid = gid;
                 }
                 if a.kind != FileKind::Dir {
-                    a.perm = perm::strip_suid_sgid(a.perm);
+                    a.perm = perm::mode_after_chown(a.perm, old_gid, c);
                 }
                 a.ctime = now;
                 changed = true;
@@ -155,8 +156,14 @@ fn check_setattr(a: &InodeAttr, c: &Creds, s: &SetAttr) -> Result<()> {
     if let Some(mode) = s.mode {
         // the kernel clears setuid/setgid after a write by sending the new mode with the
         // writer's credentials (file_remove_privs): allowed whoever the writer is
-        let only_drops_privs = mode & 0o7777 == perm::strip_suid_sgid(a.perm)
-            || mode & 0o7777 == a.perm & !(perm::S_ISUID | S_ISGID);
+        // (only for a caller who may write the file, and only when a bit actually goes: a
+        // chmod by anyone else, even to the mode the file has, is EPERM)
+        let privs = perm::S_ISUID | S_ISGID;
+        let mode = mode & 0o7777;
+        let only_drops_privs = a.perm & privs != 0
+            && mode != a.perm
+            && (mode == perm::strip_suid_sgid(a.perm) || mode == a.perm & !privs)
+            && perm::check(a, c, MAY_WRITE).is_ok();
         if !only_drops_privs && !perm::is_owner(a, c) {
             return Err(FsError::Perm);
         }
@@ -166,11 +173,23 @@ fn check_setattr(a: &InodeAttr, c: &Creds, s: &SetAttr) -> Result<()> {
     // mtime + ctime alone. atime still tells the two utimensat forms apart: explicit needs
     // the owner (or CAP_FOWNER), "now" the owner or a writer. mtime without atime may be the
     // flush, sent with whatever credentials the flushing task has: allowed.
+    // vfs_utimes: only "both now" (times == NULL) is the writer's ATTR_TOUCH; one time
+    // now and the other omitted is ATTR_TIMES_SET, which needs the owner.
     let explicit = |t: Option<TimeSet>| matches!(t, Some(TimeSet::At(_)));
     let (set_explicitly, set_to_now) = if s.ctime.is_some() {
-        (explicit(s.atime), s.atime == Some(TimeSet::Now))
+        match s.atime {
+            Some(TimeSet::At(_)) => (true, false),
+            // atime now with mtime (sent as a value): both now
+            Some(TimeSet::Now) if s.mtime.is_some() => (false, true),
+            Some(TimeSet::Now) => (true, false),
+            None => (false, false),
+        }
+    } else if s.size.is_some() && s.atime.is_none() {
+        // truncate(2) sends its own "mtime = now" (ATTR_MTIME without ATTR_MTIME_SET)
+        (explicit(s.mtime), false)
     } else {
-        (explicit(s.atime) || explicit(s.mtime), s.atime.is_some() || s.mtime.is_some())
+        let both_now = s.atime == Some(TimeSet::Now) && s.mtime == Some(TimeSet::Now);
+        (explicit(s.atime) || explicit(s.mtime) || (s.atime.is_some() != s.mtime.is_some()), both_now)
     };
     if set_explicitly {
         if !perm::is_owner(a, c) {

@@ -126,7 +126,7 @@ impl Fs {
 
     /// relatime: record the access if atime is not newer than mtime/ctime or a day old
     /// (never with `noatime`).
-    fn decide_atime(&self, ino: Ino) {
+    pub(crate) fn decide_atime(&self, ino: Ino) {
         if self.read_only() || self.noatime() {
             return;
         }
@@ -169,14 +169,21 @@ impl Fs {
         from_page_cache: bool,
     ) -> Result<usize> {
         self.check_writable()?;
-        range_end(offset, data.len() as u64)?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        // generic_write_check_limits: EFBIG at or past the limit, a short write across it
+        if offset >= MAX_FILE_SIZE {
+            return Err(FsError::FileTooBig);
+        }
+        let data = &data[..data.len().min((MAX_FILE_SIZE - offset).min(usize::MAX as u64) as usize)];
         self.engine.write(ino, offset, data)?;
         if !from_page_cache {
             let now = time::now();
             self.engine.update_attr(ino, |a| -> Result<((), bool)> {
                 a.mtime = now;
                 a.ctime = now;
-                a.perm = perm::mode_after_write(a.perm, c);
+                a.perm = perm::mode_after_write(a.perm, a.gid, c);
                 Ok(((), true))
             })?;
         }
@@ -225,16 +232,15 @@ impl Fs {
         } else {
             self.engine.allocate(ino, offset, len, keep)?;
         }
-        let changes_data = mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) != 0;
-        if changes_data || (!keep && end > a.size) {
-            let now = time::now();
-            self.engine.update_attr(ino, |a| -> Result<((), bool)> {
-                a.mtime = now;
-                a.ctime = now;
-                a.perm = perm::mode_after_write(a.perm, c);
-                Ok(((), true))
-            })?;
-        }
+        // ext4_fallocate calls file_modified(): every mode updates mtime and ctime and
+        // drops setuid/setgid as a write does
+        let now = time::now();
+        self.engine.update_attr(ino, |a| -> Result<((), bool)> {
+            a.mtime = now;
+            a.ctime = now;
+            a.perm = perm::mode_after_write(a.perm, a.gid, c);
+            Ok(((), true))
+        })?;
         Ok(())
     }
 

@@ -122,7 +122,12 @@ impl Fs {
             } else {
                 c.gid
             };
-            if kind != FileKind::Dir && mode & S_ISGID != 0 && !c.in_group(gid) && !c.capable(Cap::Fsetid) {
+            if kind != FileKind::Dir
+                && pa.perm & S_ISGID != 0
+                && mode & (S_ISGID | perm::S_IXGRP) == (S_ISGID | perm::S_IXGRP)
+                && !c.in_group(gid)
+                && !c.capable(Cap::Fsetid)
+            {
                 mode &= !S_ISGID;
             }
             let attr = InodeAttr {

@@ -59,13 +59,28 @@ pub fn check_delete(dir: &InodeAttr, victim: &InodeAttr, c: &Creds) -> Result<()
     Ok(())
 }
 
-/// Mode bits after a write by `c`: setuid always goes, setgid only with group-exec
-/// (otherwise it means mandatory locking); CAP_FSETID keeps both.
-pub fn mode_after_write(perm: u32, c: &Creds) -> u32 {
+/// Mode bits after a write or truncate by `c` of a file of group `gid`
+/// (setattr_should_drop_suidgid): setuid always goes; setgid goes with group-exec, or
+/// without it when `c` is not in the file's group; CAP_FSETID keeps both.
+pub fn mode_after_write(perm: u32, gid: u32, c: &Creds) -> u32 {
     if perm & (S_ISUID | S_ISGID) == 0 || c.capable(Cap::Fsetid) {
         return perm;
     }
-    strip_suid_sgid(perm)
+    let mut p = strip_suid_sgid(perm);
+    if p & S_ISGID != 0 && !c.in_group(gid) {
+        p &= !S_ISGID;
+    }
+    p
+}
+
+/// Mode bits of a non-directory after a chown by `c` (chown_common): setuid always goes,
+/// setgid as `setattr_should_drop_sgid` decides from the group the file had before.
+pub fn mode_after_chown(perm: u32, old_gid: u32, c: &Creds) -> u32 {
+    let mut p = perm & !S_ISUID;
+    if p & S_ISGID != 0 && (p & S_IXGRP != 0 || !(c.in_group(old_gid) || c.capable(Cap::Fsetid))) {
+        p &= !S_ISGID;
+    }
+    p
 }
 
 /// setuid cleared; setgid cleared if group-executable.
@@ -176,9 +191,11 @@ mod tests {
     #[test]
     fn write_strips_setuid_and_exec_setgid_for_non_root() {
         let c = Creds::with_groups(1000, 1000, vec![]);
-        assert_eq!(mode_after_write(0o6755, &c), 0o0755);
-        // setgid without group exec is mandatory-locking: kept
-        assert_eq!(mode_after_write(0o6745, &c), 0o2745);
-        assert_eq!(mode_after_write(0o6755, &Creds::root()), 0o6755);
+        assert_eq!(mode_after_write(0o6755, 1000, &c), 0o0755);
+        // setgid without group exec is mandatory-locking: kept for a member of the group
+        assert_eq!(mode_after_write(0o6745, 1000, &c), 0o2745);
+        // ... and cleared for anyone else (Linux >= 6.2)
+        assert_eq!(mode_after_write(0o6745, 50, &c), 0o0745);
+        assert_eq!(mode_after_write(0o6755, 50, &Creds::root()), 0o6755);
     }
 }

@@ -38,6 +38,9 @@ fn namespace(name: &[u8]) -> Result<Ns> {
     if name.is_empty() || name.len() > NAME_MAX {
         return Err(FsError::Range);
     }
+    if [&b"user."[..], b"trusted.", b"security."].contains(&name) {
+        return Err(FsError::Invalid("extended attribute name is only a namespace prefix"));
+    }
     if name.starts_with(b"user.") && name.len() > 5 {
         Ok(Ns::User)
     } else if name.starts_with(b"trusted.") && name.len() > 8 {

@@ -260,10 +260,12 @@ impl MountConfig {
                     flag(&mut c, &|c| c.flags.noexec = name == "noexec")?;
                     c.restated.flags.noexec = true;
                 }
-                "noatime" | "atime" | "relatime" | "strictatime" | "norelatime" | "nodiratime" | "diratime" => {
+                "noatime" | "atime" | "relatime" | "strictatime" | "norelatime" => {
                     flag(&mut c, &|c| c.flags.noatime = name == "noatime")?;
                     c.restated.flags.noatime = true;
                 }
+                // directory-only flags: they never switch noatime on or off (`noatime,nodiratime`)
+                "nodiratime" | "diratime" => flag(&mut c, &|_| {})?,
                 "sync" | "async" => {
                     flag(&mut c, &|c| c.flags.sync = name == "sync")?;
                     c.restated.flags.sync = true;
@@ -504,5 +506,20 @@ mod tests {
         assert!(msg.contains("group_id") && msg.contains("remount"), "{msg}");
         assert!(matches!(MountConfig::parse("remount,user_id=root"), Err(MountOptionError::BadValue { .. })));
         assert_eq!(MountConfig::parse("remount,user_id"), Err(MountOptionError::MissingValue("user_id".into())));
+    }
+
+    /// Review (rev-fs): `nodiratime` and `diratime` are separate mount flags;
+    /// they never switch `noatime` off (checked: `mount -t tmpfs -o noatime,nodiratime`
+    /// shows `noatime,nodiratime`, `-o noatime,diratime` shows `noatime`). The parser lets
+    /// the last atime-ish word decide, so the common fstab `noatime,nodiratime` mounts with
+    /// atime updates, and `remount,nodiratime` switches a live noatime mount to relatime.
+    #[test]
+    fn nodiratime_after_noatime_keeps_noatime() {
+        for opts in ["noatime,nodiratime", "noatime,diratime", "nodiratime,noatime"] {
+            assert!(MountConfig::parse(opts).unwrap().flags.noatime, "{opts}");
+        }
+        let live = LiveMount::from_proc_mounts_options("rw,noatime,default_permissions");
+        let c = MountConfig::parse("remount,nodiratime").unwrap();
+        assert_eq!(c.per_mount_flags(&live), None, "remount,nodiratime must not clear noatime");
     }
 }
