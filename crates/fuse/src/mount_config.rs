@@ -508,7 +508,7 @@ mod tests {
         assert_eq!(MountConfig::parse("remount,user_id"), Err(MountOptionError::MissingValue("user_id".into())));
     }
 
-    /// Review (rev-fs): `nodiratime` and `diratime` are separate mount flags;
+    /// Found in review: `nodiratime` and `diratime` are separate mount flags;
     /// they never switch `noatime` off (checked: `mount -t tmpfs -o noatime,nodiratime`
     /// shows `noatime,nodiratime`, `-o noatime,diratime` shows `noatime`). The parser lets
     /// the last atime-ish word decide, so the common fstab `noatime,nodiratime` mounts with
