@@ -321,6 +321,7 @@ fn open_and_mount(pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> Result<s
         check_permissions: !cfg.default_permissions,
         compression: cfg.compression,
         noatime: cfg.flags.noatime,
+        nodiratime: cfg.nodiratime,
     };
     let fs = Arc::new(Fs::new(engine.clone(), fs_cfg).context("starting the filesystem")?);
     match mount::mount(fs.clone(), pool, mountpoint, cfg) {

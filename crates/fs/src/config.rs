@@ -18,10 +18,12 @@ pub struct FsConfig {
     /// `noatime`: reads never update atime (the daemon, not the kernel, keeps atime for a
     /// FUSE mount, so the mount flag alone does not stop the updates)
     pub noatime: bool,
+    /// `nodiratime`: readdir never updates the directory's atime
+    pub nodiratime: bool,
 }
 
 impl Default for FsConfig {
     fn default() -> Self {
-        FsConfig { read_only: false, check_permissions: true, compression: None, noatime: false }
+        FsConfig { read_only: false, check_permissions: true, compression: None, noatime: false, nodiratime: false }
     }
 }

@@ -76,8 +76,10 @@ impl Fs {
             out.push(DirItem { ino: e.ino, kind: e.kind, name: e.name, next_offset: offset_of_cookie(e.cookie), attr });
         }
         // iterate_dir -> file_accessed: relatime decides, at most one write per change
-        self.decide_atime(dir);
-        self.write_atime(dir);
+        if !self.cfg.nodiratime {
+            self.decide_atime(dir);
+            self.write_atime(dir);
+        }
         Ok(out)
     }
 }

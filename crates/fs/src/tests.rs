@@ -745,17 +745,29 @@ fn xattr_prefix_without_a_name_is_einval() {
 /// updates it.
 #[test]
 fn readdir_updates_directory_atime_under_relatime() {
-    let (_d, fs) = new_fs();
-    let r = root();
-    let d = fs.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap();
-    fs.mknod(&r, d.ino, b"x", FileKind::File, 0o644, 0).unwrap();
-    let old = Timestamp { secs: 1_000_000_000, nanos: 0 };
-    fs.setattr(&r, d.ino, &SetAttr { atime: Some(TimeSet::At(old)), ..Default::default() }).unwrap();
-    let fh = fs.opendir(&r, d.ino, 0).unwrap();
-    assert_eq!(fs.readdir(d.ino, 0, 100, false).unwrap().len(), 3);
-    fs.releasedir(fh).unwrap();
-    fs.write_atime(d.ino);
-    assert!(fs.getattr(d.ino).unwrap().atime > old, "readdir left the directory's atime alone");
+    for nodiratime in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = dir.path().join("pool");
+        Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+        let engine = Engine::open(&pool, &OpenOptions::default()).unwrap();
+        let fs = Fs::new(engine, FsConfig { nodiratime, ..FsConfig::default() }).unwrap();
+        let r = root();
+        let d = fs.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap();
+        fs.mknod(&r, d.ino, b"x", FileKind::File, 0o644, 0).unwrap();
+        let old = Timestamp { secs: 1_000_000_000, nanos: 0 };
+        fs.setattr(&r, d.ino, &SetAttr { atime: Some(TimeSet::At(old)), ..Default::default() }).unwrap();
+        let fh = fs.opendir(&r, d.ino, 0).unwrap();
+        assert_eq!(fs.readdir(d.ino, 0, 100, false).unwrap().len(), 3);
+        fs.releasedir(fh).unwrap();
+        fs.write_atime(d.ino);
+        let atime = fs.getattr(d.ino).unwrap().atime;
+        if nodiratime {
+            // found in review: `nodiratime` was accepted and had no effect
+            assert_eq!(atime, old, "nodiratime: readdir must leave the directory's atime alone");
+        } else {
+            assert!(atime > old, "readdir left the directory's atime alone");
+        }
+    }
 }
 
 /// Reads at offsets the kernel can send (loff_t up to i64::MAX) must not panic.

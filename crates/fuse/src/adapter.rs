@@ -525,14 +525,16 @@ impl Filesystem for FuseFs {
             }
             for it in items {
                 let dot = it.name == b"." || it.name == b"..";
-                let attr = match &it.attr {
-                    Some(a) => file_attr(a),
+                // the inode's generation, as LOOKUP sends it: a mismatch makes the kernel take
+                // the cached inode for a reused number and fail its open files with EIO
+                let (attr, generation) = match &it.attr {
+                    Some(a) => (file_attr(a), a.generation),
                     None => match self.fs.getattr(it.ino) {
-                        Ok(a) => file_attr(&a),
+                        Ok(a) => (file_attr(&a), a.generation),
                         Err(e) => return reply.error(errno(&e)),
                     },
                 };
-                if reply.add(INodeNo(it.ino), it.next_offset, OsStr::from_bytes(&it.name), &TTL, &attr, Generation(0)) {
+                if reply.add(INodeNo(it.ino), it.next_offset, OsStr::from_bytes(&it.name), &TTL, &attr, Generation(generation)) {
                     return reply.ok();
                 }
                 // the kernel counts a lookup for every entry it received except . and ..

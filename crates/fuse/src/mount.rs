@@ -112,6 +112,13 @@ fn mount_session(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig)
         if cfg.flags.noatime {
             c.mount_options.push(MountOption::NoAtime);
         }
+        // asked-for durability must not be dropped on the fusermount path (found in review)
+        if cfg.flags.sync {
+            c.mount_options.push(MountOption::Sync);
+        }
+        if cfg.flags.dirsync {
+            c.mount_options.push(MountOption::DirSync);
+        }
         Session::new(adapter, mountpoint, &c).map_err(|e| {
             io::Error::new(
                 e.kind(),

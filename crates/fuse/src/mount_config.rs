@@ -54,6 +54,9 @@ pub struct MountConfig {
     pub fsname: Option<String>,
     pub flags: KernelFlags,
     pub uring: UringMode,
+    /// `nodiratime`: listing a directory leaves its atime alone (the daemon keeps atimes of
+    /// a FUSE mount, so the fs core applies it; a remount does not change it)
+    pub nodiratime: bool,
     /// options fixed at mount time that this option string names (their values are in the
     /// fields above); a remount may only restate them (`check_remount`)
     pub restated: Restated,
@@ -107,7 +110,7 @@ const KERNEL_SET_OPTIONS: [&str; 5] = ["user_id", "group_id", "max_read", "blksi
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MountOptionError {
-    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, recordsize=SIZE, uring=auto|on|off, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, sync/async, defaults, noauto, nofail, _netdev)")]
+    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, recordsize=SIZE, uring=auto|on|off, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, diratime/nodiratime, sync/async, defaults, noauto, nofail, _netdev)")]
     Unknown(String),
     #[error("mount option '{name}={value}': {reason}")]
     BadValue { name: String, value: String, reason: String },
@@ -265,7 +268,10 @@ impl MountConfig {
                     c.restated.flags.noatime = true;
                 }
                 // directory-only flags: they never switch noatime on or off (`noatime,nodiratime`)
-                "nodiratime" | "diratime" => flag(&mut c, &|_| {})?,
+                "nodiratime" | "diratime" => {
+                    flag(&mut c, &|_| {})?;
+                    c.nodiratime = name == "nodiratime";
+                }
                 "sync" | "async" => {
                     flag(&mut c, &|c| c.flags.sync = name == "sync")?;
                     c.restated.flags.sync = true;
@@ -521,5 +527,13 @@ mod tests {
         let live = LiveMount::from_proc_mounts_options("rw,noatime,default_permissions");
         let c = MountConfig::parse("remount,nodiratime").unwrap();
         assert_eq!(c.per_mount_flags(&live), None, "remount,nodiratime must not clear noatime");
+    }
+
+    /// Found in review: `nodiratime` was accepted and had no effect.
+    #[test]
+    fn nodiratime_reaches_the_config() {
+        assert!(MountConfig::parse("relatime,nodiratime").unwrap().nodiratime);
+        assert!(!MountConfig::parse("nodiratime,diratime").unwrap().nodiratime);
+        assert!(!MountConfig::parse("noatime").unwrap().nodiratime);
     }
 }

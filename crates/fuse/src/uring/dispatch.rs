@@ -380,15 +380,16 @@ impl Dispatcher {
                     return ok(used);
                 }
                 if plus {
-                    let a = match &it.attr {
-                        Some(a) => attr(a),
+                    // the inode's generation, as LOOKUP sends it (see the adapter's readdirplus)
+                    let (a, generation) = match &it.attr {
+                        Some(a) => (attr(a), a.generation),
                         None => match self.fs.getattr(it.ino) {
-                            Ok(a) => attr(&a),
+                            Ok(a) => (attr(&a), a.generation),
                             Err(e) if used == 0 => return fs_err(&e),
                             Err(_) => return ok(used),
                         },
                     };
-                    abi::put_entry_out(out, used, it.ino, 0, TTL.as_secs(), &a);
+                    abi::put_entry_out(out, used, it.ino, generation, TTL.as_secs(), &a);
                     abi::put_dirent(out, used + abi::ENTRY_OUT_LEN, it.ino, it.next_offset, dtype(it.kind), &it.name);
                     // the kernel counts a lookup for every entry it received except . and ..
                     if it.name != b"." && it.name != b".." {
