@@ -179,15 +179,22 @@ impl Fs {
         let data = &data[..data.len().min((MAX_FILE_SIZE - offset).min(usize::MAX as u64) as usize)];
         self.engine.write(ino, offset, data)?;
         if !from_page_cache {
-            let now = time::now();
-            self.engine.update_attr(ino, |a| -> Result<((), bool)> {
-                a.mtime = now;
-                a.ctime = now;
-                a.perm = perm::mode_after_write(a.perm, a.gid, c);
-                Ok(((), true))
-            })?;
+            self.file_modified(c, ino)?;
         }
         Ok(data.len())
+    }
+
+    /// What the kernel's file_modified() does after a write or fallocate: mtime and ctime
+    /// now, setuid/setgid dropped as `perm::mode_after_write` decides for the writer.
+    fn file_modified(&self, c: &Creds, ino: Ino) -> Result<()> {
+        let now = time::now();
+        self.engine.update_attr(ino, |a| -> Result<((), bool)> {
+            a.mtime = now;
+            a.ctime = now;
+            a.perm = perm::mode_after_write(a.perm, a.gid, c);
+            Ok(((), true))
+        })?;
+        Ok(())
     }
 
     /// O_APPEND write through a handle: at the end of file.
@@ -232,16 +239,8 @@ impl Fs {
         } else {
             self.engine.allocate(ino, offset, len, keep)?;
         }
-        // ext4_fallocate calls file_modified(): every mode updates mtime and ctime and
-        // drops setuid/setgid as a write does
-        let now = time::now();
-        self.engine.update_attr(ino, |a| -> Result<((), bool)> {
-            a.mtime = now;
-            a.ctime = now;
-            a.perm = perm::mode_after_write(a.perm, a.gid, c);
-            Ok(((), true))
-        })?;
-        Ok(())
+        // ext4_fallocate calls file_modified() in every mode
+        self.file_modified(c, ino)
     }
 
     /// Whether some open handle of `ino` can write (the kernel may hold unflushed data).

@@ -253,103 +253,18 @@ fn two_writers_on_one_file_racing_syncs() {
 /// version whose write had returned before the read started.
 #[test]
 fn readers_never_see_stale_or_mixed_records_during_syncs() {
-    let d = tempfile::tempdir().unwrap();
-    let pool = d.path().join("pool");
-    const RS: usize = 16384;
-    const N: usize = 24;
-    Engine::mkfs(&pool, &MkfsOptions { recordsize: Some(RS as u32), max_inline: Some(1024), ..Default::default() }).unwrap();
-    let opts = OpenOptions {
-        compression: "zstd:1".parse().unwrap(),
-        workers: 2,
-        txg_timeout: Duration::from_millis(10),
-        record_cache_bytes: 128 << 10,
-        ..Default::default()
-    };
-    let e = Engine::open(&pool, &opts).unwrap();
-    let ino = create(&e, "v");
-    let rec = |k: usize, v: u32, noisy: bool| -> Vec<u8> {
-        let mut out = Vec::with_capacity(RS);
-        let mut x = (v as u64) << 32 | k as u64 | 1;
-        for i in 0..RS / 8 {
-            out.extend_from_slice(&v.to_le_bytes());
-            let pad: u32 = if noisy {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u32
-            } else {
-                (i % 5) as u32
-            };
-            out.extend_from_slice(&pad.to_le_bytes());
-        }
-        out
-    };
-    for k in 0..N {
-        e.write(ino, (k * RS) as u64, &rec(k, 1, false)).unwrap();
-    }
-    let done: Arc<Vec<AtomicU64>> = Arc::new((0..N).map(|_| AtomicU64::new(1)).collect());
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut hs = Vec::new();
-    {
-        let (e, stop) = (e.clone(), stop.clone());
-        hs.push(std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                e.sync().unwrap();
-            }
-            String::new()
-        }));
-    }
-    for t in 0..2u64 {
-        let (e, stop, done) = (e.clone(), stop.clone(), done.clone());
-        hs.push(std::thread::spawn(move || {
-            let mut x = 7 + t;
-            let mut buf = vec![0u8; RS];
-            while !stop.load(Ordering::Relaxed) {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                let k = (x >> 33) as usize % N;
-                let v0 = done[k].load(Ordering::Acquire);
-                let n = e.read(ino, (k * RS) as u64, &mut buf).unwrap();
-                assert_eq!(n, RS);
-                let first = u32::from_le_bytes(buf[0..4].try_into().unwrap());
-                for (i, w) in buf.chunks(8).enumerate() {
-                    let got = u32::from_le_bytes(w[0..4].try_into().unwrap());
-                    if got != first {
-                        return format!("record {k}: mixed versions {first} and {got} (word {i})");
-                    }
-                }
-                if (first as u64) < v0 {
-                    return format!("record {k}: read version {first} after version {v0} was written");
-                }
-            }
-            String::new()
-        }));
-    }
-    let t0 = Instant::now();
-    let mut v = 1u32;
-    let mut x = 99u64;
-    while t0.elapsed() < STRESS && !hs.iter().any(|h| h.is_finished()) {
-        v += 1;
-        for k in 0..N {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            if (x >> 40).is_multiple_of(3) {
-                continue;
-            }
-            e.write(ino, (k * RS) as u64, &rec(k, v, (x >> 20).is_multiple_of(4))).unwrap();
-            done[k].store(v as u64, Ordering::Release);
-        }
-    }
-    stop.store(true, Ordering::Relaxed);
-    let errs: Vec<String> = hs.into_iter().map(|h| h.join().unwrap()).filter(|s| !s.is_empty()).collect();
-    assert!(errs.is_empty(), "after {v} versions: {errs:?}");
-    eprintln!("{v} versions, {:?}", e.early_stats());
+    versions_race(false);
 }
 
 /// Like the test above, but the writer changes one record at a time and pauses, so the file
-/// goes clean (its dirty state retired) and readers read sequentially (prefetch, cold path);
-/// readers check that a record reads as one version (never a mix) and never older than the
-/// version whose write had returned before the read started.
+/// goes clean (its dirty state retired) and a reader reads sequentially (prefetch, cold path).
 #[test]
 fn cold_sequential_readers_never_see_stale_records() {
+    versions_race(true);
+}
+
+/// The race of the two tests above; `cold` picks the writer's pace and the readers' pattern.
+fn versions_race(cold: bool) {
     let d = tempfile::tempdir().unwrap();
     let pool = d.path().join("pool");
     const RS: usize = 16384;
@@ -406,7 +321,8 @@ fn cold_sequential_readers_never_see_stale_records() {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 let k = (x >> 33) as usize % N;
                 seq = (seq + 1) % N;
-                let k = if t == 0 { seq } else { k };
+                // cold: reader 0 reads sequentially (prefetch, the cold path)
+                let k = if cold && t == 0 { seq } else { k };
                 let v0 = done[k].load(Ordering::Acquire);
                 let n = e.read(ino, (k * RS) as u64, &mut buf).unwrap();
                 assert_eq!(n, RS);
@@ -431,12 +347,17 @@ fn cold_sequential_readers_never_see_stale_records() {
         v += 1;
         for k in 0..N {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            if !(x >> 40).is_multiple_of(8) {
+            // hot: two records in three change per round; cold: one in eight, with pauses,
+            // so the file goes clean (its dirty state retired) between changes
+            let skip = if cold { !(x >> 40).is_multiple_of(8) } else { (x >> 40).is_multiple_of(3) };
+            if skip {
                 continue;
             }
             e.write(ino, (k * RS) as u64, &rec(k, v, (x >> 20).is_multiple_of(4))).unwrap();
             done[k].store(v as u64, Ordering::Release);
-            std::thread::sleep(Duration::from_micros((x >> 10) % 3000));
+            if cold {
+                std::thread::sleep(Duration::from_micros((x >> 10) % 3000));
+            }
         }
     }
     stop.store(true, Ordering::Relaxed);
@@ -444,3 +365,4 @@ fn cold_sequential_readers_never_see_stale_records() {
     assert!(errs.is_empty(), "after {v} versions: {errs:?}");
     eprintln!("{v} versions, {:?}", e.early_stats());
 }
+
