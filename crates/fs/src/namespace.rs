@@ -254,6 +254,36 @@ impl Fs {
     }
 
     /// rename/renameat2 with RENAME_NOREPLACE or RENAME_EXCHANGE.
+    /// Before a rename that replaces an existing name: have the data of the regular file
+    /// moving in (both files, for an exchange) commit no later than the rename
+    /// (`Engine::order_data_before_rename`), so a crash after "write new, rename over old"
+    /// leaves the old file or the new one, not an empty one. Looked up before the rename
+    /// lock because the wait can last a txg commit and must not stall other renames; a name
+    /// changed in between only makes this wait for the wrong file (best effort, as ext4's
+    /// auto_da_alloc). Lookup errors are left to the rename itself to report.
+    fn order_data_before_replacing(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        exchange: bool,
+    ) -> Result<()> {
+        let lookup = |dir, n| self.engine.lookup(dir, n).ok().flatten();
+        let Some((dst, dkind)) = lookup(newparent, newname) else { return Ok(()) };
+        let Some((src, skind)) = lookup(parent, name) else { return Ok(()) };
+        if src == dst {
+            return Ok(());
+        }
+        if skind == FileKind::File {
+            self.engine.order_data_before_rename(src)?;
+        }
+        if exchange && dkind == FileKind::File {
+            self.engine.order_data_before_rename(dst)?;
+        }
+        Ok(())
+    }
+
     pub fn rename(
         &self,
         c: &Creds,
@@ -278,6 +308,9 @@ impl Fs {
             }
         }
         self.check_writable()?;
+        if flags & RENAME_NOREPLACE == 0 {
+            self.order_data_before_replacing(parent, name, newparent, newname, exchange)?;
+        }
         let now = time::now();
         let _rename = self.rename_lock.lock();
         let (src, dst) = self.tx(|tx| {

@@ -352,6 +352,21 @@ impl Engine {
         self.sync()
     }
 
+    /// Order `ino`'s data before a rename that replaces a name: when this returns, every
+    /// change made to `ino` so far commits no later than a namespace change made next. The
+    /// fs calls it for the file that moves in over an existing name (ext4's auto_da_alloc,
+    /// btrfs's flush on rename-over): the common "write a temporary file, rename it over the
+    /// old one" without fsync must leave the old file or the new one after a crash, never
+    /// the new name on an empty file. Waits only while a txg is in flight and `ino` has
+    /// changes that txg does not hold (see `TxgCtl::wait_for_txg_in_flight_if_dirty`).
+    pub fn order_data_before_rename(&self, ino: Ino) -> Result<()> {
+        self.inner.check_open()?;
+        if self.inner.read_only {
+            return Ok(());
+        }
+        self.inner.txg.wait_for_txg_in_flight_if_dirty(&self.inner, ino)
+    }
+
     pub fn sync(&self) -> Result<()> {
         self.inner.check_open()?;
         if self.inner.read_only {

@@ -156,6 +156,35 @@ impl TxgCtl {
         Ok(())
     }
 
+    /// Return once every change made to `ino` before this call will commit in the same txg
+    /// as a namespace change made after it, or in an earlier one (see
+    /// `Engine::order_data_before_rename`). The namespace delta is taken by the commit of
+    /// the txg in flight, but data changed after that txg's freeze belongs to the next one;
+    /// so while a txg N is quiescing or syncing and `ino` has changes in the open txg
+    /// (`dirty_set`, conservatively including changes N will still freeze), wait for N's
+    /// commit. No txg in flight, or no open changes: the next commit takes both anyway.
+    /// Without forcing a txg: the wait is at most the one already under way.
+    pub fn wait_for_txg_in_flight_if_dirty(&self, inner: &Inner, ino: Ino) -> crate::Result<()> {
+        let mut st = self.st.lock();
+        let n = match st.phase {
+            Phase::Idle => return Ok(()),
+            Phase::Quiescing(n) | Phase::Syncing(n) => n,
+        };
+        if !inner.dirty_set.lock().contains(&ino) {
+            return Ok(());
+        }
+        while st.synced < n {
+            if let Some(e) = &st.error {
+                return Err(crate::EngineError::Suspended(e.clone()));
+            }
+            if st.exited {
+                return Err(crate::EngineError::Closed);
+            }
+            self.done.wait(&mut st);
+        }
+        Ok(())
+    }
+
     /// Ask the driver to exit at once without syncing.
     pub fn abandon(&self) {
         let mut st = self.st.lock();
