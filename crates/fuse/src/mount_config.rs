@@ -20,6 +20,12 @@
 //! `dirsync`; [`MountConfig::check_remount`] refuses those that differ from the live mount.
 //! The per-mount flags `nodev`, `nosuid`, `noexec` and `noatime` do change at remount
 //! ([`MountConfig::per_mount_flags`]).
+//!
+//! Atime words: the last of `atime`/`noatime`/`relatime`/`strictatime` wins. The kernel ORs
+//! the flags of one string instead, so there `noatime,relatime` stays noatime; we follow
+//! the order because the helper gets mount(8)'s merged remount string, live options first
+//! and the user's last (`…,noatime,remount,relatime` means "switch to relatime"), and a
+//! single mount string naming both is a contradiction either reading accepts.
 use squeezefs_codec::Spec;
 use squeezefs_fs::Compression;
 
