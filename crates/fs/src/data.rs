@@ -279,7 +279,11 @@ impl Fs {
         if a.kind != FileKind::Symlink {
             return Err(FsError::Invalid("readlink of a non-symlink"));
         }
-        Ok(self.engine.read_link(ino)?)
+        let target = self.engine.read_link(ino)?;
+        // readlinkat -> touch_atime, as on ext4: relatime decides, at most one write per change
+        self.decide_atime(ino);
+        self.write_atime(ino);
+        Ok(target)
     }
 
     /// access(2) (without default_permissions the kernel forwards it).

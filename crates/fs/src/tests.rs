@@ -770,6 +770,30 @@ fn readdir_updates_directory_atime_under_relatime() {
     }
 }
 
+/// readlink left the link's atime alone; ext4 updates it (readlinkat calls touch_atime),
+/// under relatime like a read, and not under noatime.
+#[test]
+fn readlink_updates_the_links_atime_under_relatime() {
+    for noatime in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = dir.path().join("pool");
+        Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+        let engine = Engine::open(&pool, &OpenOptions::default()).unwrap();
+        let fs = Fs::new(engine, FsConfig { noatime, ..FsConfig::default() }).unwrap();
+        let r = root();
+        let l = fs.symlink(&r, ROOT_INO, b"l", b"target").unwrap();
+        let old = Timestamp { secs: 1_000_000_000, nanos: 0 };
+        fs.setattr(&r, l.ino, &SetAttr { atime: Some(TimeSet::At(old)), ..Default::default() }).unwrap();
+        assert_eq!(fs.readlink(l.ino).unwrap(), b"target");
+        let atime = fs.getattr(l.ino).unwrap().atime;
+        if noatime {
+            assert_eq!(atime, old, "noatime: readlink must leave atime alone");
+        } else {
+            assert!(atime > old, "readlink left the link's atime alone");
+        }
+    }
+}
+
 /// Reads at offsets the kernel can send (loff_t up to i64::MAX) must not panic.
 #[test]
 fn reads_far_past_the_end_are_empty() {
