@@ -322,6 +322,8 @@ fn open_and_mount(pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> Result<s
         compression: cfg.compression,
         noatime: cfg.flags.noatime,
         nodiratime: cfg.nodiratime,
+        dirsync: cfg.flags.dirsync,
+        sync: cfg.flags.sync,
     };
     let fs = Arc::new(Fs::new(engine.clone(), fs_cfg).context("starting the filesystem")?);
     match mount::mount(fs.clone(), pool, mountpoint, cfg) {

@@ -131,6 +131,7 @@ impl Fs {
             }
             Ok(((), changed))
         })?;
+        self.attrsync()?;
         Ok(self.stat(ino)?)
     }
 }

@@ -20,10 +20,17 @@ pub struct FsConfig {
     pub noatime: bool,
     /// `nodiratime`: readdir never updates the directory's atime
     pub nodiratime: bool,
+    /// `dirsync`: a namespace change (create, link, unlink, rename, ...) is durable when its
+    /// call returns. The fs core keeps this promise itself: the FUSE kernel module ignores
+    /// the flag for directory operations
+    pub dirsync: bool,
+    /// `sync`: as `dirsync`, and attribute, xattr and fallocate changes too (the kernel
+    /// itself follows each data write with an fsync)
+    pub sync: bool,
 }
 
 impl Default for FsConfig {
     fn default() -> Self {
-        FsConfig { read_only: false, check_permissions: true, compression: None, noatime: false, nodiratime: false }
+        FsConfig { read_only: false, check_permissions: true, compression: None, noatime: false, nodiratime: false, dirsync: false, sync: false }
     }
 }

@@ -240,7 +240,8 @@ impl Fs {
             self.engine.allocate(ino, offset, len, keep)?;
         }
         // ext4_fallocate calls file_modified() in every mode
-        self.file_modified(c, ino)
+        self.file_modified(c, ino)?;
+        self.attrsync()
     }
 
     /// Whether some open handle of `ino` can write (the kernel may hold unflushed data).

@@ -158,6 +158,26 @@ impl Fs {
         }
     }
 
+    /// After a namespace change: under `dirsync` (or `sync`) it is durable when the call
+    /// returns, as on ext4 (IS_DIRSYNC). The FUSE kernel module sets the flags on its
+    /// superblock but never syncs a directory operation, so the fs core commits here.
+    fn dirsync(&self) -> Result<()> {
+        if self.cfg.dirsync || self.cfg.sync {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// After an attribute, xattr or fallocate change: under `sync` it is durable when the
+    /// call returns (ext4: IS_SYNC). Data writes need nothing here: on a `sync` mount the
+    /// kernel follows each one with an fsync.
+    fn attrsync(&self) -> Result<()> {
+        if self.cfg.sync {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
     /// Permission check unless the kernel was asked to do it alone (default_permissions).
     fn check_perm(&self, a: &InodeAttr, c: &Creds, mask: u32) -> Result<()> {
         if self.cfg.check_permissions {

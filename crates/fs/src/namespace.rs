@@ -150,6 +150,7 @@ impl Fs {
             self.inodes.set_parent(attr.ino, parent);
         }
         self.inodes.add_lookup(attr.ino, 1);
+        self.dirsync()?;
         // the record just published is the inode's whole state: no dirty data, no pending atime, and a
         // symlink's size is its target's length — no second metadata read per create
         Ok(attr)
@@ -184,6 +185,7 @@ impl Fs {
             touch_dir(tx, &mut pa, now)
         })?;
         self.inodes.add_lookup(ino, 1);
+        self.dirsync()?;
         Ok(self.stat(ino)?)
     }
 
@@ -234,7 +236,7 @@ impl Fs {
         if !self.inodes.is_referenced(victim.0) {
             self.maybe_delete(victim.0)?;
         }
-        Ok(())
+        self.dirsync()
     }
 
     /// One name of `a` went away: lower nlink; at zero delete it, or keep it as an orphan
@@ -312,7 +314,7 @@ impl Fs {
             self.order_data_before_replacing(parent, name, newparent, newname, exchange)?;
         }
         let now = time::now();
-        let _rename = self.rename_lock.lock();
+        let rename_guard = self.rename_lock.lock();
         let (src, dst) = self.tx(|tx| {
             let mut pa = dir_attr(tx, parent)?;
             let mut npa = if newparent == parent { pa.clone() } else { dir_attr(tx, newparent)? };
@@ -442,6 +444,8 @@ impl Fs {
                 self.maybe_delete(dino)?;
             }
         }
-        Ok(())
+        // other renames need not wait for this one's commit
+        drop(rename_guard);
+        self.dirsync()
     }
 }

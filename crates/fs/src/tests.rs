@@ -807,3 +807,62 @@ fn reads_far_past_the_end_are_empty() {
     assert_eq!(errno(fs.fallocate(&r, f, i64::MAX as u64, i64::MAX as u64, 0)), libc::EFBIG);
     assert_eq!(errno(fs.write(&r, f, u64::MAX - 1, b"xy", false)), libc::EFBIG);
 }
+
+/// Found in review: under `dirsync` a namespace change is durable when its call returns, and
+/// under `sync` every metadata change is (ext4 commits its journal first: IS_DIRSYNC,
+/// IS_SYNC). The FUSE kernel module puts the flags on its superblock but acts on them only
+/// for data writes (an fsync after each); the fs core ignored them, so a create, mkdir,
+/// link, symlink, rename or unlink that had returned — and under `sync` a chmod, truncate
+/// or setxattr — was lost to a crash in the following `txg_timeout` (5 s).
+#[test]
+fn dirsync_and_sync_make_each_change_durable_on_return() {
+    for (dirsync, sync) in [(true, false), (false, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = dir.path().join("pool");
+        Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+        let r = root();
+        let (kept, d);
+        {
+            let fs = Fs::new(Engine::open(&pool, &OpenOptions::default()).unwrap(), FsConfig::default()).unwrap();
+            file(&fs, &r, ROOT_INO, "gone", b"");
+            kept = file(&fs, &r, ROOT_INO, "kept", b"0123456789");
+            fs.shutdown().unwrap();
+        }
+        {
+            let cfg = FsConfig { dirsync, sync, ..FsConfig::default() };
+            let fs = Fs::new(Engine::open(&pool, &OpenOptions::default()).unwrap(), cfg).unwrap();
+            d = fs.mkdir(&r, ROOT_INO, b"d", 0o755).unwrap().ino;
+            let (a, fh) = fs.create(&r, d, b"f", 0o644, libc::O_RDWR).unwrap();
+            fs.release(fh).unwrap();
+            fs.link(&r, a.ino, ROOT_INO, b"hard").unwrap();
+            fs.symlink(&r, ROOT_INO, b"sym", b"d/f").unwrap();
+            fs.rename(&r, ROOT_INO, b"hard", d, b"moved", 0).unwrap();
+            fs.unlink(&r, ROOT_INO, b"gone").unwrap();
+            fs.mknod(&r, ROOT_INO, b"empty", FileKind::File, 0o600, 0).unwrap();
+            fs.unlink(&r, ROOT_INO, b"empty").unwrap();
+            if sync {
+                fs.setattr(&r, kept, &SetAttr { mode: Some(0o600), size: Some(4), ..Default::default() }).unwrap();
+                fs.setxattr(&r, kept, b"user.k", b"v", 0).unwrap();
+            }
+            // the daemon dies at once: dropped without shutdown/close
+        }
+        let fs = Fs::new(Engine::open(&pool, &OpenOptions::default()).unwrap(), FsConfig::default()).unwrap();
+        let what = if sync { "sync" } else { "dirsync" };
+        let names = |dir: Ino| -> Vec<Vec<u8>> {
+            let mut v: Vec<Vec<u8>> = fs.readdir(dir, 0, 100, false).unwrap().into_iter().map(|e| e.name).collect();
+            v.sort();
+            v
+        };
+        let want_root: Vec<&[u8]> = vec![b".", b"..", b"d", b"kept", b"sym"];
+        assert_eq!(names(ROOT_INO), want_root, "{what}: root after the crash");
+        let want_d: Vec<&[u8]> = vec![b".", b"..", b"f", b"moved"];
+        assert_eq!(names(d), want_d, "{what}: d after the crash");
+        assert_eq!(fs.lookup(&r, d, b"f").unwrap().nlink, 2, "{what}");
+        assert_eq!(fs.readlink(fs.lookup(&r, ROOT_INO, b"sym").unwrap().ino).unwrap(), b"d/f");
+        if sync {
+            let a = fs.getattr(kept).unwrap();
+            assert_eq!((a.perm & 0o7777, a.size), (0o600, 4), "sync: chmod and truncate after the crash");
+            assert_eq!(fs.getxattr(&r, kept, b"user.k").unwrap(), b"v", "sync: setxattr after the crash");
+        }
+    }
+}

@@ -171,7 +171,8 @@ impl Fs {
             a.ctime = now;
             tx.put_inode(&a)?;
             Ok(())
-        })
+        })?;
+        self.attrsync()
     }
 
     pub fn removexattr(&self, c: &Creds, ino: Ino, name: &[u8]) -> Result<()> {
@@ -189,7 +190,8 @@ impl Fs {
             a.ctime = now;
             tx.put_inode(&a)?;
             Ok(())
-        })
+        })?;
+        self.attrsync()
     }
 
     /// Apply `compress=SPEC` / `compress-force=SPEC` (comma-separated) to new writes.
