@@ -185,6 +185,16 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
         tx.open_table(tables::FREE_SPACE)?;
     }
     tx.commit()?;
+    drop(db);
+    // the new names (meta.redb, the device file, the pool directory itself) are durable only
+    // once their directories are synced: without this a power cut right after mkfs could
+    // leave a pool directory with no meta.redb although mkfs said it succeeded
+    let parent = pool.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p });
+    for dir in [Some(pool), parent].into_iter().flatten() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| pool_err(format!("cannot sync directory {}: {e}", dir.display())))?;
+    }
     Ok(())
 }
 
