@@ -24,6 +24,17 @@ use std::sync::{Arc, OnceLock, Weak};
 pub struct DevSlot {
     pub dev: Arc<dyn Device>,
     pub queue: DevQueue,
+    /// The file of a growable device file: its host filesystem's free space bounds it
+    /// (`None`: not a growable file, or a device object given by a test; the pool
+    /// directory's filesystem then stands in)
+    pub host_path: Option<PathBuf>,
+}
+
+/// The host filesystem under a growable device: its id (`st_dev`) and free bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostSpace {
+    pub fs: u64,
+    pub free: u64,
 }
 
 pub struct Inner {
@@ -66,8 +77,12 @@ pub struct Inner {
     ws: OnceLock<Workspaces>,
     pub opts: OpenOptions,
     pub closed: AtomicBool,
-    /// free bytes of the host filesystem under growable device files (refreshed per txg)
+    /// free bytes of the host filesystems under growable device files, each filesystem
+    /// counted once (refreshed per txg)
     pub host_free: AtomicU64,
+    /// per device: the host filesystem under it if it is a growable file (`None` for fixed
+    /// devices); device choice keeps each growable device within its own filesystem
+    pub host_space: Mutex<Vec<Option<HostSpace>>>,
     /// sequential-read detection: inode → end of its last read
     pub readahead: Mutex<FxHashMap<Ino, u64>>,
     /// prefetches in flight (record keys), so one record is decoded once
@@ -130,6 +145,7 @@ impl Inner {
             opts,
             closed: AtomicBool::new(false),
             host_free: AtomicU64::new(u64::MAX),
+            host_space: Mutex::new(Vec::new()),
             readahead: Mutex::new(FxHashMap::default()),
             prefetching: Mutex::new(HashSet::new()),
             prefetch_cv: Condvar::new(),
@@ -269,9 +285,35 @@ impl Inner {
         total
     }
 
-    /// Refresh the cached free space of the host filesystem holding the pool directory.
+    /// Refresh the cached free space of the host filesystems under the growable device
+    /// files: each device's own (a device file may live on another filesystem than the
+    /// pool directory; counting the pool directory's admitted writes that device's
+    /// filesystem had no room for, and the txg failed on its ENOSPC), and their sum over
+    /// distinct filesystems for admission.
     pub fn refresh_host_free(&self) {
-        if let Some(f) = host_free_bytes(&self.pool_dir) {
+        let growable: Vec<bool> = self.space.lock().iter().map(|s| s.capacity.is_none()).collect();
+        let mut hs = self.host_space.lock();
+        hs.resize(self.devs.len(), None);
+        for (i, slot) in self.devs.iter().enumerate() {
+            if !growable.get(i).copied().unwrap_or(false) {
+                hs[i] = None;
+                continue;
+            }
+            let path = slot.host_path.as_deref().unwrap_or(&self.pool_dir);
+            // a failed statvfs keeps the last figure
+            if let Some(h) = host_space_of(path) {
+                hs[i] = Some(h);
+            }
+        }
+        let mut seen: Vec<HostSpace> = Vec::new();
+        for h in hs.iter().flatten() {
+            if !seen.iter().any(|s| s.fs == h.fs) {
+                seen.push(*h);
+            }
+        }
+        if !seen.is_empty() {
+            self.host_free.store(seen.iter().fold(0u64, |a, h| a.saturating_add(h.free)), Ordering::Relaxed);
+        } else if let Some(f) = host_free_bytes(&self.pool_dir) {
             self.host_free.store(f, Ordering::Relaxed);
         }
     }
@@ -297,6 +339,13 @@ pub fn with_live_sizes(mut a: InodeAttr, live: Option<(u64, u64)>) -> InodeAttr 
         a.blocks_bytes = blocks;
     }
     a
+}
+
+/// The filesystem holding `path` (its `st_dev`) and its free bytes (`host_free_bytes`).
+pub fn host_space_of(path: &std::path::Path) -> Option<HostSpace> {
+    use std::os::unix::fs::MetadataExt;
+    let fs = std::fs::metadata(path).ok()?.dev();
+    Some(HostSpace { fs, free: host_free_bytes(path)? })
 }
 
 /// statvfs of `path`: bytes available to unprivileged users.

@@ -263,6 +263,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     let granule = if sb.features.incompat & Features::INCOMPAT_PACKED_BYTES != 0 { 1 } else { u64::from(sb.sector) };
     let mut devs = Vec::new();
     let mut space = Vec::new();
+    let mut host_paths = Vec::new();
     {
         let dt = rx.open_table(tables::DEVICES)?;
         let ft = rx.open_table(tables::FREE_SPACE)?;
@@ -280,7 +281,9 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
                 }
             };
             let capacity = (rec.kind == DeviceKind::FixedFile).then_some(rec.capacity);
-            let d: Arc<dyn Device> = match injected.as_ref().and_then(|v| v.get(i as usize)) {
+            let injected_dev = injected.as_ref().and_then(|v| v.get(i as usize));
+            host_paths.push((rec.kind == DeviceKind::GrowableFile && injected_dev.is_none()).then(|| path.clone()));
+            let d: Arc<dyn Device> = match injected_dev {
                 Some(d) => d.clone(),
                 None => Arc::new(
                     FileDevice::open_with(&path, &FileDeviceOptions { read_only, create: false, capacity })
@@ -324,7 +327,8 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     let slots = devs
         .into_iter()
         .enumerate()
-        .map(|(i, dev)| DevSlot { queue: DevQueue::start(dev.clone(), i), dev })
+        .zip(host_paths)
+        .map(|((i, dev), host_path)| DevSlot { queue: DevQueue::start(dev.clone(), i), dev, host_path })
         .collect();
     let inner = Inner::new(
         pool.to_path_buf(),

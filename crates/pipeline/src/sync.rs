@@ -67,6 +67,9 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
         let results = compress(inner, &frozen, &jobs);
         let completion = Arc::new(Completion::default());
         let mut written = vec![false; inner.devs.len()];
+        // host filesystems under growable devices as the txg starts, and what it placed on
+        // each device so far: a growable device has room only within its own filesystem
+        let mut host = HostRoom { free: inner.host_space.lock().clone(), used: vec![0; inner.devs.len()] };
         let mut placed = Vec::with_capacity(jobs.len());
         let mut first_err = None;
         // results arrive in completion order; they are placed in job order (file by file,
@@ -84,7 +87,7 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             while let Some(c) = waiting.remove(&next) {
                 let (li, idx) = jobs[next];
                 next += 1;
-                match place(inner, txg, &frozen[li].1, idx, c, &completion, &mut allocated, &mut written) {
+                match place(inner, txg, &frozen[li].1, idx, c, &completion, &mut allocated, &mut written, &mut host) {
                     Ok(outcome) => placed.push(Placed { layer: li, idx, outcome }),
                     Err(e) => {
                         first_err = Some(e);
@@ -219,6 +222,30 @@ fn compress(
     rx
 }
 
+/// Room on the host filesystems under growable devices during one txg's place stage.
+struct HostRoom {
+    /// per device: its host filesystem at the start of the txg (`None`: fixed device)
+    free: Vec<Option<crate::inner::HostSpace>>,
+    /// per device: footprint bytes placed on it by this txg
+    used: Vec<u64>,
+}
+
+impl HostRoom {
+    /// Bytes device `dev` (growable) can still take: its filesystem's free space less what
+    /// this txg placed on every device on that filesystem.
+    fn room(&self, dev: usize) -> u64 {
+        let Some(Some(h)) = self.free.get(dev) else { return u64::MAX };
+        let used: u64 = self
+            .free
+            .iter()
+            .zip(&self.used)
+            .filter(|(o, _)| o.is_some_and(|o| o.fs == h.fs))
+            .map(|(_, u)| *u)
+            .sum();
+        h.free.saturating_sub(used)
+    }
+}
+
 /// Stage 3: inline, or device choice + packed allocation + queueing.
 #[allow(clippy::too_many_arguments)]
 fn place(
@@ -230,6 +257,7 @@ fn place(
     completion: &Arc<Completion>,
     allocated: &mut Vec<DeviceExtent>,
     written: &mut [bool],
+    host: &mut HostRoom,
 ) -> Result<Outcome> {
     let rec = match layer.recs.get(&idx) {
         Some(Rec::Data(d)) => Some(d),
@@ -271,17 +299,19 @@ fn place(
             .devs
             .iter()
             .zip(space.iter())
-            .map(|(d, s)| {
+            .enumerate()
+            .map(|(i, (d, s))| {
                 let st = d.queue.stats.snapshot();
                 DeviceView {
                     queued_bytes: st.queued_bytes,
                     throughput_bps: st.throughput_bps,
-                    free_bytes: s.free_bytes().map_or(u64::MAX, |f| f.saturating_add(s.run_room())),
+                    free_bytes: s.free_bytes().map_or_else(|| host.room(i), |f| f.saturating_add(s.run_room())),
                 }
             })
             .collect();
         place_on_a_device(&mut space, &mut views, stored_len, need).ok_or(EngineError::NoSpace)?
     };
+    host.used[dev] += granule_bytes(stored_len, inner.granule);
     let ext = DeviceExtent { dev: dev as u32, offset, psize: stored_len as u32 };
     allocated.push(ext);
     written[dev] = true;

@@ -10,7 +10,7 @@ use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::read;
 use crate::throttle;
-use crate::units::{checked_end, record_start_byte, records_for_size, MAX_FILE_SIZE};
+use crate::units::{checked_end, record_len_in_file, record_start_byte, records_for_size, MAX_FILE_SIZE};
 #[allow(unused_imports)]
 use redb::{ReadableDatabase, ReadableTable};
 use squeezefs_meta::{keys, tables, Ino};
@@ -72,6 +72,8 @@ enum Fill<'a> {
 /// Apply `fill` to `[off, end)`. `Data` extends the size; `Zeros` (hole punching) never
 /// creates a buffer for a record that has no data. `packed`: whole records of `Data` the
 /// caller compressed already (caller-runs); they replace the record as they are.
+/// `charged`: the bytes the caller's admission (`reserve`) counted for the change itself;
+/// `None` when the caller admitted the records this change may copy, too.
 fn apply(
     inner: &Inner,
     ino: Ino,
@@ -79,6 +81,7 @@ fn apply(
     end: u64,
     fill: Fill<'_>,
     mut packed: BTreeMap<u64, CallerResult>,
+    charged: Option<u64>,
 ) -> Result<()> {
     let rs = inner.recordsize;
     let first = off / rs;
@@ -104,6 +107,16 @@ fn apply(
         let mut loaded: HashMap<u64, Option<Vec<u8>>> = HashMap::new();
         for idx in need {
             loaded.insert(idx, lower_record(inner, ino, &f, idx)?);
+        }
+        // a record changed in part is copied into the open txg whole and stored anew (the
+        // old copy is freed only by the commit): admission counts the copies too. Uncounted,
+        // punches (charged nothing) across a full pool were accepted and failed the txg in
+        // placement, suspending the pool
+        // (tests/enospc.rs::partial_hole_punches_of_committed_records_are_charged_the_records_they_copy),
+        // and a write's copy was seen only by the next write's admission
+        let copied: u64 = loaded.values().flatten().map(|b| b.len() as u64).sum();
+        if let Some(charged) = charged.filter(|_| copied > 0) {
+            reserve(inner, charged.saturating_add(copied))?;
         }
         let mut fd = f.lock();
         if fd.retired || fd.gen != gen {
@@ -223,6 +236,21 @@ fn apply(
                 }
             }
         }
+        if matches!(fill, Fill::Data(_)) {
+            // records end at their logical length now, not at the quiesce (`normalize`), so
+            // the dirty bytes write admission compares with free space are the bytes the txg
+            // stores: the write's first and last records (a write into a hole or into a
+            // short committed record ends inside them) and the file's old last record
+            // when the write leaves a gap after it
+            let new_size = fd.size.max(end);
+            let old_last = (end > fd.size && fd.size > 0).then(|| (fd.size - 1) / rs);
+            let mut touched = vec![first, last];
+            touched.extend(old_last);
+            touched.dedup();
+            for idx in touched {
+                grown += pad_to_logical(inner, &mut fd.open, idx, new_size)?;
+            }
+        }
         fd.open.bytes = fd.open.bytes + grown - freed;
         inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
         if freed > 0 {
@@ -248,6 +276,39 @@ fn apply(
     }
 }
 
+/// Zeros appended to open record `idx` up to its logical length in a file of `size` bytes
+/// (what the quiesce would append, txg.rs `normalize`); returns how many. Records held
+/// packed are whole records and never short.
+fn pad_to_logical(inner: &Inner, layer: &mut crate::dirty::Layer, idx: u64, size: u64) -> Result<u64> {
+    let want = record_len_in_file(idx, size, inner.recordsize) as usize;
+    match layer.recs.get_mut(&idx) {
+        Some(Rec::Data(d)) if d.packed_rec().is_none() && d.len() < want => {
+            let buf = d.buf_mut(inner.workspaces())?;
+            let pad = want - buf.len();
+            buf.resize(want, 0);
+            Ok(pad as u64)
+        }
+        _ => Ok(0),
+    }
+}
+
+/// The most zeros a write of `[off, end)` can add in a file of `size` bytes besides its
+/// data: before it in its first record (a hole or a short record there; `first_len` is that
+/// record's length if the open txg holds it), after it up to the logical length of its last
+/// record when the file goes on past it, and the rest of the file's old last record when
+/// the write leaves a gap after it (`pad_to_logical`). Charged at admission on top of the
+/// data itself.
+fn padding_bound(off: u64, end: u64, size: u64, rs: u64, first_len: Option<u64>) -> u64 {
+    let mut pad = (off % rs).saturating_sub(first_len.unwrap_or(0));
+    if !end.is_multiple_of(rs) && end < size {
+        pad += rs - end % rs;
+    }
+    if off > size && !size.is_multiple_of(rs) && off / rs > size / rs {
+        pad += rs - size % rs;
+    }
+    pad
+}
+
 pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<()> {
     inner.check_writable()?;
     if data.is_empty() {
@@ -255,10 +316,21 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<()> {
     }
     let end = checked_end(off, data.len() as u64).ok_or_else(|| too_big(off, data.len() as u64))?;
     throttle::delay(inner)?;
-    reserve(inner, data.len() as u64)?;
+    // the file now; a change meanwhile by another writer of the same file changes the
+    // padding by at most a record, which the per-range record `placeable_bytes` keeps back
+    let pad = {
+        let f = file_ref(inner, ino)?;
+        let fd = f.lock();
+        let first_len = match fd.open.recs.get(&(off / inner.recordsize)) {
+            Some(Rec::Data(d)) => Some(d.len() as u64),
+            _ => None,
+        };
+        padding_bound(off, end, fd.size, inner.recordsize, first_len)
+    };
+    reserve(inner, (data.len() as u64).saturating_add(pad))?;
     let packed = caller_runs(inner, ino, off, data)?;
     CompressQueue::wait_backlog(inner);
-    apply(inner, ino, off, end, Fill::Data(data), packed)?;
+    apply(inner, ino, off, end, Fill::Data(data), packed, Some(data.len() as u64))?;
     throttle::maybe_kick(inner);
     Ok(())
 }
@@ -342,6 +414,20 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
             }
             if size >= fd.size {
                 if size > fd.size {
+                    // the old last record is a whole record (or longer) now: padded at once,
+                    // and charged, like a write's (`pad_to_logical`)
+                    if fd.size > 0 {
+                        let idx = (fd.size - 1) / rs;
+                        let want = record_len_in_file(idx, size, rs);
+                        if let Some(Rec::Data(d)) = fd.open.recs.get(&idx) {
+                            if d.packed_rec().is_none() && (d.len() as u64) < want {
+                                reserve(inner, want - d.len() as u64)?;
+                            }
+                        }
+                        let grown = pad_to_logical(inner, &mut fd.open, idx, size)?;
+                        fd.open.bytes += grown;
+                        inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
+                    }
                     fd.size = size;
                     fd.open_dirty = true;
                     inner.dirty_set.lock().insert(ino);
@@ -356,6 +442,10 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
             Some(p) if !f.lock().open.recs.contains_key(&p) => lower_record(inner, ino, &f, p)?,
             _ => None,
         };
+        // the record cut in part is stored anew: charged like a partial write's copy (`apply`)
+        if let Some(b) = &loaded {
+            reserve(inner, b.len() as u64)?;
+        }
         let mut fd = f.lock();
         if fd.retired || fd.gen != gen {
             drop(fd);
@@ -431,12 +521,29 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
     };
     // edges: zero inside records that are only partly covered
     let lo_edge_end = record_start_byte(full_lo, rs).min(end);
-    if off < lo_edge_end {
-        apply(inner, ino, off, lo_edge_end, Fill::Zeros, BTreeMap::new())?;
-    }
     let hi_edge_start = record_start_byte(full_hi, rs).max(off);
+    // both edges are admitted here, before either changes, so a refused punch changes
+    // nothing: each edge record not in the open txg yet may be copied whole (`apply`)
+    let mut edges: Vec<u64> = Vec::new();
+    if off < lo_edge_end {
+        edges.push(off / rs);
+    }
     if full_hi >= full_lo && hi_edge_start < end {
-        apply(inner, ino, hi_edge_start, end, Fill::Zeros, BTreeMap::new())?;
+        edges.push(hi_edge_start / rs);
+    }
+    edges.dedup();
+    let uncopied = {
+        let fd = f.lock();
+        edges.iter().filter(|i| !fd.open.recs.contains_key(i)).count() as u64
+    };
+    if uncopied > 0 {
+        reserve(inner, uncopied * rs)?;
+    }
+    if off < lo_edge_end {
+        apply(inner, ino, off, lo_edge_end, Fill::Zeros, BTreeMap::new(), None)?;
+    }
+    if full_hi >= full_lo && hi_edge_start < end {
+        apply(inner, ino, hi_edge_start, end, Fill::Zeros, BTreeMap::new(), None)?;
     }
     if full_hi > full_lo {
         loop {

@@ -275,3 +275,176 @@ fn growable_pool_admission_sees_the_host_space_the_last_txg_took() {
     drop(e);
     assert!(r.is_ok(), "12 MiB accepted with ~9 MiB left on the host (refused: {refused}): {}", r.unwrap_err());
 }
+
+/// Found in review: a short record that is not the file's last (a write ending inside a
+/// record of a file that is, or later becomes, longer: a write into a hole, or past a gap)
+/// was charged its buffer's few bytes at admission, but the quiesce pads every record to its
+/// logical length (`normalize`) and the txg stores all of it: one byte written at the start
+/// of each record took a whole record of raw space. Writes far beyond the free space were
+/// accepted, the txg failed in placement with NoSpace, and the pool was suspended.
+#[test]
+fn short_records_inside_a_file_are_charged_their_padded_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    let mkfs = MkfsOptions { device_capacity: Some(MIB), recordsize: Some(4096), ..MkfsOptions::default() };
+    Engine::mkfs(&pool, &mkfs).unwrap();
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    let ino = write_new_file(&e, "sparse", b"x").unwrap();
+    // one byte at the start of each record: each becomes a 4 KiB raw record at the quiesce
+    let mut accepted = 0u64;
+    for k in 1..1024u64 {
+        match e.write(ino, k * 4096, b"y") {
+            Ok(()) => accepted += 1,
+            Err(EngineError::NoSpace) => break,
+            Err(other) => panic!("filling: expected NoSpace, got {other}"),
+        }
+    }
+    match e.sync() {
+        Ok(()) => {}
+        Err(err) => panic!("{accepted} one-byte records of 4 KiB each were accepted in 1 MiB, then the txg failed: {err}"),
+    }
+    assert_fsck_clean(&e, "after the fill");
+}
+
+/// The same through `set_size`: growing a file makes its short last record a whole one
+/// (padded at the quiesce); a write of one byte at the end and a grow by a record, again
+/// and again, took a record of space per byte charged.
+#[test]
+fn growing_a_file_past_its_short_last_record_is_charged_the_padding() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    let mkfs = MkfsOptions { device_capacity: Some(MIB), recordsize: Some(4096), ..MkfsOptions::default() };
+    Engine::mkfs(&pool, &mkfs).unwrap();
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    let ino = write_new_file(&e, "grown", b"x").unwrap();
+    let mut accepted = 0u64;
+    for k in 1..1024u64 {
+        let r = e.write(ino, k * 4096 - 2048, b"y").and_then(|()| e.set_size(ino, k * 4096 + 1));
+        match r {
+            Ok(()) => accepted += 1,
+            Err(EngineError::NoSpace) => break,
+            Err(other) => panic!("filling: expected NoSpace, got {other}"),
+        }
+    }
+    match e.sync() {
+        Ok(()) => {}
+        Err(err) => panic!("{accepted} grows past a short record were accepted in 1 MiB, then the txg failed: {err}"),
+    }
+    assert_fsck_clean(&e, "after the fill");
+}
+
+/// Found in review: a growable device file on another filesystem than the pool directory
+/// (`mkfs --device /other/fs/file`). Write admission counted the free space of the pool
+/// directory's filesystem only, and device choice saw every growable device as unbounded:
+/// when the device's own filesystem filled, the txg failed on its ENOSPC and suspended the
+/// pool, although the write should have been refused, or placed on a device with room.
+#[test]
+fn growable_devices_on_other_filesystems_count_their_own_host_space() {
+    let Some(small) = Tmpfs::mount(4 * MIB) else {
+        eprintln!("skipped: cannot mount a tmpfs (not root)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // alone: the write is refused (or fits), the pool is not suspended
+    let pool = dir.path().join("pool1");
+    let mkfs = MkfsOptions { devices: vec![small.0.join("dev")], ..MkfsOptions::default() };
+    Engine::mkfs(&pool, &mkfs).unwrap();
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    let r = write_new_file(&e, "big", &random_bytes(1, 8 * MIB));
+    assert!(matches!(r, Ok(_) | Err(EngineError::NoSpace)), "{r:?}");
+    let s = e.sync();
+    e.close().ok();
+    drop(e);
+    assert!(s.is_ok(), "8 MiB accepted for a device on a 4 MiB filesystem: {}", s.unwrap_err());
+    std::fs::remove_file(small.0.join("dev")).unwrap();
+    // beside a device with room: records go there once the small filesystem is full
+    let pool = dir.path().join("pool2");
+    let mkfs = MkfsOptions { devices: vec![dir.path().join("dev0"), small.0.join("dev1")], ..MkfsOptions::default() };
+    Engine::mkfs(&pool, &mkfs).unwrap();
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    for k in 0..12u64 {
+        let data = random_bytes(10 + k, MIB);
+        let ino = write_new_file(&e, &format!("f{k}"), &data).unwrap_or_else(|err| panic!("file {k}: {err}"));
+        e.fsync(ino).unwrap_or_else(|err| panic!("fsync of file {k} with room on device 0: {err}"));
+    }
+    assert_fsck_clean(&e, "after filling the small filesystem");
+    e.close().unwrap();
+}
+
+/// A file of whole 4 KiB records written until the 1 MiB device is refused, then committed.
+fn full_pool_with_one_file(pool: &std::path::Path) -> (std::sync::Arc<Engine>, u64, u64) {
+    let mkfs = MkfsOptions { device_capacity: Some(MIB), recordsize: Some(4096), max_inline: Some(0), ..MkfsOptions::default() };
+    Engine::mkfs(pool, &mkfs).unwrap();
+    let e = Engine::open(pool, &raw_opts()).unwrap();
+    let ino = write_new_file(&e, "full", b"").unwrap();
+    let mut records = 0u64;
+    loop {
+        match e.write(ino, records * 4096, &random_bytes(records, 4096)) {
+            Ok(()) => records += 1,
+            Err(EngineError::NoSpace) => break,
+            Err(other) => panic!("filling: expected NoSpace, got {other}"),
+        }
+    }
+    e.sync().unwrap();
+    assert!(records > 100, "only {records} records fitted");
+    (e, ino, records)
+}
+
+/// Found in review (random operations against a model on small devices): a hole punch
+/// covering part of a committed record copies the whole record into the open txg, which
+/// stores it anew (copy on write: the old copy is freed only by the commit), but admission
+/// charged a punch nothing (and a write its own bytes only). One-byte punches across a full
+/// pool were accepted, the txg failed with NoSpace in placement and the pool was suspended.
+#[test]
+fn partial_hole_punches_of_committed_records_are_charged_the_records_they_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (e, ino, records) = full_pool_with_one_file(&dir.path().join("pool"));
+    let mut accepted = 0;
+    for k in 0..records {
+        match e.punch_hole(ino, k * 4096 + 100, 1) {
+            Ok(()) => accepted += 1,
+            Err(EngineError::NoSpace) => break,
+            Err(other) => panic!("punching: expected NoSpace, got {other}"),
+        }
+    }
+    match e.sync() {
+        Ok(()) => {}
+        Err(err) => panic!("{accepted} one-byte punches in 4 KiB records accepted on a full pool, then: {err}"),
+    }
+    assert_fsck_clean(&e, "after the punches");
+}
+
+/// The same through `set_size`: a truncation inside a committed record stores the record's
+/// kept part anew, and was never charged.
+#[test]
+fn truncations_inside_committed_records_are_charged_the_records_they_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    let mkfs = MkfsOptions { device_capacity: Some(MIB), recordsize: Some(4096), max_inline: Some(0), ..MkfsOptions::default() };
+    Engine::mkfs(&pool, &mkfs).unwrap();
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    // files of two whole records until the device is full
+    let mut inos = Vec::new();
+    for k in 0..1000u64 {
+        match write_new_file(&e, &format!("t{k}"), &random_bytes(k, 8192)) {
+            Ok(ino) => inos.push(ino),
+            Err(EngineError::NoSpace) => break,
+            Err(other) => panic!("filling: expected NoSpace, got {other}"),
+        }
+    }
+    e.sync().unwrap();
+    // cutting each file inside its second record rewrites that record
+    let mut accepted = 0;
+    for &ino in &inos {
+        match e.set_size(ino, 4096 + 4000) {
+            Ok(()) => accepted += 1,
+            Err(EngineError::NoSpace) => break,
+            Err(other) => panic!("truncating: expected NoSpace, got {other}"),
+        }
+    }
+    match e.sync() {
+        Ok(()) => {}
+        Err(err) => panic!("{accepted} truncations inside 4 KiB records accepted on a full pool, then: {err}"),
+    }
+    assert_fsck_clean(&e, "after the truncations");
+}
