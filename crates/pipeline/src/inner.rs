@@ -242,23 +242,22 @@ impl Inner {
     }
 
     /// Free bytes over all devices, for statfs' total: whole free sectors of fixed devices;
-    /// for growable devices the host filesystem's free space plus their free ranges.
+    /// for growable devices the host filesystem's free space only. Their free ranges are not
+    /// added: a commit punches them back to the host (`Device::discard`), so the host's free
+    /// figure already holds them, and counting them again kept deleted data in `df`'s Used
+    /// (tests/discard.rs::deleted_data_stays_used_in_statfs_on_a_growable_pool).
     pub fn free_bytes(&self) -> u64 {
         let space = self.space.lock();
         let mut total = 0u64;
-        let mut growable_ranges = 0u64;
         let mut any_growable = false;
         for s in space.iter() {
             match s.free_bytes() {
                 Some(f) => total = total.saturating_add(f),
-                None => {
-                    any_growable = true;
-                    growable_ranges += s.allocatable_range_bytes();
-                }
+                None => any_growable = true,
             }
         }
         if any_growable {
-            total = total.saturating_add(self.host_free.load(Ordering::Relaxed)).saturating_add(growable_ranges);
+            total = total.saturating_add(self.host_free.load(Ordering::Relaxed));
         }
         total
     }
