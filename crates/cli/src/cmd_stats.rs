@@ -168,7 +168,15 @@ pub fn run(args: StatsArgs) -> Result<()> {
         .find(|l| l.starts_with("compress=") || l.starts_with("compress-force="))
         .unwrap_or("compress=default")
         .to_string();
-    // reading the root's usage commits dirty data, so the numbers include recent writes
+    // "everything written so far": first the kernel hands over the pages its writeback
+    // cache still holds (of files other processes keep open: a close would flush them, a
+    // running writer's stay in the kernel; syncfs writes them back to the daemon), then
+    // reading the root's usage commits the daemon's dirty data
+    let dir = std::fs::File::open(&root).with_context(|| format!("opening {}", root.display()))?;
+    // SAFETY: syncfs only reads the descriptor, which `dir` keeps open
+    if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("syncing {}", root.display()));
+    }
     get_xattr(&root, usage::XATTR_USAGE).with_context(|| format!("syncing {}", root.display()))?;
     let mut w = Walk::default();
     w.visit(&path, dev)?;

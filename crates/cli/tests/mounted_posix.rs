@@ -1049,3 +1049,54 @@ fn a_pool_mounts_again_right_after_umount_returns() {
         assert_eq!(std::fs::read(m.path(&format!("f{i}"))).unwrap(), vec![i; 3 << 20]);
     }
 }
+
+/// Found in review: `squeezefs stats` on a file another process is still writing showed
+/// 0 bytes. With the writeback cache the kernel holds the written pages until writeback or
+/// close; the daemon's commit on the root's usage read cannot see them, so the command must
+/// have the kernel write them back first (syncfs) for "everything written so far" to hold.
+#[test]
+fn stats_counts_data_still_in_the_kernel_writeback_cache() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new("compress=zstd:3");
+    let p = c(&m.path("being-written"));
+    // the writer is another process that keeps its descriptor open: any close of a copy of
+    // it (even the one exec makes of an inherited descriptor) would flush the pages itself
+    let (mut ready, mut go) = ([0i32; 2], [0i32; 2]);
+    assert_eq!(unsafe { libc::pipe(ready.as_mut_ptr()) }, 0);
+    assert_eq!(unsafe { libc::pipe(go.as_mut_ptr()) }, 0);
+    let data = [b'y'; 12_000];
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // child: only async-signal-safe calls
+        unsafe {
+            // the parent's ends: a copy of `go`'s write end here would keep the read below
+            // from ever seeing EOF
+            libc::close(go[1]);
+            libc::close(ready[0]);
+            let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o644);
+            let ok = fd >= 0 && libc::write(fd, data.as_ptr().cast(), data.len()) == data.len() as isize;
+            libc::write(ready[1], [u8::from(ok)].as_ptr().cast(), 1);
+            let mut b = [0u8; 1];
+            libc::read(go[0], b.as_mut_ptr().cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    unsafe {
+        libc::close(ready[1]);
+        libc::close(go[0]);
+    }
+    let mut ok = [0u8; 1];
+    assert_eq!(unsafe { libc::read(ready[0], ok.as_mut_ptr().cast(), 1) }, 1);
+    let out = run(&["stats", m.path("being-written").to_str().unwrap(), "--json"]);
+    unsafe {
+        libc::close(go[1]);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+        libc::close(ready[0]);
+    }
+    assert_eq!(ok[0], 1, "the writer could not write");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["total"]["referenced_bytes"].as_u64(), Some(data.len() as u64), "{v}");
+}
