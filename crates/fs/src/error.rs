@@ -60,7 +60,7 @@ impl From<EngineError> for FsError {
         match e {
             EngineError::NoInode(_) | EngineError::NoEntry => FsError::NotFound,
             EngineError::Exists => FsError::Exists,
-            EngineError::NoSpace => FsError::NoSpace,
+            EngineError::NoSpace | EngineError::NoMetaSpace { .. } => FsError::NoSpace,
             EngineError::ReadOnly => FsError::ReadOnly,
             EngineError::Checksum { ino, offset } => {
                 FsError::Corrupt(format!("inode {ino} at offset {offset}"))
@@ -112,6 +112,8 @@ mod tests {
         assert_eq!(FsError::from(EngineError::NoEntry).errno(), libc::ENOENT);
         assert_eq!(FsError::from(EngineError::Exists).errno(), libc::EEXIST);
         assert_eq!(FsError::from(EngineError::NoSpace).errno(), libc::ENOSPC);
+        let meta_full = EngineError::NoMetaSpace { dir: "/pool".into(), reserve: 1 << 20 };
+        assert_eq!(FsError::from(meta_full).errno(), libc::ENOSPC);
         assert_eq!(FsError::from(EngineError::ReadOnly).errno(), libc::EROFS);
         assert_eq!(
             FsError::from(EngineError::Checksum { ino: 5, offset: 0 }).errno(),

@@ -34,7 +34,7 @@ pub mod xattr_names {
     pub use crate::usage::XATTR_USAGE as USAGE;
     pub use crate::xattr::{XATTR_MOUNT as MOUNT, XATTR_REMOUNT as REMOUNT};
 }
-pub use squeezefs_pipeline::{FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
+pub use squeezefs_pipeline::{FileKind, Ino, InodeAttr, StatFs, Timestamp, ROOT_INO};
 
 use parking_lot::Mutex;
 use squeezefs_pipeline::{Engine, EngineError, MetaTx};

@@ -71,13 +71,13 @@ pub(crate) fn xattr_name_list(names: Vec<Vec<u8>>) -> Vec<u8> {
 }
 
 /// statfs in 4 KiB blocks: blocks, bfree, bavail, files, ffree, bsize, namelen, frsize.
-pub(crate) fn statfs_fields(total_bytes: u64, free_bytes: u64, inodes: u64) -> (u64, u64, u64, u64, u64, u32, u32, u32) {
+pub(crate) fn statfs_fields(s: &squeezefs_fs::StatFs) -> (u64, u64, u64, u64, u64, u32, u32, u32) {
     let bsize = 4096u64;
     (
-        total_bytes / bsize,
-        free_bytes / bsize,
-        free_bytes / bsize,
-        inodes + (1 << 32),
+        s.total_bytes / bsize,
+        s.free_bytes / bsize,
+        s.avail_bytes.min(s.free_bytes) / bsize,
+        s.inodes + (1 << 32),
         1 << 32,
         bsize as u32,
         squeezefs_fs::NAME_MAX as u32,
@@ -560,7 +560,7 @@ impl Filesystem for FuseFs {
         self.requests.count(op::STATFS);
         match self.fs.statfs() {
             Ok(s) => {
-                let (blocks, bfree, bavail, files, ffree, bsize, namelen, frsize) = statfs_fields(s.total_bytes, s.free_bytes, s.inodes);
+                let (blocks, bfree, bavail, files, ffree, bsize, namelen, frsize) = statfs_fields(&s);
                 reply.statfs(blocks, bfree, bavail, files, ffree, bsize, namelen, frsize)
             }
             Err(e) => reply.error(errno(&e)),

@@ -13,6 +13,15 @@ pub enum EngineError {
     NoEntry,
     #[error("no space left on the pool's devices")]
     NoSpace,
+    /// The filesystem holding the metadata store has no room for the commit of this change
+    /// beyond the reserve kept for deletions (meta_space.rs).
+    #[error(
+        "no space left for the metadata store on the filesystem of {}: {reserve} bytes are \
+         kept free there so files can still be deleted; free space on that filesystem or \
+         delete files",
+        dir.display()
+    )]
+    NoMetaSpace { dir: std::path::PathBuf, reserve: u64 },
     #[error("pool is read-only")]
     ReadOnly,
     #[error("checksum mismatch in inode {ino} at offset {offset}")]

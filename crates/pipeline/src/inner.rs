@@ -83,6 +83,11 @@ pub struct Inner {
     /// per device: the host filesystem under it if it is a growable file (`None` for fixed
     /// devices); device choice keeps each growable device within its own filesystem
     pub host_space: Mutex<Vec<Option<HostSpace>>>,
+    /// room for metadata commits on the pool directory's filesystem (meta_space.rs)
+    pub meta_space: crate::meta_space::MetaSpace,
+    /// a growable device file lies on the pool directory's filesystem: its dirty data takes
+    /// the room metadata commits need (refreshed with `host_space`)
+    pub data_on_meta_fs: AtomicBool,
     /// sequential-read detection: inode → end of its last read
     pub readahead: Mutex<FxHashMap<Ino, u64>>,
     /// prefetches in flight (record keys), so one record is decoded once
@@ -146,6 +151,8 @@ impl Inner {
             closed: AtomicBool::new(false),
             host_free: AtomicU64::new(u64::MAX),
             host_space: Mutex::new(Vec::new()),
+            meta_space: Default::default(),
+            data_on_meta_fs: AtomicBool::new(false),
             readahead: Mutex::new(FxHashMap::default()),
             prefetching: Mutex::new(HashSet::new()),
             prefetch_cv: Condvar::new(),
@@ -268,6 +275,12 @@ impl Inner {
     /// space only, since their freed ranges were punched back to the host and reusing them
     /// takes host space again (records that find no free range go past the end).
     pub fn placeable_bytes(&self) -> u64 {
+        self.placeable_bytes_with_reserve(true)
+    }
+
+    /// `placeable_bytes`, keeping the metadata reserve back (admission) or not (statfs'
+    /// free figure, so that `df`'s Used stays the live data).
+    pub fn placeable_bytes_with_reserve(&self, keep_reserve: bool) -> u64 {
         let record = crate::units::sector_bytes(self.recordsize, self.sector);
         let space = self.space.lock();
         let mut total = 0u64;
@@ -279,9 +292,24 @@ impl Inner {
             }
         }
         if any_growable {
-            total = total.saturating_add(self.host_free.load(Ordering::Relaxed));
+            let mut host = self.host_free.load(Ordering::Relaxed);
+            if keep_reserve && self.data_on_meta_fs.load(Ordering::Relaxed) {
+                // what metadata commits need stays free (meta_space.rs)
+                host = host.saturating_sub(self.meta_space.held_back());
+            }
+            total = total.saturating_add(host);
         }
         total
+    }
+
+    /// Dirty data that may land on the metadata store's filesystem (all of it, if any
+    /// growable device shares that filesystem): it takes room a metadata commit needs.
+    pub fn dirty_on_meta_fs(&self) -> u64 {
+        if self.data_on_meta_fs.load(Ordering::Relaxed) {
+            self.dirty_bytes.load(Ordering::Relaxed)
+        } else {
+            0
+        }
     }
 
     /// Refresh the cached free space of the host filesystems under the growable device
@@ -303,6 +331,12 @@ impl Inner {
             if let Some(h) = host_space_of(path) {
                 hs[i] = Some(h);
             }
+        }
+        let meta = host_fs_of(&self.pool_dir);
+        self.meta_space.measured(meta);
+        if let Some(m) = self.meta_space.host() {
+            let shared = hs.iter().flatten().any(|h| h.fs == m.fs);
+            self.data_on_meta_fs.store(shared, Ordering::Relaxed);
         }
         let mut seen: Vec<HostSpace> = Vec::new();
         for h in hs.iter().flatten() {
@@ -347,8 +381,21 @@ pub fn host_space_of(path: &std::path::Path) -> Option<HostSpace> {
     Some(HostSpace { fs, free: host_free_bytes(path)? })
 }
 
+/// The filesystem holding `path`: its `st_dev`, available and total bytes.
+pub fn host_fs_of(path: &std::path::Path) -> Option<crate::meta_space::HostFs> {
+    use std::os::unix::fs::MetadataExt;
+    let fs = std::fs::metadata(path).ok()?.dev();
+    let (free, total) = host_stat(path)?;
+    Some(crate::meta_space::HostFs { fs, free, total })
+}
+
 /// statvfs of `path`: bytes available to unprivileged users.
 pub fn host_free_bytes(path: &std::path::Path) -> Option<u64> {
+    host_stat(path).map(|(free, _)| free)
+}
+
+/// statvfs of `path`: (bytes available to unprivileged users, size of the filesystem).
+fn host_stat(path: &std::path::Path) -> Option<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -357,5 +404,6 @@ pub fn host_free_bytes(path: &std::path::Path) -> Option<u64> {
     if r != 0 {
         return None;
     }
-    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    let frsize = st.f_frsize as u64;
+    Some(((st.f_bavail as u64).saturating_mul(frsize), (st.f_blocks as u64).saturating_mul(frsize)))
 }

@@ -28,6 +28,7 @@ mod early;
 mod error;
 pub mod fsck;
 mod inner;
+mod meta_space;
 mod metadb;
 mod metatx;
 mod nsdelta;
@@ -70,7 +71,11 @@ use std::thread::JoinHandle;
 
 pub struct StatFs {
     pub total_bytes: u64,
+    /// free for new data, the metadata reserve included (`df`: Used = total − free)
     pub free_bytes: u64,
+    /// what new data is admitted to: free less the metadata reserve when a growable device
+    /// shares the metadata store's filesystem (meta_space.rs; `df`'s Avail)
+    pub avail_bytes: u64,
     pub sector: u32,
     pub inodes: u64,
 }
@@ -188,6 +193,7 @@ impl Engine {
     pub fn meta_write<T>(&self, f: impl FnOnce(&mut MetaTx<'_>) -> Result<T>) -> Result<T> {
         let inner = &*self.inner;
         inner.check_writable()?;
+        self.make_meta_room()?;
         let writer = inner.ns.meta_lock.lock();
         let mut mtx = MetaTx::new(inner);
         let v = f(&mut mtx)?; // dropping `mtx` on error drops its changes
@@ -195,6 +201,8 @@ impl Engine {
         if d.is_empty() {
             return Ok(v);
         }
+        let kind = if d.grows() { meta_space::Kind::Grows } else { meta_space::Kind::NoGrowth };
+        self.admit_meta(d.charge(), kind)?; // refused: `d` is dropped, nothing changed
         let deleted = d.deleted.clone();
         let rows = inner.ns.publish(d);
         inner.txg.note_meta_change();
@@ -219,6 +227,7 @@ impl Engine {
     ) -> std::result::Result<T, E> {
         let inner = &*self.inner;
         inner.check_writable()?;
+        self.make_meta_room()?;
         let writer = inner.ns.meta_lock.lock();
         let mut a = self.getattr(ino)?;
         let (v, changed) = f(&mut a)?;
@@ -226,12 +235,54 @@ impl Engine {
             let mut d = nsdelta::Delta::default();
             d.inodes.insert(ino, Some(a));
             d.rows = 1;
+            self.admit_meta(d.charge(), meta_space::Kind::NoGrowth)?;
             let rows = inner.ns.publish(d);
             inner.txg.note_meta_change();
             drop(writer);
             self.bound_delta(rows)?;
         }
         Ok(v)
+    }
+
+    /// Before a metadata change (meta_space.rs): when a change of `MAX_USUAL_CHARGE` bytes
+    /// would not fit the metadata filesystem beside the outstanding charges, commit the
+    /// open txg first, which replaces those estimates by what redb really took. Called
+    /// without `meta_lock` (the commit takes it); the change is admitted or refused after,
+    /// by `admit_meta`, once its size is known.
+    fn make_meta_room(&self) -> Result<()> {
+        let inner = &*self.inner;
+        if inner.meta_space.older_than(meta_space::MAX_AGE) {
+            inner.meta_space.measured(inner::host_fs_of(&inner.pool_dir));
+        }
+        let room = inner.meta_space.room(inner.dirty_on_meta_fs());
+        if room.is_some_and(|r| {
+            meta_space::decide(r, meta_space::MAX_USUAL_CHARGE, meta_space::Kind::Grows)
+                == meta_space::Decision::CommitFirst
+        }) {
+            inner.txg.sync_and_wait(inner)?;
+        }
+        Ok(())
+    }
+
+    /// Admit a metadata change of `charge` bytes and charge it, or refuse it with NoSpace
+    /// (a store whose filesystem fills fails its commit and suspends the pool).
+    fn admit_meta(&self, charge: u64, kind: meta_space::Kind) -> Result<()> {
+        let inner = &*self.inner;
+        let decide = || {
+            let room = inner.meta_space.room(inner.dirty_on_meta_fs());
+            room.map_or(meta_space::Decision::Admit, |r| meta_space::decide(r, charge, kind))
+        };
+        let mut decision = decide();
+        if decision != meta_space::Decision::Admit {
+            // before refusing, a fresh figure: another program may have freed space
+            inner.meta_space.measured(inner::host_fs_of(&inner.pool_dir));
+            decision = decide();
+        }
+        if decision != meta_space::Decision::Admit {
+            return Err(inner.meta_space.refusal(&inner.pool_dir));
+        }
+        inner.meta_space.charge(charge);
+        Ok(())
     }
 
     /// Keep the namespace delta's memory bounded: past `max_delta_rows` rows ask for a
@@ -379,13 +430,15 @@ impl Engine {
         self.inner.check_open()?;
         // total counts every whole free sector; free only what new data is sure to get
         // (the admission figure), so `df` never shows room that writes are refused
-        let free = self.inner.placeable_bytes();
+        let avail = self.inner.placeable_bytes();
+        let free = self.inner.placeable_bytes_with_reserve(false);
         let whole_free = self.inner.free_bytes().max(free);
         let used: u64 = self.device_stats().iter().map(|d| d.used_bytes).sum();
         let inodes = self.inner.ns.total_inodes().max(0) as u64;
         Ok(StatFs {
             total_bytes: used.saturating_add(whole_free),
             free_bytes: free,
+            avail_bytes: avail,
             sector: self.inner.sector as u32,
             inodes,
         })

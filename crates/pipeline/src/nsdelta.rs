@@ -79,6 +79,28 @@ impl Delta {
         self.rows == 0 && self.deleted.is_empty()
     }
 
+    /// Whether committing this change can make the store larger: it creates inodes, adds
+    /// more names than it removes, or stores xattrs or symlink targets. Deletions, renames
+    /// and attribute updates do not (they may use the metadata reserve, meta_space.rs).
+    pub fn grows(&self) -> bool {
+        let added = |rows: &ByteRows| rows.values().filter(|v| v.is_some()).count();
+        let removed = |rows: &ByteRows| rows.values().filter(|v| v.is_none()).count();
+        self.inode_count > 0
+            || added(&self.dirents) > removed(&self.dirents)
+            || self.xattrs.values().any(Option::is_some)
+            || self.symlinks.values().any(Option::is_some)
+    }
+
+    /// What committing this change may take in the store (meta_space.rs `charge_rows`).
+    pub fn charge(&self) -> u64 {
+        let bytes = |rows: &ByteRows| -> u64 {
+            rows.iter().map(|(k, v)| (k.len() + v.as_ref().map_or(0, Vec::len)) as u64).sum()
+        };
+        let links: u64 = self.symlinks.values().flatten().map(|t| t.len() as u64).sum();
+        let value_bytes = bytes(&self.dirents) + bytes(&self.xattrs) + bytes(&self.cookies) + links;
+        crate::meta_space::charge_rows(self.rows as u64, value_bytes)
+    }
+
     /// Apply `later` on top of `self` (later rows win).
     pub fn merge(&mut self, later: Delta) {
         self.inodes.extend(later.inodes);

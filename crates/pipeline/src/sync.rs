@@ -123,6 +123,8 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             // and the lower dirty count, and accept data the host has no room for
             // (tests/enospc.rs::growable_pool_admission_sees_the_host_space_the_last_txg_took)
             inner.refresh_host_free();
+            // the measurement holds what the commit took in the metadata store
+            inner.meta_space.counted();
             release(inner, &frozen, &blocks);
             for (_, layer) in frozen {
                 // the last reference (device writes and compress jobs are done): recycle
@@ -378,6 +380,9 @@ fn commit(
     // every metadata change made so far (nsdelta.rs); writers go on into a fresh delta
     let delta = {
         let _writers = inner.ns.meta_lock.lock();
+        // the charges of what this commit carries (data written during this txg's sync,
+        // charged too, are counted with it: the reserve covers that small excess)
+        inner.meta_space.take();
         inner.ns.take_for_commit()
     };
     let tx = inner.db.begin_write()?;

@@ -8,6 +8,7 @@ use crate::dirty::{DataRec, FileRef, LayerView, Rec};
 use crate::early::{self, CallerResult, CompressQueue, Home, Slot};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
+use crate::meta_space::{self, Decision};
 use crate::read;
 use crate::throttle;
 use crate::units::{checked_end, record_len_in_file, record_start_byte, records_for_size, MAX_FILE_SIZE};
@@ -327,7 +328,12 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<()> {
         };
         padding_bound(off, end, fd.size, inner.recordsize, first_len)
     };
-    reserve(inner, (data.len() as u64).saturating_add(pad))?;
+    let len = (data.len() as u64).saturating_add(pad);
+    if meta_decision(inner, len) == Decision::CommitFirst {
+        // estimates of the open txg's metadata are in the way: its commit measures them
+        inner.txg.sync_and_wait(inner)?;
+    }
+    reserve(inner, len)?;
     let packed = caller_runs(inner, ino, off, data)?;
     CompressQueue::wait_backlog(inner);
     apply(inner, ino, off, end, Fill::Data(data), packed, Some(data.len() as u64))?;
@@ -394,7 +400,36 @@ fn reserve(inner: &Inner, len: u64) -> Result<()> {
     if inner.placeable_bytes() < need {
         return Err(EngineError::NoSpace);
     }
+    if meta_decision(inner, len) != Decision::Admit {
+        // before refusing, a fresh figure: another program may have freed space
+        inner.meta_space.measured(crate::inner::host_fs_of(&inner.pool_dir));
+        if meta_decision(inner, len) != Decision::Admit {
+            return Err(inner.meta_space.refusal(&inner.pool_dir));
+        }
+    }
+    inner.meta_space.charge(data_meta_charge(inner, len));
     Ok(())
+}
+
+/// What `len` bytes of data take in the metadata store: extent rows, and inline bytes if
+/// they end up in a small file (meta_space.rs).
+fn data_meta_charge(inner: &Inner, len: u64) -> u64 {
+    meta_space::charge_data(len / inner.recordsize + 2, len.min(inner.max_inline))
+}
+
+/// Whether the metadata store's filesystem has room for the commit of `len` more bytes of
+/// data: their extent rows and inline bytes, and on a growable device sharing that
+/// filesystem the bytes themselves. A store full at the commit suspends the pool.
+fn meta_decision(inner: &Inner, len: u64) -> Decision {
+    let on_fs = if inner.data_on_meta_fs.load(Ordering::Relaxed) {
+        inner.dirty_bytes.load(Ordering::Relaxed).saturating_add(len)
+    } else {
+        0
+    };
+    match inner.meta_space.room(on_fs) {
+        Some(room) => meta_space::decide(room, data_meta_charge(inner, len), meta_space::Kind::Grows),
+        None => Decision::Admit,
+    }
 }
 
 pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {

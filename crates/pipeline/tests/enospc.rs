@@ -448,3 +448,154 @@ fn truncations_inside_committed_records_are_charged_the_records_they_copy() {
     }
     assert_fsck_clean(&e, "after the truncations");
 }
+
+/// Data through the pool until it is refused (devices or metadata room); returns the count.
+fn fill_with_data(e: &Engine, size: u64) -> u64 {
+    let mut k = 0u64;
+    loop {
+        match write_new_file(e, &format!("d{k}"), &random_bytes(k, size)).and_then(|ino| e.fsync(ino)) {
+            Ok(()) => k += 1,
+            Err(EngineError::NoSpace | EngineError::NoMetaSpace { .. }) => return k,
+            Err(other) => panic!("filling with data: expected a refusal for space, got {other}"),
+        }
+        assert!(k < 10_000, "the filesystem never filled");
+    }
+}
+
+/// Empty files with 200-byte names until the metadata room refuses one; returns the count.
+fn fill_with_names(e: &Engine, prefix: &str) -> u64 {
+    let mut n = 0u64;
+    loop {
+        let name = format!("{prefix}{n:0>200}");
+        match crash_common::create_file(e, name.as_bytes()) {
+            Ok(_) => n += 1,
+            Err(EngineError::NoMetaSpace { reserve, .. }) => {
+                assert!(reserve >= 1 << 20, "reserve {reserve}");
+                return n;
+            }
+            Err(other) => panic!("create {n}: expected NoMetaSpace, got {other}"),
+        }
+        assert!(n < 500_000, "creates never refused");
+    }
+}
+
+/// Found in review: admission counted the devices only, never the metadata store. On a pool
+/// whose directory's filesystem was full of data, 1 000 creates made the txg's redb commit
+/// fail with ENOSPC: the pool was suspended, every later call failed, and the creates
+/// acknowledged since the last commit were lost. Now metadata changes are refused with
+/// NoMetaSpace once only the reserve is left, and deletions can still use the reserve.
+#[test]
+fn metadata_ops_on_a_full_host_filesystem_get_no_space_not_a_suspended_pool() {
+    let Some(fs) = Tmpfs::mount(16 * MIB) else {
+        eprintln!("skipped: cannot mount a tmpfs (not root)");
+        return;
+    };
+    let pool = fs.0.join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    // df: the reserve is free but not available to new data
+    let st = e.statfs().unwrap();
+    assert!(st.free_bytes >= st.avail_bytes + MIB, "free {} avail {}", st.free_bytes, st.avail_bytes);
+    let files = fill_with_data(&e, 256 * 1024);
+    assert!(files >= 20, "only {files} files of 256 KiB on a 16 MiB filesystem");
+    e.sync().unwrap();
+    let names = fill_with_names(&e, "a");
+    if let Err(err) = e.sync() {
+        panic!("{names} creates accepted on a full filesystem, then the commit failed: {err}");
+    }
+    assert_fsck_clean(&e, "after the creates were refused");
+    // deletions go through on the reserve, and their space serves new names
+    for k in 0..files / 2 {
+        delete_file(&e, format!("d{k}").as_bytes()).unwrap_or_else(|err| panic!("delete d{k}: {err}"));
+    }
+    e.sync().unwrap();
+    let more = fill_with_names(&e, "b");
+    assert!(more > names, "deleting {} MiB of data made room for {more} names only", files / 8);
+    e.sync().unwrap();
+    assert_fsck_clean(&e, "after deleting and creating again");
+    e.close().unwrap();
+    drop(e);
+    // every acknowledged name is there after a reopen
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    for (prefix, count) in [("a", names), ("b", more)] {
+        for n in [0, count / 2, count - 1] {
+            let name = format!("{prefix}{n:0>200}");
+            assert!(e.lookup(ROOT_INO, name.as_bytes()).unwrap().is_some(), "{prefix}{n} lost");
+        }
+    }
+    assert_fsck_clean(&e, "after the reopen");
+}
+
+/// Another program fills the pool directory's filesystem: the pool refuses new names with
+/// NoMetaSpace while deletions, which may use the reserve, still commit.
+#[test]
+fn deletions_commit_on_the_metadata_reserve_when_another_program_filled_the_filesystem() {
+    let Some(fs) = Tmpfs::mount(16 * MIB) else {
+        eprintln!("skipped: cannot mount a tmpfs (not root)");
+        return;
+    };
+    let pool = fs.0.join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    for k in 0..50 {
+        crash_common::create_file(&e, format!("keep{k}").as_bytes()).unwrap();
+    }
+    e.sync().unwrap();
+    // leave half of the 1 MiB reserve free, outside the pool
+    let free = statvfs_free(&fs.0);
+    std::fs::write(fs.0.join("other"), vec![1u8; (free - MIB / 2) as usize]).unwrap();
+    // a txg measures the filesystem again (so does a change a second after the last figure)
+    crash_common::create_file(&e, b"trigger").unwrap();
+    e.sync().unwrap();
+    match crash_common::create_file(&e, b"new") {
+        Err(EngineError::NoMetaSpace { .. }) => {}
+        other => panic!("a create with half the reserve left: expected NoMetaSpace, got {other:?}"),
+    }
+    for k in 0..50 {
+        delete_file(&e, format!("keep{k}").as_bytes()).unwrap_or_else(|err| panic!("delete keep{k}: {err}"));
+    }
+    e.sync().unwrap_or_else(|err| panic!("deletions on the reserve did not commit: {err}"));
+    assert_fsck_clean(&e, "after the deletions");
+    std::fs::remove_file(fs.0.join("other")).unwrap();
+    e.sync().unwrap();
+    crash_common::create_file(&e, b"new").unwrap();
+    e.close().unwrap();
+}
+
+/// Small files live inline in the metadata store: with the device on another filesystem,
+/// their data fills the store's filesystem, not the device, and is refused there before a
+/// commit can fail.
+#[test]
+fn inline_small_files_cannot_overfill_the_metadata_filesystem() {
+    let Some(fs) = Tmpfs::mount(8 * MIB) else {
+        eprintln!("skipped: cannot mount a tmpfs (not root)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pool = fs.0.join("pool");
+    let mkfs = MkfsOptions { devices: vec![dir.path().join("dev")], ..MkfsOptions::default() };
+    Engine::mkfs(&pool, &mkfs).unwrap();
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    let mut n = 0u64;
+    loop {
+        match write_new_file(&e, &format!("small{n}"), &random_bytes(n, 2000)) {
+            Ok(_) => n += 1,
+            Err(EngineError::NoMetaSpace { .. }) => break,
+            Err(other) => panic!("small file {n}: expected NoMetaSpace, got {other}"),
+        }
+        assert!(n < 100_000, "never refused");
+    }
+    e.sync().unwrap_or_else(|err| panic!("{n} small files accepted, then the commit failed: {err}"));
+    assert!(n > 500, "only {n} small files of 2000 bytes on an 8 MiB filesystem");
+    let (ino, _) = e.lookup(ROOT_INO, format!("small{}", n - 1).as_bytes()).unwrap().unwrap();
+    assert_eq!(read_all(&e, ino).unwrap(), random_bytes(n - 1, 2000));
+    assert_fsck_clean(&e, "after the small files");
+    e.close().unwrap();
+}
+
+fn statvfs_free(path: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("stat").args(["-f", "-c", "%a %S"]).arg(path).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut it = text.split_whitespace().map(|v| v.parse::<u64>().unwrap());
+    it.next().unwrap() * it.next().unwrap()
+}
