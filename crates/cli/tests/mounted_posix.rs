@@ -1100,3 +1100,87 @@ fn stats_counts_data_still_in_the_kernel_writeback_cache() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["total"]["referenced_bytes"].as_u64(), Some(data.len() as u64), "{v}");
 }
+
+/// `len` pseudo-random (incompressible) bytes.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Found in review: with the pool directory's filesystem full, new names made the txg's
+/// metadata commit fail; the pool was suspended (every call failed until a remount, and the
+/// names created since the last commit were gone). Through a mount: creates get ENOSPC,
+/// deletions go through and make room, unmount flushes cleanly and the names are kept.
+#[test]
+fn full_pool_filesystem_gives_enospc_and_deletions_make_room() {
+    if !can_mount() {
+        return;
+    }
+    let host = tempfile::Builder::new().prefix("sqzhost").tempdir_in("/tmp").unwrap();
+    let tmpfs = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=24m", "tmpfs"])
+        .arg(host.path())
+        .status()
+        .unwrap();
+    assert!(tmpfs.success());
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).stderr(std::process::Stdio::null()).status();
+        }
+    }
+    let _host_guard = Unmount(host.path().to_path_buf());
+    let pool = host.path().join("pool");
+    let mnt = tempfile::Builder::new().prefix("sqzmnt").tempdir_in("/tmp").unwrap();
+    let (pool_s, mnt_s) = (pool.to_str().unwrap(), mnt.path().to_str().unwrap());
+    run_ok(&["mkfs", pool_s]);
+    run_ok(&["mount", pool_s, mnt_s]);
+    let _mnt_guard = Unmount(mnt.path().to_path_buf());
+
+    // data until the pool refuses it (at write, or at fsync for pages the kernel held)
+    let mut f = std::fs::File::create(mnt.path().join("big")).unwrap();
+    let mut refused = None;
+    for k in 0..64u64 {
+        if let Err(e) = f.write_all(&noise(k, 1 << 20)).and_then(|()| f.sync_all()) {
+            refused = Some(e);
+            break;
+        }
+    }
+    drop(f);
+    let refused = refused.expect("64 MiB fitted on a 24 MiB filesystem");
+    assert_eq!(refused.raw_os_error(), Some(libc::ENOSPC), "{refused}");
+
+    // names until the pool refuses one
+    let mut names = 0;
+    let err = loop {
+        match std::fs::File::create(mnt.path().join(format!("{names:0>200}"))) {
+            Ok(_) => names += 1,
+            Err(e) => break e,
+        }
+        assert!(names < 200_000, "creates never refused");
+    };
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "create {names}: {err}");
+    // the pool is not suspended: committed, and still answering
+    let sync_ok = std::fs::File::open(mnt.path().join(format!("{:0>200}", names - 1))).and_then(|f| f.sync_all());
+    assert!(sync_ok.is_ok(), "sync after {names} creates: {sync_ok:?}");
+
+    std::fs::remove_file(mnt.path().join("big")).unwrap();
+    std::fs::File::open(mnt.path()).unwrap().sync_all().unwrap();
+    std::fs::File::create(mnt.path().join("after-delete")).expect("a create after deleting the data");
+    let out = run(&["umount", mnt_s]);
+    assert!(out.status.success(), "umount: {}", String::from_utf8_lossy(&out.stderr));
+    run_ok(&["mount", pool_s, mnt_s]);
+    for n in [0, names / 2, names - 1] {
+        assert!(mnt.path().join(format!("{n:0>200}")).exists(), "name {n} of {names} lost");
+    }
+    assert!(mnt.path().join("after-delete").exists());
+    run_ok(&["umount", mnt_s]);
+    run_ok(&["fsck", pool_s]);
+}
