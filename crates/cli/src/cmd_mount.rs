@@ -273,7 +273,7 @@ fn serve(
 ) -> Result<()> {
     let set = stop_signals();
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    let session = match open_and_mount(pool, mountpoint, cfg) {
+    let (session, fs) = match open_and_mount(pool, mountpoint, cfg) {
         Ok(s) => s,
         Err(e) => {
             let msg = format!("{e:#}");
@@ -298,13 +298,40 @@ fn serve(
         mountpoint.display(),
         squeezefs_fuse::uring::transport()
     ));
-    session.run().context("serving FUSE requests")?;
-    // a failed flush at unmount was logged by the fs core just before this line
+    let served = session.run().context("serving FUSE requests");
+    // the session ran the flush at unmount (the adapter's destroy) before returning
+    let flush = fs.shutdown_error();
+    write_unmount_report(pool, flush.as_deref());
+    served?;
+    if let Some(e) = flush {
+        bail!("unmounted {}, but flushing the pool failed: {e}", mountpoint.display());
+    }
     log_event(&format!("unmounted {}", mountpoint.display()));
     Ok(())
 }
 
-fn open_and_mount(pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> Result<squeezefs_fuse::Session<squeezefs_fuse::FuseFs>> {
+/// The daemon's report on its flush at unmount, in the pool directory: `squeezefs umount`
+/// cannot see the exit status of a daemon that is not its child, so it reads this file,
+/// written (atomically) just before the daemon exits: `pid=N` and `flushed` or `error=…`.
+pub const UNMOUNT_REPORT: &str = "squeezefs.unmount";
+
+fn write_unmount_report(pool: &Path, error: Option<&str>) {
+    let body = match error {
+        None => format!("pid={}\nflushed\n", std::process::id()),
+        Some(e) => format!("pid={}\nerror={}\n", std::process::id(), e.replace('\n', " ")),
+    };
+    let tmp = pool.join(format!("{UNMOUNT_REPORT}.tmp"));
+    let r = std::fs::write(&tmp, body).and_then(|()| std::fs::rename(&tmp, pool.join(UNMOUNT_REPORT)));
+    if let Err(e) = r {
+        log::error!("writing {}: {e}", pool.join(UNMOUNT_REPORT).display());
+    }
+}
+
+fn open_and_mount(
+    pool: &Path,
+    mountpoint: &Path,
+    cfg: &MountConfig,
+) -> Result<(squeezefs_fuse::Session<squeezefs_fuse::FuseFs>, Arc<Fs>)> {
     let engine = Engine::open(pool, &open_options(cfg)).with_context(|| format!("opening pool {}", pool.display()))?;
     if let Some(rs) = cfg.recordsize {
         let pool_rs = engine.info().recordsize;
@@ -327,7 +354,7 @@ fn open_and_mount(pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> Result<s
     };
     let fs = Arc::new(Fs::new(engine.clone(), fs_cfg).context("starting the filesystem")?);
     match mount::mount(fs.clone(), pool, mountpoint, cfg) {
-        Ok(s) => Ok(s),
+        Ok(s) => Ok((s, fs)),
         Err(e) => {
             let _ = fs.shutdown();
             Err(anyhow!("mounting {} on {}: {e}", pool.display(), mountpoint.display()))

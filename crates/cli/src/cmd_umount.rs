@@ -20,10 +20,12 @@ pub struct UmountArgs {
 pub fn run(args: UmountArgs) -> Result<()> {
     let mnt = std::fs::canonicalize(&args.mountpoint)
         .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
-    // the daemon's pid, to wait for its exit; a dead daemon's mount is still unmounted
-    let pid = crate::cmd_stats::mount_info(&mnt).ok().and_then(|info| {
-        info.lines().find_map(|l| l.strip_prefix("pid=")).and_then(|p| p.parse::<i32>().ok())
-    });
+    // the daemon's pid, to wait for its exit, and its pool, to read its report; a dead
+    // daemon's mount is still unmounted
+    let info = crate::cmd_stats::mount_info(&mnt).ok();
+    let field = |key: &str| info.as_deref().and_then(|i| i.lines().find_map(|l| l.strip_prefix(key)));
+    let pid = field("pid=").and_then(|p| p.parse::<i32>().ok());
+    let pool = field("pool=").map(PathBuf::from);
     if pid.is_none() && !is_fuse_squeezefs_mount(&mnt) {
         bail!("{} is not a squeezefs mount", mnt.display());
     }
@@ -39,8 +41,41 @@ pub fn run(args: UmountArgs) -> Result<()> {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        if let Some(pool) = pool {
+            check_unmount_report(&pool, pid, &mnt)?;
+        }
     }
     Ok(())
+}
+
+/// The daemon's report on its last flush (cmd_mount.rs `UNMOUNT_REPORT`): an error, or no
+/// report of this daemon at all (it died), means changes since the last commit are lost.
+fn check_unmount_report(pool: &std::path::Path, pid: i32, mnt: &std::path::Path) -> Result<()> {
+    let path = pool.join(crate::cmd_mount::UNMOUNT_REPORT);
+    let report = std::fs::read_to_string(&path).unwrap_or_default();
+    let mut lines = report.lines();
+    if lines.next() != Some(&format!("pid={pid}")) {
+        if !writable(pool) {
+            return Ok(()); // the daemon had nowhere to write its report (read-only pool)
+        }
+        bail!(
+            "unmounted {}, but the daemon (pid {pid}) exited without reporting its final flush \
+             (killed or crashed?): changes after the pool's last commit may be lost; see {} and \
+             run `squeezefs fsck {}`",
+            mnt.display(),
+            pool.join(crate::cmd_mount::LOG_FILE).display(),
+            pool.display()
+        );
+    }
+    match lines.next() {
+        Some("flushed") => Ok(()),
+        other => bail!(
+            "unmounted {}, but flushing the pool failed: {}; see {}",
+            mnt.display(),
+            other.and_then(|l| l.strip_prefix("error=")).unwrap_or("no details"),
+            pool.join(crate::cmd_mount::LOG_FILE).display()
+        ),
+    }
 }
 
 /// The main thread of an exiting daemon turns zombie before its other threads have torn
@@ -64,4 +99,11 @@ fn is_fuse_squeezefs_mount(mnt: &std::path::Path) -> bool {
         let f: Vec<&str> = l.split(' ').collect();
         f.len() > 2 && f[2] == mount::FS_TYPE && crate::cmd_mount::unescape_mount_field(f[1]) == mnt
     })
+}
+
+fn writable(dir: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return false };
+    // SAFETY: c is a valid NUL-terminated path
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
 }

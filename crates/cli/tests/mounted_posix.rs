@@ -1184,3 +1184,56 @@ fn full_pool_filesystem_gives_enospc_and_deletions_make_room() {
     run_ok(&["umount", mnt_s]);
     run_ok(&["fsck", pool_s]);
 }
+
+/// Found in review: when the flush at unmount failed (here: another program filled the
+/// device's filesystem after the write was accepted, so the txg could not place it), the
+/// daemon logged the error and `squeezefs umount` still exited 0: the data was lost without
+/// a word to the caller. Now umount fails and says the flush failed.
+#[test]
+fn umount_reports_a_failed_final_flush() {
+    if !can_mount() {
+        return;
+    }
+    let host = tempfile::Builder::new().prefix("sqzhost").tempdir_in("/tmp").unwrap();
+    let tmpfs = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
+        .arg(host.path())
+        .status()
+        .unwrap();
+    assert!(tmpfs.success());
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).stderr(std::process::Stdio::null()).status();
+        }
+    }
+    let _host_guard = Unmount(host.path().to_path_buf());
+    let dir = tempfile::Builder::new().prefix("sqzpool").tempdir_in("/tmp").unwrap();
+    let pool = dir.path().join("pool");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let dev = host.path().join("dev");
+    let (pool_s, mnt_s) = (pool.to_str().unwrap(), mnt.to_str().unwrap());
+    run_ok(&["mkfs", pool_s, "--device", dev.to_str().unwrap()]);
+    run_ok(&["mount", pool_s, mnt_s]);
+    let _mnt_guard = Unmount(mnt.clone());
+    // accepted into the open txg (5 s timeout), not yet on the device...
+    std::fs::write(mnt.join("f"), noise(7, 4 << 20)).unwrap();
+    // ...whose filesystem another program fills now
+    let free = {
+        let out = std::process::Command::new("stat").args(["-f", "-c", "%a %S"]).arg(host.path()).output().unwrap();
+        let t = String::from_utf8(out.stdout).unwrap();
+        let v: Vec<u64> = t.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        v[0] * v[1]
+    };
+    let fill = std::process::Command::new("fallocate")
+        .args(["-l", &free.to_string()])
+        .arg(host.path().join("fill"))
+        .status()
+        .unwrap();
+    assert!(fill.success());
+    let out = run(&["umount", mnt_s]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "umount exited 0 although the flush failed");
+    assert!(stderr.contains("flushing the pool failed"), "umount said: {stderr}");
+}

@@ -52,6 +52,8 @@ pub struct Fs {
     atimes: atime::PendingAtimes,
     /// held across a rename's transaction and its parent-map update (is_within)
     rename_lock: Mutex<()>,
+    /// set when the flush at unmount failed (`shutdown`)
+    shutdown_error: Mutex<Option<String>>,
 }
 
 impl Fs {
@@ -70,6 +72,7 @@ impl Fs {
             handles: handles::Handles::default(),
             atimes: atime::PendingAtimes::default(),
             rename_lock: Mutex::new(()),
+            shutdown_error: Mutex::new(None),
         };
         if !fs.engine.read_only() && !fs.cfg.read_only {
             for ino in fs.engine.orphans()? {
@@ -108,8 +111,19 @@ impl Fs {
                 }
             }
         }
-        self.engine.close()?;
+        if let Err(e) = self.engine.close() {
+            // what was written after the last commit is lost: the daemon reports it to
+            // `squeezefs umount` (cmd_mount.rs)
+            *self.shutdown_error.lock() =
+                Some(format!("{e}; changes after txg {} were not saved", self.engine.info().last_txg));
+            return Err(e.into());
+        }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// Why the flush at unmount failed, if it did (`shutdown`).
+    pub fn shutdown_error(&self) -> Option<String> {
+        self.shutdown_error.lock().clone()
     }
 
     /// Change the mount-wide compression for data written from now on (remount).

@@ -112,6 +112,9 @@ impl Fs {
     /// `key=value` lines describing this mount (read by `squeezefs stats` and `umount`).
     pub fn mount_info(&self) -> String {
         let mut s = format!("pid={}\n", std::process::id());
+        // `squeezefs umount` reads the daemon's exit report there (a path holding a newline
+        // would be cut; the line is informational otherwise)
+        s.push_str(&format!("pool={}\n", self.engine.info().pool_dir.display()));
         match self.compression() {
             Some(Compression { spec, force: true }) => s.push_str(&format!("compress-force={spec}\n")),
             Some(Compression { spec, force: false }) => s.push_str(&format!("compress={spec}\n")),

@@ -113,6 +113,8 @@ pub struct PoolInfo {
     pub max_inline: u32,
     pub devices: usize,
     pub last_txg: u64,
+    /// the pool directory (holds the metadata store)
+    pub pool_dir: std::path::PathBuf,
 }
 
 pub struct Engine {
@@ -185,6 +187,7 @@ impl Engine {
             max_inline: self.inner.max_inline as u32,
             devices: self.inner.devs.len(),
             last_txg: self.inner.txg.synced(),
+            pool_dir: self.inner.pool_dir.clone(),
         }
     }
 
