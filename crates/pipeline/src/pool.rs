@@ -313,6 +313,16 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
                 DeviceKind::GrowableFile => None,
                 _ => d.capacity(),
             };
+            // records and free ranges lie below the allocation end: a device ending before
+            // it lost data, and new records placed past its end would fail their writes
+            if let Some(c) = cap.filter(|&c| c < rec.alloc_end) {
+                return Err(pool_err(format!(
+                    "{} is {c} bytes but the pool keeps data on it up to byte {}: the device \
+                     shrank, or it is not the device the pool was made with",
+                    path.display(),
+                    rec.alloc_end
+                )));
+            }
             space.push(DevSpace::new(DATA_START, rec.alloc_end, cap, free, u64::from(sb.sector), granule));
             devs.push(d);
         }

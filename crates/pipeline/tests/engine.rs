@@ -395,3 +395,31 @@ fn records_of_a_txg_are_placed_in_file_order() {
     }
     e.close().unwrap();
 }
+
+/// A fixed device that became smaller than the data the pool keeps on it (a shrunk volume,
+/// or a smaller device put in its place) opened as if nothing had happened: the records past
+/// its end failed their reads, and free ranges past the end were handed to new records whose
+/// writes failed and suspended the pool. Now the open is refused with the two sizes.
+#[test]
+fn a_device_smaller_than_the_pool_data_on_it_is_refused_at_open() {
+    use squeezefs_device::doubles::MemDevice;
+    const MIB: u64 = 1 << 20;
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let mem = Arc::new(MemDevice::with_capacity("mem0", 8 * MIB));
+    Engine::mkfs_with_devices(&pool, vec![mem.clone()], &MkfsOptions::default()).unwrap();
+    let e = Engine::open_with_devices(&pool, vec![mem.clone()], &fast_opts()).unwrap();
+    let f = create(&e, "m");
+    e.write(f, 0, &noise(3, 6 * MIB as usize)).unwrap();
+    e.close().unwrap();
+    drop(e);
+    let mut bytes = mem.snapshot();
+    bytes.truncate(4 * MIB as usize);
+    let shrunk: Arc<dyn Device> = Arc::new(MemDevice::from_bytes("mem0", bytes, Some(4 * MIB)));
+    let err = Engine::open_with_devices(&pool, vec![shrunk], &fast_opts()).err().expect("opened");
+    let msg = err.to_string();
+    assert!(msg.contains("4194304 bytes") && msg.contains("shrank"), "{msg}");
+    // the device as it was still opens
+    let e = Engine::open_with_devices(&pool, vec![mem.clone()], &fast_opts()).unwrap();
+    assert_eq!(read_all(&e, f), noise(3, 6 * MIB as usize));
+}
