@@ -1,8 +1,10 @@
 //! fsck: consistency of the committed pool.
 //!
 //! * space: every device extent lies in the data area below the allocation end, no two
-//!   extents overlap, no extent overlaps a free range, free ranges are disjoint, and every
-//!   allocated byte belongs to an extent (no leak);
+//!   extents overlap, no extent overlaps a free range, free ranges are disjoint and merged
+//!   (never touching), every allocated byte belongs to an extent (no leak); in pools without
+//!   byte packing every extent starts on a sector; records sharing a sector were written by
+//!   one txg (alloc.rs: a torn write of a sector may only hurt an uncommitted run);
 //! * extents: belong to an existing inode and lie below its size; the inode's
 //!   `blocks_bytes` equals the sum of its extents;
 //! * namespace: dirents point to live inodes of the right kind, each dirent has its cookie
@@ -150,7 +152,8 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
         }
     }
     // extents and space
-    let mut per_dev: Vec<Vec<(u64, u64, Ino)>> = vec![Vec::new(); inner.devs.len()];
+    // per device: (offset, footprint, inode, birth txg) of every device extent
+    let mut per_dev: Vec<Vec<(u64, u64, Ino, u64)>> = vec![Vec::new(); inner.devs.len()];
     let mut blocks: HashMap<Ino, u64> = HashMap::new();
     for row in rx.open_table(tables::EXTENTS)?.iter()? {
         let (k, v) = row?;
@@ -181,8 +184,14 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
         }
         *blocks.entry(ino).or_default() += extent_footprint(&e, inner.granule);
         if let StoredRecord::Device(d) = e.stored {
+            if inner.granule > 1 && d.offset % inner.granule != 0 {
+                r.problems.push(format!(
+                    "inode {ino} record {idx}: offset {} on device {} is not on a {}-byte sector (this pool does not pack records)",
+                    d.offset, d.dev, inner.granule
+                ));
+            }
             match per_dev.get_mut(d.dev as usize) {
-                Some(v) => v.push((d.offset, crate::units::granule_bytes(u64::from(d.psize), inner.granule), ino)),
+                Some(v) => v.push((d.offset, crate::units::granule_bytes(u64::from(d.psize), inner.granule), ino, e.birth)),
                 None => r.problems.push(format!("inode {ino} record {idx} points to device {}", d.dev)),
             }
         }
@@ -206,21 +215,42 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
         let end = rec.alloc_end;
         let lo = keys::dev_offset(dev as u32, 0);
         let hi = keys::dev_offset(dev as u32, u64::MAX);
-        let mut spans: Vec<(u64, u64, String)> = Vec::new();
+        // (offset, length, what, birth txg of an extent / None for a free range)
+        let mut spans: Vec<(u64, u64, String, Option<u64>)> = Vec::new();
         for row in ft.range(&lo[..]..=&hi[..])? {
             let (k, v) = row?;
             let Some((_, off)) = keys::split_dev_offset(k.value()) else { continue };
             r.free_range_bytes = r.free_range_bytes.saturating_add(v.value());
-            spans.push((off, v.value(), "free range".to_string()));
+            spans.push((off, v.value(), "free range".to_string(), None));
         }
-        for (off, len, ino) in exts.iter() {
+        for (off, len, ino, birth) in exts.iter() {
             r.allocated_bytes = r.allocated_bytes.saturating_add(*len);
-            spans.push((*off, *len, format!("extent of inode {ino}")));
+            spans.push((*off, *len, format!("extent of inode {ino}"), Some(*birth)));
         }
         spans.sort_by_key(|s| s.0);
+        let sector = inner.sector.max(1);
+        let mut frees: Vec<(u64, u64)> = spans.iter().filter(|s| s.3.is_none()).map(|s| (s.0, s.1)).collect();
+        frees.sort_unstable();
+        for w in frees.windows(2) {
+            if w[0].0.checked_add(w[0].1) == Some(w[1].0) {
+                r.problems.push(format!("device {dev}: free ranges meet at {} without being merged into one", w[1].0));
+            }
+        }
+        let mut recs: Vec<(u64, u64, u64)> = exts.iter().map(|&(off, len, _, birth)| (off, len, birth)).collect();
+        recs.sort_unstable();
+        for w in recs.windows(2) {
+            let ((a_off, a_len, a_birth), (b_off, _, b_birth)) = (w[0], w[1]);
+            let Some(a_end) = a_off.checked_add(a_len) else { continue };
+            if a_birth != b_birth && a_end > a_off && (a_end - 1) / sector == b_off / sector {
+                r.problems.push(format!(
+                    "device {dev}: sector {} holds records of txg {a_birth} and txg {b_birth} (only one txg's records may share a sector)",
+                    b_off / sector
+                ));
+            }
+        }
         let mut cursor = DATA_START;
         let mut prev = String::from("device header");
-        for (off, len, what) in spans {
+        for (off, len, what, _) in spans {
             // corrupt rows may name any offset and length: their end is checked, not computed
             let Some(span_end) = off.checked_add(len) else {
                 r.problems.push(format!("device {dev}: {what} at {off}+{len} reaches past the largest offset"));

@@ -89,3 +89,36 @@ fn a_sector_packed_pool_of_an_older_build_reads_back_and_stays_sector_packed() {
     assert_eq!(read_all(&e, f), data);
     assert!(e.fsck().unwrap().problems.is_empty());
 }
+
+/// In a pool without byte packing every record starts on a sector (its footprint is whole
+/// sectors); fsck did not check it, so a record moved off its sector went unnoticed as long
+/// as it overlapped nothing.
+#[test]
+fn fsck_of_a_sector_packed_pool_reports_a_record_off_its_sector() {
+    use redb::ReadableTable;
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    unpack(&pool);
+    {
+        let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut t = tx.open_table(squeezefs_meta::tables::EXTENTS).unwrap();
+            let (k, mut x) = t
+                .iter()
+                .unwrap()
+                .map(|r| r.unwrap())
+                .map(|(k, v)| (k.value().to_vec(), ExtentPtr::decode(v.value()).unwrap()))
+                .find(|(_, x)| matches!(x.stored, StoredRecord::Device(_)))
+                .expect("a device extent in the fixture");
+            if let StoredRecord::Device(dx) = x.stored {
+                x.stored = StoredRecord::Device(DeviceExtent { offset: dx.offset + 1, ..dx });
+            }
+            t.insert(&k[..], &x.encode()[..]).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let e = Engine::open(&pool, &OpenOptions { read_only: true, ..fast_opts() }).unwrap();
+    let r = e.fsck().unwrap();
+    assert!(r.problems.iter().any(|p| p.contains("is not on a 512-byte sector")), "{:?}", r.problems);
+}
