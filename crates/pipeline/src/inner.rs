@@ -198,8 +198,8 @@ impl Inner {
         if self.read_only {
             return Err(EngineError::ReadOnly);
         }
-        if let Some(e) = self.txg.error() {
-            return Err(EngineError::Suspended(e));
+        if let Some(e) = self.txg.halted() {
+            return Err(e);
         }
         Ok(())
     }

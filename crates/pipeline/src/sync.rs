@@ -51,7 +51,16 @@ struct Placed {
     outcome: Outcome,
 }
 
-pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) -> Result<()> {
+/// Why a txg failed, and whether trying it again later is safe: a txg that found no room
+/// before its commit stage wrote nothing any pointer refers to (its placements were given
+/// back), so its frozen layers can be synced again once there is room (txg.rs).
+pub struct SyncFailure {
+    pub error: EngineError,
+    /// the frozen layers, handed back when the txg may be tried again
+    pub retry: Option<Vec<(Ino, Arc<Layer>)>>,
+}
+
+pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) -> std::result::Result<(), SyncFailure> {
     let t0 = std::time::Instant::now();
     inner.refresh_host_free();
     let jobs = cut(&frozen);
@@ -153,7 +162,8 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
                     space[d.dev as usize].free(d.offset, granule_bytes(u64::from(d.psize), inner.granule));
                 }
             }
-            Err(e)
+            let retryable = !committing && matches!(e, EngineError::NoSpace);
+            Err(SyncFailure { error: e, retry: retryable.then_some(frozen) })
         }
     }
 }

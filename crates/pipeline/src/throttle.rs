@@ -7,7 +7,7 @@
 //! Tunables: `DELAY_MIN_PERCENT` (60, zfs_delay_min_dirty_percent), `DELAY_SCALE` (500 µs,
 //! zfs_delay_scale), `MAX_DELAY` (100 ms).
 
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::inner::Inner;
 use crate::txg::SYNC_DIRTY_PERCENT;
 use std::sync::atomic::Ordering;
@@ -43,8 +43,8 @@ pub fn delay(inner: &Inner) -> Result<()> {
             }
             return Ok(());
         }
-        if let Some(e) = inner.txg.error() {
-            return Err(EngineError::Suspended(e));
+        if let Some(e) = inner.txg.halted() {
+            return Err(e);
         }
         inner.txg.kick();
         let mut g = inner.throttle_lock.lock();

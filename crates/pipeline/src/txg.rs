@@ -22,12 +22,20 @@
  *   - `early::EARLY_SYNC_BYTES` of records were compressed early and wait for a txg;
  *   - the namespace delta holds more than `nsdelta::MAX_OPEN_ROWS` rows;
  *   - the txg has been open `txg_timeout` (default 5 s) and something changed.
- * A failed sync (device I/O error, no space at allocation) moves the pool to SUSPENDED:
- * nothing more is synced, the pool on disk stays at the last committed txg, every later
- * write/fsync reports the error; data of the failed txg stays readable from memory.
+ * A failed sync moves the pool to one of two halted states; in both the pool on disk stays
+ * at the last committed txg and the failed txg's data stays readable from memory:
+ *   STALLED    the txg found no room before its commit stage (placement, a device's host
+ *              filesystem full at write or fdatasync): nothing of it is referenced, so the
+ *              driver tries the same frozen layers again every `RETRY_INTERVAL` (placing
+ *              and writing them anew) and once more at shutdown; writes, syncs and fsyncs
+ *              get NoSpace meanwhile. Success → the txg is COMMITTED and the pool runs on:
+ *              another program filling a device's filesystem for a while loses nothing.
+ *   SUSPENDED  any other failure (device I/O error, a failed commit), or a stall still
+ *              failing at shutdown: nothing more is synced, every later write/fsync
+ *              reports the error.
  *
  * Tunables: `OpenOptions::txg_timeout`, `OpenOptions::max_dirty_bytes`,
- * `SYNC_DIRTY_PERCENT` (20), the throttle in throttle.rs.
+ * `SYNC_DIRTY_PERCENT` (20), `RETRY_INTERVAL` (1 s), the throttle in throttle.rs.
  */
 
 #[allow(unused_imports)]
@@ -43,6 +51,8 @@ use std::time::{Duration, Instant};
 
 /// Start syncing when dirty data passes this percentage of `max_dirty_bytes`.
 pub const SYNC_DIRTY_PERCENT: u64 = 20;
+/// A STALLED txg is tried again this often.
+pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
@@ -61,6 +71,8 @@ pub struct TxgState {
     pub want: u64,
     pub phase: Phase,
     pub error: Option<String>,
+    /// `error` is a STALLED txg's (no room; retried), not a suspension
+    pub stalled: bool,
     pub shutdown: bool,
     /// exit without syncing (engine dropped without close)
     pub abandon: bool,
@@ -87,6 +99,7 @@ impl TxgCtl {
                 want: 0,
                 phase: Phase::Idle,
                 error: None,
+                stalled: false,
                 shutdown: false,
                 abandon: false,
                 exited: false,
@@ -101,6 +114,17 @@ impl TxgCtl {
 
     pub fn error(&self) -> Option<String> {
         self.st.lock().error.clone()
+    }
+
+    /// The error a halted pool gives writers and syncs: NoSpace while a txg is STALLED,
+    /// Suspended after any other failure; `None` when running.
+    pub fn halted(&self) -> Option<crate::EngineError> {
+        Self::halt_error(&self.st.lock())
+    }
+
+    fn halt_error(st: &TxgState) -> Option<crate::EngineError> {
+        let e = st.error.as_ref()?;
+        Some(if st.stalled { crate::EngineError::NoSpace } else { crate::EngineError::Suspended(e.clone()) })
     }
 
     pub fn synced(&self) -> u64 {
@@ -129,8 +153,8 @@ impl TxgCtl {
     /// holding them.
     pub fn sync_and_wait(&self, inner: &Inner) -> crate::Result<()> {
         let mut st = self.st.lock();
-        if let Some(e) = &st.error {
-            return Err(crate::EngineError::Suspended(e.clone()));
+        if let Some(e) = Self::halt_error(&st) {
+            return Err(e);
         }
         if st.exited {
             return Err(crate::EngineError::Closed);
@@ -145,8 +169,8 @@ impl TxgCtl {
         st.want = st.want.max(target);
         self.wake.notify_one();
         while st.synced < target {
-            if let Some(e) = &st.error {
-                return Err(crate::EngineError::Suspended(e.clone()));
+            if let Some(e) = Self::halt_error(&st) {
+                return Err(e);
             }
             if st.exited {
                 return Err(crate::EngineError::Closed);
@@ -174,8 +198,8 @@ impl TxgCtl {
             return Ok(());
         }
         while st.synced < n {
-            if let Some(e) = &st.error {
-                return Err(crate::EngineError::Suspended(e.clone()));
+            if let Some(e) = Self::halt_error(&st) {
+                return Err(e);
             }
             if st.exited {
                 return Err(crate::EngineError::Closed);
@@ -206,18 +230,52 @@ impl TxgCtl {
     }
 }
 
+/// A txg's frozen layers: (inode, its syncing layer) per file.
+pub type Frozen = Vec<(Ino, Arc<Layer>)>;
+
+/// What the driver does next.
+enum Next {
+    Exit,
+    /// quiesce and sync this (newly closed) txg
+    Sync(u64),
+    /// sync the STALLED txg again
+    Retry,
+}
+
 /// The driver: one thread per engine, runs txgs one after another.
 pub fn driver(inner: Arc<Inner>) {
     let ctl = &inner.txg;
+    // the STALLED txg and its frozen layers, kept for the next try
+    let mut stalled: Option<(u64, Frozen)> = None;
+    let mut last_try = Instant::now();
+    let mut final_try = false;
     loop {
-        let txg = {
+        let next = {
             let mut st = ctl.st.lock();
             loop {
                 let has_work = st.meta_dirty || !inner.dirty_set.lock().is_empty();
-                if st.abandon || (st.shutdown && (!has_work || st.error.is_some())) {
-                    st.exited = true;
+                if st.abandon {
+                    break Next::Exit;
+                }
+                if stalled.is_some() {
+                    // once more at shutdown, then give up (the pool is then SUSPENDED)
+                    if st.shutdown {
+                        if final_try {
+                            break Next::Exit;
+                        }
+                        final_try = true;
+                        break Next::Retry;
+                    }
+                    let since = last_try.elapsed();
+                    if since >= RETRY_INTERVAL {
+                        break Next::Retry;
+                    }
                     ctl.done.notify_all();
-                    return;
+                    ctl.wake.wait_for(&mut st, RETRY_INTERVAL - since);
+                    continue;
+                }
+                if st.shutdown && (!has_work || st.error.is_some()) {
+                    break Next::Exit;
                 }
                 if st.error.is_some() {
                     // suspended: wake waiters (they see the error) and idle
@@ -226,51 +284,89 @@ pub fn driver(inner: Arc<Inner>) {
                     continue;
                 }
                 if st.shutdown || st.want >= st.open {
-                    break;
+                    break Next::Sync(open_next(&mut st));
                 }
                 let dirty = inner.dirty_bytes.load(Ordering::Relaxed);
                 let threshold = inner.opts.max_dirty_bytes / 100 * SYNC_DIRTY_PERCENT;
                 // compressed early and waiting: write it out, so its buffers return to the pool
                 let ready = inner.compress_q.counters.ready.load(Ordering::Relaxed);
                 if has_work && (dirty >= threshold || ready >= crate::early::EARLY_SYNC_BYTES || st.meta_full) {
-                    break;
+                    break Next::Sync(open_next(&mut st));
                 }
                 let elapsed = st.opened_at.elapsed();
                 if elapsed >= inner.opts.txg_timeout {
                     if has_work {
-                        break;
+                        break Next::Sync(open_next(&mut st));
                     }
                     st.opened_at = Instant::now();
                     continue;
                 }
                 ctl.wake.wait_for(&mut st, inner.opts.txg_timeout - elapsed);
             }
-            let txg = st.open;
-            st.open += 1;
-            st.phase = Phase::Quiescing(txg);
-            st.meta_dirty = false;
-            st.meta_full = false;
-            st.opened_at = Instant::now();
-            txg
         };
-        let frozen = quiesce(&inner);
+        let (txg, frozen) = match next {
+            Next::Exit => {
+                let mut st = ctl.st.lock();
+                if let Some((txg, _)) = &stalled {
+                    // the last try failed too: the txg's changes are lost with the process
+                    st.stalled = false;
+                    log::error!("txg {txg}: still no room at shutdown; its changes are not saved");
+                }
+                st.exited = true;
+                ctl.done.notify_all();
+                return;
+            }
+            Next::Retry => stalled.take().expect("a stalled txg to retry"),
+            Next::Sync(txg) => (txg, quiesce(&inner)),
+        };
         inner.syncing_files.store(frozen.len() as u64, Ordering::Relaxed);
         ctl.st.lock().phase = Phase::Syncing(txg);
         let r = sync::sync_txg(&inner, txg, frozen);
+        last_try = Instant::now();
         inner.syncing_files.store(0, Ordering::Relaxed);
         let mut st = ctl.st.lock();
         st.phase = Phase::Idle;
         match r {
-            Ok(()) => st.synced = txg,
-            Err(e) => {
-                log::error!("txg {txg} failed, pool suspended at txg {}: {e}", st.synced);
-                st.error = Some(e.to_string());
+            Ok(()) => {
+                if st.stalled {
+                    log::warn!("txg {txg} committed after waiting for room; the pool runs again");
+                }
+                st.synced = txg;
+                st.error = None;
+                st.stalled = false;
+            }
+            Err(sync::SyncFailure { error, retry: Some(frozen) }) => {
+                if !st.stalled {
+                    log::warn!(
+                        "txg {txg}: {error}; trying again every {} s (writes and syncs get ENOSPC until it fits)",
+                        RETRY_INTERVAL.as_secs()
+                    );
+                }
+                st.error = Some(error.to_string());
+                st.stalled = true;
+                stalled = Some((txg, frozen));
+            }
+            Err(sync::SyncFailure { error, retry: None }) => {
+                log::error!("txg {txg} failed, pool suspended at txg {}: {error}", st.synced);
+                st.error = Some(error.to_string());
+                st.stalled = false;
             }
         }
         ctl.done.notify_all();
         drop(st);
         inner.throttle_cv.notify_all();
     }
+}
+
+/// OPEN → QUIESCING for the open txg: returns its number; the next one opens.
+fn open_next(st: &mut TxgState) -> u64 {
+    let txg = st.open;
+    st.open += 1;
+    st.phase = Phase::Quiescing(txg);
+    st.meta_dirty = false;
+    st.meta_full = false;
+    st.opened_at = Instant::now();
+    txg
 }
 
 /// QUIESCING: freeze the open layer of every dirty file into its syncing layer.

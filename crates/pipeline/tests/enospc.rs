@@ -599,3 +599,89 @@ fn statvfs_free(path: &std::path::Path) -> u64 {
     let mut it = text.split_whitespace().map(|v| v.parse::<u64>().unwrap());
     it.next().unwrap() * it.next().unwrap()
 }
+
+/// Take the rest of `dir`'s filesystem, as another program would.
+fn fill_host(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("other-program");
+    let free = statvfs_free(dir);
+    let ok = std::process::Command::new("fallocate").args(["-l", &free.to_string()]).arg(&path).status().unwrap();
+    assert!(ok.success());
+    path
+}
+
+/// A pool whose only device is a growable file on `fs`, holding a 4 MiB file `f` written
+/// (admitted) but not synced.
+fn pool_with_unsynced_file_on(fs: &Tmpfs, dir: &std::path::Path) -> (std::sync::Arc<Engine>, std::path::PathBuf, u64, Vec<u8>) {
+    let pool = dir.join("pool");
+    let mkfs = MkfsOptions { devices: vec![fs.0.join("dev")], ..MkfsOptions::default() };
+    Engine::mkfs(&pool, &mkfs).unwrap();
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    let data = random_bytes(5, 4 * MIB);
+    let ino = write_new_file(&e, "f", &data).unwrap();
+    (e, pool, ino, data)
+}
+
+/// Found in review: another program filled the filesystem of a growable device between a
+/// write's admission and its txg. The txg failed to place or write the records and the pool
+/// was suspended: the write was lost at close, although nothing of the txg had been
+/// committed and the room came back a moment later. Now the txg waits for room (writes and
+/// syncs get NoSpace meanwhile) and is tried again every second; it commits once room is
+/// back, and nothing is lost.
+#[test]
+fn a_txg_that_finds_no_room_waits_for_room_instead_of_losing_its_data() {
+    let Some(fs) = Tmpfs::mount(16 * MIB) else {
+        eprintln!("skipped: cannot mount a tmpfs (not root)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (e, pool, ino, data) = pool_with_unsynced_file_on(&fs, dir.path());
+    let other = fill_host(&fs.0);
+    match e.sync() {
+        Err(EngineError::NoSpace) => {}
+        other => panic!("sync with the device's filesystem full: expected NoSpace, got {other:?}"),
+    }
+    assert!(matches!(e.write(ino, 0, b"more"), Err(EngineError::NoSpace)));
+    assert_eq!(read_all(&e, ino).unwrap(), data, "the waiting txg's data reads back from memory");
+    std::fs::remove_file(other).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match e.sync() {
+            Ok(()) => break,
+            Err(EngineError::NoSpace) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100))
+            }
+            other => panic!("after the room came back: {other:?}"),
+        }
+    }
+    e.write(ino, 0, b"more").unwrap();
+    e.close().unwrap();
+    drop(e);
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    let mut want = data;
+    want[..4].copy_from_slice(b"more");
+    assert_eq!(read_all(&e, ino).unwrap(), want);
+    assert_fsck_clean(&e, "after the retried txg");
+}
+
+/// If the room does not come back, close tries once more, then reports the loss (the
+/// pool on disk stays at its last commit, consistent).
+#[test]
+fn a_txg_still_without_room_at_close_is_reported_lost() {
+    let Some(fs) = Tmpfs::mount(16 * MIB) else {
+        eprintln!("skipped: cannot mount a tmpfs (not root)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (e, pool, _, _) = pool_with_unsynced_file_on(&fs, dir.path());
+    let other = fill_host(&fs.0);
+    assert!(matches!(e.sync(), Err(EngineError::NoSpace)));
+    match e.close() {
+        Err(EngineError::Suspended(msg)) => assert!(msg.contains("no space"), "{msg}"),
+        other => panic!("close with the txg still waiting for room: {other:?}"),
+    }
+    drop(e);
+    std::fs::remove_file(other).unwrap();
+    let e = Engine::open(&pool, &raw_opts()).unwrap();
+    assert!(e.lookup(ROOT_INO, b"f").unwrap().is_none(), "the lost txg's file is not in the pool");
+    assert_fsck_clean(&e, "after the lost txg");
+}
