@@ -1237,3 +1237,66 @@ fn umount_reports_a_failed_final_flush() {
     assert!(!out.status.success(), "umount exited 0 although the flush failed");
     assert!(stderr.contains("flushing the pool failed"), "umount said: {stderr}");
 }
+
+/// Through a mount: another program fills a device's filesystem after a write was accepted.
+/// fsync reports ENOSPC (the txg waits for room) instead of EIO from a suspended pool, and
+/// once the room is back a later fsync succeeds and the data survives a remount.
+#[test]
+fn fsync_gets_enospc_while_a_txg_waits_for_room_and_succeeds_once_room_is_back() {
+    if !can_mount() {
+        return;
+    }
+    let host = tempfile::Builder::new().prefix("sqzhost").tempdir_in("/tmp").unwrap();
+    let tmpfs = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
+        .arg(host.path())
+        .status()
+        .unwrap();
+    assert!(tmpfs.success());
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).stderr(std::process::Stdio::null()).status();
+        }
+    }
+    let _host_guard = Unmount(host.path().to_path_buf());
+    let dir = tempfile::Builder::new().prefix("sqzpool").tempdir_in("/tmp").unwrap();
+    let pool = dir.path().join("pool");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let (pool_s, mnt_s) = (pool.to_str().unwrap(), mnt.to_str().unwrap());
+    run_ok(&["mkfs", pool_s, "--device", host.path().join("dev").to_str().unwrap()]);
+    run_ok(&["mount", pool_s, mnt_s]);
+    let _mnt_guard = Unmount(mnt.clone());
+    let data = noise(9, 4 << 20);
+    let mut f = std::fs::File::create(mnt.join("f")).unwrap();
+    f.write_all(&data).unwrap();
+    let other = host.path().join("other-program");
+    let free = {
+        let out = std::process::Command::new("stat").args(["-f", "-c", "%a %S"]).arg(host.path()).output().unwrap();
+        let t = String::from_utf8(out.stdout).unwrap();
+        let v: Vec<u64> = t.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        v[0] * v[1]
+    };
+    assert!(std::process::Command::new("fallocate").args(["-l", &free.to_string()]).arg(&other).status().unwrap().success());
+    let err = f.sync_all().expect_err("fsync with the device's filesystem full");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    std::fs::remove_file(&other).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match f.sync_all() {
+            Ok(()) => break,
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100))
+            }
+            Err(e) => panic!("fsync after the room came back: {e}"),
+        }
+    }
+    drop(f);
+    let out = run(&["umount", mnt_s]);
+    assert!(out.status.success(), "umount: {}", String::from_utf8_lossy(&out.stderr));
+    run_ok(&["mount", pool_s, mnt_s]);
+    assert!(std::fs::read(mnt.join("f")).unwrap() == data, "the file's data after the wait and a remount");
+    run_ok(&["umount", mnt_s]);
+    run_ok(&["fsck", pool_s]);
+}
