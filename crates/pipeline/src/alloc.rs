@@ -33,8 +33,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Clone, Debug)]
 pub struct DevSpace {
-    /// start → length of free ranges below `end`
-    pub free: BTreeMap<u64, u64>,
+    /// start → length of free ranges below `end`; changed only through `put`/`take` (they
+    /// keep `whole_sum` and the placeable cache right)
+    free: BTreeMap<u64, u64>,
+    /// Σ whole free sectors over `free` (`allocatable_range_bytes`): kept as ranges come and
+    /// go, because the place stage asks for it once per record and admission once per write,
+    /// and walking every range each time cost O(ranges) on a fragmented device
+    whole_sum: u64,
+    /// (whole free sectors, start) of every free range holding a whole sector: tells `alloc`
+    /// at once whether any range can hold a run, instead of walking every fragment first
+    by_whole: BTreeSet<(u64, u64)>,
+    /// `placeable_bytes(record)` for the last `record` asked, until `free` changes
+    placeable_cache: std::cell::Cell<Option<(u64, u64)>>,
     pub end: u64,
     pub capacity: Option<u64>,
     pub data_start: u64,
@@ -66,8 +76,11 @@ impl DevSpace {
         granule: u64,
     ) -> DevSpace {
         debug_assert!(sector.is_power_of_two() && granule >= 1 && sector.is_multiple_of(granule));
-        DevSpace {
-            free,
+        let mut d = DevSpace {
+            free: BTreeMap::new(),
+            whole_sum: 0,
+            by_whole: BTreeSet::new(),
+            placeable_cache: std::cell::Cell::new(None),
             end: end.max(data_start),
             capacity,
             data_start,
@@ -77,8 +90,45 @@ impl DevSpace {
             cursor: 0,
             dirty: BTreeSet::new(),
             end_dirty: false,
+        };
+        for (s, l) in free {
+            d.put(s, l);
         }
+        d
     }
+
+    /// Whole sectors inside the free range `[s, s+l)`.
+    fn whole_in(&self, s: u64, l: u64) -> u64 {
+        let lo = crate::units::sector_bytes(s, self.sector);
+        let hi = s.saturating_add(l) / self.sector * self.sector;
+        hi.saturating_sub(lo)
+    }
+
+    /// Set the free range at `s` to `l` bytes.
+    fn put(&mut self, s: u64, l: u64) {
+        if let Some(old) = self.free.insert(s, l) {
+            let w = self.whole_in(s, old);
+            self.whole_sum -= w;
+            self.by_whole.remove(&(w, s));
+        }
+        let w = self.whole_in(s, l);
+        self.whole_sum += w;
+        if w > 0 {
+            self.by_whole.insert((w, s));
+        }
+        self.placeable_cache.set(None);
+    }
+
+    /// Remove the free range at `s`; its length.
+    fn take(&mut self, s: u64) -> Option<u64> {
+        let l = self.free.remove(&s)?;
+        let w = self.whole_in(s, l);
+        self.whole_sum -= w;
+        self.by_whole.remove(&(w, s));
+        self.placeable_cache.set(None);
+        Some(l)
+    }
+
 
     /// Bytes that new records can still get: the whole sectors inside free ranges plus those
     /// from the first sector boundary at or after the end up to the capacity (`None`:
@@ -97,7 +147,21 @@ impl DevSpace {
     /// txg fail in placement and suspended the pool
     /// (tests/enospc.rs::fragmented_free_sectors_do_not_suspend_the_pool).
     pub fn placeable_bytes(&self, record: u64) -> Option<u64> {
-        let in_ranges: u64 = self.whole_free_sectors().map(|(_, len)| len.saturating_sub(record)).sum();
+        // only ranges of more than `record` whole bytes contribute: the index lists them
+        let bigger = || -> u64 { self.by_whole.range((record.saturating_add(1), 0)..).map(|&(w, _)| w - record).sum() };
+        let in_ranges = match self.placeable_cache.get() {
+            Some((r, v)) if r == record => v,
+            _ => {
+                let v = bigger();
+                self.placeable_cache.set(Some((record, v)));
+                v
+            }
+        };
+        debug_assert_eq!(
+            in_ranges,
+            self.whole_free_sectors().map(|(_, len)| len.saturating_sub(record)).sum::<u64>(),
+            "placeable bytes from the index and from the free map differ"
+        );
         Some(in_ranges + self.tail_bytes()?.saturating_sub(record))
     }
 
@@ -111,7 +175,8 @@ impl DevSpace {
 
     /// Whole free sectors inside the free ranges (what `alloc` can hand out of them).
     pub fn allocatable_range_bytes(&self) -> u64 {
-        self.whole_free_sectors().map(|(_, len)| len).sum()
+        debug_assert_eq!(self.whole_sum, self.whole_free_sectors().map(|(_, len)| len).sum::<u64>());
+        self.whole_sum
     }
 
     /// (start, length) of the whole free sectors of each free range that has any.
@@ -184,10 +249,10 @@ impl DevSpace {
         }
         match self.free.get(&at).copied() {
             Some(flen) if flen >= len => {
-                self.free.remove(&at);
+                self.take(at);
                 self.dirty.insert(at);
                 if flen > len {
-                    self.free.insert(at + len, flen - len);
+                    self.put(at + len, flen - len);
                     self.dirty.insert(at + len);
                 }
                 self.cursor = at + len;
@@ -209,21 +274,25 @@ impl DevSpace {
             let a = crate::units::sector_bytes(s, sector);
             (a.checked_add(len)? <= s + l).then_some(a)
         };
-        // next fit: first free range at or after the cursor, then from the start
+        // next fit: first free range at or after the cursor, then from the start; none
+        // holds `len` whole sectors (the index says so at once) → at the end
+        let any_fits = self.by_whole.range((len, 0)..).next().is_some();
         let found = self
             .free
             .range(self.cursor..)
             .chain(self.free.range(..self.cursor))
+            .take_while(|_| any_fits)
             .find_map(|(&s, &l)| fits(s, l).map(|a| (s, l, a)));
+        debug_assert_eq!(found.is_some(), any_fits, "the whole-sector index disagrees with the free map");
         if let Some((start, flen, at)) = found {
-            self.free.remove(&start);
+            self.take(start);
             self.dirty.insert(start);
             if at > start {
                 // a partial sector before: stays free until its neighbour is freed too
-                self.free.insert(start, at - start);
+                self.put(start, at - start);
             }
             if start + flen > at + len {
-                self.free.insert(at + len, start + flen - at - len);
+                self.put(at + len, start + flen - at - len);
                 self.dirty.insert(at + len);
             }
             self.cursor = at + len;
@@ -241,7 +310,7 @@ impl DevSpace {
         if start > self.end {
             // the skipped partial sector lies below the end now: a free range of its own (no
             // free range ends at the old end: `free` lowers the end instead)
-            self.free.insert(self.end, start - self.end);
+            self.put(self.end, start - self.end);
             self.dirty.insert(self.end);
         }
         self.end = new_end;
@@ -261,14 +330,14 @@ impl DevSpace {
         if let Some((&ps, &pl)) = self.free.range(..s).next_back() {
             debug_assert!(ps + pl <= s, "double free at {s}");
             if ps + pl == s {
-                self.free.remove(&ps);
+                self.take(ps);
                 self.dirty.insert(ps);
                 s = ps;
                 l += pl;
             }
         }
         if let Some(&nl) = self.free.get(&(start + len)) {
-            self.free.remove(&(start + len));
+            self.take(start + len);
             self.dirty.insert(start + len);
             l += nl;
         }
@@ -278,7 +347,7 @@ impl DevSpace {
             self.end_dirty = true;
             self.dirty.insert(s);
         } else {
-            self.free.insert(s, l);
+            self.put(s, l);
             self.dirty.insert(s);
         }
         (s, l)

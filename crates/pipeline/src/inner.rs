@@ -55,6 +55,12 @@ pub struct Inner {
     /// Files whose layers the syncing txg holds (0 between txgs): write admission bounds the
     /// short last records in flight with it.
     pub syncing_files: AtomicU64,
+    /// Stored bytes of the records the syncing txg has placed on devices so far: they are
+    /// on the devices' free space already and still in `dirty_bytes` (at least these bytes
+    /// each) until the txg's release; admission counts them once (write.rs `reserve`).
+    /// Zeroed before the release, so a reader taking `dirty_bytes` first never subtracts
+    /// bytes the release already took out.
+    pub placed_stored: AtomicU64,
     /// bytes held by dirty record buffers (open + syncing layers) and by early
     /// compression results waiting for their txg (early.rs); shared with those results
     pub dirty_bytes: Arc<AtomicU64>,
@@ -133,6 +139,7 @@ impl Inner {
             space: Mutex::new(space),
             files: FileTable::default(),
             syncing_files: AtomicU64::new(0),
+            placed_stored: AtomicU64::new(0),
             dirty_set: Mutex::new(FxHashSet::default()),
             dirty_bytes: Arc::new(AtomicU64::new(0)),
             compress_q: Default::default(),

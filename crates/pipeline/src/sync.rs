@@ -134,6 +134,7 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             inner.refresh_host_free();
             // the measurement holds what the commit took in the metadata store
             inner.meta_space.counted();
+            inner.placed_stored.store(0, Ordering::SeqCst);
             release(inner, &frozen, &blocks);
             for (_, layer) in frozen {
                 // the last reference (device writes and compress jobs are done): recycle
@@ -162,6 +163,7 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
                     space[d.dev as usize].free(d.offset, granule_bytes(u64::from(d.psize), inner.granule));
                 }
             }
+            inner.placed_stored.store(0, Ordering::SeqCst);
             let retryable = !committing && matches!(e, EngineError::NoSpace);
             Err(SyncFailure { error: e, retry: retryable.then_some(frozen) })
         }
@@ -324,6 +326,7 @@ fn place(
         place_on_a_device(&mut space, &mut views, stored_len, need).ok_or(EngineError::NoSpace)?
     };
     host.used[dev] += granule_bytes(stored_len, inner.granule);
+    inner.placed_stored.fetch_add(stored_len, Ordering::SeqCst);
     let ext = DeviceExtent { dev: dev as u32, offset, psize: stored_len as u32 };
     allocated.push(ext);
     written[dev] = true;

@@ -388,7 +388,12 @@ fn too_big(off: u64, len: u64) -> EngineError {
 /// txg and again per file in the syncing one; uncounted, it let twice the room be accepted
 /// (tests/enospc.rs::old_pool_write_admission_counts_sector_footprints).
 fn reserve(inner: &Inner, len: u64) -> Result<()> {
-    let dirty = inner.dirty_bytes.load(Ordering::Relaxed);
+    // the syncing txg's records already placed are in both `dirty_bytes` and the devices'
+    // used space: counted twice, a pool with room for the data refused writes while a
+    // large txg synced (found with examples/fragmented_writes.rs). Dirty first: see
+    // `Inner::placed_stored` for why that order never counts too little.
+    let dirty = inner.dirty_bytes.load(Ordering::SeqCst);
+    let dirty = dirty.saturating_sub(inner.placed_stored.load(Ordering::SeqCst));
     let slack = inner.sector * 2;
     let rounding = if inner.granule > 1 {
         let files = inner.dirty_set.lock().len() as u64 + inner.syncing_files.load(Ordering::Relaxed) + 1;
