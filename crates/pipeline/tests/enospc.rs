@@ -685,3 +685,41 @@ fn a_txg_still_without_room_at_close_is_reported_lost() {
     assert!(e.lookup(ROOT_INO, b"f").unwrap().is_none(), "the lost txg's file is not in the pool");
     assert_fsck_clean(&e, "after the lost txg");
 }
+
+/// Found with examples/fragmented_writes.rs: while a txg synced, its records already placed
+/// on the device were counted twice by admission, once in the dirty bytes (until the txg's
+/// release) and once as used device space, so a pool with room for a write refused it for
+/// as long as the device was busy writing the txg.
+#[test]
+fn a_syncing_txg_is_not_counted_twice_by_admission() {
+    use squeezefs_device::doubles::{MemDevice, Throttled};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    // 32 MiB at 16 MiB/s: the txg writes for about 2 s after placing everything
+    let dev = Arc::new(Throttled::new(MemDevice::with_capacity("slow", 64 * MIB), 0));
+    Engine::mkfs_with_devices(&pool, vec![dev.clone()], &MkfsOptions::default()).unwrap();
+    let e = Engine::open_with_devices(&pool, vec![dev.clone()], &raw_opts()).unwrap();
+    let a = random_bytes(1, 32 * MIB);
+    write_new_file(&e, "a", &a).unwrap();
+    dev.set_rate(16 * MIB);
+    let syncing = {
+        let e = e.clone();
+        std::thread::spawn(move || e.sync())
+    };
+    // wait until the txg has placed all of `a` (its space is taken; the writes go on)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while e.device_stats()[0].used_bytes < 32 * MIB && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // 24 MiB fit beside the 32 placed (64 MiB device); counted twice they did not
+    let b = random_bytes(2, 24 * MIB);
+    let r = write_new_file(&e, "b", &b);
+    syncing.join().unwrap().unwrap();
+    dev.set_rate(0);
+    r.unwrap_or_else(|err| panic!("24 MiB refused on a 64 MiB device holding 32 MiB: {err}"));
+    e.sync().unwrap();
+    let (ino, _) = e.lookup(ROOT_INO, b"b").unwrap().unwrap();
+    assert_eq!(read_all(&e, ino).unwrap(), b);
+    assert_fsck_clean(&e, "after both files");
+}
