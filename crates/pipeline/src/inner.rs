@@ -309,14 +309,23 @@ impl Inner {
         total
     }
 
-    /// Dirty data that may land on the metadata store's filesystem (all of it, if any
-    /// growable device shares that filesystem): it takes room a metadata commit needs.
-    pub fn dirty_on_meta_fs(&self) -> u64 {
-        if self.data_on_meta_fs.load(Ordering::Relaxed) {
-            self.dirty_bytes.load(Ordering::Relaxed)
+    /// What the dirty data in flight, plus `extra` bytes about to be written, takes in the
+    /// metadata store at its commit (meta_space.rs `data_meta`).
+    pub fn data_meta(&self, extra: u64) -> u64 {
+        let files = self.dirty_set.lock().len() as u64 + self.syncing_files.load(Ordering::Relaxed) + 1;
+        let records = self.dirty_bytes.load(Ordering::Relaxed).saturating_add(extra) / self.recordsize.max(1) + files;
+        crate::meta_space::data_meta(files, records, self.max_inline)
+    }
+
+    /// Inputs for a metadata-room decision (meta_space.rs) with `extra` data bytes about to
+    /// be written; `None` for a store in memory.
+    pub fn meta_room(&self, extra: u64) -> Option<crate::meta_space::Room> {
+        let on_fs = if self.data_on_meta_fs.load(Ordering::Relaxed) {
+            self.dirty_bytes.load(Ordering::Relaxed).saturating_add(extra)
         } else {
             0
-        }
+        };
+        self.meta_space.room(on_fs, self.data_meta(extra))
     }
 
     /// Refresh the cached free space of the host filesystems under the growable device

@@ -257,7 +257,7 @@ impl Engine {
         if inner.meta_space.older_than(meta_space::MAX_AGE) {
             inner.meta_space.measured(inner::host_fs_of(&inner.pool_dir));
         }
-        let room = inner.meta_space.room(inner.dirty_on_meta_fs());
+        let room = inner.meta_room(0);
         if room.is_some_and(|r| {
             meta_space::decide(r, meta_space::MAX_USUAL_CHARGE, meta_space::Kind::Grows)
                 == meta_space::Decision::CommitFirst
@@ -272,7 +272,7 @@ impl Engine {
     fn admit_meta(&self, charge: u64, kind: meta_space::Kind) -> Result<()> {
         let inner = &*self.inner;
         let decide = || {
-            let room = inner.meta_space.room(inner.dirty_on_meta_fs());
+            let room = inner.meta_room(0);
             room.map_or(meta_space::Decision::Admit, |r| meta_space::decide(r, charge, kind))
         };
         let mut decision = decide();

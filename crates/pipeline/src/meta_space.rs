@@ -22,9 +22,9 @@
  *   data       dirty data bytes bound for growable devices on the same filesystem.
  *
  * Charges (`charge_rows`): a changed row costs at most one leaf page copied (4 KiB) plus its
- * value; a data write costs its extent rows (`EXTENT_ROW_CHARGE` per record) plus the inline
- * bytes it may become (`max_inline`). The reserve covers what charges leave out: branch pages,
- * the allocator's state, and a commit's fixed cost.
+ * value. Data in flight (`data_meta`) costs an extent row per record (`EXTENT_ROW_CHARGE`)
+ * plus `max_inline` per file, computed from the dirty data at each decision. The reserve
+ * covers what charges leave out: branch pages, the allocator's state, a commit's fixed cost.
  *
  * Decision (`decide`, pure), for a change of `charge` bytes of kind:
  *   Grows     (new inodes, names, xattrs, symlinks, data): admitted while
@@ -105,10 +105,12 @@ pub fn charge_rows(rows: u64, value_bytes: u64) -> u64 {
     rows.saturating_mul(ROW_CHARGE).saturating_add(value_bytes)
 }
 
-/// Charge of a data write touching `records` records that may end up inline (at most
-/// `inline` bytes of it).
-pub fn charge_data(records: u64, inline: u64) -> u64 {
-    records.saturating_mul(EXTENT_ROW_CHARGE).saturating_add(inline)
+/// What the dirty data in flight takes in the store at its commit: an extent row per record,
+/// and up to `max_inline` bytes per file (a small file's data lives in the store). Computed
+/// from the data in flight rather than charged per write: a stream of small writes to one
+/// file charged its inline allowance once per write, far above what one file can take.
+pub fn data_meta(files: u64, records: u64, max_inline: u64) -> u64 {
+    files.saturating_mul(max_inline).saturating_add(records.saturating_mul(EXTENT_ROW_CHARGE))
 }
 
 pub fn decide(room: Room, charge: u64, kind: Kind) -> Decision {
@@ -163,10 +165,13 @@ impl MetaSpace {
         self.pending.load(Ordering::Relaxed).saturating_add(self.committing.load(Ordering::Relaxed))
     }
 
-    /// Inputs for `decide`; `None` when the store has no host filesystem (in memory).
-    pub fn room(&self, data: u64) -> Option<Room> {
+    /// Inputs for `decide`: `data` dirty bytes bound for this filesystem, `data_meta` what
+    /// the data in flight takes in the store (`data_meta`); `None` when the store has no
+    /// host filesystem (in memory).
+    pub fn room(&self, data: u64, data_meta: u64) -> Option<Room> {
         let h = self.host()?;
-        Some(Room { free: h.free, reserve: reserve_for(h.total), charged: self.charged(), data })
+        let charged = self.charged().saturating_add(data_meta);
+        Some(Room { free: h.free, reserve: reserve_for(h.total), charged, data })
     }
 
     /// The refusal: names the filesystem and the reserve.
@@ -251,7 +256,7 @@ mod tests {
 
     #[test]
     fn no_room_figures_for_a_store_in_memory() {
-        assert!(MetaSpace::default().room(0).is_none());
+        assert!(MetaSpace::default().room(0, 0).is_none());
         assert_eq!(MetaSpace::default().held_back(), 0);
     }
 }

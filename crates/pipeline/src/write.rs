@@ -412,27 +412,16 @@ fn reserve(inner: &Inner, len: u64) -> Result<()> {
             return Err(inner.meta_space.refusal(&inner.pool_dir));
         }
     }
-    inner.meta_space.charge(data_meta_charge(inner, len));
     Ok(())
 }
 
-/// What `len` bytes of data take in the metadata store: extent rows, and inline bytes if
-/// they end up in a small file (meta_space.rs).
-fn data_meta_charge(inner: &Inner, len: u64) -> u64 {
-    meta_space::charge_data(len / inner.recordsize + 2, len.min(inner.max_inline))
-}
-
-/// Whether the metadata store's filesystem has room for the commit of `len` more bytes of
-/// data: their extent rows and inline bytes, and on a growable device sharing that
-/// filesystem the bytes themselves. A store full at the commit suspends the pool.
+/// Whether the metadata store's filesystem has room for the commit of the data in flight
+/// and `len` more bytes: their extent rows and inline bytes, and on a growable device
+/// sharing that filesystem the bytes themselves. A store full at the commit suspends the
+/// pool.
 fn meta_decision(inner: &Inner, len: u64) -> Decision {
-    let on_fs = if inner.data_on_meta_fs.load(Ordering::Relaxed) {
-        inner.dirty_bytes.load(Ordering::Relaxed).saturating_add(len)
-    } else {
-        0
-    };
-    match inner.meta_space.room(on_fs) {
-        Some(room) => meta_space::decide(room, data_meta_charge(inner, len), meta_space::Kind::Grows),
+    match inner.meta_room(len) {
+        Some(room) => meta_space::decide(room, 0, meta_space::Kind::Grows),
         None => Decision::Admit,
     }
 }
