@@ -196,7 +196,7 @@ impl Engine {
     pub fn meta_write<T>(&self, f: impl FnOnce(&mut MetaTx<'_>) -> Result<T>) -> Result<T> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        self.make_meta_room()?;
+        self.make_meta_room(meta_space::Kind::Grows)?;
         let writer = inner.ns.meta_lock.lock();
         let mut mtx = MetaTx::new(inner);
         let v = f(&mut mtx)?; // dropping `mtx` on error drops its changes
@@ -230,7 +230,7 @@ impl Engine {
     ) -> std::result::Result<T, E> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        self.make_meta_room()?;
+        self.make_meta_room(meta_space::Kind::NoGrowth)?;
         let writer = inner.ns.meta_lock.lock();
         let mut a = self.getattr(ino)?;
         let (v, changed) = f(&mut a)?;
@@ -252,15 +252,17 @@ impl Engine {
     /// open txg first, which replaces those estimates by what redb really took. Called
     /// without `meta_lock` (the commit takes it); the change is admitted or refused after,
     /// by `admit_meta`, once its size is known.
-    fn make_meta_room(&self) -> Result<()> {
+    /// `kind` is what the change is known to be before it is built: an attribute update never
+    /// grows the store (so an atime update after a read does not force a commit while the
+    /// reserve is untouched), any other change may.
+    fn make_meta_room(&self, kind: meta_space::Kind) -> Result<()> {
         let inner = &*self.inner;
         if inner.meta_space.older_than(meta_space::MAX_AGE) {
             inner.meta_space.measured(inner::host_fs_of(&inner.pool_dir));
         }
         let room = inner.meta_room(0);
         if room.is_some_and(|r| {
-            meta_space::decide(r, meta_space::MAX_USUAL_CHARGE, meta_space::Kind::Grows)
-                == meta_space::Decision::CommitFirst
+            meta_space::decide(r, meta_space::MAX_USUAL_CHARGE, kind) == meta_space::Decision::CommitFirst
         }) {
             inner.txg.sync_and_wait(inner)?;
         }
