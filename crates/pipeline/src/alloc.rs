@@ -22,12 +22,18 @@
 //! exists: only records of one run share a sector, and a torn write of that sector can only
 //! hurt records of a txg that has not committed. A partial sector left free (a run's unused
 //! end, or a freed record beside live ones) is reused only once the whole sector is free.
-//! Reuse of freed space is safe because frees are applied only in the commit stage of a txg
-//! and allocation happens only in the sync stage of the next one, after the durable commit
-//! that freed the space (see txg.rs).
 //!
-//! Persistence: `dirty` remembers the range starts that changed since the last commit; the
-//! commit stage writes exactly those keys of the `free_space` table (and the allocation end).
+//! Two images per device (inner.rs, early_place.rs). The *live* image (`untracked`) is where
+//! every placement is taken: the syncing txg's run, and the runs of open layers placing
+//! records early (`alloc_in`, a run held by the layer). The *durable* image is what commits
+//! persist: a commit takes exactly the ranges its pointers refer to (`alloc_exact`) and
+//! gives back its frees. Freed space reaches the live image only after the commit that
+//! freed it is durable, so the live image's free ranges are free in the durable image too,
+//! and a placement never overwrites data the last durable commit refers to.
+//!
+//! Persistence: in the durable image, `dirty` remembers the range starts that changed since
+//! the last commit; the commit stage writes exactly those keys of the `free_space` table (and
+//! the allocation end).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -56,12 +62,16 @@ pub struct DevSpace {
     cursor: u64,
     dirty: BTreeSet<u64>,
     end_dirty: bool,
+    /// record changed keys for `take_changes` (the durable image); the live image that
+    /// allocation uses is never persisted and keeps no change set
+    track: bool,
 }
 
-/// The open run of the syncing txg: `[start, next)` holds its records so far, `[next, end)` is
-/// reserved (whole sectors, `end` sector-aligned) and not yet used.
+/// An open run: `[start, next)` holds its records so far, `[next, end)` is reserved (whole
+/// sectors, `end` sector-aligned) and not yet used. The syncing txg's run lives in the
+/// `DevSpace`; an open layer's early run (early_place.rs) is held by the layer and passed in.
 #[derive(Clone, Copy, Debug)]
-struct Run {
+pub struct Run {
     next: u64,
     end: u64,
 }
@@ -90,11 +100,27 @@ impl DevSpace {
             cursor: 0,
             dirty: BTreeSet::new(),
             end_dirty: false,
+            track: true,
         };
         for (s, l) in free {
             d.put(s, l);
         }
         d
+    }
+
+    /// This image is the live one: allocation only, changes are not recorded.
+    pub fn untracked(mut self) -> DevSpace {
+        self.track = false;
+        self.dirty.clear();
+        self.end_dirty = false;
+        self
+    }
+
+    /// Remember a changed free-range key (durable image only).
+    fn mark(&mut self, k: u64) {
+        if self.track {
+            self.dirty.insert(k);
+        }
     }
 
     /// Whole sectors inside the free range `[s, s+l)`.
@@ -207,33 +233,96 @@ impl DevSpace {
     /// Place a record of `stored` bytes in the open run (see the module comment); returns its
     /// offset, or `None` when no space is left. Its footprint is `self.footprint(stored)`.
     pub fn alloc_packed(&mut self, stored: u64) -> Option<u64> {
+        let mut run = self.run.take();
+        let at = self.alloc_in(&mut run, stored);
+        self.run = run;
+        at
+    }
+
+    /// `alloc_packed` in a run held outside (an open layer's early run, early_place.rs).
+    pub fn alloc_in(&mut self, run: &mut Option<Run>, stored: u64) -> Option<u64> {
         let need = self.footprint(stored);
-        if let Some(run) = self.run {
-            if run.next + need <= run.end {
-                self.run = Some(Run { next: run.next + need, end: run.end });
-                return Some(run.next);
+        if let Some(r) = *run {
+            if r.next + need <= r.end {
+                *run = Some(Run { next: r.next + need, end: r.end });
+                return Some(r.next);
             }
-            let more = crate::units::sector_bytes(run.next + need - run.end, self.sector);
-            if self.take_at(run.end, more) {
-                self.run = Some(Run { next: run.next + need, end: run.end + more });
-                return Some(run.next);
+            let more = crate::units::sector_bytes(r.next + need - r.end, self.sector);
+            if self.take_at(r.end, more) {
+                *run = Some(Run { next: r.next + need, end: r.end + more });
+                return Some(r.next);
             }
         }
         let whole = crate::units::sector_bytes(need, self.sector);
         let start = self.alloc(whole)?;
         // only now: a failed allocation leaves the old run open for smaller records
-        self.close_run();
-        self.run = Some(Run { next: start + need, end: start + whole });
+        self.close_run_of(run.take());
+        *run = Some(Run { next: start + need, end: start + whole });
         Some(start)
     }
 
     /// End the open run: the unused end of its last sector goes back to the free map.
     pub fn close_run(&mut self) {
-        if let Some(run) = self.run.take() {
+        let run = self.run.take();
+        self.close_run_of(run);
+    }
+
+    /// End a run held outside (see `alloc_in`).
+    pub fn close_run_of(&mut self, run: Option<Run>) {
+        if let Some(run) = run {
             if run.end > run.next {
                 self.free(run.next, run.end - run.next);
             }
         }
+    }
+
+    /// The unused end of a run held outside: (start, length).
+    pub fn unused_of(run: &Run) -> (u64, u64) {
+        (run.next, run.end - run.next)
+    }
+
+    /// Room left in a run held outside.
+    pub fn room_of(run: &Option<Run>) -> u64 {
+        run.map_or(0, |r| r.end - r.next)
+    }
+
+    /// Take exactly `[start, start+len)` (byte-granular), which must be free: the durable
+    /// image takes the records a commit makes durable, wherever the live image placed them.
+    /// Space past the end extends it, the gap below becoming a free range. `false` (nothing
+    /// changed) when part of the range is not free.
+    pub fn alloc_exact(&mut self, start: u64, len: u64) -> bool {
+        if len == 0 {
+            return true;
+        }
+        let Some(stop) = start.checked_add(len) else { return false };
+        if start >= self.end {
+            if self.capacity.is_some_and(|c| stop > c) {
+                return false;
+            }
+            if start > self.end {
+                // no free range ends at the end (`free` lowers the end instead)
+                let e = self.end;
+                self.put(e, start - e);
+                self.mark(e);
+            }
+            self.end = stop;
+            self.end_dirty = true;
+            return true;
+        }
+        let Some((&fs, &fl)) = self.free.range(..=start).next_back() else { return false };
+        if fs + fl < stop {
+            return false;
+        }
+        self.take(fs);
+        self.mark(fs);
+        if start > fs {
+            self.put(fs, start - fs);
+        }
+        if fs + fl > stop {
+            self.put(stop, fs + fl - stop);
+            self.mark(stop);
+        }
+        true
     }
 
     /// Take exactly `[at, at+len)` (`at` sector-aligned) if it is free; used to grow a run.
@@ -250,10 +339,10 @@ impl DevSpace {
         match self.free.get(&at).copied() {
             Some(flen) if flen >= len => {
                 self.take(at);
-                self.dirty.insert(at);
+                self.mark(at);
                 if flen > len {
                     self.put(at + len, flen - len);
-                    self.dirty.insert(at + len);
+                    self.mark(at + len);
                 }
                 self.cursor = at + len;
                 true
@@ -286,14 +375,14 @@ impl DevSpace {
         debug_assert_eq!(found.is_some(), any_fits, "the whole-sector index disagrees with the free map");
         if let Some((start, flen, at)) = found {
             self.take(start);
-            self.dirty.insert(start);
+            self.mark(start);
             if at > start {
                 // a partial sector before: stays free until its neighbour is freed too
                 self.put(start, at - start);
             }
             if start + flen > at + len {
                 self.put(at + len, start + flen - at - len);
-                self.dirty.insert(at + len);
+                self.mark(at + len);
             }
             self.cursor = at + len;
             return Some(at);
@@ -311,7 +400,7 @@ impl DevSpace {
             // the skipped partial sector lies below the end now: a free range of its own (no
             // free range ends at the old end: `free` lowers the end instead)
             self.put(self.end, start - self.end);
-            self.dirty.insert(self.end);
+            self.mark(self.end);
         }
         self.end = new_end;
         self.end_dirty = true;
@@ -331,24 +420,24 @@ impl DevSpace {
             debug_assert!(ps + pl <= s, "double free at {s}");
             if ps + pl == s {
                 self.take(ps);
-                self.dirty.insert(ps);
+                self.mark(ps);
                 s = ps;
                 l += pl;
             }
         }
         if let Some(&nl) = self.free.get(&(start + len)) {
             self.take(start + len);
-            self.dirty.insert(start + len);
+            self.mark(start + len);
             l += nl;
         }
         if s + l == self.end {
             // the tail shrinks instead of holding a free range at the end
             self.end = s;
             self.end_dirty = true;
-            self.dirty.insert(s);
+            self.mark(s);
         } else {
             self.put(s, l);
-            self.dirty.insert(s);
+            self.mark(s);
         }
         (s, l)
     }

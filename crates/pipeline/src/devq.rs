@@ -37,8 +37,9 @@ impl Payload {
     }
 }
 
-/// Counts outstanding writes of one txg; the sync driver waits for zero.
-#[derive(Default)]
+/// Counts outstanding writes of one txg (or of one open layer's early writes,
+/// early_place.rs); the sync driver waits for zero.
+#[derive(Default, Debug)]
 pub struct Completion {
     state: Mutex<(usize, Option<String>)>,
     cv: Condvar,
@@ -58,6 +59,11 @@ impl Completion {
             self.cv.notify_all();
         }
     }
+    /// The first error so far, without waiting.
+    pub fn error(&self) -> Option<String> {
+        self.state.lock().1.clone()
+    }
+
     /// Wait for every write; the first error, if any.
     pub fn wait(&self) -> Option<String> {
         let mut s = self.state.lock();

@@ -81,6 +81,9 @@ pub struct PackedRec {
     pub logical: usize,
     /// counts the record in the early-compression `ready` bytes until its txg takes it
     pub ready: crate::early::ReadyCharge,
+    /// where the record was placed and written while its layer was open (early_place.rs);
+    /// dropping a placement its txg did not commit gives the space back
+    pub place: std::sync::OnceLock<crate::early_place::EarlyPlace>,
 }
 
 impl PackedRec {
@@ -199,6 +202,14 @@ pub struct Layer {
     pub size: u64,
     /// Bytes of record buffers held by this layer (dirty accounting).
     pub bytes: u64,
+    /// The run this layer's records are placed early into (early_place.rs); dropped at the
+    /// freeze, giving its unused end back.
+    pub early_run: Option<crate::early_place::EarlyRun>,
+    /// records below this index were considered for early placement (early_place.rs
+    /// `place_in_order`)
+    pub early_next: u64,
+    /// the early writes of this layer's records
+    pub early_done: Arc<crate::devq::Completion>,
 }
 
 /// What a layer says about one record.

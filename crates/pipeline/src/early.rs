@@ -245,7 +245,7 @@ pub fn compress_in_caller(inner: &Inner, data: &[u8], policy: Policy, streak: &A
         Compressed::Packed { codec, bytes, hash } => {
             streak.fetch_add(1, Ordering::Relaxed);
             inner.compress_q.counters.packed_by_caller.fetch_add(1, Ordering::Relaxed);
-            CallerResult::Packed(PackedRec { codec, bytes, hash, logical: data.len(), ready })
+            CallerResult::Packed(PackedRec { codec, bytes, hash, logical: data.len(), ready, place: Default::default() })
         }
         other => {
             if matches!(other, Compressed::Raw { .. }) {
@@ -457,7 +457,8 @@ impl Slot {
         self.uncharge(charged);
         let logical = rec.len();
         let ready = ReadyCharge::adopt(self.counters.clone(), ready);
-        let raw = rec.pack(PackedRec { codec, bytes, hash, logical, ready });
+        let raw = rec.pack(PackedRec { codec, bytes, hash, logical, ready, place: Default::default() });
+        crate::early_place::place_in_order(inner, &mut fd.open);
         drop(fd);
         self.counters.packed_by_worker.fetch_add(1, Ordering::Relaxed);
         if let Some(b) = raw {

@@ -48,7 +48,20 @@ pub struct Inner {
     pub recordsize: u64,
     pub max_inline: u64,
     pub devs: Vec<DevSlot>,
+    /// The live space image: every placement (early or at sync) is taken here, and space a
+    /// commit freed comes back only after that commit is durable and the range discarded.
+    /// Never persisted (alloc.rs, early_place.rs).
     pub space: Mutex<Vec<DevSpace>>,
+    /// The durable space image: what the last commit persisted, changed only by the commit
+    /// stage (the committing txg's extents taken exactly, its frees given back), so records
+    /// placed early for a later txg are never persisted as allocated. Lock order: `space`
+    /// is never taken while holding `durable`.
+    pub durable: Mutex<Vec<DevSpace>>,
+    /// early placements given up before their txg committed (early_place.rs)
+    pub early: Arc<crate::early_place::EarlySink>,
+    /// early placement is allowed: the pool's room is far above what dirty data can take
+    /// (refreshed per txg, early_place.rs `refresh_room`)
+    pub early_room: AtomicBool,
     pub files: FileTable,
     /// inodes with changes in the open txg
     pub dirty_set: Mutex<FxHashSet<Ino>>,
@@ -58,9 +71,10 @@ pub struct Inner {
     /// Stored bytes of the records the syncing txg has placed on devices so far: they are
     /// on the devices' free space already and still in `dirty_bytes` (at least these bytes
     /// each) until the txg's release; admission counts them once (write.rs `reserve`).
-    /// Zeroed before the release, so a reader taking `dirty_bytes` first never subtracts
-    /// bytes the release already took out.
-    pub placed_stored: AtomicU64,
+    /// Also the records placed early (early_place.rs) until their txg commits or they are
+    /// given up. Taken out before the release, so a reader taking `dirty_bytes` first never
+    /// subtracts bytes the release already took out.
+    pub placed_stored: Arc<AtomicU64>,
     /// bytes held by dirty record buffers (open + syncing layers) and by early
     /// compression results waiting for their txg (early.rs); shared with those results
     pub dirty_bytes: Arc<AtomicU64>,
@@ -136,10 +150,13 @@ impl Inner {
             recordsize,
             max_inline,
             devs,
-            space: Mutex::new(space),
+            durable: Mutex::new(space.clone()),
+            space: Mutex::new(space.into_iter().map(DevSpace::untracked).collect()),
+            early: Arc::new(crate::early_place::EarlySink::default()),
+            early_room: AtomicBool::new(false),
             files: FileTable::default(),
             syncing_files: AtomicU64::new(0),
-            placed_stored: AtomicU64::new(0),
+            placed_stored: Arc::new(AtomicU64::new(0)),
             dirty_set: Mutex::new(FxHashSet::default()),
             dirty_bytes: Arc::new(AtomicU64::new(0)),
             compress_q: Default::default(),

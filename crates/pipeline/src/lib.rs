@@ -25,6 +25,7 @@ mod caches;
 mod devq;
 mod dirty;
 mod early;
+mod early_place;
 mod error;
 pub mod fsck;
 mod inner;

@@ -357,5 +357,6 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     .into_arc();
     inner.ns.set_committed_inodes(inode_rows);
     inner.refresh_host_free();
+    crate::early_place::refresh_room(&inner, false);
     Ok(inner)
 }

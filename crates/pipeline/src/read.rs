@@ -473,7 +473,7 @@ pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option
                 .collect(),
             trunc_floor: fd.open.trunc_floor,
             size: fd.size,
-            bytes: 0,
+            ..Default::default()
         };
         (fd.size, open, fd.syncing.clone())
     };

@@ -7,17 +7,20 @@
  *                 abort, xxh3 of the stored bytes; results stream back as they finish.
  *                 Records compressed early are not compressed again: those held PACKED
  *                 (dirty.rs) are sent as they are, the others' slots forward their result.
- * 3. `place`    — as results arrive: small files inline; other records get a device
+ * 3. `place`    — as results arrive: small files inline; records placed while their layer
+ *                 was open (early_place.rs) keep that place; other records get a device
  *                 (smallest expected completion, crates/control) and space packed into
- *                 the txg's run on that device (alloc.rs),
+ *                 the txg's run on that device (alloc.rs, live image),
  *                 and go to that device's write queue at once (compression and device
  *                 writes overlap).
  * 4. `issue`/wait — device writers drain their queues in large sequential batches;
- *                 the driver waits for every write of the txg.
+ *                 the driver waits for every write of the txg, early writes included.
  * 5. `flush`    — fdatasync every device written.
  * 6. `commit`   — one durable redb transaction: extent pointers, sizes, blocks, freed
- *                 space (replaced records and inode deletions), allocation state, txg;
- *                 then the freed ranges are discarded on the devices (holes in files).
+ *                 space (replaced records and inode deletions), allocation state (the
+ *                 durable image: this txg's extents taken exactly, its frees given back),
+ *                 txg; then the freed ranges go back to the live image and are discarded
+ *                 on the devices (holes in files).
  * 7. `release`  — invalidate extent caches, drop the syncing layers, return dirty bytes,
  *                 wake throttled writers.
  *
@@ -27,7 +30,7 @@
 #[allow(unused_imports)]
 use redb::{ReadableDatabase, ReadableTable};
 use crate::devq::{Completion, Payload, WriteReq};
-use crate::dirty::{Layer, Rec};
+use crate::dirty::{Layer, PackedRec, Rec};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::early::{Claim, CompressQueue, CompressResult, Slot};
@@ -63,12 +66,16 @@ pub struct SyncFailure {
 pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) -> std::result::Result<(), SyncFailure> {
     let t0 = std::time::Instant::now();
     inner.refresh_host_free();
+    crate::early_place::reclaim(inner);
+    crate::early_place::refresh_room(inner, false);
     let jobs = cut(&frozen);
     let nfiles = frozen.len();
     let mut t_placed = t0;
     let mut t_written = t0;
     let mut t_flushed = t0;
     let mut allocated: Vec<DeviceExtent> = Vec::new();
+    // placements made while the layers were open that this txg keeps
+    let mut early_used: Vec<Arc<PackedRec>> = Vec::new();
     // set once the commit stage starts: from then on it has applied frees to the space map
     // (records of files deleted meanwhile included), and the error path must not free again
     let mut committing = false;
@@ -96,7 +103,8 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             while let Some(c) = waiting.remove(&next) {
                 let (li, idx) = jobs[next];
                 next += 1;
-                match place(inner, txg, &frozen[li].1, idx, c, &completion, &mut allocated, &mut written, &mut host) {
+                let mut at = PlaceAt { completion: &completion, allocated: &mut allocated, written: &mut written, host: &mut host, early_used: &mut early_used };
+                match place(inner, txg, &frozen[li].1, idx, c, &mut at) {
                     Ok(outcome) => placed.push(Placed { layer: li, idx, outcome }),
                     Err(e) => {
                         first_err = Some(e);
@@ -111,7 +119,19 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             s.close_run();
         }
         t_placed = std::time::Instant::now();
-        let write_err = completion.wait();
+        let mut write_err = completion.wait();
+        // the early writes of every layer this txg keeps placements of (a layer whose early
+        // write failed had its records placed anew, and is not waited for)
+        let mut waited: Vec<*const Completion> = Vec::new();
+        for p in &early_used {
+            let Some(e) = p.place.get() else { continue };
+            if !waited.contains(&Arc::as_ptr(e.done())) {
+                waited.push(Arc::as_ptr(e.done()));
+                if let Some(err) = e.done().wait() {
+                    write_err.get_or_insert(err);
+                }
+            }
+        }
         t_written = std::time::Instant::now();
         if let Some(e) = first_err {
             return Err(e);
@@ -122,8 +142,9 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
         flush(inner, &written)?;
         t_flushed = std::time::Instant::now();
         committing = true;
-        commit(inner, txg, &frozen, placed)
+        commit(inner, txg, &frozen, placed, &early_used)
     })();
+    let placed_now: u64 = allocated.iter().map(|d| u64::from(d.psize)).sum();
     match result {
         Ok(blocks) => {
             let t_committed = std::time::Instant::now();
@@ -134,7 +155,9 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             inner.refresh_host_free();
             // the measurement holds what the commit took in the metadata store
             inner.meta_space.counted();
-            inner.placed_stored.store(0, Ordering::SeqCst);
+            let kept: u64 = early_used.iter().filter_map(|p| p.place.get()).map(|e| u64::from(e.ext.psize)).sum();
+            sub_placed(inner, placed_now + kept);
+            drop(early_used);
             release(inner, &frozen, &blocks);
             for (_, layer) in frozen {
                 // the last reference (device writes and compress jobs are done): recycle
@@ -159,11 +182,14 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             // after any failed txg (txg.rs) and the next open reads the durable state.
             if !committing {
                 let mut space = inner.space.lock();
-                for d in allocated {
+                for d in &allocated {
                     space[d.dev as usize].free(d.offset, granule_bytes(u64::from(d.psize), inner.granule));
                 }
             }
-            inner.placed_stored.store(0, Ordering::SeqCst);
+            // the early placements stay placed (a retry keeps them), and counted
+            sub_placed(inner, placed_now);
+            drop(early_used);
+            crate::early_place::refresh_room(inner, true);
             let retryable = !committing && matches!(e, EngineError::NoSpace);
             Err(SyncFailure { error: e, retry: retryable.then_some(frozen) })
         }
@@ -260,24 +286,37 @@ impl HostRoom {
     }
 }
 
-/// Stage 3: inline, or device choice + packed allocation + queueing.
-#[allow(clippy::too_many_arguments)]
-fn place(
-    inner: &Inner,
-    txg: u64,
-    layer: &Arc<Layer>,
-    idx: u64,
-    c: Compressed,
-    completion: &Arc<Completion>,
-    allocated: &mut Vec<DeviceExtent>,
-    written: &mut [bool],
-    host: &mut HostRoom,
-) -> Result<Outcome> {
+/// The place stage's state over one txg.
+struct PlaceAt<'a> {
+    completion: &'a Arc<Completion>,
+    /// placed by this stage (given back if the txg fails before its commit)
+    allocated: &'a mut Vec<DeviceExtent>,
+    /// devices to flush
+    written: &'a mut [bool],
+    host: &'a mut HostRoom,
+    /// records whose early placement this txg keeps
+    early_used: &'a mut Vec<Arc<PackedRec>>,
+}
+
+/// Take `n` stored bytes out of `Inner::placed_stored`.
+fn sub_placed(inner: &Inner, n: u64) {
+    let _ = inner.placed_stored.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| Some(p.saturating_sub(n)));
+}
+
+/// Stage 3: inline, an early placement kept, or device choice + packed allocation +
+/// queueing.
+fn place(inner: &Inner, txg: u64, layer: &Arc<Layer>, idx: u64, c: Compressed, at: &mut PlaceAt<'_>) -> Result<Outcome> {
+    let completion: &Arc<Completion> = at.completion;
+    let allocated = &mut *at.allocated;
+    let written = &mut *at.written;
+    let host = &mut *at.host;
+    let early_used = &mut *at.early_used;
     let rec = match layer.recs.get(&idx) {
         Some(Rec::Data(d)) => Some(d),
         _ => None,
     };
     let logical = rec.map_or(0, |d| d.len()) as u32;
+    let was_packed = matches!(c, Compressed::Packed { .. });
     let (alg, level, hash, payload) = match c {
         Compressed::Zeros => return Ok(Outcome::Hole),
         Compressed::Raw { hash } => {
@@ -303,6 +342,15 @@ fn place(
             birth: txg,
             stored: StoredRecord::Inline(bytes),
         }));
+    }
+    if let Some(p) = rec.and_then(|d| d.packed_rec()).filter(|_| was_packed) {
+        if let Some(e) = p.place.get().filter(|e| e.usable() && u64::from(e.ext.psize) == stored_len) {
+            let ext = e.ext;
+            written[ext.dev as usize] = true;
+            host.used[ext.dev as usize] += granule_bytes(stored_len, inner.granule);
+            early_used.push(p.clone());
+            return Ok(Outcome::Extent(ExtentPtr { logical, alg, level, hash, birth: txg, stored: StoredRecord::Device(ext) }));
+        }
     }
     let (dev, offset) = {
         let mut space = inner.space.lock();
@@ -379,17 +427,30 @@ fn commit(
     txg: u64,
     frozen: &[(Ino, Arc<Layer>)],
     placed: Vec<Placed>,
+    early_used: &[Arc<PackedRec>],
 ) -> Result<HashMap<Ino, u64>> {
     let mut frees: Vec<(u32, u64, u64)> = Vec::new();
     let mut unreferenced: Vec<(u32, u64, u64)> = Vec::new();
+    let granule = inner.granule;
+    // the durable image takes exactly the ranges this commit points to, wherever the live
+    // image placed them (early or in this txg's place stage)
+    let mut durable = inner.durable.lock();
+    for p in &placed {
+        if let Outcome::Extent(ExtentPtr { stored: StoredRecord::Device(d), .. }) = &p.outcome {
+            let len = granule_bytes(u64::from(d.psize), granule);
+            if !durable[d.dev as usize].alloc_exact(d.offset, len) {
+                return Err(EngineError::Corrupt(format!(
+                    "txg {txg}: a record placed at {}+{len} on device {} overlaps space the pool holds allocated",
+                    d.offset, d.dev
+                )));
+            }
+        }
+    }
     let mut by_layer: Vec<Vec<Placed>> = (0..frozen.len()).map(|_| Vec::new()).collect();
     for p in placed {
         by_layer[p.layer].push(p);
     }
-    let granule = inner.granule;
     let mut blocks_out = HashMap::new();
-    // merged free ranges holding this txg's frees, discarded after the commit
-    let mut discards: Vec<(u32, u64, u64)> = Vec::new();
     // every metadata change made so far (nsdelta.rs); writers go on into a fresh delta
     let delta = {
         let _writers = inner.ns.meta_lock.lock();
@@ -475,15 +536,14 @@ fn commit(
         sb.txg = txg;
         sb.next_ino = sb.next_ino.max(inner.next_ino.load(Ordering::Relaxed));
         sbt.insert(0u8, &sb.encode()[..])?;
-        // space: apply frees now (reused only by the next txg, after this commit is durable)
-        let mut space = inner.space.lock();
+        // space: the frees go into the durable image now, into the live one (where they
+        // can be placed again) only after this commit is durable
         for (dev, off, len) in frees.iter().chain(unreferenced.iter()) {
-            let (s, l) = space[*dev as usize].free(*off, *len);
-            discards.push((*dev, s, l));
+            durable[*dev as usize].free(*off, *len);
         }
         let mut ft = tx.open_table(tables::FREE_SPACE)?;
         let mut dt = tx.open_table(tables::DEVICES)?;
-        for (i, s) in space.iter_mut().enumerate() {
+        for (i, s) in durable.iter_mut().enumerate() {
             let (changes, end_changed) = s.take_changes();
             for (start, len) in changes {
                 let k = keys::dev_offset(i as u32, start);
@@ -507,20 +567,41 @@ fn commit(
         }
     }
     tx.commit()?;
+    drop(durable);
+    for p in early_used {
+        if let Some(e) = p.place.get() {
+            e.set_committed();
+        }
+    }
     // before anything this commit wrote leaves the delta or the dirty cache (snapshot.rs)
     inner.snap.committed(&inner.db);
     if delta.is_some() {
         inner.ns.committed();
     }
-    discard(inner, &discards);
+    frees.append(&mut unreferenced);
+    free_live(inner, &frees);
     Ok(blocks_out)
 }
 
-/// Stage 6b: give the space this commit freed back to the devices (holes in device files,
-/// so deleting data returns host disk space). Only after the durable commit: before it, the
-/// last committed txg may still point into these ranges. Before the next txg: allocation
-/// happens only in its `place` stage, on this same driver thread, so nothing can have been
-/// written into a range between its free and its discard.
+/// Stage 6b: give space back to the live image (a commit's frees, once it is durable:
+/// before, the last committed txg may still point into them; or early placements given
+/// up, once their writes finished) and to the devices (holes in device files, so deleting
+/// data returns host disk space). The live lock is held until the discards are done: a
+/// range free in the live image may be placed early at any moment, and a discard after a
+/// write into it would punch that write away.
+pub fn free_live(inner: &Inner, ranges: &[(u32, u64, u64)]) {
+    let mut space = inner.space.lock();
+    let merged: Vec<(u32, u64, u64)> = ranges
+        .iter()
+        .map(|&(dev, off, len)| {
+            let (s, l) = space[dev as usize].free(off, len);
+            (dev, s, l)
+        })
+        .collect();
+    discard(inner, &merged);
+    drop(space);
+}
+
 fn discard(inner: &Inner, ranges: &[(u32, u64, u64)]) {
     for &(dev, off, len) in ranges {
         if let Err(e) = inner.devs[dev as usize].dev.discard(off, len) {

@@ -306,6 +306,14 @@ pub fn driver(inner: Arc<Inner>) {
         };
         let (txg, frozen) = match next {
             Next::Exit => {
+                let (abandon, failed) = {
+                    let st = ctl.st.lock();
+                    (st.abandon, st.error.is_some())
+                };
+                if !abandon && !failed {
+                    // early placements given up since the last txg: their host space back
+                    crate::early_place::reclaim(&inner);
+                }
                 let mut st = ctl.st.lock();
                 if let Some((txg, _)) = &stalled {
                     // the last try failed too: the txg's changes are lost with the process
@@ -384,6 +392,8 @@ fn quiesce(inner: &Inner) -> Vec<(Ino, Arc<Layer>)> {
         }
         debug_assert!(fd.syncing.is_none(), "one txg syncs at a time");
         let mut layer = std::mem::take(&mut fd.open);
+        // its unused end goes back (early_place.rs); the next layer starts its own run
+        layer.early_run = None;
         layer.size = fd.size;
         normalize(&mut layer, rs, inner);
         let layer = Arc::new(layer);

@@ -143,6 +143,7 @@ fn apply(
         let mut early: Vec<std::sync::Arc<Slot>> = Vec::new();
         let mut early_policy = None;
         let fd_streak = fd.streak.clone();
+        let mut any_packed = false;
         for idx in first..=last {
             let rstart = record_start_byte(idx, rs);
             let a = (off.max(rstart) - rstart) as usize;
@@ -152,6 +153,7 @@ fn apply(
                 Some(CallerResult::Finished(slot)) => finished = Some(slot),
                 Some(CallerResult::Packed(p)) => {
                     // the whole record, compressed by the caller: replaces what was there
+                    any_packed = true;
                     grown += p.logical as u64;
                     let old = fd.open.recs.insert(idx, Rec::Data(DataRec::packed(p)));
                     if let Some(Rec::Data(d)) = old {
@@ -266,6 +268,9 @@ fn apply(
         }
         fd.open_dirty = true;
         inner.dirty_set.lock().insert(ino);
+        if any_packed {
+            crate::early_place::place_in_order(inner, &mut fd.open);
+        }
         drop(fd);
         if !early.is_empty() {
             let me = inner.self_arc();

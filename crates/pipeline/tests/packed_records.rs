@@ -136,10 +136,11 @@ fn packed_records_read_and_overwritten_while_their_txg_writes() {
     let e = Engine::open_with_devices(&pool, vec![dev.clone()], &opts(0)).unwrap();
     let ino = create(&e, "f");
     let mut model = text(31, 8 * RECORD);
+    // the records' device writes take ~1 s: those placed early (early_place.rs) too, and
+    // the txg waits for them
+    slow.set_rate(64 << 10);
     e.write(ino, 0, &model).unwrap();
     wait_packed(&e, 8);
-    // the txg's device writes take ~1 s from now on
-    slow.set_rate(64 << 10);
     let syncer = {
         let e = e.clone();
         std::thread::spawn(move || e.sync().unwrap())

@@ -1,0 +1,281 @@
+/*
+ * Early placement: a record held PACKED in an open layer (dirty.rs) gets its device space
+ * and goes to its device's write queue at once, so when its txg syncs the record is on the
+ * device already (and its writeback started, devq.rs). The last txg of a stream then waits
+ * for the I/O of a few records instead of all of its data.
+ *
+ * Two space images (inner.rs). Placements, early or in the sync stage, are taken in the
+ * *live* image. The *durable* image is what the commits persist: the commit of a txg takes
+ * exactly the ranges of the records it points to (`DevSpace::alloc_exact`) and gives back
+ * its frees; the live image gets those frees only after the commit is durable. Hence:
+ *   - a range placed early is never persisted as allocated before a pointer to it is
+ *     (a crash leaves it free: no leak for fsck);
+ *   - an early write lands only in space free in the live image, which is free in the
+ *     durable image too, so it never overwrites data the last durable commit refers to.
+ *
+ * States of an `EarlyPlace` (one atomic; the sync driver changes it, `Drop` reads it):
+ *   VALID      placed, its write queued on the layer's `early_done`;
+ *   COMMITTED  its txg committed a pointer to it: the durable image owns the range, which
+ *              is freed like any committed extent when replaced.
+ * Transitions: VALID → COMMITTED (commit stage, for the placements `place` reused);
+ *              VALID → dropped = *abandoned* (the record was overwritten, truncated or
+ *              deleted, went inline, or its txg placed it again after an early write
+ *              failed): the range goes to the `EarlySink`, and the next txg gives it back
+ *              to the live image once its write has finished (`reclaim`).
+ * An `EarlyRun` (one per open layer, so a file's records lie back to back) hands its
+ * unused end to the sink the same way when it is dropped (at the freeze).
+ *
+ * When: only records held PACKED (full records, compressed) in an open layer; not a file's
+ * first record when it may go inline; never in a read-only pool or after a failed txg; only
+ * while the pool's room is far beyond what the dirty data can take
+ * (`EARLY_ROOM_FACTOR` × max_dirty_bytes + `EARLY_ROOM_MIN`, refreshed per txg): near full,
+ * placement stays in the sync stage, which handles ENOSPC.
+ *
+ * Accounting: `Inner::placed_stored` counts an early placement's stored bytes from its
+ * placement until its txg commits (sync.rs) or it is dropped (here).
+ *
+ * Tunables: `EARLY_ROOM_FACTOR` (4), `EARLY_ROOM_MIN` (256 MiB).
+ */
+
+use crate::alloc::{DevSpace, Run};
+use crate::devq::{Completion, Payload, WriteReq};
+use crate::dirty::{Layer, PackedRec, Rec};
+use crate::inner::Inner;
+use parking_lot::Mutex;
+use squeezefs_control::{choose_device, DeviceView};
+use squeezefs_meta::DeviceExtent;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+pub const EARLY_ROOM_FACTOR: u64 = 4;
+pub const EARLY_ROOM_MIN: u64 = 256 << 20;
+
+const VALID: u8 = 0;
+const COMMITTED: u8 = 1;
+
+/// A range of the live image to give back once `done` (if any) has no write in flight.
+struct Abandoned {
+    dev: u32,
+    offset: u64,
+    footprint: u64,
+    done: Option<Arc<Completion>>,
+}
+
+/// Early placements and run ends given up, waiting for the next txg (`reclaim`).
+#[derive(Default)]
+pub struct EarlySink {
+    list: Mutex<Vec<Abandoned>>,
+}
+
+impl EarlySink {
+    fn push(&self, a: Abandoned) {
+        self.list.lock().push(a);
+    }
+
+    /// Ranges waiting (tests).
+    pub fn pending(&self) -> usize {
+        self.list.lock().len()
+    }
+}
+
+/// Where one packed record was placed and written while its layer was open.
+pub struct EarlyPlace {
+    pub ext: DeviceExtent,
+    footprint: u64,
+    state: AtomicU8,
+    done: Arc<Completion>,
+    sink: Arc<EarlySink>,
+    placed: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for EarlyPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EarlyPlace({:?}, state {})", self.ext, self.state.load(Ordering::Relaxed))
+    }
+}
+
+impl EarlyPlace {
+    /// Usable by the sync stage: not committed by an earlier txg, and no early write of
+    /// its layer failed so far (a later failure fails the txg at its wait, sync.rs).
+    pub fn usable(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == VALID && self.done.error().is_none()
+    }
+
+    /// Its txg committed a pointer to it (sync driver, after the durable commit).
+    pub fn set_committed(&self) {
+        self.state.store(COMMITTED, Ordering::SeqCst);
+    }
+
+    /// The early writes of its layer.
+    pub fn done(&self) -> &Arc<Completion> {
+        &self.done
+    }
+}
+
+impl Drop for EarlyPlace {
+    fn drop(&mut self) {
+        if self.state.load(Ordering::SeqCst) == VALID {
+            let n = u64::from(self.ext.psize);
+            let _ = self.placed.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| Some(p.saturating_sub(n)));
+            self.sink.push(Abandoned {
+                dev: self.ext.dev,
+                offset: self.ext.offset,
+                footprint: self.footprint,
+                done: Some(self.done.clone()),
+            });
+        }
+    }
+}
+
+/// An open layer's run on one device.
+pub struct EarlyRun {
+    dev: usize,
+    run: Option<Run>,
+    sink: Arc<EarlySink>,
+}
+
+impl std::fmt::Debug for EarlyRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EarlyRun(dev {}, {:?})", self.dev, self.run)
+    }
+}
+
+impl Drop for EarlyRun {
+    fn drop(&mut self) {
+        if let Some(r) = self.run.take() {
+            let (offset, footprint) = DevSpace::unused_of(&r);
+            if footprint > 0 {
+                self.sink.push(Abandoned { dev: self.dev as u32, offset, footprint, done: None });
+            }
+        }
+    }
+}
+
+/// Whether early placement is on: a writable pool that has not failed a txg, with room far
+/// beyond what dirty data can take. Called as each txg starts and after a failed one.
+pub fn refresh_room(inner: &Inner, failed: bool) {
+    let want = EARLY_ROOM_FACTOR.saturating_mul(inner.opts.max_dirty_bytes).saturating_add(EARLY_ROOM_MIN);
+    let ok = !failed && !inner.read_only && inner.placeable_bytes() >= want;
+    inner.early_room.store(ok, Ordering::SeqCst);
+}
+
+/// Place and queue the writes of the records of `layer` (the open layer of a file; the
+/// caller holds the file lock, lock order: file, then space) held PACKED and not placed
+/// yet, in file order: from `Layer::early_next`, through the packed records that follow,
+/// up to the first record that is not held packed (raw, being filled, compressed by
+/// nobody yet). A record packed out of order waits for the ones before it, so one txg's
+/// records of a file lie on the device in file order (sequential reads), as the sync stage
+/// places them. Records not placed here are placed by the sync stage.
+pub fn place_in_order(inner: &Inner, layer: &mut Layer) {
+    if !inner.early_room.load(Ordering::Relaxed) || layer.early_done.error().is_some() {
+        return;
+    }
+    let mut next = layer.early_next;
+    let mut todo: Vec<(u64, Arc<PackedRec>)> = Vec::new();
+    for (&i, rec) in layer.recs.range(layer.early_next..) {
+        match rec {
+            Rec::Hole => {}
+            Rec::Data(d) => match d.packed_rec() {
+                Some(p) => {
+                    if p.place.get().is_none() {
+                        todo.push((i, p.clone()));
+                    }
+                }
+                None => break,
+            },
+        }
+        next = i + 1;
+    }
+    layer.early_next = next;
+    if todo.is_empty() {
+        return;
+    }
+    let mut placed = Vec::with_capacity(todo.len());
+    {
+        let mut space = inner.space.lock();
+        for (i, p) in todo {
+            let stored = p.bytes.len() as u64;
+            if stored == 0 || (i == 0 && stored <= inner.max_inline) {
+                continue; // may go inline
+            }
+            // no room: the sync stage places the rest
+            let Some((dev, offset)) = alloc_for_layer(inner, &mut space, &mut layer.early_run, stored) else { break };
+            placed.push((p, dev, offset));
+        }
+    }
+    for (p, dev, offset) in placed {
+        let stored = p.bytes.len() as u64;
+        inner.placed_stored.fetch_add(stored, Ordering::SeqCst);
+        layer.early_done.add(1);
+        inner.devs[dev].queue.submit(WriteReq {
+            offset,
+            payload: Payload::Owned(p.bytes.clone()),
+            done: layer.early_done.clone(),
+        });
+        let e = EarlyPlace {
+            ext: DeviceExtent { dev: dev as u32, offset, psize: stored as u32 },
+            footprint: crate::units::granule_bytes(stored, inner.granule),
+            state: AtomicU8::new(VALID),
+            done: layer.early_done.clone(),
+            sink: inner.early.clone(),
+            placed: inner.placed_stored.clone(),
+        };
+        // only this function sets it, under the file lock, for records it found unset
+        let _ = p.place.set(e);
+    }
+}
+
+/// Space for `stored` bytes in the layer's run, or in a new run on the device
+/// `choose_device` picks (the old run's unused end goes to the sink).
+fn alloc_for_layer(inner: &Inner, space: &mut [DevSpace], run: &mut Option<EarlyRun>, stored: u64) -> Option<(usize, u64)> {
+    if let Some(r) = run.as_mut() {
+        if let Some(off) = space[r.dev].alloc_in(&mut r.run, stored) {
+            return Some((r.dev, off));
+        }
+    }
+    let need = crate::units::granule_bytes(stored, inner.granule).max(1);
+    let host_free = inner.host_free.load(Ordering::Relaxed);
+    let mut views: Vec<DeviceView> = inner
+        .devs
+        .iter()
+        .zip(space.iter())
+        .map(|(d, s)| {
+            let st = d.queue.stats.snapshot();
+            DeviceView {
+                queued_bytes: st.queued_bytes,
+                throughput_bps: st.throughput_bps,
+                free_bytes: s.free_bytes().map_or(host_free, |f| f.saturating_add(s.run_room())),
+            }
+        })
+        .collect();
+    loop {
+        let dev = choose_device(&views, need)?;
+        let mut fresh = None;
+        match space[dev].alloc_in(&mut fresh, stored) {
+            Some(off) => {
+                // dropping the old run hands its unused end to the sink
+                *run = Some(EarlyRun { dev, run: fresh, sink: inner.early.clone() });
+                return Some((dev, off));
+            }
+            None => views[dev].free_bytes = 0,
+        }
+    }
+}
+
+/// Give the abandoned ranges back to the live image (sync driver, as a txg starts and at
+/// shutdown), each once its layer's early writes have finished: a range is never handed
+/// out again while a write into it may still land.
+pub fn reclaim(inner: &Inner) {
+    let list = std::mem::take(&mut *inner.early.list.lock());
+    if list.is_empty() {
+        return;
+    }
+    for a in &list {
+        if let Some(d) = &a.done {
+            // its error, if any, failed (or will fail) the txg that used the layer
+            let _ = d.wait();
+        }
+    }
+    let ranges: Vec<(u32, u64, u64)> = list.iter().map(|a| (a.dev, a.offset, a.footprint)).collect();
+    crate::sync::free_live(inner, &ranges);
+}
