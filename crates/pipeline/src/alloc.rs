@@ -470,6 +470,36 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn alloc_exact_takes_a_range_inside_a_free_range_or_past_the_end() {
+        let mut free = BTreeMap::new();
+        free.insert(5000, 1000);
+        let mut d = DevSpace::new(4096, 8192, None, free, 512, 1);
+        assert!(d.alloc_exact(5100, 300));
+        assert_eq!(d.free.get(&5000), Some(&100));
+        assert_eq!(d.free.get(&5400), Some(&600));
+        assert!(!d.alloc_exact(5050, 100), "overlaps the range just taken");
+        assert!(!d.alloc_exact(4096, 10), "allocated space");
+        assert!(!d.alloc_exact(5900, 200), "runs past the free range into allocated space");
+        // past the end: the end moves, the gap below becomes a free range
+        assert!(d.alloc_exact(9000, 100));
+        assert_eq!((d.end, d.free.get(&8192)), (9100, Some(&808)));
+        assert!(d.alloc_exact(9100, 50));
+        assert_eq!(d.end, 9150);
+        let (changes, end_changed) = d.take_changes();
+        assert!(end_changed);
+        assert!(changes.contains(&(5000, Some(100))) && changes.contains(&(8192, Some(808))));
+        // a fixed device: nothing past the capacity
+        let mut d = DevSpace::new(4096, 4096, Some(8192), BTreeMap::new(), 512, 1);
+        assert!(!d.alloc_exact(8000, 500));
+        assert!(d.alloc_exact(8000, 192));
+        // the live image records no changes
+        let mut d = DevSpace::new(4096, 4096, None, BTreeMap::new(), 512, 1).untracked();
+        d.alloc_packed(100);
+        d.close_run();
+        assert_eq!(d.take_changes(), (vec![], true));
+    }
+
+    #[test]
     fn allocations_are_packed_back_to_back() {
         let mut d = DevSpace::new(4096, 4096, None, BTreeMap::new(), 512, 512);
         assert_eq!(d.alloc(512), Some(4096));
@@ -620,6 +650,87 @@ mod tests {
                 prop_assert_eq!(free % sector, 0);
                 prop_assert_eq!(free > 0, d.clone().alloc(sector).is_some());
             }
+        }
+
+        /// The live and durable images (early_place.rs): records placed in the live image,
+        /// in the sync stage's run or in open layers' runs, then committed (the durable image
+        /// takes them exactly), given up (the live image gets them back) or freed after
+        /// their commit (durable first, live after). A committed range is always free in the
+        /// durable image until its commit, the persisted change log replays to the durable
+        /// map, and once nothing is in flight both images are the same.
+        #[test]
+        fn live_and_durable_images_agree(
+            ops in proptest::collection::vec((0u8..6, 0usize..4, 1u64..3000, any::<prop::sample::Index>()), 1..150),
+            byte_packed in any::<bool>(),
+        ) {
+            let sector = 512;
+            let granule = if byte_packed { 1 } else { sector };
+            let mk = || DevSpace::new(4096, 4096, None, BTreeMap::new(), sector, granule);
+            let mut live = mk().untracked();
+            let mut durable = mk();
+            let mut persisted: BTreeMap<u64, u64> = BTreeMap::new();
+            let mut persisted_end = 4096;
+            // runs of three open layers (3 = the sync stage's run inside `live`)
+            let mut runs: [Option<Run>; 3] = [None; 3];
+            let mut pending: Vec<(u64, u64)> = Vec::new();
+            let mut committed: Vec<(u64, u64)> = Vec::new();
+            let free_in = |d: &DevSpace, s: u64, l: u64| {
+                s >= d.end || d.free.range(..=s).next_back().is_some_and(|(&fs, &fl)| fs + fl >= s + l)
+            };
+            for (op, layer, n, pick) in ops {
+                match op {
+                    0 | 1 => {
+                        let at = if layer == 3 { live.alloc_packed(n) } else { live.alloc_in(&mut runs[layer], n) };
+                        let Some(s) = at else { continue };
+                        let f = live.footprint(n);
+                        for &(ps, pf) in pending.iter().chain(committed.iter()) {
+                            prop_assert!(s + f <= ps || ps + pf <= s, "overlap");
+                        }
+                        prop_assert!(free_in(&durable, s, f), "placed over space the durable image holds");
+                        pending.push((s, f));
+                    }
+                    2 if !pending.is_empty() => {
+                        // given up: back to the live image only
+                        let (s, f) = pending.swap_remove(pick.index(pending.len()));
+                        live.free(s, f);
+                    }
+                    3 => {
+                        // a commit: quiesce closes the runs, the durable image takes the ranges
+                        for r in runs.iter_mut() {
+                            live.close_run_of(r.take());
+                        }
+                        live.close_run();
+                        for (s, f) in pending.drain(..) {
+                            prop_assert!(durable.alloc_exact(s, f), "commit of {}+{} refused", s, f);
+                            committed.push((s, f));
+                        }
+                        let (changes, end_changed) = durable.take_changes();
+                        for (k, v) in changes {
+                            match v { Some(l) => { persisted.insert(k, l); } None => { persisted.remove(&k); } }
+                        }
+                        if end_changed { persisted_end = durable.end; }
+                        prop_assert_eq!(&persisted, &durable.free);
+                        prop_assert_eq!(persisted_end, durable.end);
+                    }
+                    4 if !committed.is_empty() => {
+                        // a commit freeing a record: durable now, live after it is durable
+                        let (s, f) = committed.swap_remove(pick.index(committed.len()));
+                        durable.free(s, f);
+                        live.free(s, f);
+                    }
+                    _ => {}
+                }
+            }
+            for r in runs.iter_mut() {
+                live.close_run_of(r.take());
+            }
+            live.close_run();
+            for (s, f) in pending.drain(..) {
+                prop_assert!(durable.alloc_exact(s, f));
+            }
+            prop_assert_eq!(&live.free, &durable.free);
+            prop_assert_eq!(live.end, durable.end);
+            prop_assert_eq!(live.free_bytes(), durable.free_bytes());
         }
 
         /// Random alloc/free sequences never hand out overlapping space and account every

@@ -142,6 +142,8 @@ pub struct EarlyCounters {
     /// records packed into the open layer by a worker / by a writer (caller-runs), so far
     packed_by_worker: AtomicU64,
     packed_by_caller: AtomicU64,
+    /// records placed and written while their layer was open (early_place.rs), so far
+    pub placed_early: AtomicU64,
     lock: Mutex<()>,
     cv: Condvar,
 }
@@ -158,6 +160,8 @@ pub struct EarlyStats {
     pub packed_by_worker: u64,
     /// whole records a writer compressed itself from its caller's bytes (since open)
     pub packed_by_caller: u64,
+    /// records placed on a device and written while their txg was open (since open)
+    pub placed_early: u64,
 }
 
 impl EarlyCounters {
@@ -167,6 +171,7 @@ impl EarlyCounters {
             ready_bytes: self.ready.load(Ordering::Relaxed),
             packed_by_worker: self.packed_by_worker.load(Ordering::Relaxed),
             packed_by_caller: self.packed_by_caller.load(Ordering::Relaxed),
+            placed_early: self.placed_early.load(Ordering::Relaxed),
         }
     }
 }

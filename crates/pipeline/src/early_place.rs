@@ -26,7 +26,7 @@
  * unused end to the sink the same way when it is dropped (at the freeze).
  *
  * When: only records held PACKED (full records, compressed) in an open layer; not a file's
- * first record when it may go inline; never in a read-only pool or after a failed txg; only
+ * first record while it may go inline; never in a read-only pool or after a failed txg; only
  * while the pool's room is far beyond what the dirty data can take
  * (`EARLY_ROOM_FACTOR` × max_dirty_bytes + `EARLY_ROOM_MIN`, refreshed per txg): near full,
  * placement stays in the sync stage, which handles ENOSPC.
@@ -172,10 +172,14 @@ pub fn place_in_order(inner: &Inner, layer: &mut Layer) {
     }
     let mut next = layer.early_next;
     let mut todo: Vec<(u64, Arc<PackedRec>)> = Vec::new();
+    // a small first record may go inline while it is the file's only one: it waits (and
+    // the records after it) until the layer holds a later record
+    let only_first = layer.recs.range(1..).next().is_none();
     for (&i, rec) in layer.recs.range(layer.early_next..) {
         match rec {
             Rec::Hole => {}
             Rec::Data(d) => match d.packed_rec() {
+                Some(p) if i == 0 && only_first && p.bytes.len() as u64 <= inner.max_inline => break,
                 Some(p) => {
                     if p.place.get().is_none() {
                         todo.push((i, p.clone()));
@@ -193,16 +197,14 @@ pub fn place_in_order(inner: &Inner, layer: &mut Layer) {
     let mut placed = Vec::with_capacity(todo.len());
     {
         let mut space = inner.space.lock();
-        for (i, p) in todo {
+        for (_, p) in todo {
             let stored = p.bytes.len() as u64;
-            if stored == 0 || (i == 0 && stored <= inner.max_inline) {
-                continue; // may go inline
-            }
             // no room: the sync stage places the rest
             let Some((dev, offset)) = alloc_for_layer(inner, &mut space, &mut layer.early_run, stored) else { break };
             placed.push((p, dev, offset));
         }
     }
+    inner.compress_q.counters.placed_early.fetch_add(placed.len() as u64, Ordering::Relaxed);
     for (p, dev, offset) in placed {
         let stored = p.bytes.len() as u64;
         inner.placed_stored.fetch_add(stored, Ordering::SeqCst);
