@@ -202,9 +202,10 @@ pub struct Layer {
     pub size: u64,
     /// Bytes of record buffers held by this layer (dirty accounting).
     pub bytes: u64,
-    /// The run this layer's records are placed early into (early_place.rs); dropped at the
-    /// freeze, giving its unused end back.
-    pub early_run: Option<crate::early_place::EarlyRun>,
+    /// The run this layer's records are placed early into (early_place.rs); the sync stage
+    /// places the layer's other records after them in it, then closes it. Locked only in
+    /// the frozen layer (the open one is reached through the file lock, `get_mut`).
+    pub early_run: parking_lot::Mutex<Option<crate::early_place::EarlyRun>>,
     /// records below this index were considered for early placement (early_place.rs
     /// `place_in_order`)
     pub early_next: u64,

@@ -22,8 +22,10 @@
  *              deleted, went inline, or its txg placed it again after an early write
  *              failed): the range goes to the `EarlySink`, and the next txg gives it back
  *              to the live image once its write has finished (`reclaim`).
- * An `EarlyRun` (one per open layer, so a file's records lie back to back) hands its
- * unused end to the sink the same way when it is dropped (at the freeze).
+ * An `EarlyRun` (one per open layer, so a file's records lie back to back) stays with the
+ * layer when it is frozen: the sync stage places the layer's other records after the early
+ * ones in it, then closes it. A run dropped otherwise (a file deleted while its layer was
+ * open) hands its unused end to the sink like an abandoned placement.
  *
  * When: only records held PACKED (full records, compressed) in an open layer; not a file's
  * first record while it may go inline; never in a read-only pool or after a failed txg; only
@@ -140,6 +142,20 @@ impl std::fmt::Debug for EarlyRun {
     }
 }
 
+impl EarlyRun {
+    /// Space for `stored` bytes in this run (the sync stage places a frozen layer's other
+    /// records after its early ones); `None` when its device has no room left.
+    pub fn alloc(&mut self, space: &mut [DevSpace], stored: u64) -> Option<(usize, u64)> {
+        space[self.dev].alloc_in(&mut self.run, stored).map(|off| (self.dev, off))
+    }
+
+    /// End the run now: its unused end goes back to the live image at once (no write went
+    /// there).
+    pub fn close(mut self, space: &mut [DevSpace]) {
+        space[self.dev].close_run_of(self.run.take());
+    }
+}
+
 impl Drop for EarlyRun {
     fn drop(&mut self) {
         if let Some(r) = self.run.take() {
@@ -200,7 +216,7 @@ pub fn place_in_order(inner: &Inner, layer: &mut Layer) {
         for (_, p) in todo {
             let stored = p.bytes.len() as u64;
             // no room: the sync stage places the rest
-            let Some((dev, offset)) = alloc_for_layer(inner, &mut space, &mut layer.early_run, stored) else { break };
+            let Some((dev, offset)) = alloc_for_layer(inner, &mut space, layer.early_run.get_mut(), stored) else { break };
             placed.push((p, dev, offset));
         }
     }

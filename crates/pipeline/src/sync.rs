@@ -115,8 +115,16 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
         }
         // the runs' unused ends go back to the free map (also after a failure: the error path
         // then frees the placed records themselves)
-        for s in inner.space.lock().iter_mut() {
-            s.close_run();
+        {
+            let mut space = inner.space.lock();
+            for s in space.iter_mut() {
+                s.close_run();
+            }
+            for (_, layer) in &frozen {
+                if let Some(r) = layer.early_run.lock().take() {
+                    r.close(&mut space);
+                }
+            }
         }
         t_placed = std::time::Instant::now();
         let mut write_err = completion.wait();
@@ -352,8 +360,15 @@ fn place(inner: &Inner, txg: u64, layer: &Arc<Layer>, idx: u64, c: Compressed, a
             return Ok(Outcome::Extent(ExtentPtr { logical, alg, level, hash, birth: txg, stored: StoredRecord::Device(ext) }));
         }
     }
-    let (dev, offset) = {
+    let (dev, offset) = 'placed: {
         let mut space = inner.space.lock();
+        // after the layer's records placed early, in the same run (while early placement is
+        // on, so the room it was started with is still there)
+        if inner.early_room.load(Ordering::Relaxed) {
+            if let Some(at) = layer.early_run.lock().as_mut().and_then(|r| r.alloc(&mut space, stored_len)) {
+                break 'placed at;
+            }
+        }
         // at least 1, so a device passed over below (room 0) is never chosen again
         let need = granule_bytes(stored_len, inner.granule).max(1);
         // room = whole free sectors + what is left in the device's open run

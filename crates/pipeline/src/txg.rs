@@ -392,8 +392,6 @@ fn quiesce(inner: &Inner) -> Vec<(Ino, Arc<Layer>)> {
         }
         debug_assert!(fd.syncing.is_none(), "one txg syncs at a time");
         let mut layer = std::mem::take(&mut fd.open);
-        // its unused end goes back (early_place.rs); the next layer starts its own run
-        layer.early_run = None;
         layer.size = fd.size;
         normalize(&mut layer, rs, inner);
         let layer = Arc::new(layer);
