@@ -916,9 +916,10 @@ fn tar_like_creation_sends_three_setattrs(opts: &str) {
     // fourth SETATTR; on a loaded machine more than a few do. The fewest of three rounds
     // counts: with the bug every round needs four per file.
     let fewest = (0..3).map(|round| tar_like_round(&m, round, FILES)).min().unwrap();
-    // three per file (owner, mode, times), and a few tick crossings
+    // three per file (owner, mode, times), and a few tick crossings (up to a quarter of the
+    // files while other tests load both cores; the bug adds one per file)
     assert!(
-        (3 * FILES..=3 * FILES + FILES / 8).contains(&fewest),
+        (3 * FILES..=3 * FILES + FILES / 4).contains(&fewest),
         "{opts}: {fewest} SETATTR requests for {FILES} files in the best of three rounds (three each expected)"
     );
 }

@@ -209,8 +209,6 @@ pub struct Layer {
     /// records below this index were considered for early placement (early_place.rs
     /// `place_in_order`)
     pub early_next: u64,
-    /// the early writes of this layer's records
-    pub early_done: Arc<crate::devq::Completion>,
 }
 
 /// What a layer says about one record.

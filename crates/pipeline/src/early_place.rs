@@ -14,7 +14,7 @@
  *     durable image too, so it never overwrites data the last durable commit refers to.
  *
  * States of an `EarlyPlace` (one atomic; the sync driver changes it, `Drop` reads it):
- *   VALID      placed, its write queued on the layer's `early_done`;
+ *   VALID      placed, its write queued (its own `Completion`);
  *   COMMITTED  its txg committed a pointer to it: the durable image owns the range, which
  *              is freed like any committed extent when replaced.
  * Transitions: VALID → COMMITTED (commit stage, for the placements `place` reused);
@@ -97,8 +97,8 @@ impl std::fmt::Debug for EarlyPlace {
 }
 
 impl EarlyPlace {
-    /// Usable by the sync stage: not committed by an earlier txg, and no early write of
-    /// its layer failed so far (a later failure fails the txg at its wait, sync.rs).
+    /// Usable by the sync stage: not committed by an earlier txg, and its write has not
+    /// failed so far (a later failure fails the txg at its wait, sync.rs).
     pub fn usable(&self) -> bool {
         self.state.load(Ordering::SeqCst) == VALID && self.done.error().is_none()
     }
@@ -108,7 +108,7 @@ impl EarlyPlace {
         self.state.store(COMMITTED, Ordering::SeqCst);
     }
 
-    /// The early writes of its layer.
+    /// Its write.
     pub fn done(&self) -> &Arc<Completion> {
         &self.done
     }
@@ -183,7 +183,7 @@ pub fn refresh_room(inner: &Inner, failed: bool) {
 /// records of a file lie on the device in file order (sequential reads), as the sync stage
 /// places them. Records not placed here are placed by the sync stage.
 pub fn place_in_order(inner: &Inner, layer: &mut Layer) {
-    if !inner.early_room.load(Ordering::Relaxed) || layer.early_done.error().is_some() {
+    if !inner.early_room.load(Ordering::Relaxed) {
         return;
     }
     let mut next = layer.early_next;
@@ -224,17 +224,15 @@ pub fn place_in_order(inner: &Inner, layer: &mut Layer) {
     for (p, dev, offset) in placed {
         let stored = p.bytes.len() as u64;
         inner.placed_stored.fetch_add(stored, Ordering::SeqCst);
-        layer.early_done.add(1);
-        inner.devs[dev].queue.submit(WriteReq {
-            offset,
-            payload: Payload::Owned(p.bytes.clone()),
-            done: layer.early_done.clone(),
-        });
+        // a completion of its own: giving the record up waits for this write only
+        let done = Arc::new(Completion::default());
+        done.add(1);
+        inner.devs[dev].queue.submit(WriteReq { offset, payload: Payload::Owned(p.bytes.clone()), done: done.clone() });
         let e = EarlyPlace {
             ext: DeviceExtent { dev: dev as u32, offset, psize: stored as u32 },
             footprint: crate::units::granule_bytes(stored, inner.granule),
             state: AtomicU8::new(VALID),
-            done: layer.early_done.clone(),
+            done,
             sink: inner.early.clone(),
             placed: inner.placed_stored.clone(),
         };
@@ -281,8 +279,9 @@ fn alloc_for_layer(inner: &Inner, space: &mut [DevSpace], run: &mut Option<Early
 }
 
 /// Give the abandoned ranges back to the live image (sync driver, as a txg starts and at
-/// shutdown), each once its layer's early writes have finished: a range is never handed
-/// out again while a write into it may still land.
+/// shutdown), each once its write has finished: a range is never handed out again while a
+/// write into it may still land. Each waits for its own write only (queued already, so the
+/// wait is bounded by the device queue).
 pub fn reclaim(inner: &Inner) {
     let list = std::mem::take(&mut *inner.early.list.lock());
     if list.is_empty() {
@@ -290,7 +289,7 @@ pub fn reclaim(inner: &Inner) {
     }
     for a in &list {
         if let Some(d) = &a.done {
-            // its error, if any, failed (or will fail) the txg that used the layer
+            // its error, if any, failed (or fails) the txg that used the placement
             let _ = d.wait();
         }
     }

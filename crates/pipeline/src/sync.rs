@@ -128,16 +128,10 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
         }
         t_placed = std::time::Instant::now();
         let mut write_err = completion.wait();
-        // the early writes of every layer this txg keeps placements of (a layer whose early
-        // write failed had its records placed anew, and is not waited for)
-        let mut waited: Vec<*const Completion> = Vec::new();
+        // the early writes of the placements this txg keeps
         for p in &early_used {
-            let Some(e) = p.place.get() else { continue };
-            if !waited.contains(&Arc::as_ptr(e.done())) {
-                waited.push(Arc::as_ptr(e.done()));
-                if let Some(err) = e.done().wait() {
-                    write_err.get_or_insert(err);
-                }
+            if let Some(err) = p.place.get().and_then(|e| e.done().wait()) {
+                write_err.get_or_insert(err);
             }
         }
         t_written = std::time::Instant::now();

@@ -183,3 +183,34 @@ fn records_placed_early_lie_in_file_order() {
     }
     e.close().unwrap();
 }
+
+/// Early writes that fail (an I/O error on the device): the txg that would point to them
+/// fails and the pool is suspended, and after a reopen the last commit reads back, fsck clean.
+#[test]
+fn a_failed_early_write_fails_its_txg_and_keeps_the_last_commit() {
+    use squeezefs_device::doubles::{FailAfter, MemDevice};
+    use squeezefs_device::Device;
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("p");
+    let dev = Arc::new(FailAfter::new(MemDevice::new("failing"), u64::MAX));
+    let as_dyn = || vec![dev.clone() as Arc<dyn Device>];
+    Engine::mkfs_with_devices(&pool, as_dyn(), &MkfsOptions::default()).unwrap();
+    let e = Engine::open_with_devices(&pool, as_dyn(), &opts()).unwrap();
+    let a = create(&e, "a");
+    let ma = text(11, 8 * RECORD);
+    e.write(a, 0, &ma).unwrap();
+    e.sync().unwrap();
+    let before = e.early_stats().placed_early;
+    dev.reset(0);
+    e.write(a, 0, &text(12, 8 * RECORD)).unwrap();
+    wait_placed(&e, before + 7);
+    assert!(e.sync().is_err(), "a txg whose early writes failed must not commit");
+    assert!(dev.failures() > 0);
+    drop(e);
+    dev.reset(u64::MAX);
+    let e = Engine::open_with_devices(&pool, as_dyn(), &opts()).unwrap();
+    assert!(e.fsck().unwrap().is_clean());
+    check_file(&e, a, &ma);
+    e.close().unwrap();
+}
