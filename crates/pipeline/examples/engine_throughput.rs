@@ -304,9 +304,10 @@ fn main() {
     engine.close().unwrap_or_else(|e| panic!("close: {e}"));
     let ratio = if disk > 0 { uncompressed as f64 / disk as f64 } else { 0.0 };
     println!(
-        "{{\"logical_bytes\":{logical},\"seconds\":{secs:.4},\"write_phase_seconds\":{write_secs:.4},\"cpu_seconds\":{cpu:.4},\"minor_faults\":{faults},\"records_packed_by_worker\":{},\"records_packed_by_writer\":{},\"mb_per_s\":{:.1},\"disk_bytes\":{disk},\"ratio\":{ratio:.3},\"writers\":{},\"compression\":\"{}\"}}",
+        "{{\"logical_bytes\":{logical},\"seconds\":{secs:.4},\"write_phase_seconds\":{write_secs:.4},\"cpu_seconds\":{cpu:.4},\"minor_faults\":{faults},\"records_packed_by_worker\":{},\"records_packed_by_writer\":{},\"records_placed_early\":{},\"mb_per_s\":{:.1},\"disk_bytes\":{disk},\"ratio\":{ratio:.3},\"writers\":{},\"compression\":\"{}\"}}",
         early.packed_by_worker,
         early.packed_by_caller,
+        early.placed_early,
         logical as f64 / 1e6 / secs,
         a.writers,
         a.compression
