@@ -59,6 +59,11 @@ impl Completion {
             self.cv.notify_all();
         }
     }
+    /// No write outstanding (without waiting).
+    pub fn is_idle(&self) -> bool {
+        self.state.lock().0 == 0
+    }
+
     /// The first error so far, without waiting.
     pub fn error(&self) -> Option<String> {
         self.state.lock().1.clone()

@@ -17,18 +17,21 @@
  *   VALID      placed, its write queued (its own `Completion`);
  *   COMMITTED  its txg committed a pointer to it: the durable image owns the range, which
  *              is freed like any committed extent when replaced.
+ *   ABANDONED  given up: the range went to the `EarlySink`, and a txg gives it back to
+ *              the live image once its write has finished (`reclaim`).
  * Transitions: VALID → COMMITTED (commit stage, for the placements `place` reused);
- *              VALID → dropped = *abandoned* (the record was overwritten, truncated or
- *              deleted, went inline, or its txg placed it again after an early write
- *              failed): the range goes to the `EarlySink`, and the next txg gives it back
- *              to the live image once its write has finished (`reclaim`).
+ *              VALID → ABANDONED when dropped (the record was overwritten, truncated or
+ *              deleted) or, for placements its txg did not keep (the record went inline,
+ *              or was placed again after its early write failed), right after the commit
+ *              (`abandon`).
  * An `EarlyRun` (one per open layer, so a file's records lie back to back) stays with the
  * layer when it is frozen: the sync stage places the layer's other records after the early
  * ones in it, then closes it. A run dropped otherwise (a file deleted while its layer was
  * open) hands its unused end to the sink like an abandoned placement.
  *
  * When: only records held PACKED (full records, compressed) in an open layer; not a file's
- * first record while it may go inline; never in a read-only pool or after a failed txg; only
+ * first record while it may go inline; never in a read-only pool; off after a failed txg until
+ * a txg starts with room again; only
  * while the pool's room is far beyond what the dirty data can take
  * (`EARLY_ROOM_FACTOR` × max_dirty_bytes + `EARLY_ROOM_MIN`, refreshed per txg): near full,
  * placement stays in the sync stage, which handles ENOSPC.
@@ -54,6 +57,7 @@ pub const EARLY_ROOM_MIN: u64 = 256 << 20;
 
 const VALID: u8 = 0;
 const COMMITTED: u8 = 1;
+const ABANDONED: u8 = 2;
 
 /// A range of the live image to give back once `done` (if any) has no write in flight.
 struct Abandoned {
@@ -112,20 +116,28 @@ impl EarlyPlace {
     pub fn done(&self) -> &Arc<Completion> {
         &self.done
     }
+
+    /// VALID → ABANDONED: the range goes to the sink, its bytes out of `placed_stored`.
+    /// Does nothing in any other state (committed, or given up already).
+    pub fn abandon(&self) {
+        if self.state.compare_exchange(VALID, ABANDONED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            return;
+        }
+        let n = u64::from(self.ext.psize);
+        let prev = self.placed.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| Some(p.saturating_sub(n)));
+        debug_assert!(prev.is_ok_and(|p| p >= n), "placed_stored {prev:?} < {n}: a placement subtracted twice");
+        self.sink.push(Abandoned {
+            dev: self.ext.dev,
+            offset: self.ext.offset,
+            footprint: self.footprint,
+            done: Some(self.done.clone()),
+        });
+    }
 }
 
 impl Drop for EarlyPlace {
     fn drop(&mut self) {
-        if self.state.load(Ordering::SeqCst) == VALID {
-            let n = u64::from(self.ext.psize);
-            let _ = self.placed.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| Some(p.saturating_sub(n)));
-            self.sink.push(Abandoned {
-                dev: self.ext.dev,
-                offset: self.ext.offset,
-                footprint: self.footprint,
-                done: Some(self.done.clone()),
-            });
-        }
+        self.abandon();
     }
 }
 
@@ -143,6 +155,11 @@ impl std::fmt::Debug for EarlyRun {
 }
 
 impl EarlyRun {
+    /// Its device.
+    pub fn dev(&self) -> usize {
+        self.dev
+    }
+
     /// Space for `stored` bytes in this run (the sync stage places a frozen layer's other
     /// records after its early ones); `None` when its device has no room left.
     pub fn alloc(&mut self, space: &mut [DevSpace], stored: u64) -> Option<(usize, u64)> {
@@ -250,17 +267,23 @@ fn alloc_for_layer(inner: &Inner, space: &mut [DevSpace], run: &mut Option<Early
         }
     }
     let need = crate::units::granule_bytes(stored, inner.granule).max(1);
-    let host_free = inner.host_free.load(Ordering::Relaxed);
+    // a growable device has the room of its own host filesystem (lock order: space, then
+    // host_space)
+    let host: Vec<u64> = {
+        let hs = inner.host_space.lock();
+        (0..inner.devs.len()).map(|i| hs.get(i).copied().flatten().map_or(0, |h| h.free)).collect()
+    };
     let mut views: Vec<DeviceView> = inner
         .devs
         .iter()
         .zip(space.iter())
-        .map(|(d, s)| {
+        .enumerate()
+        .map(|(i, (d, s))| {
             let st = d.queue.stats.snapshot();
             DeviceView {
                 queued_bytes: st.queued_bytes,
                 throughput_bps: st.throughput_bps,
-                free_bytes: s.free_bytes().map_or(host_free, |f| f.saturating_add(s.run_room())),
+                free_bytes: s.free_bytes().map_or(host[i], |f| f.saturating_add(s.run_room())),
             }
         })
         .collect();
@@ -278,21 +301,28 @@ fn alloc_for_layer(inner: &Inner, space: &mut [DevSpace], run: &mut Option<Early
     }
 }
 
-/// Give the abandoned ranges back to the live image (sync driver, as a txg starts and at
-/// shutdown), each once its write has finished: a range is never handed out again while a
-/// write into it may still land. Each waits for its own write only (queued already, so the
-/// wait is bounded by the device queue).
-pub fn reclaim(inner: &Inner) {
+/// Give the abandoned ranges back to the live image, each once its write has finished: a
+/// range is never handed out again while a write into it may still land. The sync driver
+/// calls it as a txg starts and after its commit without waiting (ranges still being written
+/// stay for the next call), and at shutdown with `wait` (each waits for its own write,
+/// queued already, so the wait is bounded by the device queue).
+pub fn reclaim(inner: &Inner, wait: bool) {
     let list = std::mem::take(&mut *inner.early.list.lock());
     if list.is_empty() {
         return;
     }
-    for a in &list {
-        if let Some(d) = &a.done {
-            // its error, if any, failed (or fails) the txg that used the placement
-            let _ = d.wait();
-        }
+    let (ready, busy): (Vec<Abandoned>, Vec<Abandoned>) = list.into_iter().partition(|a| {
+        a.done.as_ref().is_none_or(|d| {
+            if wait {
+                // its error, if any, failed (or fails) the txg that used the placement
+                let _ = d.wait();
+            }
+            d.is_idle()
+        })
+    });
+    if !busy.is_empty() {
+        inner.early.list.lock().extend(busy);
     }
-    let ranges: Vec<(u32, u64, u64)> = list.iter().map(|a| (a.dev, a.offset, a.footprint)).collect();
+    let ranges: Vec<(u32, u64, u64)> = ready.iter().map(|a| (a.dev, a.offset, a.footprint)).collect();
     crate::sync::free_live(inner, &ranges);
 }

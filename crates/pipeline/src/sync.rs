@@ -66,7 +66,7 @@ pub struct SyncFailure {
 pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) -> std::result::Result<(), SyncFailure> {
     let t0 = std::time::Instant::now();
     inner.refresh_host_free();
-    crate::early_place::reclaim(inner);
+    crate::early_place::reclaim(inner, false);
     crate::early_place::refresh_room(inner, false);
     let jobs = cut(&frozen);
     let nfiles = frozen.len();
@@ -160,6 +160,18 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             let kept: u64 = early_used.iter().filter_map(|p| p.place.get()).map(|e| u64::from(e.ext.psize)).sum();
             sub_placed(inner, placed_now + kept);
             drop(early_used);
+            // early placements this txg did not keep (the record went inline, or was placed
+            // again): given up now, not when the last reader drops the layer, so admission
+            // does not count them as placed after `release` stopped counting them as dirty
+            for (_, layer) in &frozen {
+                for rec in layer.recs.values() {
+                    if let Rec::Data(d) = rec {
+                        if let Some(e) = d.packed_rec().and_then(|p| p.place.get()) {
+                            e.abandon();
+                        }
+                    }
+                }
+            }
             release(inner, &frozen, &blocks);
             for (_, layer) in frozen {
                 // the last reference (device writes and compress jobs are done): recycle
@@ -167,6 +179,9 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
                     inner.bufs.give_layer(l);
                 }
             }
+            // what was given up during this txg and has been written by now (the ranges
+            // whose write is still in flight wait for the next txg)
+            crate::early_place::reclaim(inner, false);
             log::debug!(
                 "txg {txg}: {} records of {nfiles} files; compress+place {:?}, write wait {:?}, flush {:?}, commit {:?}, release {:?}",
                 jobs.len(),
@@ -302,7 +317,8 @@ struct PlaceAt<'a> {
 
 /// Take `n` stored bytes out of `Inner::placed_stored`.
 fn sub_placed(inner: &Inner, n: u64) {
-    let _ = inner.placed_stored.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| Some(p.saturating_sub(n)));
+    let prev = inner.placed_stored.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| Some(p.saturating_sub(n)));
+    debug_assert!(prev.is_ok_and(|p| p >= n), "placed_stored {prev:?} < {n}: a placement subtracted twice");
 }
 
 /// Stage 3: inline, an early placement kept, or device choice + packed allocation +
@@ -359,7 +375,9 @@ fn place(inner: &Inner, txg: u64, layer: &Arc<Layer>, idx: u64, c: Compressed, a
         // after the layer's records placed early, in the same run (while early placement is
         // on, so the room it was started with is still there)
         if inner.early_room.load(Ordering::Relaxed) {
-            if let Some(at) = layer.early_run.lock().as_mut().and_then(|r| r.alloc(&mut space, stored_len)) {
+            let need = granule_bytes(stored_len, inner.granule);
+            let mut run = layer.early_run.lock();
+            if let Some(at) = run.as_mut().filter(|r| host.room(r.dev()) >= need).and_then(|r| r.alloc(&mut space, stored_len)) {
                 break 'placed at;
             }
         }
@@ -599,16 +617,35 @@ fn commit(
 /// range free in the live image may be placed early at any moment, and a discard after a
 /// write into it would punch that write away.
 pub fn free_live(inner: &Inner, ranges: &[(u32, u64, u64)]) {
+    // the ranges themselves first, without the lock: they are still allocated in the live
+    // image, so nothing is placed in them meanwhile (a large fragmented delete is thousands
+    // of punches, which must not stall placement and admission)
+    discard(inner, ranges);
     let mut space = inner.space.lock();
-    let merged: Vec<(u32, u64, u64)> = ranges
-        .iter()
-        .map(|&(dev, off, len)| {
-            let (s, l) = space[dev as usize].free(off, len);
-            (dev, s, l)
-        })
-        .collect();
-    discard(inner, &merged);
+    // then, under the lock, the edge pages a range shares with free neighbours: wholly free
+    // only now (a page or two per range)
+    let mut edges = Vec::new();
+    for &(dev, off, len) in ranges {
+        let (s, l) = space[dev as usize].free(off, len);
+        edges.extend(edge_pages(off, len, s, l).into_iter().flatten().map(|p| (dev, p, PUNCH_PAGE)));
+    }
+    discard(inner, &edges);
     drop(space);
+}
+
+/// The host page a device file gives back whole (`Device::discard` punches whole pages).
+const PUNCH_PAGE: u64 = 4096;
+
+/// Start offsets of the host pages that the freed range `[off, off+len)` only partly covers
+/// (its first and last page) and that lie wholly inside `[s, s+l)`, the merged free range
+/// holding it: free as a whole only now. A page with bytes outside `[s, s+l)` may hold a
+/// live record's bytes and is never returned.
+fn edge_pages(off: u64, len: u64, s: u64, l: u64) -> [Option<u64>; 2] {
+    let whole_in = |page: u64, a: u64, b: u64| page >= a && page + PUNCH_PAGE <= b;
+    let edge = |page: u64| !whole_in(page, off, off + len) && whole_in(page, s, s + l);
+    let first = off / PUNCH_PAGE * PUNCH_PAGE;
+    let last = (off + len).div_ceil(PUNCH_PAGE) * PUNCH_PAGE - PUNCH_PAGE;
+    [edge(first).then_some(first), (last != first && edge(last)).then_some(last)]
 }
 
 fn discard(inner: &Inner, ranges: &[(u32, u64, u64)]) {
@@ -646,6 +683,38 @@ mod tests {
     use super::*;
     use crate::alloc::DevSpace;
     use std::collections::BTreeMap;
+
+    /// Over every freed range and merged free range of up to four pages on a 256-byte grid:
+    /// an edge page lies wholly inside the merged range (punching it cannot touch a live
+    /// byte), and every page the freed range touches that lies wholly inside the merged
+    /// range is punched, by the first pass (wholly inside the freed range) or as an edge.
+    #[test]
+    fn edge_pages_lie_inside_the_free_range_and_cover_what_became_free() {
+        let step = 256;
+        let span = 4 * PUNCH_PAGE;
+        for s in (0..span).step_by(step) {
+            for l in (step as u64..=span - s).step_by(step) {
+                for off in (s..s + l).step_by(step) {
+                    for len in (step as u64..=s + l - off).step_by(step) {
+                        let edges: Vec<u64> = edge_pages(off, len, s, l).into_iter().flatten().collect();
+                        for &p in &edges {
+                            assert!(p >= s && p + PUNCH_PAGE <= s + l, "page {p} outside [{s}, {})", s + l);
+                        }
+                        let mut page = off / PUNCH_PAGE * PUNCH_PAGE;
+                        while page < off + len {
+                            let in_free = page >= s && page + PUNCH_PAGE <= s + l;
+                            let in_range = page >= off && page + PUNCH_PAGE <= off + len;
+                            if in_free && !in_range {
+                                assert!(edges.contains(&page), "page {page} of [{off}, {}) in [{s}, {}) not punched", off + len, s + l);
+                            }
+                            page += PUNCH_PAGE;
+                        }
+                        assert!(edges.len() < 2 || edges[0] != edges[1], "one page twice");
+                    }
+                }
+            }
+        }
+    }
 
     fn view(free_bytes: u64, throughput_bps: f64) -> DeviceView {
         DeviceView { queued_bytes: 0, throughput_bps, free_bytes }

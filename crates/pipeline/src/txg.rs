@@ -312,7 +312,7 @@ pub fn driver(inner: Arc<Inner>) {
                 };
                 if !abandon && !failed {
                     // early placements given up since the last txg: their host space back
-                    crate::early_place::reclaim(&inner);
+                    crate::early_place::reclaim(&inner, true);
                 }
                 let mut st = ctl.st.lock();
                 if let Some((txg, _)) = &stalled {
