@@ -4,7 +4,9 @@
  * States of a txg (number N):
  *   OPEN       N accepts writes: `write`/`set_size`/`punch_hole` change the open layer of
  *              each file's dirty data; metadata changes go into the namespace delta
- *              (nsdelta.rs), which N's commit takes whole.
+ *              (nsdelta.rs), which N's commit takes whole. Full records compressed
+ *              meanwhile are placed and written already (early_place.rs), but nothing
+ *              durable points to them before N commits.
  *   QUIESCING  the driver took N's dirty-inode set and freezes each file's open layer into
  *              its syncing layer (per-file lock, one at a time: a write either lands wholly
  *              in N or wholly in N+1). N+1 is OPEN from the moment N starts quiescing.
