@@ -300,6 +300,9 @@ pub fn driver(inner: Arc<Inner>) {
                     if has_work {
                         break Next::Sync(open_next(&mut st));
                     }
+                    // idle: early placements given up since the last txg go back now (and
+                    // their host space with them), not only when the next txg starts
+                    parking_lot::MutexGuard::unlocked(&mut st, || crate::early_place::reclaim(&inner, false));
                     st.opened_at = Instant::now();
                     continue;
                 }
