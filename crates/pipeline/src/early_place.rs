@@ -47,7 +47,7 @@ use crate::devq::{Completion, Payload, WriteReq};
 use crate::dirty::{Layer, PackedRec, Rec};
 use crate::inner::Inner;
 use parking_lot::Mutex;
-use squeezefs_control::{choose_device, DeviceView};
+use squeezefs_control::choose_device;
 use squeezefs_meta::DeviceExtent;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -273,20 +273,7 @@ fn alloc_for_layer(inner: &Inner, space: &mut [DevSpace], run: &mut Option<Early
         let hs = inner.host_space.lock();
         (0..inner.devs.len()).map(|i| hs.get(i).copied().flatten().map_or(0, |h| h.free)).collect()
     };
-    let mut views: Vec<DeviceView> = inner
-        .devs
-        .iter()
-        .zip(space.iter())
-        .enumerate()
-        .map(|(i, (d, s))| {
-            let st = d.queue.stats.snapshot();
-            DeviceView {
-                queued_bytes: st.queued_bytes,
-                throughput_bps: st.throughput_bps,
-                free_bytes: s.free_bytes().map_or(host[i], |f| f.saturating_add(s.run_room())),
-            }
-        })
-        .collect();
+    let mut views = crate::sync::device_views(inner, space, |i| host[i]);
     loop {
         let dev = choose_device(&views, need)?;
         let mut fresh = None;

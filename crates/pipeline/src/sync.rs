@@ -383,21 +383,7 @@ fn place(inner: &Inner, txg: u64, layer: &Arc<Layer>, idx: u64, c: Compressed, a
         }
         // at least 1, so a device passed over below (room 0) is never chosen again
         let need = granule_bytes(stored_len, inner.granule).max(1);
-        // room = whole free sectors + what is left in the device's open run
-        let mut views: Vec<DeviceView> = inner
-            .devs
-            .iter()
-            .zip(space.iter())
-            .enumerate()
-            .map(|(i, (d, s))| {
-                let st = d.queue.stats.snapshot();
-                DeviceView {
-                    queued_bytes: st.queued_bytes,
-                    throughput_bps: st.throughput_bps,
-                    free_bytes: s.free_bytes().map_or_else(|| host.room(i), |f| f.saturating_add(s.run_room())),
-                }
-            })
-            .collect();
+        let mut views = device_views(inner, &space, |i| host.room(i));
         place_on_a_device(&mut space, &mut views, stored_len, need).ok_or(EngineError::NoSpace)?
     };
     host.used[dev] += granule_bytes(stored_len, inner.granule);
@@ -408,6 +394,26 @@ fn place(inner: &Inner, txg: u64, layer: &Arc<Layer>, idx: u64, c: Compressed, a
     completion.add(1);
     inner.devs[dev].queue.submit(WriteReq { offset, payload, done: completion.clone() });
     Ok(Outcome::Extent(ExtentPtr { logical, alg, level, hash, birth: txg, stored: StoredRecord::Device(ext) }))
+}
+
+/// What device choice (crates/control) sees of each device: its queue and throughput, and
+/// its room = whole free sectors + what is left in its open run, or for a growable device
+/// `growable_room(index)` (the room of its host filesystem).
+pub fn device_views(inner: &Inner, space: &[crate::alloc::DevSpace], growable_room: impl Fn(usize) -> u64) -> Vec<DeviceView> {
+    inner
+        .devs
+        .iter()
+        .zip(space.iter())
+        .enumerate()
+        .map(|(i, (d, s))| {
+            let st = d.queue.stats.snapshot();
+            DeviceView {
+                queued_bytes: st.queued_bytes,
+                throughput_bps: st.throughput_bps,
+                free_bytes: s.free_bytes().map_or_else(|| growable_room(i), |f| f.saturating_add(s.run_room())),
+            }
+        })
+        .collect()
 }
 
 /// The device and offset for a record of `stored` bytes (footprint `need` ≥ 1): the best
