@@ -42,6 +42,8 @@ use crate::backend::{self, Ctx, Family};
 use crate::error::CodecError;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
+use crate::thread_cpu::thread_cpu_ns;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -86,6 +88,13 @@ pub struct PoolStats {
     pub reclaimed: u64,
     pub reserve_lends: u64,
     pub waits: u64,
+    /// `compress` calls that reached a codec (early aborts included: they cost the same work)
+    pub compress_calls: u64,
+    /// source bytes of those calls
+    pub compress_src_bytes: u64,
+    /// CPU time of the calling threads inside the codec for those calls, nanoseconds (what
+    /// compression costs, apart from leasing, copying and waiting)
+    pub compress_cpu_ns: u64,
 }
 
 /// Index of a zstd level in the size table: all negative levels share row 0 (libzstd derives
@@ -249,6 +258,15 @@ pub struct Workspaces {
     reserve_bytes: usize,
     state: Mutex<State>,
     returned: Condvar,
+    work: CompressWork,
+}
+
+/// Running totals of compression work, kept outside the pool lock (one update per call).
+#[derive(Default)]
+struct CompressWork {
+    calls: AtomicU64,
+    src_bytes: AtomicU64,
+    cpu_ns: AtomicU64,
 }
 
 /// A workspace lent to one caller; goes back to the pool on drop.
@@ -297,6 +315,7 @@ impl Workspaces {
                 stats: PoolStats { max_bytes, reserve_bytes, ..PoolStats::default() },
             }),
             returned: Condvar::new(),
+            work: CompressWork::default(),
             cfg,
         }
     }
@@ -316,6 +335,9 @@ impl Workspaces {
             used_bytes: st.used,
             live_bytes: st.live,
             idle: st.idle.len(),
+            compress_calls: self.work.calls.load(Ordering::Relaxed),
+            compress_src_bytes: self.work.src_bytes.load(Ordering::Relaxed),
+            compress_cpu_ns: self.work.cpu_ns.load(Ordering::Relaxed),
             ..st.stats
         }
     }
@@ -343,7 +365,13 @@ impl Workspaces {
             return Err(CodecError::SourceTooLarge { len: src.len(), max: self.cfg.block_size });
         }
         let mut lease = self.lease(family, codec.level)?;
-        lease.ctx().compress(codec, src, dst)
+        let cpu0 = thread_cpu_ns();
+        let r = lease.ctx().compress(codec, src, dst);
+        let cpu = thread_cpu_ns().saturating_sub(cpu0);
+        self.work.calls.fetch_add(1, Ordering::Relaxed);
+        self.work.src_bytes.fetch_add(src.len() as u64, Ordering::Relaxed);
+        self.work.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
+        r
     }
 
     /// Decompress `src` into `dst` (sized to the logical length); returns bytes written.

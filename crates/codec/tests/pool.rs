@@ -144,3 +144,32 @@ fn many_threads_random_levels_tight_bound_never_deadlock_nor_exceed() {
     assert_eq!(s.busy, 0);
     assert!(s.reclaimed > 0 || s.reserve_lends > 0, "the bound was actually tight: {s:?}");
 }
+
+#[test]
+fn compression_work_is_counted_by_calls_bytes_and_thread_cpu() {
+    let ws = Workspaces::new(WorkspaceConfig::default());
+    let codec = Codec::zstd(9).unwrap();
+    let src = sample(128 << 10, 11);
+    let mut dst = vec![0u8; compress_bound(codec, src.len())];
+    let cpu0 = thread_cpu_ns();
+    for _ in 0..20 {
+        ws.compress(codec, &src, &mut dst).unwrap();
+    }
+    // an early abort costs codec work too, so it counts
+    assert!(matches!(ws.compress(codec, &src, &mut dst[..64]), Err(CodecError::DstTooSmall)));
+    let spent = thread_cpu_ns() - cpu0;
+    let counted = ws.stats().compress_cpu_ns;
+    // neither decompression nor storing raw reaches a compressor
+    let n = ws.compress(codec, &src, &mut dst).unwrap();
+    let mut back = vec![0u8; src.len()];
+    ws.decompress(Algorithm::Zstd, &dst[..n], &mut back).unwrap();
+    ws.compress(Codec { alg: Algorithm::None, level: 0 }, &src, &mut dst).unwrap();
+    let s = ws.stats();
+    assert_eq!(s.compress_calls, 22);
+    assert_eq!(s.compress_src_bytes, 22 * src.len() as u64);
+    // every call ran on this thread, mostly inside the codec: the charge is most of what the
+    // thread spent and never more (a charge by wall clock or another thread's clock would
+    // break one side under load or idle)
+    assert!(counted <= spent, "charged {counted} ns, the thread spent {spent} ns");
+    assert!(counted >= spent / 2, "charged {counted} ns of the {spent} ns spent compressing");
+}

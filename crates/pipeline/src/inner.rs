@@ -198,6 +198,11 @@ impl Inner {
         self.me.get().and_then(Weak::upgrade).expect("Inner lives in an Arc")
     }
 
+    /// Figures of the compression contexts, without creating them.
+    pub fn codec_stats(&self) -> squeezefs_codec::PoolStats {
+        self.ws.get().map(Workspaces::stats).unwrap_or_default()
+    }
+
     /// Compression contexts, created on first use (a pool that stores raw never needs them).
     pub fn workspaces(&self) -> &Workspaces {
         self.ws.get_or_init(|| {

@@ -532,6 +532,13 @@ impl Engine {
         self.inner.compress_q.counters.stats()
     }
 
+    /// The compression contexts' pool: memory, reuse, and the compression work done so far
+    /// (calls, source bytes, CPU time inside the codec). All zeros before the first record
+    /// is compressed.
+    pub fn codec_stats(&self) -> squeezefs_codec::PoolStats {
+        self.inner.codec_stats()
+    }
+
     /// Verify every checksum (see scrub.rs).
     pub fn scrub(&self, progress: &dyn Fn(u64, u64)) -> Result<scrub::ScrubReport> {
         self.inner.check_open()?;
