@@ -34,6 +34,11 @@
  * for its family's reserve (or anything returned before it). Bound: `used + reserves`
  * never exceeds `max_bytes` (raised to the reserves' sum if configured lower).
  *
+ * Counters: besides the pool's own (`PoolStats`, under the mutex), the compression work done
+ * through it — calls, source bytes, the calling threads' CPU time inside the codec — in
+ * atomics outside the lock, for the throughput benchmark and, later, the auto controller
+ * (DESIGN.md §5: measured CPU time, not wall time).
+ *
  * Tunables (`WorkspaceConfig`): max_bytes, idle_timeout, block_size.
  */
 
