@@ -383,6 +383,18 @@ impl Fs {
                     return Err(FsError::NotEmpty);
                 }
             }
+            if parent != newparent {
+                // a directory that changes parent adds a link to its new parent, unless it
+                // replaces a directory there (whose link goes); in an exchange each side
+                // gains what the other loses
+                let dst_dir = da.as_ref().is_some_and(|d| d.kind == FileKind::Dir);
+                let src_dir = skind == FileKind::Dir;
+                let new_gains = src_dir && !dst_dir;
+                let old_gains = exchange && dst_dir && !src_dir;
+                if (new_gains && npa.nlink >= LINK_MAX) || (old_gains && pa.nlink >= LINK_MAX) {
+                    return Err(FsError::TooManyLinks);
+                }
+            }
             // all checks passed: change the namespace
             tx.dir_remove(parent, name)?;
             if let Some(da) = &da {
@@ -400,11 +412,11 @@ impl Fs {
             if parent != newparent {
                 if skind == FileKind::Dir {
                     pa.nlink = pa.nlink.saturating_sub(1);
-                    npa.nlink += 1;
+                    npa.nlink = npa.nlink.saturating_add(1);
                 }
                 if let Some(da) = da.as_ref().filter(|d| exchange && d.kind == FileKind::Dir) {
                     npa.nlink = npa.nlink.saturating_sub(1);
-                    pa.nlink += 1;
+                    pa.nlink = pa.nlink.saturating_add(1);
                     let _ = da;
                 }
             }

@@ -866,3 +866,30 @@ fn dirsync_and_sync_make_each_change_durable_on_return() {
         }
     }
 }
+
+/// mkdir and link stopped at LINK_MAX but rename did not: moving directories into a full one
+/// pushed its link count past the limit, and at u32::MAX the addition overflowed (a panic
+/// that left the caller hung).
+#[test]
+fn rename_of_a_directory_into_a_full_parent_is_emlink() {
+    let (_d, fs) = new_fs();
+    let c = root();
+    let full = fs.mkdir(&c, ROOT_INO, b"full", 0o755).unwrap();
+    // 2 + 64 998 subdirectories = LINK_MAX (65 000)
+    for i in 0..64_998u32 {
+        fs.mkdir(&c, full.ino, format!("{i}").as_bytes(), 0o755).unwrap();
+    }
+    assert_eq!(fs.getattr(full.ino).unwrap().nlink, 65_000);
+    assert_eq!(errno(fs.mkdir(&c, full.ino, b"one-more", 0o755)), libc::EMLINK);
+    let x = fs.mkdir(&c, ROOT_INO, b"x", 0o755).unwrap();
+    let r0 = fs.getattr(ROOT_INO).unwrap().nlink;
+    assert_eq!(errno(fs.rename(&c, ROOT_INO, b"x", full.ino, b"x", 0)), libc::EMLINK);
+    assert_eq!(fs.getattr(full.ino).unwrap().nlink, 65_000, "nothing moved");
+    assert_eq!(fs.lookup(&c, ROOT_INO, b"x").unwrap().ino, x.ino);
+    assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, r0);
+    // a file adds no link; a directory replacing a directory there leaves the count as is
+    file(&fs, &c, ROOT_INO, "f", b"1");
+    fs.rename(&c, ROOT_INO, b"f", full.ino, b"f", 0).unwrap();
+    fs.rename(&c, ROOT_INO, b"x", full.ino, b"0", 0).unwrap();
+    assert_eq!(fs.getattr(full.ino).unwrap().nlink, 65_000);
+}

@@ -450,6 +450,13 @@ impl DevSpace {
         (changes, std::mem::replace(&mut self.end_dirty, false))
     }
 
+    /// Does `[start, start+len)` lie inside the data area, `[data_start, end)`? Ranges read
+    /// from the metadata store are checked with this before the maps take them: a damaged
+    /// row must give an error, not overflow the map's arithmetic.
+    pub fn holds_range(&self, start: u64, len: u64) -> bool {
+        range_inside(start, len, self.data_start, self.end)
+    }
+
     /// Is `[start, start+len)` entirely allocated (not free)? Used by fsck.
     pub fn is_allocated(&self, start: u64, len: u64) -> bool {
         if start < self.data_start || start + len > self.end {
@@ -464,10 +471,26 @@ impl DevSpace {
     }
 }
 
+/// `[start, start+len)` is non-empty and inside `[lo, hi)`, without overflow.
+pub fn range_inside(start: u64, len: u64, lo: u64, hi: u64) -> bool {
+    len > 0 && start >= lo && start.checked_add(len).is_some_and(|end| end <= hi)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn range_inside_over_the_edges_and_overflow() {
+        assert!(range_inside(10, 5, 10, 15));
+        assert!(!range_inside(10, 0, 10, 15), "empty");
+        assert!(!range_inside(9, 5, 10, 15), "starts below");
+        assert!(!range_inside(10, 6, 10, 15), "ends past");
+        assert!(!range_inside(u64::MAX - 4, 16, 0, u64::MAX), "end overflows");
+        assert!(!range_inside(0xffff_ffff_ffff_ff00, 16, 4096, 1 << 40));
+        assert!(range_inside(u64::MAX - 16, 16, 0, u64::MAX));
+    }
 
     #[test]
     fn alloc_exact_takes_a_range_inside_a_free_range_or_past_the_end() {

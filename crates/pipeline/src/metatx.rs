@@ -77,10 +77,15 @@ impl<'a> MetaTx<'a> {
     /// A fresh inode number (never handed out before in this pool's durable history; a
     /// transaction that aborts just skips its number).
     pub fn alloc_ino(&mut self) -> Result<Ino> {
-        let ino = self.inner.next_ino.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if ino == u64::MAX {
-            return Err(EngineError::Other("inode numbers exhausted".into()));
-        }
+        // the counter stops at u64::MAX instead of wrapping: a wrapped counter handed out
+        // 0, 1 (the root) and then the numbers of live inodes
+        let ino = self
+            .inner
+            .next_ino
+            .fetch_update(std::sync::atomic::Ordering::Relaxed, std::sync::atomic::Ordering::Relaxed, |n| {
+                (n < u64::MAX).then(|| n + 1)
+            })
+            .map_err(|_| EngineError::Other("inode numbers exhausted".into()))?;
         self.fresh.push(ino);
         Ok(ino)
     }
@@ -177,7 +182,10 @@ impl<'a> MetaTx<'a> {
             },
         }
         .unwrap_or(3);
-        self.d.next_cookie.insert(dir, Some(cookie + 1));
+        let next = cookie.checked_add(1).ok_or_else(|| {
+            EngineError::Corrupt(format!("directory {dir} has no readdir cookies left: the metadata store is damaged"))
+        })?;
+        self.d.next_cookie.insert(dir, Some(next));
         self.put_row(|d| &mut d.dirents, k, Some(encode_dirent(ino, kind, cookie).to_vec()));
         self.put_row(|d| &mut d.cookies, keys::pair(dir, cookie).to_vec(), Some(encode_cookie_entry(ino, kind, name)));
         Ok(())

@@ -306,7 +306,19 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
             for row in ft.range(&lo[..]..=&hi[..])? {
                 let (k, v) = row?;
                 if let Some((_, off)) = keys::split_dev_offset(k.value()) {
-                    free.insert(off, v.value());
+                    let len = v.value();
+                    // a damaged row is left out of the maps (its space counts as allocated:
+                    // never handed out) and left in the store, where fsck reports it
+                    if !crate::alloc::range_inside(off, len, DATA_START, rec.alloc_end) {
+                        log::warn!(
+                            "{}: ignoring free-space row of device {i} at offset {off}, {len} bytes: outside \
+                             its data area [{DATA_START}, {}) (the metadata store is damaged; run fsck)",
+                            pool.display(),
+                            rec.alloc_end
+                        );
+                        continue;
+                    }
+                    free.insert(off, len);
                 }
             }
             let cap = match rec.kind {
@@ -331,7 +343,10 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         use redb::ReadableTableMetadata;
         let t = rx.open_table(tables::INODES)?;
         let last = t.last()?.map(|(k, _)| k.value()).unwrap_or(0);
-        (sb.next_ino.max(last + 1), t.len()? as i64)
+        // numbers are handed out below u64::MAX (metatx.rs); a damaged row numbered u64::MAX
+        // leaves the counter exhausted (creates fail cleanly) and the pool open for fsck
+        let after_last = last.saturating_add(1);
+        (sb.next_ino.max(after_last), t.len()? as i64)
     };
     drop(rx);
     let slots = devs

@@ -572,7 +572,14 @@ fn commit(
         // space: the frees go into the durable image now, into the live one (where they
         // can be placed again) only after this commit is durable
         for (dev, off, len) in frees.iter().chain(unreferenced.iter()) {
-            durable[*dev as usize].free(*off, *len);
+            // an extent read back from the store names its range: a damaged one fails the
+            // commit (the pool suspends, waiters get an error) instead of the txg thread
+            let space = durable.get_mut(*dev as usize).filter(|s| *len == 0 || s.holds_range(*off, *len)).ok_or_else(|| {
+                EngineError::Corrupt(format!(
+                    "an extent being freed names device {dev}, offset {off}, {len} bytes: not a range of this pool (the metadata store is damaged)"
+                ))
+            })?;
+            space.free(*off, *len);
         }
         let mut ft = tx.open_table(tables::FREE_SPACE)?;
         let mut dt = tx.open_table(tables::DEVICES)?;
