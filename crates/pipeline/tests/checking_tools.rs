@@ -28,6 +28,19 @@ fn with_db(pool: &Path, f: impl FnOnce(&redb::WriteTransaction)) {
     tx.commit().unwrap();
 }
 
+/// Rewrite the extent pointer of record `idx` of `ino` in a closed pool (it must be a device
+/// extent): the way these tests make one metadata value corrupt.
+fn rewrite_extent(pool: &Path, ino: Ino, idx: u64, f: impl FnOnce(&mut ExtentPtr)) {
+    with_db(pool, |tx| {
+        let mut t = tx.open_table(tables::EXTENTS).unwrap();
+        let k = keys::pair(ino, idx);
+        let mut x = ExtentPtr::decode(t.get(&k[..]).unwrap().unwrap().value()).unwrap();
+        assert!(matches!(x.stored, StoredRecord::Device(_)), "expected a device extent");
+        f(&mut x);
+        t.insert(&k[..], &x.encode()[..]).unwrap();
+    });
+}
+
 fn ro() -> OpenOptions {
     OpenOptions { read_only: true, ..fast_opts() }
 }
@@ -53,16 +66,10 @@ fn fsck_reports_a_free_range_reaching_past_u64_max_instead_of_panicking() {
 fn fsck_reports_an_extent_at_the_end_of_the_address_space_instead_of_panicking() {
     let d = tempfile::tempdir().unwrap();
     let (pool, a, _) = two_file_pool(d.path());
-    with_db(&pool, |tx| {
-        let mut t = tx.open_table(tables::EXTENTS).unwrap();
-        let k = keys::pair(a, 0);
-        let mut e = ExtentPtr::decode(t.get(&k[..]).unwrap().unwrap().value()).unwrap();
+    rewrite_extent(&pool, a, 0, |e| {
         if let StoredRecord::Device(dx) = e.stored {
             e.stored = StoredRecord::Device(DeviceExtent { offset: u64::MAX - 100, ..dx });
-        } else {
-            panic!("expected a device extent");
         }
-        t.insert(&k[..], &e.encode()[..]).unwrap();
     });
     let e = Engine::open(&pool, &ro()).unwrap();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.fsck()));
@@ -290,14 +297,7 @@ fn fsck_reports_a_sector_shared_by_records_of_two_txgs() {
     drop(e);
     let clean = Engine::open(&pool, &ro()).unwrap().fsck().unwrap();
     assert!(clean.is_clean(), "{:?}", clean.problems);
-    with_db(&pool, |tx| {
-        let mut t = tx.open_table(tables::EXTENTS).unwrap();
-        let k = keys::pair(b, 0);
-        let mut x = ExtentPtr::decode(t.get(&k[..]).unwrap().unwrap().value()).unwrap();
-        assert!(matches!(x.stored, StoredRecord::Device(_)), "expected a device extent");
-        x.birth += 1;
-        t.insert(&k[..], &x.encode()[..]).unwrap();
-    });
+    rewrite_extent(&pool, b, 0, |x| x.birth += 1);
     let r = Engine::open(&pool, &ro()).unwrap().fsck().unwrap();
     assert!(r.problems.iter().any(|p| p.contains("holds records of txg")), "{:?}", r.problems);
 }
@@ -381,13 +381,10 @@ fn a_directory_out_of_cookies_refuses_new_entries_with_an_error() {
 fn freeing_an_extent_of_a_device_the_pool_lacks_fails_the_commit_instead_of_hanging() {
     let d = tempfile::tempdir().unwrap();
     let (pool, a, b) = two_file_pool(d.path());
-    with_db(&pool, |tx| {
-        let mut t = tx.open_table(tables::EXTENTS).unwrap();
-        let k = keys::pair(a, 0);
-        let mut e = ExtentPtr::decode(t.get(&k[..]).unwrap().unwrap().value()).unwrap();
-        let StoredRecord::Device(dx) = e.stored else { panic!("expected a device extent") };
-        e.stored = StoredRecord::Device(DeviceExtent { dev: 7, ..dx });
-        t.insert(&k[..], &e.encode()[..]).unwrap();
+    rewrite_extent(&pool, a, 0, |e| {
+        if let StoredRecord::Device(dx) = e.stored {
+            e.stored = StoredRecord::Device(DeviceExtent { dev: 7, ..dx });
+        }
     });
     let e = Engine::open(&pool, &fast_opts()).unwrap();
     e.set_size(a, 0).unwrap();
