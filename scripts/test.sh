@@ -22,5 +22,7 @@ fi
 command -v cargo >/dev/null 2>&1 || { echo "cargo not found: install Rust (rustup) first" >&2; exit 1; }
 [ -e /dev/fuse ] || echo "warning: /dev/fuse missing; mounted tests will fail" >&2
 
+cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
+cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked

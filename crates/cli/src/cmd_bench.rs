@@ -120,8 +120,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         bail!("nothing to benchmark: the inputs are empty");
     }
     let bar = indicatif::ProgressBar::new(cfg.codecs.len() as u64).with_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]")
-            .expect("static template"),
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]").expect("static template"),
     );
     let rows = bench::run(&inputs, &cfg, &|e| match e {
         Event::Start { codec, .. } => bar.set_message(codec.to_string()),
@@ -148,7 +147,10 @@ pub fn table(inputs: &[Input], cfg: &BenchConfig, rows: &[Row]) -> String {
         cfg.block_size / 1024,
         cfg.threads
     );
-    s += &format!("{:<14} {:>7} {:>13} {:>15} {:>14}\n", "codec", "ratio", "compress MB/s", "decompress MB/s", "workspace KiB");
+    s += &format!(
+        "{:<14} {:>7} {:>13} {:>15} {:>14}\n",
+        "codec", "ratio", "compress MB/s", "decompress MB/s", "workspace KiB"
+    );
     for r in rows {
         s += &format!(
             "{:<14} {:>7.3} {:>13.1} {:>15.1} {:>14}\n",
@@ -189,7 +191,11 @@ pub fn plot(path: &Path, cfg: &BenchConfig, rows: &[Row]) -> Result<()> {
     let (ymin, ymax) = ratios.iter().fold((f64::MAX, f64::MIN), |(a, b), &y| (a.min(y), b.max(y)));
     let root = BitMapBackend::new(path, (1000, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let caption = format!("squeezefs bench: ratio vs compression speed ({} KiB blocks, {} thread(s))", cfg.block_size / 1024, cfg.threads);
+    let caption = format!(
+        "squeezefs bench: ratio vs compression speed ({} KiB blocks, {} thread(s))",
+        cfg.block_size / 1024,
+        cfg.threads
+    );
     let mut chart = ChartBuilder::on(&root)
         .caption(caption, ("sans-serif", 22))
         .margin(20)
@@ -245,7 +251,8 @@ mod tests {
 
     #[test]
     fn bad_flags_get_clear_errors() {
-        let msg = |a: &[&str]| config(&args(a)).unwrap_err().to_string() + &format!("{:?}", config(&args(a)).unwrap_err());
+        let msg =
+            |a: &[&str]| config(&args(a)).unwrap_err().to_string() + &format!("{:?}", config(&args(a)).unwrap_err());
         assert!(msg(&["--block", "12Q"]).contains("suffix"));
         assert!(msg(&["--block", "0"]).contains("between"));
         assert!(msg(&["--codecs", "zstd:1..99"]).contains("--codecs"));

@@ -30,16 +30,16 @@ pub fn parse_size(s: &str) -> std::result::Result<u32, String> {
     let t = s.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(digits);
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size (accepted: a number with an optional K or M suffix, e.g. 128K)"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (accepted: a number with an optional K or M suffix, e.g. 128K)"))?;
     let mult = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1024,
         "m" | "mb" | "mib" => 1024 * 1024,
         _ => return Err(format!("{s:?}: unknown unit {unit:?} (accepted: K, M)")),
     };
-    n.checked_mul(mult)
-        .and_then(|v| u32::try_from(v).ok())
-        .ok_or_else(|| format!("{s:?} is too large"))
+    n.checked_mul(mult).and_then(|v| u32::try_from(v).ok()).ok_or_else(|| format!("{s:?} is too large"))
 }
 
 pub fn run(a: MkfsArgs) -> Result<()> {

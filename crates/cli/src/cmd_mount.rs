@@ -85,7 +85,8 @@ fn log_event(msg: &str) {
 /// `mountpoint`. Options fixed at mount time may be restated (mount(8) repeats the live
 /// ones) but not changed.
 fn remount(mountpoint: &Path, cfg: &MountConfig) -> Result<()> {
-    let canonical = std::fs::canonicalize(mountpoint).with_context(|| format!("mount point {}", mountpoint.display()))?;
+    let canonical =
+        std::fs::canonicalize(mountpoint).with_context(|| format!("mount point {}", mountpoint.display()))?;
     let live = LiveMount::from_proc_mounts_options(
         &live_mount_options(&canonical)
             .with_context(|| format!("{} is not the root of a squeezefs mount", mountpoint.display()))?,
@@ -160,7 +161,11 @@ pub fn unescape_mount_field(f: &str) -> PathBuf {
     let mut i = 0;
     while i < b.len() {
         let octal = (b[i] == b'\\' && i + 3 < b.len())
-            .then(|| b[i + 1..i + 4].iter().try_fold(0u32, |v, c| (b'0'..=b'7').contains(c).then(|| v * 8 + u32::from(c - b'0'))))
+            .then(|| {
+                b[i + 1..i + 4]
+                    .iter()
+                    .try_fold(0u32, |v, c| (b'0'..=b'7').contains(c).then(|| v * 8 + u32::from(c - b'0')))
+            })
             .flatten()
             .and_then(|v| u8::try_from(v).ok());
         if let Some(byte) = octal {
@@ -265,12 +270,7 @@ fn stop_signals() -> libc::sigset_t {
     }
 }
 
-fn serve(
-    pool: &Path,
-    mountpoint: &Path,
-    cfg: &MountConfig,
-    report: impl FnOnce(Result<(), String>),
-) -> Result<()> {
+fn serve(pool: &Path, mountpoint: &Path, cfg: &MountConfig, report: impl FnOnce(Result<(), String>)) -> Result<()> {
     let set = stop_signals();
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
     let (session, fs) = match open_and_mount(pool, mountpoint, cfg) {

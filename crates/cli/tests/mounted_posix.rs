@@ -36,212 +36,423 @@ struct Case {
 
 fn cases() -> Vec<Case> {
     vec![
-        Case { name: "create in root's 0755 dir", uid: NOBODY, setup: |d| chmod(d, 0o755), op: |d| {
-            let p = c(&d.join("new"));
-            rc(unsafe { libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) })
-        }},
-        Case { name: "unlink another user's file in a sticky dir", uid: NOBODY, setup: |d| {
-            chmod(d, 0o1777);
-            write(&d.join("f"), b"x");
-            chown(&d.join("f"), 1000);
-        }, op: |d| rc(unsafe { libc::unlink(c(&d.join("f")).as_ptr()) }) },
-        Case { name: "chmod someone else's file", uid: NOBODY, setup: |d| write(&d.join("f"), b"x"), op: |d| {
-            rc(unsafe { libc::chmod(c(&d.join("f")).as_ptr(), 0o777) })
-        }},
-        Case { name: "chown to self", uid: NOBODY, setup: |d| write(&d.join("f"), b"x"), op: |d| {
-            rc(unsafe { libc::chown(c(&d.join("f")).as_ptr(), NOBODY, NOBODY) })
-        }},
-        Case { name: "read a 0600 file", uid: NOBODY, setup: |d| {
-            write(&d.join("f"), b"x");
-            chmod(&d.join("f"), 0o600);
-        }, op: |d| rc(unsafe { libc::open(c(&d.join("f")).as_ptr(), libc::O_RDONLY) }) },
-        Case { name: "stat inside a 0700 dir", uid: NOBODY, setup: |d| {
-            std::fs::create_dir(d.join("p")).unwrap();
-            write(&d.join("p/f"), b"x");
-            chmod(&d.join("p"), 0o700);
-        }, op: |d| {
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            rc(unsafe { libc::stat(c(&d.join("p/f")).as_ptr(), &mut st) })
-        }},
-        Case { name: "utimensat explicit time on a 0666 file", uid: NOBODY, setup: |d| {
-            write(&d.join("f"), b"x");
-            chmod(&d.join("f"), 0o666);
-        }, op: |d| {
-            let ts = [libc::timespec { tv_sec: 5, tv_nsec: 0 }, libc::timespec { tv_sec: 5, tv_nsec: 0 }];
-            rc(unsafe { libc::utimensat(libc::AT_FDCWD, c(&d.join("f")).as_ptr(), ts.as_ptr(), 0) })
-        }},
-        Case { name: "utimensat UTIME_NOW on a 0666 file", uid: NOBODY, setup: |d| {
-            write(&d.join("f"), b"x");
-            chmod(&d.join("f"), 0o666);
-        }, op: |d| rc(unsafe { libc::utimensat(libc::AT_FDCWD, c(&d.join("f")).as_ptr(), std::ptr::null(), 0) }) },
-        Case { name: "utimensat UTIME_NOW on a 0644 file", uid: NOBODY, setup: |d| write(&d.join("f"), b"x"), op: |d| {
-            rc(unsafe { libc::utimensat(libc::AT_FDCWD, c(&d.join("f")).as_ptr(), std::ptr::null(), 0) })
-        }},
-        Case { name: "truncate a 0644 file", uid: NOBODY, setup: |d| write(&d.join("f"), b"xyz"), op: |d| {
-            rc(unsafe { libc::truncate(c(&d.join("f")).as_ptr(), 0) })
-        }},
-        Case { name: "user xattr on a 0644 file", uid: NOBODY, setup: |d| write(&d.join("f"), b"x"), op: |d| {
-            let n = CString::new("user.k").unwrap();
-            rc(unsafe { libc::setxattr(c(&d.join("f")).as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) })
-        }},
-        Case { name: "trusted xattr as a user", uid: NOBODY, setup: |d| {
-            write(&d.join("f"), b"x");
-            chown(&d.join("f"), NOBODY);
-        }, op: |d| {
-            let n = CString::new("trusted.k").unwrap();
-            rc(unsafe { libc::setxattr(c(&d.join("f")).as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) })
-        }},
-        Case { name: "hard link to an unreadable file (protected_hardlinks)", uid: NOBODY, setup: |d| {
-            chmod(d, 0o777);
-            write(&d.join("f"), b"x");
-            chmod(&d.join("f"), 0o600);
-        }, op: |d| rc(unsafe { libc::link(c(&d.join("f")).as_ptr(), c(&d.join("g")).as_ptr()) }) },
-        Case { name: "rmdir a non-empty dir", uid: 0, setup: |d| {
-            std::fs::create_dir_all(d.join("a/b")).unwrap();
-        }, op: |d| rc(unsafe { libc::rmdir(c(&d.join("a")).as_ptr()) }) },
-        Case { name: "rename a dir into its own subtree", uid: 0, setup: |d| {
-            std::fs::create_dir_all(d.join("a/b")).unwrap();
-        }, op: |d| rc(unsafe { libc::rename(c(&d.join("a")).as_ptr(), c(&d.join("a/b/c")).as_ptr()) }) },
-        Case { name: "rename a dir over a non-empty dir", uid: 0, setup: |d| {
-            std::fs::create_dir_all(d.join("a")).unwrap();
-            std::fs::create_dir_all(d.join("b/c")).unwrap();
-        }, op: |d| rc(unsafe { libc::rename(c(&d.join("a")).as_ptr(), c(&d.join("b")).as_ptr()) }) },
-        Case { name: "rename a file over a dir", uid: 0, setup: |d| {
-            write(&d.join("f"), b"x");
-            std::fs::create_dir(d.join("b")).unwrap();
-        }, op: |d| rc(unsafe { libc::rename(c(&d.join("f")).as_ptr(), c(&d.join("b")).as_ptr()) }) },
-        Case { name: "RENAME_NOREPLACE over an existing file", uid: 0, setup: |d| {
-            write(&d.join("f"), b"x");
-            write(&d.join("g"), b"y");
-        }, op: |d| renameat2(&d.join("f"), &d.join("g"), libc::RENAME_NOREPLACE) },
-        Case { name: "RENAME_EXCHANGE with a missing target", uid: 0, setup: |d| write(&d.join("f"), b"x"), op: |d| {
-            renameat2(&d.join("f"), &d.join("none"), libc::RENAME_EXCHANGE)
-        }},
-        Case { name: "RENAME_EXCHANGE of a file and a dir", uid: 0, setup: |d| {
-            write(&d.join("f"), b"x");
-            std::fs::create_dir_all(d.join("b/c")).unwrap();
-        }, op: |d| renameat2(&d.join("f"), &d.join("b"), libc::RENAME_EXCHANGE) },
-        Case { name: "RENAME_NOREPLACE|RENAME_EXCHANGE", uid: 0, setup: |d| {
-            write(&d.join("f"), b"x");
-            write(&d.join("g"), b"y");
-        }, op: |d| renameat2(&d.join("f"), &d.join("g"), libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE) },
-        Case { name: "mkdir over an existing name", uid: 0, setup: |d| write(&d.join("f"), b"x"), op: |d| {
-            rc(unsafe { libc::mkdir(c(&d.join("f")).as_ptr(), 0o755) })
-        }},
-        Case { name: "256-byte name", uid: 0, setup: |_| {}, op: |d| {
-            let p = c(&d.join("n".repeat(256)));
-            rc(unsafe { libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) })
-        }},
-        Case { name: "255-byte name", uid: 0, setup: |_| {}, op: |d| {
-            let p = c(&d.join("n".repeat(255)));
-            let fd = unsafe { libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) };
-            if fd < 0 { return errno(); }
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            rc(unsafe { libc::stat(p.as_ptr(), &mut st) })
-        }},
-        Case { name: "symlink loop", uid: 0, setup: |d| {
-            std::os::unix::fs::symlink("l2", d.join("l1")).unwrap();
-            std::os::unix::fs::symlink("l1", d.join("l2")).unwrap();
-        }, op: |d| rc(unsafe { libc::open(c(&d.join("l1")).as_ptr(), libc::O_RDONLY) }) },
-        Case { name: "O_NOFOLLOW on a symlink", uid: 0, setup: |d| {
-            write(&d.join("f"), b"x");
-            std::os::unix::fs::symlink("f", d.join("l")).unwrap();
-        }, op: |d| rc(unsafe { libc::open(c(&d.join("l")).as_ptr(), libc::O_RDONLY | libc::O_NOFOLLOW) }) },
-        Case { name: "rmdir '.'", uid: 0, setup: |d| std::fs::create_dir(d.join("a")).unwrap(), op: |d| {
-            rc(unsafe { libc::rmdir(c(&d.join("a/.")).as_ptr()) })
-        }},
-        Case { name: "unlink a directory", uid: 0, setup: |d| std::fs::create_dir(d.join("a")).unwrap(), op: |d| {
-            rc(unsafe { libc::unlink(c(&d.join("a")).as_ptr()) })
-        }},
-        Case { name: "XATTR_CREATE on an existing attribute", uid: 0, setup: |d| {
-            write(&d.join("f"), b"x");
-            xattr_set(&d.join("f"), "user.k", b"1", 0).unwrap();
-        }, op: |d| xattr_set(&d.join("f"), "user.k", b"2", libc::XATTR_CREATE).err().unwrap_or(0) },
-        Case { name: "XATTR_REPLACE of a missing attribute", uid: 0, setup: |d| write(&d.join("f"), b"x"), op: |d| {
-            xattr_set(&d.join("f"), "user.k", b"2", libc::XATTR_REPLACE).err().unwrap_or(0)
-        }},
-        Case { name: "getxattr into a too small buffer", uid: 0, setup: |d| {
-            write(&d.join("f"), b"x");
-            xattr_set(&d.join("f"), "user.k", b"0123456789", 0).unwrap();
-        }, op: |d| {
-            let n = CString::new("user.k").unwrap();
-            let mut buf = [0u8; 4];
-            rc(unsafe { libc::getxattr(c(&d.join("f")).as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), 4) } as i32)
-        }},
-        Case { name: "user xattr on a symlink", uid: 0, setup: |d| {
-            std::os::unix::fs::symlink("f", d.join("l")).unwrap();
-        }, op: |d| {
-            let n = CString::new("user.k").unwrap();
-            rc(unsafe { libc::lsetxattr(c(&d.join("l")).as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) })
-        }},
-        Case { name: "removexattr of a missing attribute", uid: 0, setup: |d| write(&d.join("f"), b"x"), op: |d| {
-            let n = CString::new("user.nope").unwrap();
-            rc(unsafe { libc::removexattr(c(&d.join("f")).as_ptr(), n.as_ptr()) })
-        }},
-        Case { name: "write through O_RDONLY", uid: 0, setup: |d| write(&d.join("f"), b"x"), op: |d| {
-            let fd = unsafe { libc::open(c(&d.join("f")).as_ptr(), libc::O_RDONLY) };
-            rc(unsafe { libc::write(fd, b"y".as_ptr().cast(), 1) } as i32)
-        }},
-        Case { name: "chmod by the owner keeps setgid only for members", uid: NOBODY, setup: |d| {
-            write(&d.join("f"), b"x");
-            std::os::unix::fs::lchown(d.join("f"), Some(NOBODY), Some(0)).unwrap();
-        }, op: |d| {
-            let p = c(&d.join("f"));
-            if unsafe { libc::chmod(p.as_ptr(), 0o2755) } != 0 { return errno(); }
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            unsafe { libc::stat(p.as_ptr(), &mut st) };
-            (st.st_mode & 0o7777) as i32 % 250
-        }},
-        Case { name: "write by a user clears setuid", uid: NOBODY, setup: |d| {
-            write(&d.join("f"), b"x");
-            chmod(&d.join("f"), 0o4777);
-        }, op: |d| {
-            let p = c(&d.join("f"));
-            let fd = unsafe { libc::open(p.as_ptr(), libc::O_WRONLY) };
-            if fd < 0 { return errno(); }
-            unsafe { libc::write(fd, b"y".as_ptr().cast(), 1); libc::close(fd) };
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            unsafe { libc::stat(p.as_ptr(), &mut st) };
-            if st.st_mode & 0o4000 != 0 { 1 } else { 0 }
-        }},
+        Case {
+            name: "create in root's 0755 dir",
+            uid: NOBODY,
+            setup: |d| chmod(d, 0o755),
+            op: |d| {
+                let p = c(&d.join("new"));
+                rc(unsafe { libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) })
+            },
+        },
+        Case {
+            name: "unlink another user's file in a sticky dir",
+            uid: NOBODY,
+            setup: |d| {
+                chmod(d, 0o1777);
+                write(&d.join("f"), b"x");
+                chown(&d.join("f"), 1000);
+            },
+            op: |d| rc(unsafe { libc::unlink(c(&d.join("f")).as_ptr()) }),
+        },
+        Case {
+            name: "chmod someone else's file",
+            uid: NOBODY,
+            setup: |d| write(&d.join("f"), b"x"),
+            op: |d| rc(unsafe { libc::chmod(c(&d.join("f")).as_ptr(), 0o777) }),
+        },
+        Case {
+            name: "chown to self",
+            uid: NOBODY,
+            setup: |d| write(&d.join("f"), b"x"),
+            op: |d| rc(unsafe { libc::chown(c(&d.join("f")).as_ptr(), NOBODY, NOBODY) }),
+        },
+        Case {
+            name: "read a 0600 file",
+            uid: NOBODY,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                chmod(&d.join("f"), 0o600);
+            },
+            op: |d| rc(unsafe { libc::open(c(&d.join("f")).as_ptr(), libc::O_RDONLY) }),
+        },
+        Case {
+            name: "stat inside a 0700 dir",
+            uid: NOBODY,
+            setup: |d| {
+                std::fs::create_dir(d.join("p")).unwrap();
+                write(&d.join("p/f"), b"x");
+                chmod(&d.join("p"), 0o700);
+            },
+            op: |d| {
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                rc(unsafe { libc::stat(c(&d.join("p/f")).as_ptr(), &mut st) })
+            },
+        },
+        Case {
+            name: "utimensat explicit time on a 0666 file",
+            uid: NOBODY,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                chmod(&d.join("f"), 0o666);
+            },
+            op: |d| {
+                let ts = [libc::timespec { tv_sec: 5, tv_nsec: 0 }, libc::timespec { tv_sec: 5, tv_nsec: 0 }];
+                rc(unsafe { libc::utimensat(libc::AT_FDCWD, c(&d.join("f")).as_ptr(), ts.as_ptr(), 0) })
+            },
+        },
+        Case {
+            name: "utimensat UTIME_NOW on a 0666 file",
+            uid: NOBODY,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                chmod(&d.join("f"), 0o666);
+            },
+            op: |d| rc(unsafe { libc::utimensat(libc::AT_FDCWD, c(&d.join("f")).as_ptr(), std::ptr::null(), 0) }),
+        },
+        Case {
+            name: "utimensat UTIME_NOW on a 0644 file",
+            uid: NOBODY,
+            setup: |d| write(&d.join("f"), b"x"),
+            op: |d| rc(unsafe { libc::utimensat(libc::AT_FDCWD, c(&d.join("f")).as_ptr(), std::ptr::null(), 0) }),
+        },
+        Case {
+            name: "truncate a 0644 file",
+            uid: NOBODY,
+            setup: |d| write(&d.join("f"), b"xyz"),
+            op: |d| rc(unsafe { libc::truncate(c(&d.join("f")).as_ptr(), 0) }),
+        },
+        Case {
+            name: "user xattr on a 0644 file",
+            uid: NOBODY,
+            setup: |d| write(&d.join("f"), b"x"),
+            op: |d| {
+                let n = CString::new("user.k").unwrap();
+                rc(unsafe { libc::setxattr(c(&d.join("f")).as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) })
+            },
+        },
+        Case {
+            name: "trusted xattr as a user",
+            uid: NOBODY,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                chown(&d.join("f"), NOBODY);
+            },
+            op: |d| {
+                let n = CString::new("trusted.k").unwrap();
+                rc(unsafe { libc::setxattr(c(&d.join("f")).as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) })
+            },
+        },
+        Case {
+            name: "hard link to an unreadable file (protected_hardlinks)",
+            uid: NOBODY,
+            setup: |d| {
+                chmod(d, 0o777);
+                write(&d.join("f"), b"x");
+                chmod(&d.join("f"), 0o600);
+            },
+            op: |d| rc(unsafe { libc::link(c(&d.join("f")).as_ptr(), c(&d.join("g")).as_ptr()) }),
+        },
+        Case {
+            name: "rmdir a non-empty dir",
+            uid: 0,
+            setup: |d| {
+                std::fs::create_dir_all(d.join("a/b")).unwrap();
+            },
+            op: |d| rc(unsafe { libc::rmdir(c(&d.join("a")).as_ptr()) }),
+        },
+        Case {
+            name: "rename a dir into its own subtree",
+            uid: 0,
+            setup: |d| {
+                std::fs::create_dir_all(d.join("a/b")).unwrap();
+            },
+            op: |d| rc(unsafe { libc::rename(c(&d.join("a")).as_ptr(), c(&d.join("a/b/c")).as_ptr()) }),
+        },
+        Case {
+            name: "rename a dir over a non-empty dir",
+            uid: 0,
+            setup: |d| {
+                std::fs::create_dir_all(d.join("a")).unwrap();
+                std::fs::create_dir_all(d.join("b/c")).unwrap();
+            },
+            op: |d| rc(unsafe { libc::rename(c(&d.join("a")).as_ptr(), c(&d.join("b")).as_ptr()) }),
+        },
+        Case {
+            name: "rename a file over a dir",
+            uid: 0,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                std::fs::create_dir(d.join("b")).unwrap();
+            },
+            op: |d| rc(unsafe { libc::rename(c(&d.join("f")).as_ptr(), c(&d.join("b")).as_ptr()) }),
+        },
+        Case {
+            name: "RENAME_NOREPLACE over an existing file",
+            uid: 0,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                write(&d.join("g"), b"y");
+            },
+            op: |d| renameat2(&d.join("f"), &d.join("g"), libc::RENAME_NOREPLACE),
+        },
+        Case {
+            name: "RENAME_EXCHANGE with a missing target",
+            uid: 0,
+            setup: |d| write(&d.join("f"), b"x"),
+            op: |d| renameat2(&d.join("f"), &d.join("none"), libc::RENAME_EXCHANGE),
+        },
+        Case {
+            name: "RENAME_EXCHANGE of a file and a dir",
+            uid: 0,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                std::fs::create_dir_all(d.join("b/c")).unwrap();
+            },
+            op: |d| renameat2(&d.join("f"), &d.join("b"), libc::RENAME_EXCHANGE),
+        },
+        Case {
+            name: "RENAME_NOREPLACE|RENAME_EXCHANGE",
+            uid: 0,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                write(&d.join("g"), b"y");
+            },
+            op: |d| renameat2(&d.join("f"), &d.join("g"), libc::RENAME_EXCHANGE | libc::RENAME_NOREPLACE),
+        },
+        Case {
+            name: "mkdir over an existing name",
+            uid: 0,
+            setup: |d| write(&d.join("f"), b"x"),
+            op: |d| rc(unsafe { libc::mkdir(c(&d.join("f")).as_ptr(), 0o755) }),
+        },
+        Case {
+            name: "256-byte name",
+            uid: 0,
+            setup: |_| {},
+            op: |d| {
+                let p = c(&d.join("n".repeat(256)));
+                rc(unsafe { libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) })
+            },
+        },
+        Case {
+            name: "255-byte name",
+            uid: 0,
+            setup: |_| {},
+            op: |d| {
+                let p = c(&d.join("n".repeat(255)));
+                let fd = unsafe { libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644) };
+                if fd < 0 {
+                    return errno();
+                }
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                rc(unsafe { libc::stat(p.as_ptr(), &mut st) })
+            },
+        },
+        Case {
+            name: "symlink loop",
+            uid: 0,
+            setup: |d| {
+                std::os::unix::fs::symlink("l2", d.join("l1")).unwrap();
+                std::os::unix::fs::symlink("l1", d.join("l2")).unwrap();
+            },
+            op: |d| rc(unsafe { libc::open(c(&d.join("l1")).as_ptr(), libc::O_RDONLY) }),
+        },
+        Case {
+            name: "O_NOFOLLOW on a symlink",
+            uid: 0,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                std::os::unix::fs::symlink("f", d.join("l")).unwrap();
+            },
+            op: |d| rc(unsafe { libc::open(c(&d.join("l")).as_ptr(), libc::O_RDONLY | libc::O_NOFOLLOW) }),
+        },
+        Case {
+            name: "rmdir '.'",
+            uid: 0,
+            setup: |d| std::fs::create_dir(d.join("a")).unwrap(),
+            op: |d| rc(unsafe { libc::rmdir(c(&d.join("a/.")).as_ptr()) }),
+        },
+        Case {
+            name: "unlink a directory",
+            uid: 0,
+            setup: |d| std::fs::create_dir(d.join("a")).unwrap(),
+            op: |d| rc(unsafe { libc::unlink(c(&d.join("a")).as_ptr()) }),
+        },
+        Case {
+            name: "XATTR_CREATE on an existing attribute",
+            uid: 0,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                xattr_set(&d.join("f"), "user.k", b"1", 0).unwrap();
+            },
+            op: |d| xattr_set(&d.join("f"), "user.k", b"2", libc::XATTR_CREATE).err().unwrap_or(0),
+        },
+        Case {
+            name: "XATTR_REPLACE of a missing attribute",
+            uid: 0,
+            setup: |d| write(&d.join("f"), b"x"),
+            op: |d| xattr_set(&d.join("f"), "user.k", b"2", libc::XATTR_REPLACE).err().unwrap_or(0),
+        },
+        Case {
+            name: "getxattr into a too small buffer",
+            uid: 0,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                xattr_set(&d.join("f"), "user.k", b"0123456789", 0).unwrap();
+            },
+            op: |d| {
+                let n = CString::new("user.k").unwrap();
+                let mut buf = [0u8; 4];
+                rc(unsafe { libc::getxattr(c(&d.join("f")).as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), 4) } as i32)
+            },
+        },
+        Case {
+            name: "user xattr on a symlink",
+            uid: 0,
+            setup: |d| {
+                std::os::unix::fs::symlink("f", d.join("l")).unwrap();
+            },
+            op: |d| {
+                let n = CString::new("user.k").unwrap();
+                rc(unsafe { libc::lsetxattr(c(&d.join("l")).as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) })
+            },
+        },
+        Case {
+            name: "removexattr of a missing attribute",
+            uid: 0,
+            setup: |d| write(&d.join("f"), b"x"),
+            op: |d| {
+                let n = CString::new("user.nope").unwrap();
+                rc(unsafe { libc::removexattr(c(&d.join("f")).as_ptr(), n.as_ptr()) })
+            },
+        },
+        Case {
+            name: "write through O_RDONLY",
+            uid: 0,
+            setup: |d| write(&d.join("f"), b"x"),
+            op: |d| {
+                let fd = unsafe { libc::open(c(&d.join("f")).as_ptr(), libc::O_RDONLY) };
+                rc(unsafe { libc::write(fd, b"y".as_ptr().cast(), 1) } as i32)
+            },
+        },
+        Case {
+            name: "chmod by the owner keeps setgid only for members",
+            uid: NOBODY,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                std::os::unix::fs::lchown(d.join("f"), Some(NOBODY), Some(0)).unwrap();
+            },
+            op: |d| {
+                let p = c(&d.join("f"));
+                if unsafe { libc::chmod(p.as_ptr(), 0o2755) } != 0 {
+                    return errno();
+                }
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                unsafe { libc::stat(p.as_ptr(), &mut st) };
+                (st.st_mode & 0o7777) as i32 % 250
+            },
+        },
+        Case {
+            name: "write by a user clears setuid",
+            uid: NOBODY,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                chmod(&d.join("f"), 0o4777);
+            },
+            op: |d| {
+                let p = c(&d.join("f"));
+                let fd = unsafe { libc::open(p.as_ptr(), libc::O_WRONLY) };
+                if fd < 0 {
+                    return errno();
+                }
+                unsafe {
+                    libc::write(fd, b"y".as_ptr().cast(), 1);
+                    libc::close(fd)
+                };
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                unsafe { libc::stat(p.as_ptr(), &mut st) };
+                if st.st_mode & 0o4000 != 0 {
+                    1
+                } else {
+                    0
+                }
+            },
+        },
         // the three below pin FUSE_HANDLE_KILLPRIV_V2: the kernel leaves killing suid/sgid
         // and security.capability on write, truncate and chown to the daemon
-        Case { name: "chown by root clears setuid", uid: 0, setup: |d| {
-            write(&d.join("f"), b"x");
-            chmod(&d.join("f"), 0o4755);
-        }, op: |d| {
-            let p = c(&d.join("f"));
-            if unsafe { libc::chown(p.as_ptr(), NOBODY, NOBODY) } != 0 { return errno(); }
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            unsafe { libc::stat(p.as_ptr(), &mut st) };
-            if st.st_mode & 0o4000 != 0 { 1 } else { 0 }
-        }},
-        Case { name: "truncate by a user clears setuid", uid: NOBODY, setup: |d| {
-            write(&d.join("f"), b"xyz");
-            chmod(&d.join("f"), 0o4777);
-        }, op: |d| {
-            let p = c(&d.join("f"));
-            if unsafe { libc::truncate(p.as_ptr(), 1) } != 0 { return errno(); }
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            unsafe { libc::stat(p.as_ptr(), &mut st) };
-            if st.st_mode & 0o4000 != 0 { 1 } else { 0 }
-        }},
-        Case { name: "write by root drops security.capability", uid: 0, setup: |d| {
-            write(&d.join("f"), b"x");
-            // VFS_CAP_REVISION_2 with CAP_NET_RAW permitted
-            let mut cap = Vec::new();
-            for w in [0x0200_0000u32, 1 << 13, 0, 0, 0] {
-                cap.extend_from_slice(&w.to_le_bytes());
-            }
-            xattr_set(&d.join("f"), "security.capability", &cap, 0).expect("set security.capability");
-        }, op: |d| {
-            let p = c(&d.join("f"));
-            let fd = unsafe { libc::open(p.as_ptr(), libc::O_WRONLY) };
-            if fd < 0 { return errno(); }
-            unsafe { libc::write(fd, b"y".as_ptr().cast(), 1); libc::close(fd) };
-            let n = unsafe { libc::getxattr(p.as_ptr(), c"security.capability".as_ptr(), std::ptr::null_mut(), 0) };
-            if n >= 0 { 1 } else { errno() }
-        }},
+        Case {
+            name: "chown by root clears setuid",
+            uid: 0,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                chmod(&d.join("f"), 0o4755);
+            },
+            op: |d| {
+                let p = c(&d.join("f"));
+                if unsafe { libc::chown(p.as_ptr(), NOBODY, NOBODY) } != 0 {
+                    return errno();
+                }
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                unsafe { libc::stat(p.as_ptr(), &mut st) };
+                if st.st_mode & 0o4000 != 0 {
+                    1
+                } else {
+                    0
+                }
+            },
+        },
+        Case {
+            name: "truncate by a user clears setuid",
+            uid: NOBODY,
+            setup: |d| {
+                write(&d.join("f"), b"xyz");
+                chmod(&d.join("f"), 0o4777);
+            },
+            op: |d| {
+                let p = c(&d.join("f"));
+                if unsafe { libc::truncate(p.as_ptr(), 1) } != 0 {
+                    return errno();
+                }
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                unsafe { libc::stat(p.as_ptr(), &mut st) };
+                if st.st_mode & 0o4000 != 0 {
+                    1
+                } else {
+                    0
+                }
+            },
+        },
+        Case {
+            name: "write by root drops security.capability",
+            uid: 0,
+            setup: |d| {
+                write(&d.join("f"), b"x");
+                // VFS_CAP_REVISION_2 with CAP_NET_RAW permitted
+                let mut cap = Vec::new();
+                for w in [0x0200_0000u32, 1 << 13, 0, 0, 0] {
+                    cap.extend_from_slice(&w.to_le_bytes());
+                }
+                xattr_set(&d.join("f"), "security.capability", &cap, 0).expect("set security.capability");
+            },
+            op: |d| {
+                let p = c(&d.join("f"));
+                let fd = unsafe { libc::open(p.as_ptr(), libc::O_WRONLY) };
+                if fd < 0 {
+                    return errno();
+                }
+                unsafe {
+                    libc::write(fd, b"y".as_ptr().cast(), 1);
+                    libc::close(fd)
+                };
+                let n = unsafe { libc::getxattr(p.as_ptr(), c"security.capability".as_ptr(), std::ptr::null_mut(), 0) };
+                if n >= 0 {
+                    1
+                } else {
+                    errno()
+                }
+            },
+        },
     ]
 }
 
@@ -253,7 +464,11 @@ fn renameat2(a: &Path, b: &Path, flags: u32) -> i32 {
 fn xattr_set(p: &Path, name: &str, v: &[u8], flags: i32) -> Result<(), i32> {
     let n = CString::new(name).unwrap();
     let r = unsafe { libc::setxattr(c(p).as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), flags) };
-    if r < 0 { Err(errno()) } else { Ok(()) }
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
 }
 
 fn run_case(base: &Path, i: usize, case: &Case) -> i32 {
@@ -301,10 +516,7 @@ fn rename_exchange_swaps_and_exdev_across_mounts() {
     assert_eq!(std::fs::read(m.path("a")).unwrap(), b"second");
     assert_eq!(std::fs::read(m.path("d/b")).unwrap(), b"first");
     let other = tempfile::tempdir_in("/tmp").unwrap();
-    assert_eq!(
-        rc(unsafe { libc::rename(c(&m.path("a")).as_ptr(), c(&other.path().join("x")).as_ptr()) }),
-        libc::EXDEV
-    );
+    assert_eq!(rc(unsafe { libc::rename(c(&m.path("a")).as_ptr(), c(&other.path().join("x")).as_ptr()) }), libc::EXDEV);
     // rename over an existing file replaces it
     std::fs::rename(m.path("a"), m.path("d/b")).unwrap();
     assert_eq!(std::fs::read(m.path("d/b")).unwrap(), b"second");
@@ -347,7 +559,14 @@ fn shared_writable_mmap_reaches_the_file() {
     f.set_len(1 << 20).unwrap();
     use std::os::fd::AsRawFd;
     unsafe {
-        let addr = libc::mmap(std::ptr::null_mut(), 1 << 20, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0);
+        let addr = libc::mmap(
+            std::ptr::null_mut(),
+            1 << 20,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
         assert_ne!(addr, libc::MAP_FAILED);
         let s = std::slice::from_raw_parts_mut(addr as *mut u8, 1 << 20);
         for (i, b) in s.iter_mut().enumerate() {
@@ -392,7 +611,8 @@ fn seek_data_on_unflushed_write_is_not_enxio() {
         return;
     }
     let m = Mounted::new("compress=zstd:1");
-    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.path("fresh")).unwrap();
+    let f =
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(m.path("fresh")).unwrap();
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
     f.write_all_at(&[7u8; 4096], 1 << 20).unwrap();
@@ -444,7 +664,10 @@ fn sparse_files_seek_data_hole_and_past_4_gib() {
     assert_eq!(&buf, b"\0\0\0\0tail");
     // punch a hole and keep the size
     let f = std::fs::OpenOptions::new().write(true).open(m.path("sparse")).unwrap();
-    assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 0, 4096) }, 0);
+    assert_eq!(
+        unsafe { libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, 0, 4096) },
+        0
+    );
     drop(f);
     let mut head = [9u8; 8];
     std::fs::File::open(m.path("sparse")).unwrap().read_exact(&mut head).unwrap();
@@ -616,7 +839,8 @@ fn remount_switches_compression_for_new_writes() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["mount_compression"], "compress=lz4");
-    let algs: Vec<String> = v["rows"].as_array().unwrap().iter().map(|r| r["algorithm"].as_str().unwrap().to_string()).collect();
+    let algs: Vec<String> =
+        v["rows"].as_array().unwrap().iter().map(|r| r["algorithm"].as_str().unwrap().to_string()).collect();
     assert!(algs.contains(&"zstd".to_string()) && algs.contains(&"lz4".to_string()), "{algs:?}");
     let total = &v["total"];
     assert_eq!(total["referenced_bytes"].as_u64().unwrap(), 2 * text.len() as u64);
@@ -664,7 +888,14 @@ fn mount_t_fuse_squeezefs_through_the_helper() {
     let mut m = Mounted::new("");
     m.umount();
     let Some((out, mounts)) = with_mount_helper(|| {
-        let out = mount8(&["-t", "fuse.squeezefs", m.pool.to_str().unwrap(), m.mnt.to_str().unwrap(), "-o", "compress=zstd:1,allow_other"]);
+        let out = mount8(&[
+            "-t",
+            "fuse.squeezefs",
+            m.pool.to_str().unwrap(),
+            m.mnt.to_str().unwrap(),
+            "-o",
+            "compress=zstd:1,allow_other",
+        ]);
         let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
         if out.status.success() {
             write(&m.path("via-helper"), b"x");
@@ -888,10 +1119,7 @@ fn remount_and_umount_find_a_mount_point_with_a_space() {
 /// Requests of one opcode served so far, from `user.squeezefs.requests` on the mount's root.
 fn requests_served(m: &Mounted, opcode: &str) -> u64 {
     let report = String::from_utf8(xattr_get(&m.path(""), "user.squeezefs.requests").unwrap()).unwrap();
-    report
-        .lines()
-        .find_map(|l| l.strip_prefix(opcode)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0)
+    report.lines().find_map(|l| l.strip_prefix(opcode)?.strip_prefix(' ')?.parse().ok()).unwrap_or(0)
 }
 
 /// Regression: every file `tar xf` creates (create, write, fchown, fchmod, futimens, close)
@@ -1134,7 +1362,11 @@ fn full_pool_filesystem_gives_enospc_and_deletions_make_room() {
     struct Unmount(std::path::PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).stderr(std::process::Stdio::null()).status();
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .stderr(std::process::Stdio::null())
+                .status();
         }
     }
     let _host_guard = Unmount(host.path().to_path_buf());
@@ -1217,7 +1449,11 @@ fn umount_reports_a_failed_final_flush() {
     struct Unmount(std::path::PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).stderr(std::process::Stdio::null()).status();
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .stderr(std::process::Stdio::null())
+                .status();
         }
     }
     let _host_guard = Unmount(host.path().to_path_buf());
@@ -1269,7 +1505,11 @@ fn fsync_gets_enospc_while_a_txg_waits_for_room_and_succeeds_once_room_is_back()
     struct Unmount(std::path::PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).stderr(std::process::Stdio::null()).status();
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .stderr(std::process::Stdio::null())
+                .status();
         }
     }
     let _host_guard = Unmount(host.path().to_path_buf());
@@ -1291,7 +1531,12 @@ fn fsync_gets_enospc_while_a_txg_waits_for_room_and_succeeds_once_room_is_back()
         let v: Vec<u64> = t.split_whitespace().map(|x| x.parse().unwrap()).collect();
         v[0] * v[1]
     };
-    assert!(std::process::Command::new("fallocate").args(["-l", &free.to_string()]).arg(&other).status().unwrap().success());
+    assert!(std::process::Command::new("fallocate")
+        .args(["-l", &free.to_string()])
+        .arg(&other)
+        .status()
+        .unwrap()
+        .success());
     let err = f.sync_all().expect_err("fsync with the device's filesystem full");
     assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
     std::fs::remove_file(&other).unwrap();

@@ -126,7 +126,12 @@ enum Out {
     Unit,
     Bytes(Vec<u8>),
     Names(Vec<Vec<u8>>),
-    Stat { kind: u32, perm: u32, nlink: u64, size: Option<u64> },
+    Stat {
+        kind: u32,
+        perm: u32,
+        nlink: u64,
+        size: Option<u64>,
+    },
     /// lseek result: checked against the reference contents, not compared exactly
     Seek(i64),
     Err(i32),
@@ -165,7 +170,8 @@ fn with_fd(p: &Path, flags: i32, f: impl FnOnce(i32) -> Out) -> Out {
 fn pwrite_all(fd: i32, data: &[u8], off: u64) -> Out {
     let mut done = 0;
     while done < data.len() {
-        let n = unsafe { libc::pwrite(fd, data[done..].as_ptr().cast(), data.len() - done, (off + done as u64) as i64) };
+        let n =
+            unsafe { libc::pwrite(fd, data[done..].as_ptr().cast(), data.len() - done, (off + done as u64) as i64) };
         if n < 0 {
             return Out::Err(errno());
         }
@@ -194,7 +200,9 @@ fn read_at(fd: i32, off: u64, len: usize) -> Out {
 fn apply(base: &Path, op: &Op) -> Out {
     let at = |i: usize| base.join(PATHS[i]);
     match op {
-        Op::Create(a, d) => with_fd(&at(*a), libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY, |fd| pwrite_all(fd, &d.bytes(), 0)),
+        Op::Create(a, d) => {
+            with_fd(&at(*a), libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY, |fd| pwrite_all(fd, &d.bytes(), 0))
+        }
         Op::WriteAt(a, off, d) => with_fd(&at(*a), libc::O_WRONLY, |fd| pwrite_all(fd, &d.bytes(), *off as u64)),
         Op::Append(a, d) => with_fd(&at(*a), libc::O_WRONLY | libc::O_APPEND, |fd| {
             let b = d.bytes();
@@ -238,10 +246,12 @@ fn apply(base: &Path, op: &Op) -> Out {
         Op::Fallocate(a, m, off, len) => with_fd(&at(*a), libc::O_WRONLY, |fd| {
             unit(unsafe { libc::fallocate(fd, *m, *off as i64, *len as i64) } as isize)
         }),
-        Op::Seek(a, off, w) => with_fd(&at(*a), libc::O_RDONLY, |fd| match res(unsafe { libc::lseek(fd, *off as i64, *w) } as isize) {
-            Ok(r) => Out::Seek(r as i64),
-            Err(e) => Out::Err(e),
-        }),
+        Op::Seek(a, off, w) => {
+            with_fd(&at(*a), libc::O_RDONLY, |fd| match res(unsafe { libc::lseek(fd, *off as i64, *w) } as isize) {
+                Ok(r) => Out::Seek(r as i64),
+                Err(e) => Out::Err(e),
+            })
+        }
         Op::Mkfifo(a) => unit(unsafe { libc::mkfifo(c(&at(*a)).as_ptr(), 0o640) } as isize),
         Op::ReadUnlinked(a) => with_fd(&at(*a), libc::O_RDONLY | libc::O_NONBLOCK, |fd| {
             if let Out::Err(e) = unit(unsafe { libc::unlink(c(&at(*a)).as_ptr()) } as isize) {
@@ -258,7 +268,9 @@ fn apply(base: &Path, op: &Op) -> Out {
             }
             Err(e) => Out::Err(e.raw_os_error().unwrap()),
         },
-        Op::Fsync(a) => with_fd(&at(*a), libc::O_RDONLY | libc::O_NONBLOCK, |fd| unit(unsafe { libc::fsync(fd) } as isize)),
+        Op::Fsync(a) => {
+            with_fd(&at(*a), libc::O_RDONLY | libc::O_NONBLOCK, |fd| unit(unsafe { libc::fsync(fd) } as isize))
+        }
         Op::Remount => Out::Unit,
     }
 }
@@ -285,11 +297,8 @@ fn list_xattr(p: &Path) -> Result<Vec<Vec<u8>>, i32> {
     if n < 0 {
         return Err(errno());
     }
-    let mut v: Vec<Vec<u8>> = buf[..n as usize]
-        .split(|&b| b == 0)
-        .filter(|s| s.starts_with(b"user."))
-        .map(|s| s.to_vec())
-        .collect();
+    let mut v: Vec<Vec<u8>> =
+        buf[..n as usize].split(|&b| b == 0).filter(|s| s.starts_with(b"user.")).map(|s| s.to_vec()).collect();
     v.sort();
     Ok(v)
 }
@@ -359,7 +368,8 @@ fn reftest(codec: &str, transport: &str) {
     assert_transport(&mounted.borrow(), transport);
     let host = tempfile::Builder::new().prefix("sqzref").tempdir_in("/tmp").unwrap();
     let cases: u32 = std::env::var("SQUEEZEFS_REFTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48);
-    let mut runner = TestRunner::new(Config { cases, max_shrink_iters: 200, failure_persistence: None, ..Config::default() });
+    let mut runner =
+        TestRunner::new(Config { cases, max_shrink_iters: 200, failure_persistence: None, ..Config::default() });
     let case_no = RefCell::new(0u32);
     let result = runner.run(&proptest::collection::vec(op(), 1..40), |ops| {
         let n = {
@@ -387,7 +397,14 @@ fn reftest(codec: &str, transport: &str) {
                     check_seek(&got, &ref_dir.join(PATHS[*a]), *off as u64, *w)
                         .map_err(|e| TestCaseError::fail(format!("op {i} {op:?}: {e}")))?;
                 }
-                _ => prop_assert!(expected == got, "op {} {:?}: ext4 {:?}, squeezefs {:?}", i, op, short(&expected), short(&got)),
+                _ => prop_assert!(
+                    expected == got,
+                    "op {} {:?}: ext4 {:?}, squeezefs {:?}",
+                    i,
+                    op,
+                    short(&expected),
+                    short(&got)
+                ),
             }
         }
         let (a, b) = (snapshot(&ref_dir), snapshot(&ours_dir));

@@ -15,14 +15,8 @@ pub enum Algorithm {
 }
 
 /// Every algorithm, in id order.
-pub const ALL_ALGORITHMS: [Algorithm; 6] = [
-    Algorithm::None,
-    Algorithm::Lz4,
-    Algorithm::Lz4Hc,
-    Algorithm::Deflate,
-    Algorithm::Zstd,
-    Algorithm::Lzo,
-];
+pub const ALL_ALGORITHMS: [Algorithm; 6] =
+    [Algorithm::None, Algorithm::Lz4, Algorithm::Lz4Hc, Algorithm::Deflate, Algorithm::Zstd, Algorithm::Lzo];
 
 /// zstd's strongest-negative ("fastest") level, `ZSTD_minCLevel()` (= -ZSTD_TARGETLENGTH_MAX).
 pub const ZSTD_MIN_LEVEL: i32 = -(1 << 17);

@@ -33,7 +33,8 @@ mod tests {
                 x as u8
             })
             .collect();
-        let codecs = [Codec::zstd(1), Codec::zstd(-50), Codec::lz4(1), Codec::lz4hc(9), Codec::deflate(1), Codec::deflate(12)];
+        let codecs =
+            [Codec::zstd(1), Codec::zstd(-50), Codec::lz4(1), Codec::lz4hc(9), Codec::deflate(1), Codec::deflate(12)];
         for codec in codecs.map(Result::unwrap) {
             for len in [0, 1, 100, 4999, 5000, 5001, 10_001, 65_536, 128 << 10] {
                 let mut dst = vec![0u8; compress_bound(codec, len)];

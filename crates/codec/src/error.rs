@@ -63,6 +63,8 @@ pub enum SpecError {
     BadAutoRange { min: i64, max: i64 },
     #[error("qos target {value} MB/s out of range 1..=1000000; accepted forms: {ACCEPTED_FORMS}")]
     QosOutOfRange { value: i64 },
-    #[error("{spec:?} is not a fixed codec (a codec list takes fixed codecs and ranges like zstd:1..15, not auto/qos)")]
+    #[error(
+        "{spec:?} is not a fixed codec (a codec list takes fixed codecs and ranges like zstd:1..15, not auto/qos)"
+    )]
     NotFixed { spec: String },
 }

@@ -17,8 +17,7 @@
 //! case-insensitively; surrounding blanks are ignored.
 
 use crate::algorithm::{
-    Algorithm, Codec, GZIP_DEFAULT_LEVEL, ZLIB_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL, ZSTD_MAX_LEVEL,
-    ZSTD_MIN_LEVEL,
+    Algorithm, Codec, GZIP_DEFAULT_LEVEL, ZLIB_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL, ZSTD_MAX_LEVEL, ZSTD_MIN_LEVEL,
 };
 use crate::error::SpecError;
 use std::fmt;
@@ -65,15 +64,10 @@ impl Spec {
         for item in list.split(',') {
             let item = item.trim();
             if item.is_empty() {
-                return Err(SpecError::Malformed {
-                    spec: list.to_string(),
-                    detail: "empty item in codec list",
-                });
+                return Err(SpecError::Malformed { spec: list.to_string(), detail: "empty item in codec list" });
             }
             match item.find("..") {
-                Some(pos) if !item.to_ascii_lowercase().starts_with("auto") => {
-                    expand_range(item, pos, &mut out)?
-                }
+                Some(pos) if !item.to_ascii_lowercase().starts_with("auto") => expand_range(item, pos, &mut out)?,
                 _ => match item.parse::<Spec>()? {
                     Spec::Off => out.push(Codec::NONE),
                     Spec::Fixed(c) => out.push(c),
@@ -249,20 +243,14 @@ impl FromStr for Spec {
         if let Some(rest) = s.strip_prefix("lzo") {
             return match rest {
                 "" => p.fixed(Algorithm::Lzo, 0),
-                _ => Err(SpecError::Malformed {
-                    spec: p.spec.to_string(),
-                    detail: "lzo takes no level",
-                }),
+                _ => Err(SpecError::Malformed { spec: p.spec.to_string(), detail: "lzo takes no level" }),
             };
         }
         if s == "none" || s == "off" {
             return Ok(Spec::Off);
         }
         if s.starts_with("none") || s.starts_with("off") {
-            return Err(SpecError::Malformed {
-                spec: p.spec.to_string(),
-                detail: "none/off take no level",
-            });
+            return Err(SpecError::Malformed { spec: p.spec.to_string(), detail: "none/off take no level" });
         }
         if let Some(rest) = s.strip_prefix("auto") {
             if rest.is_empty() {
@@ -320,10 +308,7 @@ impl Parser<'_> {
 
     fn junk(&self, rest: &str) -> SpecError {
         let _ = rest;
-        SpecError::Malformed {
-            spec: self.spec.to_string(),
-            detail: "unexpected text after the algorithm name",
-        }
+        SpecError::Malformed { spec: self.spec.to_string(), detail: "unexpected text after the algorithm name" }
     }
 
     /// Digits only (no sign), at most 12 of them so that i64 cannot overflow.

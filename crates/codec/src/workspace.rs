@@ -45,9 +45,9 @@
 use crate::algorithm::{Algorithm, Codec, DEFLATE_MAX_LEVEL, ZSTD_MAX_LEVEL};
 use crate::backend::{self, Ctx, Family};
 use crate::error::CodecError;
+use crate::thread_cpu::thread_cpu_ns;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
-use crate::thread_cpu::thread_cpu_ns;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -389,11 +389,7 @@ impl Workspaces {
 
     /// Free idle workspaces past the timeout; returns them so they are dropped unlocked.
     fn expire(&self, st: &mut State, now: Instant) -> Vec<Idle> {
-        let n = st
-            .idle
-            .iter()
-            .take_while(|i| now.duration_since(i.since) >= self.cfg.idle_timeout)
-            .count();
+        let n = st.idle.iter().take_while(|i| now.duration_since(i.since) >= self.cfg.idle_timeout).count();
         let freed: Vec<Idle> = st.idle.drain(..n).collect();
         for i in &freed {
             st.used -= i.ws.bytes;
@@ -471,7 +467,14 @@ impl Workspaces {
             Plan::Create => match Ctx::create(family, level, need, self.cfg.block_size) {
                 Ok(ctx) => {
                     self.note_created(need);
-                    let ws = Workspace { family, level, bytes: need, ctx, last_fit: Instant::now(), last_thread: std::thread::current().id() };
+                    let ws = Workspace {
+                        family,
+                        level,
+                        bytes: need,
+                        ctx,
+                        last_fit: Instant::now(),
+                        last_thread: std::thread::current().id(),
+                    };
                     Ok(Lease { pool: self, ws: Some(ws), from_reserve: false })
                 }
                 Err(e) => {
@@ -493,7 +496,14 @@ impl Workspaces {
                         match Ctx::create(family, level, need, self.cfg.block_size) {
                             Ok(ctx) => {
                                 self.note_created(need);
-                                Workspace { family, level, bytes: need, ctx, last_fit: Instant::now(), last_thread: std::thread::current().id() }
+                                Workspace {
+                                    family,
+                                    level,
+                                    bytes: need,
+                                    ctx,
+                                    last_fit: Instant::now(),
+                                    last_thread: std::thread::current().id(),
+                                }
                             }
                             Err(e) => {
                                 let mut st = self.state.lock();
@@ -541,7 +551,8 @@ mod size_tests {
     use super::*;
 
     /// btrfs' memory per zstd level 1..=15 (KiB) from its level-support commit.
-    const BTRFS_KIB: [usize; 15] = [780, 1004, 1260, 1260, 1388, 1516, 1516, 1772, 1772, 1772, 1772, 1772, 2284, 2547, 2547];
+    const BTRFS_KIB: [usize; 15] =
+        [780, 1004, 1260, 1260, 1388, 1516, 1516, 1772, 1772, 1772, 1772, 1772, 2284, 2547, 2547];
 
     #[test]
     fn zstd_workspaces_are_monotonic_and_within_the_btrfs_figures() {

@@ -21,9 +21,36 @@ fn random_records(n: usize, seed: u64) -> Vec<Vec<u8>> {
 /// English-like text with a Zipf-ish word distribution.
 fn text_like(len: usize, seed: u64) -> Vec<u8> {
     let words = [
-        "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be",
-        "by", "on", "not", "he", "compression", "record", "sector", "workspace", "filesystem",
-        "Dickens", "London", "morning", "said", "Mr.", "upon", "little",
+        "the",
+        "of",
+        "and",
+        "to",
+        "in",
+        "a",
+        "is",
+        "that",
+        "for",
+        "it",
+        "as",
+        "was",
+        "with",
+        "be",
+        "by",
+        "on",
+        "not",
+        "he",
+        "compression",
+        "record",
+        "sector",
+        "workspace",
+        "filesystem",
+        "Dickens",
+        "London",
+        "morning",
+        "said",
+        "Mr.",
+        "upon",
+        "little",
     ];
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut out = Vec::with_capacity(len + 16);
@@ -31,7 +58,13 @@ fn text_like(len: usize, seed: u64) -> Vec<u8> {
         let r = rng.next_u32() as usize;
         let w = words[(r % words.len()) * (r / words.len() % words.len()) / words.len()];
         out.extend_from_slice(w.as_bytes());
-        out.push(if r.is_multiple_of(17) { b'\n' } else if r.is_multiple_of(11) { b',' } else { b' ' });
+        out.push(if r.is_multiple_of(17) {
+            b'\n'
+        } else if r.is_multiple_of(11) {
+            b','
+        } else {
+            b' '
+        });
     }
     out.truncate(len);
     out
@@ -112,7 +145,9 @@ fn the_probe_rejects_random_and_accepts_text() {
 /// The corpus, if this checkout has it beside it (never required).
 fn corpus_dir() -> Option<PathBuf> {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    [PathBuf::from("/work/shared/corpus"), repo.join("../shared/corpus")].into_iter().find(|p| p.join("dickens.zip").exists())
+    [PathBuf::from("/work/shared/corpus"), repo.join("../shared/corpus")]
+        .into_iter()
+        .find(|p| p.join("dickens.zip").exists())
 }
 
 fn unzip_all(path: &std::path::Path) -> Vec<u8> {

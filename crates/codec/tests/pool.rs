@@ -86,7 +86,9 @@ fn with_only_the_reserves_every_request_still_completes() {
     let ws = Workspaces::new(tiny_cfg(0));
     let src = sample(40_000, 5);
     let mut dst = vec![0u8; 100_000];
-    for codec in [Codec::zstd(19).unwrap(), Codec::zstd(1).unwrap(), Codec::deflate(12).unwrap(), Codec::lz4hc(9).unwrap()] {
+    for codec in
+        [Codec::zstd(19).unwrap(), Codec::zstd(1).unwrap(), Codec::deflate(12).unwrap(), Codec::lz4hc(9).unwrap()]
+    {
         let n = ws.compress(codec, &src, &mut dst).unwrap();
         let mut back = vec![0u8; src.len()];
         ws.decompress(codec.alg, &dst[..n], &mut back).unwrap();

@@ -53,10 +53,7 @@ fn small_dst_is_dst_too_small_not_corrupt() {
         let mut dst = vec![0u8; compress_bound(codec, src.len())];
         let n = ws.compress(codec, &src, &mut dst).unwrap();
         let mut tiny = vec![0u8; 16];
-        assert!(
-            matches!(ws.compress(codec, &src, &mut tiny), Err(CodecError::DstTooSmall)),
-            "{codec}"
-        );
+        assert!(matches!(ws.compress(codec, &src, &mut tiny), Err(CodecError::DstTooSmall)), "{codec}");
         let mut short = vec![0u8; src.len() - 1];
         let r = ws.decompress(codec.alg, &dst[..n], &mut short);
         if codec.alg == Algorithm::Lzo {

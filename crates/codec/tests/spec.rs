@@ -208,14 +208,27 @@ fn codec_lists_expand_ranges() {
 
 #[test]
 fn bad_codec_lists_are_rejected() {
-    for bad in ["", "zstd:1..", "zstd:1..30", "zstd:1..lz4", "zstd:1..3,,lz4", "auto", "qos:5", "lz4:fast=1..65537", "zstd..3", "lz4hc:1..zstd:3"] {
+    for bad in [
+        "",
+        "zstd:1..",
+        "zstd:1..30",
+        "zstd:1..lz4",
+        "zstd:1..3,,lz4",
+        "auto",
+        "qos:5",
+        "lz4:fast=1..65537",
+        "zstd..3",
+        "lz4hc:1..zstd:3",
+    ] {
         assert!(Spec::parse_list(bad).is_err(), "{bad:?}");
     }
 }
 
 fn any_codec() -> impl Strategy<Value = Codec> {
     prop_oneof![
-        (ZSTD_MIN_LEVEL..=ZSTD_MAX_LEVEL).prop_filter("0 is not a level", |l| *l != 0).prop_map(|l| Codec { alg: Algorithm::Zstd, level: l }),
+        (ZSTD_MIN_LEVEL..=ZSTD_MAX_LEVEL)
+            .prop_filter("0 is not a level", |l| *l != 0)
+            .prop_map(|l| Codec { alg: Algorithm::Zstd, level: l }),
         (1..=LZ4_MAX_ACCELERATION).prop_map(|l| Codec { alg: Algorithm::Lz4, level: l }),
         (1..=LZ4HC_MAX_LEVEL).prop_map(|l| Codec { alg: Algorithm::Lz4Hc, level: l }),
         (1..=DEFLATE_MAX_LEVEL).prop_map(|l| Codec { alg: Algorithm::Deflate, level: l }),

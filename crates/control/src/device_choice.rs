@@ -102,10 +102,7 @@ pub fn choose_device(devices: &[DeviceView], record_bytes: u64) -> Option<usize>
             let tb = expected_completion_secs(b, record_bytes, fallback);
             let pa = a.measured_throughput().unwrap_or(fallback);
             let pb = b.measured_throughput().unwrap_or(fallback);
-            ta.total_cmp(&tb)
-                .then(pb.total_cmp(&pa))
-                .then(a.queued_bytes.cmp(&b.queued_bytes))
-                .then(ia.cmp(ib))
+            ta.total_cmp(&tb).then(pb.total_cmp(&pa)).then(a.queued_bytes.cmp(&b.queued_bytes)).then(ia.cmp(ib))
         })
         .map(|(i, _)| i)
 }
@@ -134,11 +131,7 @@ mod tests {
     const MB: f64 = 1e6;
 
     fn dev(queued: u64, tp: f64) -> DeviceView {
-        DeviceView {
-            queued_bytes: queued,
-            throughput_bps: tp,
-            free_bytes: u64::MAX,
-        }
+        DeviceView { queued_bytes: queued, throughput_bps: tp, free_bytes: u64::MAX }
     }
 
     #[test]
@@ -241,11 +234,7 @@ mod tests {
     }
 
     fn arb_dev() -> impl Strategy<Value = DeviceView> {
-        (
-            0u64..1 << 40,
-            prop_oneof![Just(0.0), 1.0f64..1e10],
-            prop_oneof![Just(u64::MAX), 0u64..1 << 30],
-        )
+        (0u64..1 << 40, prop_oneof![Just(0.0), 1.0f64..1e10], prop_oneof![Just(u64::MAX), 0u64..1 << 30])
             .prop_map(|(q, t, f)| DeviceView { queued_bytes: q, throughput_bps: t, free_bytes: f })
     }
 

@@ -5,6 +5,6 @@
 mod device_choice;
 
 pub use device_choice::{
-    choose_device, expected_completion_secs, min_queue_delay, queue_delay_secs,
-    safety_buffer_bytes, DeviceView, DEFAULT_SAFETY_RECORDS,
+    choose_device, expected_completion_secs, min_queue_delay, queue_delay_secs, safety_buffer_bytes, DeviceView,
+    DEFAULT_SAFETY_RECORDS,
 };

@@ -14,12 +14,12 @@
 //! from their buffers (the device queue's coalesced runs). The host filesystem running out of space (ENOSPC) while a
 //! growable file grows is reported as `Full` too, so the engine sees one "no space" error.
 
+use crate::power_loss::{recorder_for, PowerLoss};
 use crate::{end_offset, Device, DeviceError};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::Path;
-use crate::power_loss::{recorder_for, PowerLoss};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -86,22 +86,12 @@ impl FileDevice {
 
     /// Create (or open) a regular file device; `capacity` makes it fixed-size.
     pub fn create(path: &Path, capacity: Option<u64>) -> Result<Self, DeviceError> {
-        Self::open_with(
-            path,
-            &FileDeviceOptions {
-                create: true,
-                capacity,
-                ..Default::default()
-            },
-        )
+        Self::open_with(path, &FileDeviceOptions { create: true, capacity, ..Default::default() })
     }
 
     pub fn open_with(path: &Path, opts: &FileDeviceOptions) -> Result<Self, DeviceError> {
         let name = path.display().to_string();
-        let io = |source: std::io::Error| DeviceError::Io {
-            path: name.clone(),
-            source,
-        };
+        let io = |source: std::io::Error| DeviceError::Io { path: name.clone(), source };
         let mut file = OpenOptions::new()
             .read(true)
             .write(!opts.read_only)
@@ -147,17 +137,11 @@ impl FileDevice {
     /// End offset of a write of `len` bytes at `offset`, or `Full` if it does not fit.
     fn check_write(&self, offset: u64, len: usize) -> Result<u64, DeviceError> {
         let Some(end) = end_offset(offset, len) else {
-            return Err(DeviceError::Full {
-                path: self.name.clone(),
-                capacity: self.capacity.unwrap_or(u64::MAX),
-            });
+            return Err(DeviceError::Full { path: self.name.clone(), capacity: self.capacity.unwrap_or(u64::MAX) });
         };
         if let Some(cap) = self.capacity {
             if end > cap {
-                return Err(DeviceError::Full {
-                    path: self.name.clone(),
-                    capacity: cap,
-                });
+                return Err(DeviceError::Full { path: self.name.clone(), capacity: cap });
             }
         }
         Ok(end)
@@ -187,15 +171,9 @@ impl FileDevice {
 
     fn io_err(&self, source: std::io::Error) -> DeviceError {
         if source.raw_os_error() == Some(libc_enospc()) {
-            return DeviceError::Full {
-                path: self.name.clone(),
-                capacity: self.len.load(Ordering::Relaxed),
-            };
+            return DeviceError::Full { path: self.name.clone(), capacity: self.len.load(Ordering::Relaxed) };
         }
-        DeviceError::Io {
-            path: self.name.clone(),
-            source,
-        }
+        DeviceError::Io { path: self.name.clone(), source }
     }
 }
 
@@ -242,8 +220,7 @@ fn pwritev_all(file: &File, bufs: &[&[u8]], mut offset: u64) -> std::io::Result<
                 libc::iovec { iov_base: b.as_ptr() as *mut libc::c_void, iov_len: b.len() }
             })
             .collect();
-        let off = libc::off_t::try_from(offset)
-            .map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+        let off = libc::off_t::try_from(offset).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
         // SAFETY: every iovec points into a live slice of `bufs`, read-only for the kernel;
         // `iov.len()` ≤ MAX_IOVECS fits a c_int.
         let n = unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int, off) };
@@ -289,9 +266,7 @@ impl Device for FileDevice {
                 })
             }
         }
-        self.file
-            .read_exact_at(buf, offset)
-            .map_err(|e| self.io_err(e))
+        self.file.read_exact_at(buf, offset).map_err(|e| self.io_err(e))
     }
 
     fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
@@ -473,9 +448,7 @@ mod tests {
     fn vectored_write_of_more_slices_than_one_pwritev_takes_lands_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let dev = FileDevice::create(&dir.path().join("d"), None).unwrap();
-        let slices: Vec<Vec<u8>> = (0..2500u32)
-            .map(|i| vec![(i % 251) as u8; ((i * 37) % 1500) as usize])
-            .collect();
+        let slices: Vec<Vec<u8>> = (0..2500u32).map(|i| vec![(i % 251) as u8; ((i * 37) % 1500) as usize]).collect();
         let refs: Vec<&[u8]> = slices.iter().map(Vec::as_slice).collect();
         let want = refs.concat();
         dev.write_vectored_at(&refs, 4096).unwrap();
@@ -533,10 +506,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("d");
         std::fs::write(&path, vec![0u8; 10_000]).unwrap();
-        let opts = FileDeviceOptions {
-            capacity: Some(4096),
-            ..Default::default()
-        };
+        let opts = FileDeviceOptions { capacity: Some(4096), ..Default::default() };
         let err = FileDevice::open_with(&path, &opts).err().unwrap();
         assert!(err.to_string().contains("fixed capacity"), "{err}");
     }
@@ -552,10 +522,7 @@ mod tests {
     #[test]
     fn directory_is_not_a_device() {
         let dir = tempfile::tempdir().unwrap();
-        let opts = FileDeviceOptions {
-            read_only: true,
-            ..Default::default()
-        };
+        let opts = FileDeviceOptions { read_only: true, ..Default::default() };
         let err = FileDevice::open_with(dir.path(), &opts).err().unwrap();
         assert!(err.to_string().contains("neither a regular file nor a block device"), "{err}");
     }
@@ -565,10 +532,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("d");
         std::fs::write(&path, b"abc").unwrap();
-        let opts = FileDeviceOptions {
-            read_only: true,
-            ..Default::default()
-        };
+        let opts = FileDeviceOptions { read_only: true, ..Default::default() };
         let dev = FileDevice::open_with(&path, &opts).unwrap();
         assert!(matches!(dev.write_at(b"x", 0), Err(DeviceError::Io { .. })));
         let mut b = [0u8; 3];
@@ -580,18 +544,12 @@ mod tests {
     fn block_device_capacity_is_its_size() {
         // /dev/loop* or /dev/ram* may not exist in a container; use any readable block
         // device if there is one, else the test has nothing to check.
-        let Some(path) = ["/dev/loop0", "/dev/ram0", "/dev/sda", "/dev/vda"]
-            .iter()
-            .map(Path::new)
-            .find(|p| p.exists())
+        let Some(path) = ["/dev/loop0", "/dev/ram0", "/dev/sda", "/dev/vda"].iter().map(Path::new).find(|p| p.exists())
         else {
             eprintln!("no block device to probe; skipping");
             return;
         };
-        let opts = FileDeviceOptions {
-            read_only: true,
-            ..Default::default()
-        };
+        let opts = FileDeviceOptions { read_only: true, ..Default::default() };
         let Ok(dev) = FileDevice::open_with(path, &opts) else {
             eprintln!("cannot open {}; skipping", path.display());
             return;

@@ -63,34 +63,16 @@ pub struct DeviceHeader {
 pub enum HeaderError {
     #[error("{device} is not a squeezefs device (no squeezefs header: {found})")]
     NotSqueezefs { device: String, found: String },
-    #[error(
-        "{device} uses squeezefs device format version {found}; this build reads version {supported}"
-    )]
-    UnsupportedVersion {
-        device: String,
-        found: u32,
-        supported: u32,
-    },
+    #[error("{device} uses squeezefs device format version {found}; this build reads version {supported}")]
+    UnsupportedVersion { device: String, found: u32, supported: u32 },
     #[error("the squeezefs header of {device} is corrupt (checksum {stored:016x} stored, {computed:016x} computed)")]
-    Corrupt {
-        device: String,
-        stored: u64,
-        computed: u64,
-    },
+    Corrupt { device: String, stored: u64, computed: u64 },
     #[error("the squeezefs header of {device} is invalid: {reason}")]
     Invalid { device: String, reason: String },
     #[error("{device} belongs to pool {found}, not to pool {expected}")]
-    WrongPool {
-        device: String,
-        expected: PoolId,
-        found: PoolId,
-    },
+    WrongPool { device: String, expected: PoolId, found: PoolId },
     #[error("{device} is device #{found} of its pool but was given as device #{expected} (devices swapped or listed in another order?)")]
-    WrongIndex {
-        device: String,
-        expected: u32,
-        found: u32,
-    },
+    WrongIndex { device: String, expected: u32, found: u32 },
     #[error(transparent)]
     Device(#[from] DeviceError),
 }
@@ -126,10 +108,7 @@ impl DeviceHeader {
             } else {
                 format!("first bytes {}", hex(&b[field::MAGIC]))
             };
-            return Err(HeaderError::NotSqueezefs {
-                device: device.to_string(),
-                found,
-            });
+            return Err(HeaderError::NotSqueezefs { device: device.to_string(), found });
         }
         let version = le_u32(&b[field::VERSION]);
         if version != FORMAT_VERSION {
@@ -144,11 +123,7 @@ impl DeviceHeader {
         zeroed[field::CHECKSUM].fill(0);
         let computed = xxh3_64(&zeroed);
         if stored != computed {
-            return Err(HeaderError::Corrupt {
-                device: device.to_string(),
-                stored,
-                computed,
-            });
+            return Err(HeaderError::Corrupt { device: device.to_string(), stored, computed });
         }
         let mut pool = [0u8; 16];
         pool.copy_from_slice(&b[field::POOL_ID]);
@@ -170,15 +145,9 @@ impl DeviceHeader {
     /// Field ranges: sector 512/4096, index < count, capacity (if fixed) holds the header
     /// and at least one sector of data.
     pub fn validate(&self, device: &str) -> Result<(), HeaderError> {
-        let invalid = |reason: String| HeaderError::Invalid {
-            device: device.to_string(),
-            reason,
-        };
+        let invalid = |reason: String| HeaderError::Invalid { device: device.to_string(), reason };
         if !SECTOR_SIZES.contains(&self.sector_size) {
-            return Err(invalid(format!(
-                "sector size {} (accepted: 512 or 4096)",
-                self.sector_size
-            )));
+            return Err(invalid(format!("sector size {} (accepted: 512 or 4096)", self.sector_size)));
         }
         if self.device_count == 0 || self.device_index >= self.device_count {
             return Err(invalid(format!(
@@ -199,12 +168,7 @@ impl DeviceHeader {
 
     /// Is this the device `expected_index` of pool `expected_pool`? Names a foreign pool or
     /// a swapped device clearly.
-    pub fn check(
-        &self,
-        device: &str,
-        expected_pool: &PoolId,
-        expected_index: u32,
-    ) -> Result<(), HeaderError> {
+    pub fn check(&self, device: &str, expected_pool: &PoolId, expected_index: u32) -> Result<(), HeaderError> {
         if self.pool_id != *expected_pool {
             return Err(HeaderError::WrongPool {
                 device: device.to_string(),
@@ -237,11 +201,7 @@ pub fn read_header(dev: &dyn Device) -> Result<DeviceHeader, HeaderError> {
     if len < HEADER_RESERVED {
         return Err(HeaderError::NotSqueezefs {
             device: dev.name().to_string(),
-            found: if len == 0 {
-                "the device is empty".to_string()
-            } else {
-                format!("only {len} bytes long")
-            },
+            found: if len == 0 { "the device is empty".to_string() } else { format!("only {len} bytes long") },
         });
     }
     let mut b = vec![0u8; HEADER_RESERVED as usize];
@@ -279,8 +239,7 @@ mod tests {
     fn sample() -> DeviceHeader {
         DeviceHeader {
             pool_id: PoolId([
-                0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0xfe, 0xdc, 0xba, 0x98, 0x76,
-                0x54, 0x32, 0x10,
+                0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10,
             ]),
             device_index: 1,
             device_count: 3,
@@ -345,10 +304,7 @@ mod tests {
         let mut b = sample().encode();
         b[field::VERSION].copy_from_slice(&2u32.to_le_bytes());
         let err = DeviceHeader::decode("d", &b).unwrap_err();
-        assert!(
-            matches!(err, HeaderError::UnsupportedVersion { found: 2, supported: 1, .. }),
-            "{err}"
-        );
+        assert!(matches!(err, HeaderError::UnsupportedVersion { found: 2, supported: 1, .. }), "{err}");
     }
 
     #[test]

@@ -18,8 +18,8 @@ mod stats;
 
 pub use file::{FileDevice, FileDeviceOptions};
 pub use header::{
-    is_nonempty, read_header, write_header, DeviceHeader, HeaderError, DATA_START,
-    FORMAT_VERSION, HEADER_RESERVED, MAGIC, NONEMPTY_PROBE_BYTES,
+    is_nonempty, read_header, write_header, DeviceHeader, HeaderError, DATA_START, FORMAT_VERSION, HEADER_RESERVED,
+    MAGIC, NONEMPTY_PROBE_BYTES,
 };
 pub use pool_id::PoolId;
 pub use stats::{DeviceStats, DeviceStatsSnapshot, THROUGHPUT_WINDOW_BYTES};
@@ -38,12 +38,7 @@ pub enum DeviceError {
     #[error("{0}")]
     Other(String),
     #[error("read of {len} bytes at offset {offset} is past the end of {path} ({device_len} bytes)")]
-    OutOfRange {
-        path: String,
-        offset: u64,
-        len: u64,
-        device_len: u64,
-    },
+    OutOfRange { path: String, offset: u64, len: u64, device_len: u64 },
 }
 
 pub trait Device: Send + Sync {

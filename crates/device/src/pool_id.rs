@@ -13,16 +13,11 @@ impl PoolId {
     /// enough to tell pools apart.
     pub fn random() -> PoolId {
         let mut b = [0u8; 16];
-        if std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| f.read_exact(&mut b))
-            .is_ok()
-        {
+        if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok() {
             return PoolId(b);
         }
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let seed = format!("{nanos}:{}:{:p}", std::process::id(), &b);
         let h = xxhash_rust::xxh3::xxh3_128(seed.as_bytes());
         PoolId(h.to_le_bytes())

@@ -68,19 +68,13 @@ pub fn arm(path: &Path, sector: u64) -> std::io::Result<Arc<PowerLoss>> {
             syncs: 0,
         }),
     });
-    registry()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(key(path), p.clone());
+    registry().lock().unwrap_or_else(|e| e.into_inner()).insert(key(path), p.clone());
     Ok(p)
 }
 
 /// Stop recording for `path` (devices already open keep their recorder).
 pub fn disarm(path: &Path) {
-    registry()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .remove(&key(path));
+    registry().lock().unwrap_or_else(|e| e.into_inner()).remove(&key(path));
 }
 
 /// The recorder for `path`, if armed (used by `FileDevice::open_with`).
@@ -129,13 +123,7 @@ impl PowerLoss {
     }
 
     /// Record and perform a write of `data` at `offset` on `file` (whose length is `len`).
-    pub(crate) fn write(
-        &self,
-        file: &File,
-        len: u64,
-        data: &[u8],
-        offset: u64,
-    ) -> std::io::Result<()> {
+    pub(crate) fn write(&self, file: &File, len: u64, data: &[u8], offset: u64) -> std::io::Result<()> {
         let mut st = self.lock();
         if st.cut {
             return Err(self.cut_error());

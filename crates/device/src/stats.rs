@@ -51,27 +51,20 @@ impl DeviceStats {
 
     /// Saturates at zero: an accounting slip must not wrap into an "infinitely full" queue.
     pub fn queued_sub(&self, bytes: u64) {
-        let _ = self
-            .queued
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
-                Some(q.saturating_sub(bytes))
-            });
+        let _ = self.queued.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| Some(q.saturating_sub(bytes)));
     }
 
     /// A write of `bytes` took `duration` (measured around `Device::write_at`).
     pub fn record_write(&self, bytes: u64, duration: Duration) {
-        self.last_latency_ns
-            .store(duration_to_nanos(duration), Ordering::Relaxed);
+        self.last_latency_ns.store(duration_to_nanos(duration), Ordering::Relaxed);
         self.written_total.fetch_add(bytes, Ordering::Relaxed);
         let Some(sample) = throughput_bps(bytes, duration) else {
             return;
         };
         let w = sample_weight(bytes);
-        let _ = self
-            .throughput_bits
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-                Some(ewma(f64::from_bits(bits), sample, w).to_bits())
-            });
+        let _ = self.throughput_bits.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+            Some(ewma(f64::from_bits(bits), sample, w).to_bits())
+        });
     }
 
     pub fn queued_bytes(&self) -> u64 {

@@ -113,8 +113,7 @@ mod tests {
         let mut buf = [0u8; 16];
         fs.read_into(ino, 0, &mut buf).unwrap();
         let later = Timestamp { secs: 1_100_000_000, nanos: 0 };
-        fs.setattr(&Creds::root(), ino, &SetAttr { atime: Some(TimeSet::At(later)), ..Default::default() })
-            .unwrap();
+        fs.setattr(&Creds::root(), ino, &SetAttr { atime: Some(TimeSet::At(later)), ..Default::default() }).unwrap();
         assert_eq!(fs.getattr(ino).unwrap().atime, later, "stat shows the explicit atime at once");
         // the read's decision is dropped, the explicit atime stays
         fs.write_atime(ino);

@@ -31,6 +31,14 @@ pub struct FsConfig {
 
 impl Default for FsConfig {
     fn default() -> Self {
-        FsConfig { read_only: false, check_permissions: true, compression: None, noatime: false, nodiratime: false, dirsync: false, sync: false }
+        FsConfig {
+            read_only: false,
+            check_permissions: true,
+            compression: None,
+            noatime: false,
+            nodiratime: false,
+            dirsync: false,
+            sync: false,
+        }
     }
 }

@@ -64,14 +64,7 @@ impl Fs {
 
     /// Create and open a regular file (O_CREAT). An existing file is opened unless `O_EXCL`.
     /// Counts one kernel reference.
-    pub fn create(
-        &self,
-        c: &Creds,
-        parent: Ino,
-        name: &[u8],
-        perm: u32,
-        flags: i32,
-    ) -> Result<(InodeAttr, u64)> {
+    pub fn create(&self, c: &Creds, parent: Ino, name: &[u8], perm: u32, flags: i32) -> Result<(InodeAttr, u64)> {
         let attr = match self.mknod(c, parent, name, FileKind::File, perm, 0) {
             Ok(a) => a,
             Err(FsError::Exists) if flags & libc::O_EXCL == 0 => {
@@ -160,14 +153,7 @@ impl Fs {
     /// Write `data` at `offset`; `append` writes at the current end of file instead.
     /// `from_page_cache` marks writeback-cache flushes: the kernel then owns mtime and
     /// setuid clearing and sends them as setattr.
-    pub fn write(
-        &self,
-        c: &Creds,
-        ino: Ino,
-        offset: u64,
-        data: &[u8],
-        from_page_cache: bool,
-    ) -> Result<usize> {
+    pub fn write(&self, c: &Creds, ino: Ino, offset: u64, data: &[u8], from_page_cache: bool) -> Result<usize> {
         self.check_writable()?;
         if data.is_empty() {
             return Ok(0);

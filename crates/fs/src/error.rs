@@ -62,9 +62,7 @@ impl From<EngineError> for FsError {
             EngineError::Exists => FsError::Exists,
             EngineError::NoSpace | EngineError::NoMetaSpace { .. } => FsError::NoSpace,
             EngineError::ReadOnly => FsError::ReadOnly,
-            EngineError::Checksum { ino, offset } => {
-                FsError::Corrupt(format!("inode {ino} at offset {offset}"))
-            }
+            EngineError::Checksum { ino, offset } => FsError::Corrupt(format!("inode {ino} at offset {offset}")),
             other => FsError::Engine(other),
         }
     }
@@ -115,10 +113,7 @@ mod tests {
         let meta_full = EngineError::NoMetaSpace { dir: "/pool".into(), reserve: 1 << 20 };
         assert_eq!(FsError::from(meta_full).errno(), libc::ENOSPC);
         assert_eq!(FsError::from(EngineError::ReadOnly).errno(), libc::EROFS);
-        assert_eq!(
-            FsError::from(EngineError::Checksum { ino: 5, offset: 0 }).errno(),
-            libc::EIO
-        );
+        assert_eq!(FsError::from(EngineError::Checksum { ino: 5, offset: 0 }).errno(), libc::EIO);
         assert_eq!(FsError::from(EngineError::Other("x".into())).errno(), libc::EIO);
     }
 }

@@ -15,8 +15,8 @@
 //! lower them. The table is sharded by inode number so FUSE threads working on different
 //! inodes never contend; each critical section is a few map operations.
 use parking_lot::Mutex;
-use squeezefs_pipeline::{Ino, ROOT_INO};
 use rustc_hash::FxHashMap;
+use squeezefs_pipeline::{Ino, ROOT_INO};
 
 const SHARDS: usize = 64;
 

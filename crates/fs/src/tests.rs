@@ -160,10 +160,7 @@ fn rename_rules_match_ext4() {
     assert_eq!(errno(fs.rename(&c, ROOT_INO, b"f", ROOT_INO, b"g", RENAME_NOREPLACE)), libc::EEXIST);
     assert_eq!(errno(fs.rename(&c, ROOT_INO, b"f", ROOT_INO, b"zz", RENAME_EXCHANGE)), libc::ENOENT);
     assert_eq!(errno(fs.rename(&c, ROOT_INO, b"nope", ROOT_INO, b"zz", 0)), libc::ENOENT);
-    assert_eq!(
-        errno(fs.rename(&c, ROOT_INO, b"f", ROOT_INO, b"g", RENAME_EXCHANGE | RENAME_NOREPLACE)),
-        libc::EINVAL
-    );
+    assert_eq!(errno(fs.rename(&c, ROOT_INO, b"f", ROOT_INO, b"g", RENAME_EXCHANGE | RENAME_NOREPLACE)), libc::EINVAL);
     // exchange a file and a directory across directories
     fs.rename(&c, ROOT_INO, b"f", a.ino, b"b", RENAME_EXCHANGE).unwrap();
     assert_eq!(fs.lookup(&c, a.ino, b"b").unwrap().ino, f);

@@ -37,8 +37,7 @@ pub fn to_system(t: Timestamp) -> SystemTime {
 /// writes nothing, as the kernel's `atime_needs_update`).
 pub fn relatime_wants_update(attr: &InodeAttr, now: Timestamp) -> bool {
     const DAY: i64 = 24 * 3600;
-    attr.atime != now
-        && (attr.atime <= attr.mtime || attr.atime <= attr.ctime || now.secs - attr.atime.secs >= DAY)
+    attr.atime != now && (attr.atime <= attr.mtime || attr.atime <= attr.ctime || now.secs - attr.atime.secs >= DAY)
 }
 
 #[cfg(test)]

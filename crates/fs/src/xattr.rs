@@ -211,7 +211,9 @@ impl Fs {
                 noatime = Some(opt == "noatime");
                 continue;
             } else {
-                return Err(FsError::Invalid("remount accepts compress=SPEC, compress-force=SPEC, noatime and relatime"));
+                return Err(FsError::Invalid(
+                    "remount accepts compress=SPEC, compress-force=SPEC, noatime and relatime",
+                ));
             };
             let spec: Spec = spec.parse().map_err(|_| FsError::Invalid("bad compression spec"))?;
             new = Some(Compression { spec, force });

@@ -98,7 +98,11 @@ fn c(p: &Path) -> CString {
 }
 
 fn unit(r: i64) -> Out {
-    if r < 0 { Out::Err(errno()) } else { Out::Unit }
+    if r < 0 {
+        Out::Err(errno())
+    } else {
+        Out::Unit
+    }
 }
 
 fn with_fd(p: &Path, flags: i32, f: impl FnOnce(i32) -> Out) -> Out {
@@ -160,10 +164,17 @@ fn host(base: &Path, op: &Op) -> Out {
             unit(unsafe { libc::removexattr(c(&at(*a)).as_ptr(), name.as_ptr()) } as i64)
         }
         Op::Punch(a, o, l) => with_fd(&at(*a), libc::O_WRONLY, |fd| {
-            unit(unsafe { libc::fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, *o as i64, *l as i64) } as i64)
+            unit(unsafe {
+                libc::fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, *o as i64, *l as i64)
+            } as i64)
         }),
         Op::Stat(a) => match std::fs::symlink_metadata(at(*a)) {
-            Ok(m) => Out::Stat { dir: m.is_dir(), perm: m.mode() & 0o7777, nlink: m.nlink(), size: (!m.is_dir()).then_some(m.size()) },
+            Ok(m) => Out::Stat {
+                dir: m.is_dir(),
+                perm: m.mode() & 0o7777,
+                nlink: m.nlink(),
+                size: (!m.is_dir()).then_some(m.size()),
+            },
             Err(e) => Out::Err(e.raw_os_error().unwrap()),
         },
         Op::ListDir(a) => match std::fs::read_dir(at(*a)) {
@@ -227,10 +238,12 @@ impl Core {
                 self.fs.forget(a.ino, 1);
                 self.fs.open(&c, a.ino, flags).map(|fh| (a.ino, fh))
             }
-            Err(FsError::NotFound) if flags & libc::O_CREAT != 0 => self.fs.create(&c, p, &name, 0o644, flags).map(|(a, fh)| {
-                self.fs.forget(a.ino, 1);
-                (a.ino, fh)
-            }),
+            Err(FsError::NotFound) if flags & libc::O_CREAT != 0 => {
+                self.fs.create(&c, p, &name, 0o644, flags).map(|(a, fh)| {
+                    self.fs.forget(a.ino, 1);
+                    (a.ino, fh)
+                })
+            }
             Err(e) => Err(e),
         };
         match opened {
@@ -247,14 +260,18 @@ impl Core {
         let c = Creds::root();
         let r = |x: Result<(), FsError>| x.map_or_else(fail, |_| Out::Unit);
         match op {
-            Op::Create(a, s, l) => self.with_open(PATHS[*a], libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY, |fs, ino| {
-                r(fs.write(&c, ino, 0, &bytes(*s, *l), false).map(|_| ()))
-            }),
+            Op::Create(a, s, l) => {
+                self.with_open(PATHS[*a], libc::O_CREAT | libc::O_TRUNC | libc::O_WRONLY, |fs, ino| {
+                    r(fs.write(&c, ino, 0, &bytes(*s, *l), false).map(|_| ()))
+                })
+            }
             Op::WriteAt(a, o, s, l) => self.with_open(PATHS[*a], libc::O_WRONLY, |fs, ino| {
                 r(fs.write(&c, ino, *o as u64, &bytes(*s, *l), false).map(|_| ()))
             }),
             Op::Truncate(a, s) => match self.resolve(PATHS[*a]) {
-                Ok(ino) => r(self.fs.setattr(&c, ino, &SetAttr { size: Some(*s as u64), ..Default::default() }).map(|_| ())),
+                Ok(ino) => {
+                    r(self.fs.setattr(&c, ino, &SetAttr { size: Some(*s as u64), ..Default::default() }).map(|_| ()))
+                }
                 Err(e) => Out::Err(e),
             },
             Op::Read(a, o, l) => self.with_open(PATHS[*a], libc::O_RDONLY, |fs, ino| {
@@ -356,7 +373,11 @@ impl Core {
             let mut names = self.fs.listxattr(&Creds::root(), ino).unwrap();
             names.sort();
             for n in names {
-                d += &format!(" {}={:x}", String::from_utf8_lossy(&n), fnv(&self.fs.getxattr(&Creds::root(), ino, &n).unwrap()));
+                d += &format!(
+                    " {}={:x}",
+                    String::from_utf8_lossy(&n),
+                    fnv(&self.fs.getxattr(&Creds::root(), ino, &n).unwrap())
+                );
             }
             out.insert(p.clone(), d);
             if a.kind == FileKind::Dir {
@@ -378,7 +399,8 @@ fn host_snapshot(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
         }
         let mut buf = vec![0u8; 4096];
         let n = unsafe { libc::listxattr(c(&p).as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        let mut names: Vec<&[u8]> = buf[..n.max(0) as usize].split(|&b| b == 0).filter(|s| s.starts_with(b"user.")).collect();
+        let mut names: Vec<&[u8]> =
+            buf[..n.max(0) as usize].split(|&b| b == 0).filter(|s| s.starts_with(b"user.")).collect();
         names.sort();
         for name in names {
             let cn = CString::new(name).unwrap();
@@ -407,7 +429,8 @@ fn open_core(pool: &Path, root: Ino) -> Core {
 fn fs_core_matches_ext4() {
     let tmp = tempfile::Builder::new().prefix("sqzcore").tempdir_in("/tmp").unwrap();
     let cases: u32 = std::env::var("SQUEEZEFS_REFTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48);
-    let mut runner = TestRunner::new(Config { cases, max_shrink_iters: 200, failure_persistence: None, ..Config::default() });
+    let mut runner =
+        TestRunner::new(Config { cases, max_shrink_iters: 200, failure_persistence: None, ..Config::default() });
     let n = RefCell::new(0u32);
     runner
         .run(&proptest::collection::vec(op(), 1..40), |ops| {
@@ -429,7 +452,14 @@ fn fs_core_matches_ext4() {
                 }
                 let expected = host(&reference, op);
                 let got = core.apply(op);
-                prop_assert!(expected == got, "op {} {:?}: ext4 {:?}, fs core {:?}", i, op, short(&expected), short(&got));
+                prop_assert!(
+                    expected == got,
+                    "op {} {:?}: ext4 {:?}, fs core {:?}",
+                    i,
+                    op,
+                    short(&expected),
+                    short(&got)
+                );
             }
             let (mut a, mut b) = (BTreeMap::new(), BTreeMap::new());
             host_snapshot(&reference, &reference, &mut a);

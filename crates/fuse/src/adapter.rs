@@ -1,13 +1,13 @@
 //! The fuser `Filesystem` over `squeezefs_fs::Fs`: converts arguments, calls the core,
 //! maps `FsError` to errno. No semantics live here.
-use fuser::{
-    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
-};
 use crate::requests::{self, RequestCounts};
 use crate::uring::abi::op;
+use fuser::{
+    AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
+};
 use squeezefs_fs::{time, Creds, FileKind, Fs, FsError, InodeAttr, SetAttr, TimeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -342,10 +342,7 @@ impl Filesystem for FuseFs {
         let Some(kind) = kind_of_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
-        reply_entry(
-            reply,
-            self.fs.mknod(&creds(req), parent.0, name.as_bytes(), kind, mode & 0o7777, rdev),
-        );
+        reply_entry(reply, self.fs.mknod(&creds(req), parent.0, name.as_bytes(), kind, mode & 0o7777, rdev));
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
@@ -365,10 +362,7 @@ impl Filesystem for FuseFs {
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         self.requests.count(op::SYMLINK);
-        reply_entry(
-            reply,
-            self.fs.symlink(&creds(req), parent.0, link_name.as_bytes(), target.as_os_str().as_bytes()),
-        );
+        reply_entry(reply, self.fs.symlink(&creds(req), parent.0, link_name.as_bytes(), target.as_os_str().as_bytes()));
     }
 
     fn rename(
@@ -534,7 +528,14 @@ impl Filesystem for FuseFs {
                         Err(e) => return reply.error(errno(&e)),
                     },
                 };
-                if reply.add(INodeNo(it.ino), it.next_offset, OsStr::from_bytes(&it.name), &TTL, &attr, Generation(generation)) {
+                if reply.add(
+                    INodeNo(it.ino),
+                    it.next_offset,
+                    OsStr::from_bytes(&it.name),
+                    &TTL,
+                    &attr,
+                    Generation(generation),
+                ) {
                     return reply.ok();
                 }
                 // the kernel counts a lookup for every entry it received except . and ..

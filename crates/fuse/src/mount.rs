@@ -96,10 +96,7 @@ fn mount_session(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig)
         Ok(session)
     } else {
         let mut c = session_config(cfg);
-        c.mount_options = vec![
-            MountOption::FSName(fsname),
-            MountOption::Subtype("squeezefs".into()),
-        ];
+        c.mount_options = vec![MountOption::FSName(fsname), MountOption::Subtype("squeezefs".into())];
         if cfg.kernel_checks_permissions() {
             c.mount_options.push(MountOption::DefaultPermissions);
         }
@@ -173,9 +170,7 @@ fn mount_as_root(fsname: &str, mountpoint: &Path, cfg: &MountConfig) -> io::Resu
     let target = cstring(mountpoint.as_os_str().as_bytes())?;
     let fstype = cstring(FS_TYPE.as_bytes())?;
     let data_c = cstring(data.as_bytes())?;
-    let r = unsafe {
-        libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), flags, data_c.as_ptr().cast())
-    };
+    let r = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), flags, data_c.as_ptr().cast()) };
     if r != 0 {
         let e = io::Error::last_os_error();
         return Err(io::Error::new(e.kind(), format!("mount({}) failed: {e}", mountpoint.display())));
@@ -215,9 +210,8 @@ pub fn abort_connection(dev: u64) -> io::Result<()> {
     let minor = libc::minor(dev as libc::dev_t);
     let dir = Path::new("/sys/fs/fuse/connections");
     if !dir.join(minor.to_string()).exists() {
-        let _ = std::process::Command::new("mount")
-            .args(["-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"])
-            .status();
+        let _ =
+            std::process::Command::new("mount").args(["-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"]).status();
     }
     std::fs::write(dir.join(minor.to_string()).join("abort"), b"1")
 }

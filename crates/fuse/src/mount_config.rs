@@ -286,8 +286,8 @@ impl MountConfig {
                     flag(&mut c, &|c| c.flags.dirsync = true)?;
                     c.restated.flags.dirsync = true;
                 }
-                "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "owner" | "nofail"
-                | "_netdev" | "suid_dev" | "loud" | "silent" => flag(&mut c, &|_| {})?,
+                "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "owner" | "nofail" | "_netdev"
+                | "suid_dev" | "loud" | "silent" => flag(&mut c, &|_| {})?,
                 _ => return Err(MountOptionError::Unknown(opt.into())),
             }
         }
@@ -437,7 +437,12 @@ mod tests {
 
     #[test]
     fn remount_changes_only_compression() {
-        let rw = LiveMount { read_only: false, allow_other: false, default_permissions: true, flags: KernelFlags::default() };
+        let rw = LiveMount {
+            read_only: false,
+            allow_other: false,
+            default_permissions: true,
+            flags: KernelFlags::default(),
+        };
         let c = MountConfig::parse("remount,rw,relatime,dev").unwrap();
         assert!(c.remount);
         assert_eq!(c.check_remount(&rw), Ok(()));
@@ -472,7 +477,8 @@ mod tests {
         assert_eq!(c.remount_request().as_deref(), Some("compress=zstd:9"));
         assert_eq!(c.check_remount(&LiveMount::from_proc_mounts_options(live)), Ok(()));
         // mount(8) puts `remount` after the live options: order does not matter
-        let c = MountConfig::parse("ro,relatime,remount,user_id=0,group_id=0,default_permissions,max_read=1048576").unwrap();
+        let c = MountConfig::parse("ro,relatime,remount,user_id=0,group_id=0,default_permissions,max_read=1048576")
+            .unwrap();
         let live_ro = LiveMount::from_proc_mounts_options("ro,relatime,user_id=0,group_id=0,default_permissions");
         assert!(live_ro.read_only && live_ro.default_permissions && !live_ro.allow_other);
         assert_eq!(c.check_remount(&live_ro), Ok(()));
@@ -513,7 +519,10 @@ mod tests {
     #[test]
     fn kernel_set_options_are_refused_outside_a_remount() {
         assert_eq!(MountConfig::parse("user_id=0"), Err(MountOptionError::KernelSet("user_id".into())));
-        assert_eq!(MountConfig::parse("compress=lz4,max_read=4096"), Err(MountOptionError::KernelSet("max_read".into())));
+        assert_eq!(
+            MountConfig::parse("compress=lz4,max_read=4096"),
+            Err(MountOptionError::KernelSet("max_read".into()))
+        );
         let msg = MountConfig::parse("group_id=5").unwrap_err().to_string();
         assert!(msg.contains("group_id") && msg.contains("remount"), "{msg}");
         assert!(matches!(MountConfig::parse("remount,user_id=root"), Err(MountOptionError::BadValue { .. })));

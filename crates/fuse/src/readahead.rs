@@ -18,16 +18,13 @@ pub const READ_AHEAD_KB: u32 = 4096;
 /// that path, i.e. the one on top). Mount points are octal-escaped there (`\040` = space).
 pub fn mount_dev_in_mountinfo(mountinfo: &str, mountpoint: &Path) -> Option<String> {
     let want = escape_mountinfo(mountpoint);
-    mountinfo
-        .lines()
-        .rev()
-        .find_map(|l| {
-            let mut f = l.split(' ');
-            let dev = f.nth(2)?;
-            let _root = f.next()?;
-            let mp = f.next()?;
-            (mp == want).then(|| dev.to_string())
-        })
+    mountinfo.lines().rev().find_map(|l| {
+        let mut f = l.split(' ');
+        let dev = f.nth(2)?;
+        let _root = f.next()?;
+        let mp = f.next()?;
+        (mp == want).then(|| dev.to_string())
+    })
 }
 
 /// The octal escapes the kernel writes for space, tab, newline and backslash in mountinfo.

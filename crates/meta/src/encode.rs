@@ -68,12 +68,7 @@ impl<'a> Reader<'a> {
         if self.buf.len() - self.pos < n {
             return Err(MetaError::Corrupt {
                 what: self.what,
-                detail: format!(
-                    "needs {} more bytes at offset {}, has {}",
-                    n,
-                    self.pos,
-                    self.buf.len() - self.pos
-                ),
+                detail: format!("needs {} more bytes at offset {}, has {}", n, self.pos, self.buf.len() - self.pos),
             });
         }
         let s = &self.buf[self.pos..self.pos + n];

@@ -80,11 +80,7 @@ impl ExtentPtr {
         let hash = r.u64()?;
         let birth = r.u64()?;
         let stored = match tag {
-            TAG_DEVICE => StoredRecord::Device(DeviceExtent {
-                dev: r.u32()?,
-                offset: r.u64()?,
-                psize: r.u32()?,
-            }),
+            TAG_DEVICE => StoredRecord::Device(DeviceExtent { dev: r.u32()?, offset: r.u64()?, psize: r.u32()? }),
             TAG_INLINE => StoredRecord::Inline(r.rest().to_vec()),
             t => return Err(r.corrupt(format!("unknown extent tag {t}"))),
         };
@@ -113,14 +109,7 @@ mod tests {
 
     #[test]
     fn unknown_tag_is_corrupt() {
-        let e = ExtentPtr {
-            logical: 1,
-            alg: 0,
-            level: 0,
-            hash: 0,
-            birth: 1,
-            stored: StoredRecord::Inline(vec![1]),
-        };
+        let e = ExtentPtr { logical: 1, alg: 0, level: 0, hash: 0, birth: 1, stored: StoredRecord::Inline(vec![1]) };
         let mut b = e.encode();
         b[1] = 9;
         assert!(matches!(ExtentPtr::decode(&b), Err(MetaError::Corrupt { .. })));

@@ -63,10 +63,7 @@ pub fn split_dev_offset(k: &[u8]) -> Option<(u32, u64)> {
     if k.len() != 12 {
         return None;
     }
-    Some((
-        u32::from_be_bytes(k[..4].try_into().ok()?),
-        u64::from_be_bytes(k[4..].try_into().ok()?),
-    ))
+    Some((u32::from_be_bytes(k[..4].try_into().ok()?), u64::from_be_bytes(k[4..].try_into().ok()?)))
 }
 
 #[cfg(test)]

@@ -116,13 +116,14 @@ fn main() {
     } else {
         files.iter().flat_map(|f| std::fs::read(f).unwrap()).collect()
     };
-    let f = e.meta_write(|tx| {
-        let ino = tx.alloc_ino()?;
-        tx.put_inode(&attr(ino, FileKind::File))?;
-        tx.dir_insert(ROOT_INO, b"data", ino, FileKind::File)?;
-        Ok(ino)
-    })
-    .unwrap();
+    let f = e
+        .meta_write(|tx| {
+            let ino = tx.alloc_ino()?;
+            tx.put_inode(&attr(ino, FileKind::File))?;
+            tx.dir_insert(ROOT_INO, b"data", ino, FileKind::File)?;
+            Ok(ino)
+        })
+        .unwrap();
     let t = Instant::now();
     for (i, c) in data.chunks(1 << 20).enumerate() {
         e.write(f, (i as u64) << 20, c).unwrap();

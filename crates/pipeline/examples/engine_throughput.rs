@@ -245,17 +245,11 @@ fn main() {
             (name, Arc::new(data))
         })
         .collect();
-    let compression = a
-        .compression
-        .parse()
-        .unwrap_or_else(|e| usage(&format!("bad --compression: {e}")));
+    let compression = a.compression.parse().unwrap_or_else(|e| usage(&format!("bad --compression: {e}")));
     Engine::mkfs(&a.pool, &MkfsOptions { force: true, ..MkfsOptions::default() })
         .unwrap_or_else(|e| usage(&format!("mkfs {}: {e}", a.pool.display())));
-    let engine = Engine::open(
-        &a.pool,
-        &OpenOptions { compression, workers: a.workers, ..OpenOptions::default() },
-    )
-    .unwrap_or_else(|e| usage(&format!("open {}: {e}", a.pool.display())));
+    let engine = Engine::open(&a.pool, &OpenOptions { compression, workers: a.workers, ..OpenOptions::default() })
+        .unwrap_or_else(|e| usage(&format!("open {}: {e}", a.pool.display())));
 
     // Jobs: (file name in the pool, data); writers take them round-robin.
     let mut jobs = Vec::new();

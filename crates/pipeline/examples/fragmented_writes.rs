@@ -71,7 +71,10 @@ fn main() {
             other => panic!("unknown option {other}"),
         }
     }
-    assert!(!work.as_os_str().is_empty(), "usage: fragmented_writes --work DIR [--fragments N] [--mib M] [--write-size BYTES]");
+    assert!(
+        !work.as_os_str().is_empty(),
+        "usage: fragmented_writes --work DIR [--fragments N] [--mib M] [--write-size BYTES]"
+    );
     std::fs::create_dir_all(&work).unwrap();
     let capacity = (2 * fragments as u64 * 1024) + (mib as u64 + 16) * (1 << 20);
     let data = noise(1, mib << 20);

@@ -155,7 +155,6 @@ impl DevSpace {
         Some(l)
     }
 
-
     /// Bytes that new records can still get: the whole sectors inside free ranges plus those
     /// from the first sector boundary at or after the end up to the capacity (`None`:
     /// unbounded). Partial sectors left free beside live bytes do not count: `alloc` never

@@ -206,7 +206,11 @@ mod tests {
         let done = Arc::new(Completion::default());
         done.add(3);
         for (i, off) in [0u64, 100, 200].into_iter().enumerate() {
-            q.submit(WriteReq { offset: off, payload: Payload::Owned(Arc::new(crate::outbuf::OutBytes::unpooled(vec![i as u8 + 1; 100]))), done: done.clone() });
+            q.submit(WriteReq {
+                offset: off,
+                payload: Payload::Owned(Arc::new(crate::outbuf::OutBytes::unpooled(vec![i as u8 + 1; 100]))),
+                done: done.clone(),
+            });
         }
         assert_eq!(done.wait(), None);
         let snap = mem.snapshot();

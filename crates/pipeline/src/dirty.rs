@@ -15,9 +15,9 @@
 
 use crate::error::EngineError;
 use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
 use squeezefs_codec::{Codec, Workspaces};
 use squeezefs_meta::Ino;
-use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -90,9 +90,9 @@ impl PackedRec {
     /// The record's bytes (a read, or a change that must start from them).
     pub fn decode(&self, ws: &Workspaces) -> crate::Result<Vec<u8>> {
         let mut out = vec![0u8; self.logical];
-        let n = ws.decompress(self.codec.alg, &self.bytes, &mut out).map_err(|e| {
-            EngineError::Corrupt(format!("a dirty record held compressed does not decode: {e}"))
-        })?;
+        let n = ws
+            .decompress(self.codec.alg, &self.bytes, &mut out)
+            .map_err(|e| EngineError::Corrupt(format!("a dirty record held compressed does not decode: {e}")))?;
         if n != self.logical {
             return Err(EngineError::Corrupt(format!(
                 "a dirty record held compressed decodes to {n} bytes, {} expected",
@@ -308,11 +308,7 @@ impl FileTable {
     /// The FileData of `ino`, created with `init()` (size, blocks) if absent. `init` runs
     /// under the shard lock so that no commit can slip between reading the committed size
     /// and publishing the FileData.
-    pub fn get_or_create<E>(
-        &self,
-        ino: Ino,
-        init: impl FnOnce() -> Result<(u64, u64), E>,
-    ) -> Result<FileRef, E> {
+    pub fn get_or_create<E>(&self, ino: Ino, init: impl FnOnce() -> Result<(u64, u64), E>) -> Result<FileRef, E> {
         let mut m = self.shard(ino).lock();
         if let Some(f) = m.get(&ino) {
             return Ok(f.clone());

@@ -77,9 +77,9 @@ use crate::policy::{compress_record, Compressed, Policy, TRUST_AFTER};
 use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
-use std::time::Duration;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 /// (layer index, record index, result) as the sync stage consumes them.
 pub type CompressResult = (usize, u64, Compressed);
@@ -250,7 +250,14 @@ pub fn compress_in_caller(inner: &Inner, data: &[u8], policy: Policy, streak: &A
         Compressed::Packed { codec, bytes, hash } => {
             streak.fetch_add(1, Ordering::Relaxed);
             inner.compress_q.counters.packed_by_caller.fetch_add(1, Ordering::Relaxed);
-            CallerResult::Packed(PackedRec { codec, bytes, hash, logical: data.len(), ready, place: Default::default() })
+            CallerResult::Packed(PackedRec {
+                codec,
+                bytes,
+                hash,
+                logical: data.len(),
+                ready,
+                place: Default::default(),
+            })
         }
         other => {
             if matches!(other, Compressed::Raw { .. }) {
@@ -582,7 +589,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pool = dir.path().join("p");
         crate::pool::mkfs(&pool, &crate::MkfsOptions::default(), None).unwrap();
-        let opts = crate::OpenOptions { compression: Spec::Fixed(squeezefs_codec::Codec::zstd(1).unwrap()), ..Default::default() };
+        let opts = crate::OpenOptions {
+            compression: Spec::Fixed(squeezefs_codec::Codec::zstd(1).unwrap()),
+            ..Default::default()
+        };
         let inner = crate::pool::open(&pool, &opts, None).unwrap();
         (dir, inner)
     }
@@ -634,7 +644,8 @@ mod tests {
                 Claim::Unusable => panic!("fresh slot unusable"),
             }
         }
-        let mut got: Vec<u64> = (0..64).map(|_| rx.recv_timeout(std::time::Duration::from_secs(20)).unwrap().1).collect();
+        let mut got: Vec<u64> =
+            (0..64).map(|_| rx.recv_timeout(std::time::Duration::from_secs(20)).unwrap().1).collect();
         got.sort_unstable();
         assert_eq!(got, (0..64).collect::<Vec<_>>());
         assert!(rx.recv_timeout(std::time::Duration::from_millis(200)).is_err(), "no duplicate result");

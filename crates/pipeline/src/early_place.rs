@@ -233,7 +233,9 @@ pub fn place_in_order(inner: &Inner, layer: &mut Layer) {
         for (_, p) in todo {
             let stored = p.bytes.len() as u64;
             // no room: the sync stage places the rest
-            let Some((dev, offset)) = alloc_for_layer(inner, &mut space, layer.early_run.get_mut(), stored) else { break };
+            let Some((dev, offset)) = alloc_for_layer(inner, &mut space, layer.early_run.get_mut(), stored) else {
+                break;
+            };
             placed.push((p, dev, offset));
         }
     }
@@ -260,7 +262,12 @@ pub fn place_in_order(inner: &Inner, layer: &mut Layer) {
 
 /// Space for `stored` bytes in the layer's run, or in a new run on the device
 /// `choose_device` picks (the old run's unused end goes to the sink).
-fn alloc_for_layer(inner: &Inner, space: &mut [DevSpace], run: &mut Option<EarlyRun>, stored: u64) -> Option<(usize, u64)> {
+fn alloc_for_layer(
+    inner: &Inner,
+    space: &mut [DevSpace],
+    run: &mut Option<EarlyRun>,
+    stored: u64,
+) -> Option<(usize, u64)> {
     if let Some(r) = run.as_mut() {
         if let Some(off) = space[r.dev].alloc_in(&mut r.run, stored) {
             return Some((r.dev, off));

@@ -11,16 +11,16 @@
 //!   row and vice versa, link counts match the dirents (directories: 2 + subdirectories),
 //!   every inode is reachable or an orphan, symlinks have targets.
 
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use crate::error::Result;
 use crate::inner::Inner;
 use crate::sync::extent_footprint;
 use crate::units::{record_len_in_file, records_for_size};
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
 use serde::Serialize;
 use squeezefs_device::DATA_START;
 use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, decode_inode};
-use squeezefs_meta::{keys, tables, DeviceRecord, ExtentPtr, FileKind, InodeAttr, Ino, StoredRecord, ROOT_INO};
+use squeezefs_meta::{keys, tables, DeviceRecord, ExtentPtr, FileKind, Ino, InodeAttr, StoredRecord, ROOT_INO};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -87,10 +87,9 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
         }
         match inodes.get(&ino) {
             None => r.problems.push(format!("dirent {dir}/{name_s:?} points to missing inode {ino}")),
-            Some(a) if a.kind != kind => r.problems.push(format!(
-                "dirent {dir}/{name_s:?} says {kind:?} but inode {ino} is {:?}",
-                a.kind
-            )),
+            Some(a) if a.kind != kind => {
+                r.problems.push(format!("dirent {dir}/{name_s:?} says {kind:?} but inode {ino} is {:?}", a.kind))
+            }
             _ => {}
         }
         *links.entry(ino).or_default() += 1;
@@ -105,7 +104,8 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
             continue;
         };
         if !cookies_seen.remove(&(dir, cookie)) {
-            let name = decode_cookie_entry(v.value()).map(|x| String::from_utf8_lossy(&x.2).into_owned()).unwrap_or_default();
+            let name =
+                decode_cookie_entry(v.value()).map(|x| String::from_utf8_lossy(&x.2).into_owned()).unwrap_or_default();
             r.problems.push(format!("directory {dir} cookie {cookie} ({name:?}) has no name entry"));
         }
     }
@@ -191,7 +191,9 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
                 ));
             }
             match per_dev.get_mut(d.dev as usize) {
-                Some(v) => v.push((d.offset, crate::units::granule_bytes(u64::from(d.psize), inner.granule), ino, e.birth)),
+                Some(v) => {
+                    v.push((d.offset, crate::units::granule_bytes(u64::from(d.psize), inner.granule), ino, e.birth))
+                }
                 None => r.problems.push(format!("inode {ino} record {idx} points to device {}", d.dev)),
             }
         }
@@ -259,7 +261,8 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
             if off < cursor {
                 r.problems.push(format!("device {dev}: {what} at {off}+{len} overlaps {prev} (double allocation)"));
             } else if off > cursor {
-                r.problems.push(format!("device {dev}: {} bytes at {cursor} are neither free nor used (leak)", off - cursor));
+                r.problems
+                    .push(format!("device {dev}: {} bytes at {cursor} are neither free nor used (leak)", off - cursor));
             }
             if span_end > end {
                 r.problems.push(format!("device {dev}: {what} at {off}+{len} ends past the allocation end {end}"));
@@ -268,7 +271,10 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
             prev = what;
         }
         if cursor < end {
-            r.problems.push(format!("device {dev}: {} bytes at {cursor} below the allocation end are neither free nor used (leak)", end - cursor));
+            r.problems.push(format!(
+                "device {dev}: {} bytes at {cursor} below the allocation end are neither free nor used (leak)",
+                end - cursor
+            ));
         }
     }
     Ok(r)

@@ -1,7 +1,5 @@
 //! The engine's shared state (one `Arc<Inner>` held by the API, the txg driver and jobs).
 
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use crate::alloc::DevSpace;
 use crate::caches::{ExtentCache, RecordCache};
 use crate::devq::DevQueue;
@@ -12,10 +10,12 @@ use crate::policy::Policy;
 use crate::txg::TxgCtl;
 use crate::workers::WorkerPool;
 use parking_lot::{Condvar, Mutex, RwLock};
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
+use rustc_hash::{FxHashMap, FxHashSet};
 use squeezefs_codec::{WorkspaceConfig, Workspaces};
 use squeezefs_device::Device;
-use squeezefs_meta::{tables, InodeAttr, Ino};
-use rustc_hash::{FxHashMap, FxHashSet};
+use squeezefs_meta::{tables, Ino, InodeAttr};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -53,18 +53,18 @@ pub use error::{EngineError, Result};
 pub use metatx::MetaTx;
 pub use options::{MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE};
 pub use policy::ADAPTIVE_PLACEHOLDER;
-pub use read::PREFETCH_RECORDS;
 pub use pool::{now, DEFAULT_DEVICE_FILE, META_FILE};
+pub use read::PREFETCH_RECORDS;
 pub use squeezefs_device::{Device, DeviceStatsSnapshot};
 pub use squeezefs_meta::{DeviceExtent, ExtentPtr, StoredRecord};
 pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
 
+use inner::Inner;
+use parking_lot::Mutex;
 #[allow(unused_imports)]
 use redb::{ReadableDatabase, ReadableTable};
-use inner::Inner;
-use std::collections::HashMap;
-use parking_lot::Mutex;
 use squeezefs_meta::{encode::decode_inode, keys, tables};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -347,14 +347,24 @@ impl Engine {
         self.inner.check_open()?;
         let lo = keys::ino_prefix(ino);
         let hi = keys::ino_prefix_end(ino);
-        let r = nsdelta::KeyRange { lo: &lo, hi: hi.as_ref().map_or(std::ops::Bound::Unbounded, |h| std::ops::Bound::Excluded(&h[..])) };
+        let r = nsdelta::KeyRange {
+            lo: &lo,
+            hi: hi.as_ref().map_or(std::ops::Bound::Unbounded, |h| std::ops::Bound::Excluded(&h[..])),
+        };
         let mut out = Vec::new();
-        nsdelta::merged_rows(&self.inner, None, |d| &d.xattrs, tables::XATTRS, r, |k, _| {
-            if let Some((_, name)) = keys::split_ino_name(&k) {
-                out.push(name.to_vec());
-            }
-            Ok(true)
-        })?;
+        nsdelta::merged_rows(
+            &self.inner,
+            None,
+            |d| &d.xattrs,
+            tables::XATTRS,
+            r,
+            |k, _| {
+                if let Some((_, name)) = keys::split_ino_name(&k) {
+                    out.push(name.to_vec());
+                }
+                Ok(true)
+            },
+        )?;
         Ok(out)
     }
 

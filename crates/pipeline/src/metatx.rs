@@ -3,13 +3,13 @@
 //! one step when the closure succeeds, and drops them when it fails. Reads see the
 //! transaction's own changes, then the namespace delta, then redb.
 
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::nsdelta::{merged_rows, ByteRows, Delta, KeyRange};
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
 use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, encode_cookie_entry, encode_dirent};
-use squeezefs_meta::{keys, tables, FileKind, InodeAttr, Ino};
+use squeezefs_meta::{keys, tables, FileKind, Ino, InodeAttr};
 use std::ops::Bound;
 
 /// An open metadata transaction (see the module comment).

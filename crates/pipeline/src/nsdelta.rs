@@ -36,14 +36,14 @@
  * (~200 B a row) when writers outrun the commits.
  */
 
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use crate::error::{EngineError, Result};
 use crate::sync::extent_footprint;
 use parking_lot::{Mutex, RwLock};
-use squeezefs_meta::encode::{decode_inode, encode_inode};
-use squeezefs_meta::{keys, tables, ExtentPtr, InodeAttr, Ino, StoredRecord};
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
 use rustc_hash::FxHashMap;
+use squeezefs_meta::encode::{decode_inode, encode_inode};
+use squeezefs_meta::{keys, tables, ExtentPtr, Ino, InodeAttr, StoredRecord};
 use std::collections::BTreeMap;
 use std::iter::Peekable;
 use std::ops::Bound;
@@ -136,7 +136,12 @@ impl Default for NsDelta {
     fn default() -> Self {
         NsDelta {
             meta_lock: Mutex::new(()),
-            rows: RwLock::new(Generations { open: Delta::default(), committing: None, generation: 0, committed_inodes: 0 }),
+            rows: RwLock::new(Generations {
+                open: Delta::default(),
+                committing: None,
+                generation: 0,
+                committed_inodes: 0,
+            }),
         }
     }
 }
@@ -369,7 +374,8 @@ pub fn apply(tx: &redb::WriteTransaction, d: &Delta, granule: u64, frees: &mut V
             }
         }
     }
-    for (table, rows) in [(tables::DIRENTS, &d.dirents), (tables::DIR_COOKIES, &d.cookies), (tables::XATTRS, &d.xattrs)] {
+    for (table, rows) in [(tables::DIRENTS, &d.dirents), (tables::DIR_COOKIES, &d.cookies), (tables::XATTRS, &d.xattrs)]
+    {
         let mut t = tx.open_table(table)?;
         for (k, v) in rows {
             match v {

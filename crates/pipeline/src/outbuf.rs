@@ -44,10 +44,7 @@ struct Idle {
 
 impl OutPool {
     pub fn new(max_bytes: usize) -> Arc<OutPool> {
-        Arc::new(OutPool {
-            idle: Mutex::new(Idle::default()),
-            max_bytes,
-        })
+        Arc::new(OutPool { idle: Mutex::new(Idle::default()), max_bytes })
     }
 
     /// A held copy of `src` in a recycled buffer when one of its class is idle.
@@ -64,10 +61,7 @@ impl OutPool {
         let mut v = reused.unwrap_or_else(|| Vec::with_capacity(class_capacity(c)));
         v.clear();
         v.extend_from_slice(src);
-        OutBytes {
-            v,
-            pool: Some(self.clone()),
-        }
+        OutBytes { v, pool: Some(self.clone()) }
     }
 
     fn give(&self, v: Vec<u8>) {
@@ -141,10 +135,7 @@ mod tests {
         for len in 0..(4 * CLASS_BYTES + 3) {
             let c = class_of(len);
             assert!(class_capacity(c) >= len, "len {len}");
-            assert!(
-                c == 0 || class_capacity(c - 1) < len,
-                "len {len}: class not the smallest"
-            );
+            assert!(c == 0 || class_capacity(c - 1) < len, "len {len}: class not the smallest");
         }
     }
 

@@ -4,8 +4,8 @@
 //! until the auto/qos controllers land (a later issue): they are accepted and stored, and
 //! data is compressed with the controllers' starting level.
 
-use squeezefs_codec::{heuristic, saves_a_sector, Algorithm, Codec, Spec, Workspaces};
 use crate::outbuf::{OutBytes, OutPool};
+use squeezefs_codec::{heuristic, saves_a_sector, Algorithm, Codec, Spec, Workspaces};
 use xxhash_rust::xxh3::xxh3_64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,19 +1,23 @@
 //! Creating and opening a pool: a directory holding the metadata store (`meta.redb`) and,
 //! unless devices are named, one growable device file (`data.0`).
 
-#[allow(unused_imports)]
-use crate::metadb::MetaDb;
-use redb::ReadableTable;
 use crate::alloc::DevSpace;
 use crate::devq::DevQueue;
 use crate::error::{EngineError, Result};
 use crate::inner::{DevSlot, Inner};
-use crate::options::{MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, MAX_RECORDSIZE, MIN_RECORDSIZE};
+#[allow(unused_imports)]
+use crate::metadb::MetaDb;
+use crate::options::{
+    MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, MAX_RECORDSIZE, MIN_RECORDSIZE,
+};
+use redb::ReadableTable;
 use squeezefs_device::{
     is_nonempty, read_header, write_header, Device, DeviceHeader, FileDevice, FileDeviceOptions, PoolId, DATA_START,
 };
 use squeezefs_meta::encode::encode_inode;
-use squeezefs_meta::{keys, tables, DeviceKind, DeviceRecord, Features, FileKind, InodeAttr, Superblock, Timestamp, ROOT_INO};
+use squeezefs_meta::{
+    keys, tables, DeviceKind, DeviceRecord, Features, FileKind, InodeAttr, Superblock, Timestamp, ROOT_INO,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -277,7 +281,11 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
                 None => {
                     use std::os::unix::ffi::OsStrExt;
                     let p = PathBuf::from(std::ffi::OsStr::from_bytes(&rec.path));
-                    if p.is_relative() { pool.join(p) } else { p }
+                    if p.is_relative() {
+                        pool.join(p)
+                    } else {
+                        p
+                    }
                 }
             };
             let capacity = (rec.kind == DeviceKind::FixedFile).then_some(rec.capacity);

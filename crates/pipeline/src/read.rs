@@ -2,13 +2,13 @@
 //! cache, verified device reads, decompression into the bounded record cache, parallel
 //! decoding of multi-record reads and prefetch of sequential streams.
 
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use crate::caches::RecordKey;
 use crate::dirty::{Layer, LayerView};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::units::{record_start_byte, records_for_size};
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
 use squeezefs_codec::Algorithm;
 use squeezefs_meta::{keys, tables, ExtentPtr, Ino, StoredRecord};
 use std::sync::Arc;
@@ -96,13 +96,7 @@ pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<
     load_uncached(inner, ino, idx, e, key)
 }
 
-fn load_uncached(
-    inner: &Inner,
-    ino: Ino,
-    idx: u64,
-    e: &ExtentPtr,
-    key: Option<RecordKey>,
-) -> Result<Arc<Vec<u8>>> {
+fn load_uncached(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, key: Option<RecordKey>) -> Result<Arc<Vec<u8>>> {
     let offset_in_file = record_start_byte(idx, inner.recordsize);
     if u64::from(e.logical) > inner.recordsize || e.psize() > inner.recordsize {
         return Err(EngineError::Corrupt(format!(
@@ -117,10 +111,13 @@ fn load_uncached(
             Arc::new(decode(inner, e, v, ino, offset_in_file)?)
         }
         StoredRecord::Device(d) => {
-            let dev = inner
-                .devs
-                .get(d.dev as usize)
-                .ok_or_else(|| EngineError::Corrupt(format!("inode {ino} record {idx} points to device {} of {}", d.dev, inner.devs.len())))?;
+            let dev = inner.devs.get(d.dev as usize).ok_or_else(|| {
+                EngineError::Corrupt(format!(
+                    "inode {ino} record {idx} points to device {} of {}",
+                    d.dev,
+                    inner.devs.len()
+                ))
+            })?;
             // read into a recycled buffer (read_exact_at fills all of it): a raw record is
             // then the decoded record itself, without a second buffer and copy
             let mut buf = inner.rec_cache.take_buffer(d.psize as usize);
@@ -181,9 +178,7 @@ fn decode(inner: &Inner, e: &ExtentPtr, stored: &[u8], ino: Ino, off: u64) -> Re
         .decompress(alg, stored, &mut out)
         .map_err(|err| EngineError::Corrupt(format!("inode {ino} offset {off}: {err}")))?;
     if n != logical {
-        return Err(EngineError::Corrupt(format!(
-            "inode {ino} offset {off}: decoded {n} bytes, {logical} expected"
-        )));
+        return Err(EngineError::Corrupt(format!("inode {ino} offset {off}: decoded {n} bytes, {logical} expected")));
     }
     Ok(out)
 }
@@ -318,10 +313,8 @@ type Fetched = (Vec<Option<Arc<Vec<u8>>>>, Vec<Option<RecordKey>>);
 fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
     let exts = extents_of(inner, ino, idxs)?;
     let keys: Vec<Option<RecordKey>> = exts.iter().map(|e| e.as_ref().and_then(record_key)).collect();
-    let misses = exts
-        .iter()
-        .filter(|e| e.as_ref().and_then(record_key).is_some_and(|k| !inner.rec_cache.contains(&k)))
-        .count();
+    let misses =
+        exts.iter().filter(|e| e.as_ref().and_then(record_key).is_some_and(|k| !inner.rec_cache.contains(&k))).count();
     if misses < 2 || inner.workers.threads() < 2 {
         let recs = idxs
             .iter()
@@ -415,7 +408,8 @@ fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool
             let _claim = PrefetchClaim { inner: &me, key: k };
             // the reader got past this record while the job waited (it decoded the record
             // itself and dropped it behind): decoding it now would only refill the cache
-            let passed = me.readahead.lock().get(&ino).is_some_and(|&pos| pos >= record_start_byte(idx + 1, me.recordsize));
+            let passed =
+                me.readahead.lock().get(&ino).is_some_and(|&pos| pos >= record_start_byte(idx + 1, me.recordsize));
             if !passed {
                 let _ = load_uncached(&me, ino, idx, &e, Some(k));
             }
@@ -465,10 +459,13 @@ pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option
                 .recs
                 .iter()
                 .map(|(k, v)| {
-                    (*k, match v {
-                        crate::dirty::Rec::Data(_) => crate::dirty::Rec::Data(Default::default()),
-                        crate::dirty::Rec::Hole => crate::dirty::Rec::Hole,
-                    })
+                    (
+                        *k,
+                        match v {
+                            crate::dirty::Rec::Data(_) => crate::dirty::Rec::Data(Default::default()),
+                            crate::dirty::Rec::Hole => crate::dirty::Rec::Hole,
+                        },
+                    )
                 })
                 .collect(),
             trunc_floor: fd.open.trunc_floor,

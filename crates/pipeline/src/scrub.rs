@@ -1,11 +1,11 @@
 //! Scrub: read every stored record of the pool from its device (bypassing caches) and
 //! verify its xxh3 checksum; report damage by file path and offset.
 
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use crate::error::Result;
 use crate::inner::Inner;
 use crate::units::record_start_byte;
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
 use serde::Serialize;
 use squeezefs_meta::{keys, tables, ExtentPtr, Ino, StoredRecord, ROOT_INO};
 use std::collections::HashMap;
@@ -87,12 +87,14 @@ pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> 
                 let p = match inner.devs.get(d.dev as usize) {
                     None => Some(format!("points to device {} of {}", d.dev, inner.devs.len())),
                     // a corrupt size is not allocated: no record stores more than it holds
-                    Some(_) if e.psize() > inner.recordsize || u64::from(e.logical) > inner.recordsize => Some(format!(
-                        "stored size {} / logical size {} exceed the record size {}",
-                        e.psize(),
-                        e.logical,
-                        inner.recordsize
-                    )),
+                    Some(_) if e.psize() > inner.recordsize || u64::from(e.logical) > inner.recordsize => {
+                        Some(format!(
+                            "stored size {} / logical size {} exceed the record size {}",
+                            e.psize(),
+                            e.logical,
+                            inner.recordsize
+                        ))
+                    }
                     Some(dev) => {
                         let mut buf = vec![0u8; d.psize as usize];
                         match dev.dev.read_at(&mut buf, d.offset) {

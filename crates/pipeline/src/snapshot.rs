@@ -33,9 +33,9 @@
  */
 
 use crate::error::Result;
+use parking_lot::Mutex;
 #[allow(unused_imports)]
 use redb::ReadableDatabase;
-use parking_lot::Mutex;
 use squeezefs_meta::tables;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -63,7 +63,10 @@ impl Snapshot {
     }
 
     /// The snapshot's table for one of the byte-keyed namespace tables, by name.
-    pub fn byte_table(&self, def: redb::TableDefinition<&'static [u8], &'static [u8]>) -> Option<&redb::ReadOnlyTable<&'static [u8], &'static [u8]>> {
+    pub fn byte_table(
+        &self,
+        def: redb::TableDefinition<&'static [u8], &'static [u8]>,
+    ) -> Option<&redb::ReadOnlyTable<&'static [u8], &'static [u8]>> {
         use redb::TableHandle;
         match def.name() {
             n if n == tables::DIRENTS.name() => Some(&self.dirents),

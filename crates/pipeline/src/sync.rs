@@ -27,15 +27,15 @@
  * No lock is held across compression or I/O: the stages work on frozen `Arc<Layer>`s.
  */
 
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use crate::devq::{Completion, Payload, WriteReq};
 use crate::dirty::{Layer, PackedRec, Rec};
+use crate::early::{Claim, CompressQueue, CompressResult, Slot};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
-use crate::early::{Claim, CompressQueue, CompressResult, Slot};
 use crate::policy::Compressed;
 use crate::units::granule_bytes;
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
 use squeezefs_control::{choose_device, DeviceView};
 use squeezefs_meta::{keys, tables, DeviceExtent, ExtentPtr, Ino, StoredRecord, Superblock};
 use std::collections::{BTreeMap, HashMap};
@@ -103,7 +103,13 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             while let Some(c) = waiting.remove(&next) {
                 let (li, idx) = jobs[next];
                 next += 1;
-                let mut at = PlaceAt { completion: &completion, allocated: &mut allocated, written: &mut written, host: &mut host, early_used: &mut early_used };
+                let mut at = PlaceAt {
+                    completion: &completion,
+                    allocated: &mut allocated,
+                    written: &mut written,
+                    host: &mut host,
+                    early_used: &mut early_used,
+                };
                 match place(inner, txg, &frozen[li].1, idx, c, &mut at) {
                     Ok(outcome) => placed.push(Placed { layer: li, idx, outcome }),
                     Err(e) => {
@@ -244,9 +250,7 @@ fn compress(
     let mut new_slots = Vec::new();
     for &(li, idx) in jobs {
         let policy = per_file.get(&frozen[li].0).copied().unwrap_or(global);
-        let Some(Rec::Data(rec)) = frozen[li].1.recs.get(&idx) else {
-            unreachable!("cut lists data records only")
-        };
+        let Some(Rec::Data(rec)) = frozen[li].1.recs.get(&idx) else { unreachable!("cut lists data records only") };
         // held packed: compressed already, under the policy of the time it was written
         // (a policy applies to data written from its change on)
         if let Some(p) = rec.packed_rec() {
@@ -292,13 +296,8 @@ impl HostRoom {
     /// this txg placed on every device on that filesystem.
     fn room(&self, dev: usize) -> u64 {
         let Some(Some(h)) = self.free.get(dev) else { return u64::MAX };
-        let used: u64 = self
-            .free
-            .iter()
-            .zip(&self.used)
-            .filter(|(o, _)| o.is_some_and(|o| o.fs == h.fs))
-            .map(|(_, u)| *u)
-            .sum();
+        let used: u64 =
+            self.free.iter().zip(&self.used).filter(|(o, _)| o.is_some_and(|o| o.fs == h.fs)).map(|(_, u)| *u).sum();
         h.free.saturating_sub(used)
     }
 }
@@ -323,7 +322,14 @@ fn sub_placed(inner: &Inner, n: u64) {
 
 /// Stage 3: inline, an early placement kept, or device choice + packed allocation +
 /// queueing.
-fn place(inner: &Inner, txg: u64, layer: &Arc<Layer>, idx: u64, c: Compressed, at: &mut PlaceAt<'_>) -> Result<Outcome> {
+fn place(
+    inner: &Inner,
+    txg: u64,
+    layer: &Arc<Layer>,
+    idx: u64,
+    c: Compressed,
+    at: &mut PlaceAt<'_>,
+) -> Result<Outcome> {
     let completion: &Arc<Completion> = at.completion;
     let allocated = &mut *at.allocated;
     let written = &mut *at.written;
@@ -367,7 +373,14 @@ fn place(inner: &Inner, txg: u64, layer: &Arc<Layer>, idx: u64, c: Compressed, a
             written[ext.dev as usize] = true;
             host.used[ext.dev as usize] += granule_bytes(stored_len, inner.granule);
             early_used.push(p.clone());
-            return Ok(Outcome::Extent(ExtentPtr { logical, alg, level, hash, birth: txg, stored: StoredRecord::Device(ext) }));
+            return Ok(Outcome::Extent(ExtentPtr {
+                logical,
+                alg,
+                level,
+                hash,
+                birth: txg,
+                stored: StoredRecord::Device(ext),
+            }));
         }
     }
     let (dev, offset) = 'placed: {
@@ -377,7 +390,9 @@ fn place(inner: &Inner, txg: u64, layer: &Arc<Layer>, idx: u64, c: Compressed, a
         if inner.early_room.load(Ordering::Relaxed) {
             let need = granule_bytes(stored_len, inner.granule);
             let mut run = layer.early_run.lock();
-            if let Some(at) = run.as_mut().filter(|r| host.room(r.dev()) >= need).and_then(|r| r.alloc(&mut space, stored_len)) {
+            if let Some(at) =
+                run.as_mut().filter(|r| host.room(r.dev()) >= need).and_then(|r| r.alloc(&mut space, stored_len))
+            {
                 break 'placed at;
             }
         }
@@ -399,7 +414,11 @@ fn place(inner: &Inner, txg: u64, layer: &Arc<Layer>, idx: u64, c: Compressed, a
 /// What device choice (crates/control) sees of each device: its queue and throughput, and
 /// its room = whole free sectors + what is left in its open run, or for a growable device
 /// `growable_room(index)` (the room of its host filesystem).
-pub fn device_views(inner: &Inner, space: &[crate::alloc::DevSpace], growable_room: impl Fn(usize) -> u64) -> Vec<DeviceView> {
+pub fn device_views(
+    inner: &Inner,
+    space: &[crate::alloc::DevSpace],
+    growable_room: impl Fn(usize) -> u64,
+) -> Vec<DeviceView> {
     inner
         .devs
         .iter()
@@ -598,7 +617,8 @@ fn commit(
             }
             if end_changed {
                 let mut rec = {
-                    let v = dt.get(i as u32)?.ok_or_else(|| EngineError::Corrupt(format!("device {i} record missing")))?;
+                    let v =
+                        dt.get(i as u32)?.ok_or_else(|| EngineError::Corrupt(format!("device {i} record missing")))?;
                     squeezefs_meta::DeviceRecord::decode(v.value())?
                 };
                 rec.alloc_end = s.end;
@@ -718,7 +738,12 @@ mod tests {
                             let in_free = page >= s && page + PUNCH_PAGE <= s + l;
                             let in_range = page >= off && page + PUNCH_PAGE <= off + len;
                             if in_free && !in_range {
-                                assert!(edges.contains(&page), "page {page} of [{off}, {}) in [{s}, {}) not punched", off + len, s + l);
+                                assert!(
+                                    edges.contains(&page),
+                                    "page {page} of [{off}, {}) in [{s}, {}) not punched",
+                                    off + len,
+                                    s + l
+                                );
                             }
                             page += PUNCH_PAGE;
                         }

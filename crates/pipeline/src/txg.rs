@@ -40,12 +40,12 @@
  * `SYNC_DIRTY_PERCENT` (20), `RETRY_INTERVAL` (1 s), the throttle in throttle.rs.
  */
 
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use crate::dirty::Layer;
 use crate::inner::Inner;
 use crate::sync;
 use parking_lot::{Condvar, Mutex};
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
 use squeezefs_meta::Ino;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -18,11 +18,7 @@ pub struct WorkerPool {
 
 impl WorkerPool {
     pub fn new(n: usize, name: &str) -> WorkerPool {
-        let n = if n == 0 {
-            std::thread::available_parallelism().map(|p| p.get()).unwrap_or(2)
-        } else {
-            n
-        };
+        let n = if n == 0 { std::thread::available_parallelism().map(|p| p.get()).unwrap_or(2) } else { n };
         let (tx, rx) = unbounded::<Job>();
         let threads = (0..n)
             .map(|i| {

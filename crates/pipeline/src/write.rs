@@ -100,9 +100,7 @@ fn apply(
                 f = file_ref(inner, ino)?;
                 continue;
             }
-            let need: Vec<u64> = (first..=last)
-                .filter(|&i| !fd.open.recs.contains_key(&i) && !covers(i))
-                .collect();
+            let need: Vec<u64> = (first..=last).filter(|&i| !fd.open.recs.contains_key(&i) && !covers(i)).collect();
             (fd.gen, need)
         };
         let mut loaded: HashMap<u64, Option<Vec<u8>>> = HashMap::new();
@@ -174,13 +172,8 @@ fn apply(
                         continue; // already a hole
                     }
                     // a write filling most of a fresh record gets a pooled full buffer
-                    let base = base.unwrap_or_else(|| {
-                        if (b - a) as u64 * 2 >= rs {
-                            inner.bufs.take()
-                        } else {
-                            Vec::new()
-                        }
-                    });
+                    let base =
+                        base.unwrap_or_else(|| if (b - a) as u64 * 2 >= rs { inner.bufs.take() } else { Vec::new() });
                     grown += base.len() as u64;
                     fd.open.recs.insert(idx, Rec::Data(DataRec::new(base)));
                     fd.open.recs.get_mut(&idx).expect("just inserted")
@@ -192,15 +185,12 @@ fn apply(
                 }
                 *entry = Rec::Data(DataRec::default());
             }
-            let Rec::Data(rec) = entry else {
-                unreachable!()
-            };
+            let Rec::Data(rec) = entry else { unreachable!() };
             match fill {
                 Fill::Data(d) => {
                     let was = rec.len();
                     let buf = rec.buf_mut(inner.workspaces())?;
-                    let src =
-                        &d[(rstart + a as u64 - off) as usize..(rstart + b as u64 - off) as usize];
+                    let src = &d[(rstart + a as u64 - off) as usize..(rstart + b as u64 - off) as usize];
                     if buf.len() <= a {
                         // appending (the common case): one copy, no zero fill first
                         grown += (b - buf.len()) as u64;
@@ -221,10 +211,7 @@ fn apply(
                     } else if was < rs as usize && buf.len() == rs as usize {
                         // this write filled the record: compress it now (early.rs)
                         let policy = *early_policy.get_or_insert_with(|| inner.policy_of(ino));
-                        let home = Home {
-                            file: std::sync::Arc::downgrade(&f),
-                            idx,
-                        };
+                        let home = Home { file: std::sync::Arc::downgrade(&f), idx };
                         let shared = rec.shared().expect("buf_mut above made the record raw");
                         let slot = Slot::new(shared, policy, fd_streak.clone(), Some(home), inner);
                         rec.set_early(slot.clone());
@@ -257,11 +244,8 @@ fn apply(
         fd.open.bytes = fd.open.bytes + grown - freed;
         inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
         if freed > 0 {
-            let _ = inner
-                .dirty_bytes
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| {
-                    Some(d.saturating_sub(freed))
-                });
+            let _ =
+                inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
         }
         if matches!(fill, Fill::Data(_)) {
             fd.size = fd.size.max(end);
@@ -348,12 +332,7 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<()> {
 
 /// Caller-runs (early.rs): while the compress queue is long, the whole records `data`
 /// covers are compressed here, from `data` itself, and go into the open layer packed.
-fn caller_runs(
-    inner: &Inner,
-    ino: Ino,
-    off: u64,
-    data: &[u8],
-) -> Result<BTreeMap<u64, CallerResult>> {
+fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<BTreeMap<u64, CallerResult>> {
     let mut out = BTreeMap::new();
     let rs = inner.recordsize;
     let (first, end) = (off.div_ceil(rs), (off + data.len() as u64) / rs);
@@ -370,18 +349,13 @@ fn caller_runs(
             break;
         }
         let at = (record_start_byte(idx, rs) - off) as usize;
-        out.insert(
-            idx,
-            early::compress_in_caller(inner, &data[at..at + rs as usize], policy, &streak),
-        );
+        out.insert(idx, early::compress_in_caller(inner, &data[at..at + rs as usize], policy, &streak));
     }
     Ok(out)
 }
 
 fn too_big(off: u64, len: u64) -> EngineError {
-    EngineError::Invalid(format!(
-        "range {off}+{len} exceeds the largest file size ({MAX_FILE_SIZE} bytes)"
-    ))
+    EngineError::Invalid(format!("range {off}+{len} exceeds the largest file size ({MAX_FILE_SIZE} bytes)"))
 }
 
 /// ENOSPC before accepting data: the space records are sure to find (`placeable_bytes`)
@@ -503,9 +477,7 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
         let mut grown = 0u64;
         if let Some(p) = partial {
             let keep = (size - record_start_byte(p, rs)) as usize;
-            if let (std::collections::btree_map::Entry::Vacant(v), Some(b)) =
-                (fd.open.recs.entry(p), loaded)
-            {
+            if let (std::collections::btree_map::Entry::Vacant(v), Some(b)) = (fd.open.recs.entry(p), loaded) {
                 grown += b.len() as u64;
                 v.insert(Rec::Data(DataRec::new(b)));
             }
@@ -519,11 +491,7 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
         fd.open.trunc_floor = Some(fd.open.trunc_floor.map_or(floor, |f| f.min(floor)));
         fd.open.bytes = fd.open.bytes + grown - freed;
         inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
-        let _ = inner
-            .dirty_bytes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| {
-                Some(d.saturating_sub(freed))
-            });
+        let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
         fd.size = size;
         fd.gen += 1;
         fd.open_dirty = true;
@@ -548,11 +516,7 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
     // whole records: from the first record starting at or after `off` up to the last one
     // ending at or before `end` (the short last record counts when `end` is the size)
     let full_lo = off.div_ceil(rs);
-    let full_hi = if end >= size {
-        records_for_size(size, rs)
-    } else {
-        end / rs
-    };
+    let full_hi = if end >= size { records_for_size(size, rs) } else { end / rs };
     // edges: zero inside records that are only partly covered
     let lo_edge_end = record_start_byte(full_lo, rs).min(end);
     let hi_edge_start = record_start_byte(full_hi, rs).max(off);
@@ -596,12 +560,7 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
             if let Some(s) = &fd.syncing {
                 lower.extend(s.recs.range(full_lo..full_hi).map(|(k, _)| *k));
             }
-            let open_keys: Vec<u64> = fd
-                .open
-                .recs
-                .range(full_lo..full_hi)
-                .map(|(k, _)| *k)
-                .collect();
+            let open_keys: Vec<u64> = fd.open.recs.range(full_lo..full_hi).map(|(k, _)| *k).collect();
             let mut freed = 0u64;
             for k in open_keys {
                 if let Some(Rec::Data(b)) = fd.open.recs.remove(&k) {
@@ -616,11 +575,8 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
                 fd.open.recs.insert(k, Rec::Hole);
             }
             fd.open.bytes -= freed;
-            let _ = inner
-                .dirty_bytes
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| {
-                    Some(d.saturating_sub(freed))
-                });
+            let _ =
+                inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
             fd.gen += 1;
             fd.open_dirty = true;
             inner.dirty_set.lock().insert(ino);

@@ -105,10 +105,8 @@ fn clean_pool_reads_and_scrubs_clean() {
 
 #[test]
 fn flipped_bytes_fail_cleanly_and_scrub_names_exactly_the_damaged_files() {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(7);
+    let seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7);
     eprintln!("bitrot seed {seed}");
     let mut rng = SplitMix64::new(seed);
     let dir = tempfile::tempdir().unwrap();
@@ -170,10 +168,8 @@ fn flip_inside_extents(e: &Engine, dev: &Path, n: usize, rng: &mut SplitMix64) -
 
 #[test]
 fn flips_inside_known_extents_are_reported_exactly() {
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(11);
+    let seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(11);
     eprintln!("bitrot (extents) seed {seed}");
     let mut rng = SplitMix64::new(seed);
     let dir = tempfile::tempdir().unwrap();

@@ -132,10 +132,7 @@ fn a_crashed_pool_opens_read_only_for_checking_without_being_written() {
     e.close().unwrap();
     let meta_before = std::fs::read(image.join(META_FILE)).unwrap();
     // the precondition: redb's own read-only open refuses this store
-    assert!(matches!(
-        redb::ReadOnlyDatabase::open(image.join(META_FILE)),
-        Err(redb::DatabaseError::RepairAborted)
-    ));
+    assert!(matches!(redb::ReadOnlyDatabase::open(image.join(META_FILE)), Err(redb::DatabaseError::RepairAborted)));
     {
         let c = Engine::open(&image, &ro()).unwrap();
         let mut buf = vec![0u8; 300 * 1024];
@@ -240,11 +237,8 @@ fn mkfs_without_force_refuses_a_device_holding_btrfs() {
 fn a_failed_mkfs_force_does_not_destroy_the_existing_pool() {
     let d = tempfile::tempdir().unwrap();
     let (pool, a, _) = two_file_pool(d.path());
-    let opts = MkfsOptions {
-        devices: vec![d.path().join("no-such-dir").join("dev")],
-        force: true,
-        ..Default::default()
-    };
+    let opts =
+        MkfsOptions { devices: vec![d.path().join("no-such-dir").join("dev")], force: true, ..Default::default() };
     assert!(Engine::mkfs(&pool, &opts).is_err());
     let e = Engine::open(&pool, &ro()).expect("the old pool is gone after a failed mkfs");
     assert_eq!(e.getattr(a).unwrap().size, 300 * 1024);
@@ -394,7 +388,9 @@ fn freeing_an_extent_of_a_device_the_pool_lacks_fails_the_commit_instead_of_hang
     std::thread::spawn(move || {
         let _ = tx.send(e3.sync());
     });
-    let r = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("sync hung after the txg thread met the damaged extent");
+    let r = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("sync hung after the txg thread met the damaged extent");
     assert!(r.is_err(), "the commit freeing a bogus range must fail: {r:?}");
     // the suspended pool still serves what was committed
     assert_eq!(read_all(&e2, b), vec![b'b'; 300 * 1024]);

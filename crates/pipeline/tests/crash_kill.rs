@@ -42,11 +42,7 @@ fn open_options() -> OpenOptions {
 
 /// The child's workload; runs until killed.
 fn child_main(pool: &Path, log_path: &Path, seed: u64) {
-    let mut log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log_path)
-        .expect("open log");
+    let mut log = std::fs::OpenOptions::new().create(true).append(true).open(log_path).expect("open log");
     let mut rec = |r: LogRec, durable: bool| {
         // One write(2) per line: the kernel has it when write returns, which survives the
         // kill of this process; fsync on acknowledgements as well, as for a power loss.
@@ -58,9 +54,8 @@ fn child_main(pool: &Path, log_path: &Path, seed: u64) {
     let engine = Engine::open(pool, &open_options()).expect("child: open pool");
     rec(LogRec::Ready, false);
     let mut rng = SplitMix64::new(seed);
-    let mut inos: Vec<Option<u64>> = (0..FILES)
-        .map(|i| engine.lookup(ROOT_INO, &file_name(i)).expect("lookup").map(|(ino, _)| ino))
-        .collect();
+    let mut inos: Vec<Option<u64>> =
+        (0..FILES).map(|i| engine.lookup(ROOT_INO, &file_name(i)).expect("lookup").map(|(ino, _)| ino)).collect();
     let start = Instant::now();
     let mut n: u64 = 0;
     while start.elapsed() < CHILD_MAX_RUN {
@@ -101,8 +96,7 @@ fn child_main(pool: &Path, log_path: &Path, seed: u64) {
 /// Entry point of the child process (does nothing in a normal test run).
 #[test]
 fn crash_child_process() {
-    let (Ok(pool), Ok(log), Ok(seed)) =
-        (std::env::var(ENV_POOL), std::env::var(ENV_LOG), std::env::var(ENV_SEED))
+    let (Ok(pool), Ok(log), Ok(seed)) = (std::env::var(ENV_POOL), std::env::var(ENV_LOG), std::env::var(ENV_SEED))
     else {
         return;
     };
@@ -148,7 +142,9 @@ fn workload_without_kills_reads_back_exactly() {
     let engine = Engine::open(&pool, &open_options()).expect("reopen");
     for (i, m) in model.iter().enumerate() {
         let got = read_all(&engine, inos[i]).expect("read");
-        if let Err(msg) = check_file(&format!("f{i}"), &FileExpect { acked: Some(m.clone()), pending: Vec::new() }, Some(&got)) {
+        if let Err(msg) =
+            check_file(&format!("f{i}"), &FileExpect { acked: Some(m.clone()), pending: Vec::new() }, Some(&got))
+        {
             panic!("after reopen: {msg}");
         }
     }
@@ -226,8 +222,7 @@ fn one_kill(
 
     let engine = Engine::open(pool, &open_options())
         .unwrap_or_else(|e| panic!("kill {k} (seed {seed}): reopening the pool failed: {e}"));
-    let actual = read_files(&engine)
-        .unwrap_or_else(|e| panic!("kill {k} (seed {seed}): reading back failed: {e}"));
+    let actual = read_files(&engine).unwrap_or_else(|e| panic!("kill {k} (seed {seed}): reading back failed: {e}"));
     for (i, (e, a)) in exp.iter().zip(&actual).enumerate() {
         if let Err(msg) = check_file(&format!("f{i}"), e, a.as_deref()) {
             let tail: Vec<String> = log.iter().rev().take(12).rev().map(|r| r.to_string()).collect();
@@ -279,10 +274,7 @@ fn check_pool_integrity(engine: &Engine, what: &str) {
 fn sigkill_at_random_points_keeps_acknowledged_data() {
     let kills = env_u64("SQUEEZEFS_CRASH_KILLS").unwrap_or(60);
     let seed = env_u64("SQUEEZEFS_CRASH_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
     });
     eprintln!("crash test: {kills} kills, SQUEEZEFS_CRASH_SEED={seed}");
     let dir = tempfile::tempdir().expect("tempdir");

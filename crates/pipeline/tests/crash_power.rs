@@ -28,8 +28,8 @@ use crash_common::*;
 use squeezefs_device::doubles::{CrashDevice, CrashMode, SplitMix64};
 use squeezefs_device::power_loss::{self, PowerLoss};
 use squeezefs_device::Device;
-use std::path::{Path, PathBuf};
 use squeezefs_pipeline::{Engine, MkfsOptions, OpenOptions, ROOT_INO};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -193,18 +193,12 @@ impl Rig {
 
 fn seed_from_env() -> u64 {
     std::env::var("SQUEEZEFS_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
     })
 }
 
 fn run_rounds(label: &str, in_memory: bool, default_rounds: u64) {
-    let rounds = std::env::var("SQUEEZEFS_POWER_CUTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default_rounds);
+    let rounds = std::env::var("SQUEEZEFS_POWER_CUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(default_rounds);
     let seed = seed_from_env();
     eprintln!("{label}: {rounds} cuts, SQUEEZEFS_CRASH_SEED={seed}");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -359,8 +353,7 @@ fn every_device_write_is_a_crash_point() {
         for mode in [CrashMode::DropUnsynced, CrashMode::KeepUnsynced, CrashMode::Random { seed: n }] {
             let d = tempfile::tempdir().unwrap();
             let (pool, dev) = fresh(d.path());
-            let engine =
-                Engine::open_with_devices(&pool, vec![dev.clone() as Arc<dyn Device>], &opts).unwrap();
+            let engine = Engine::open_with_devices(&pool, vec![dev.clone() as Arc<dyn Device>], &opts).unwrap();
             dev.cut_power_after(n);
             let mut log = Vec::new();
             fixed_workload(&engine, &mut log);
@@ -372,9 +365,10 @@ fn every_device_write_is_a_crash_point() {
                 .unwrap_or_else(|e| panic!("{what}: reopen failed: {e}"));
             let exp = expectations(&[None, None, None], &log);
             for (i, e) in exp.iter().enumerate() {
-                let actual = engine.lookup(ROOT_INO, &file_name(i)).unwrap().map(|(ino, _)| {
-                    read_all(&engine, ino).unwrap_or_else(|e| panic!("{what}: f{i}: {e}"))
-                });
+                let actual = engine
+                    .lookup(ROOT_INO, &file_name(i))
+                    .unwrap()
+                    .map(|(ino, _)| read_all(&engine, ino).unwrap_or_else(|e| panic!("{what}: f{i}: {e}")));
                 if let Err(msg) = check_file(&format!("f{i}"), e, actual.as_deref()) {
                     panic!("{what}: {msg}");
                 }

@@ -40,9 +40,9 @@ fn record_modified_while_early_compression_runs_commits_new_bytes() {
             std::hint::spin_loop();
         }
         let (a, len) = match r % 3 {
-            0 => (0, RECORD),                    // whole record replaced
-            1 => (4096, 512),                    // a small patch
-            _ => (RECORD - 1, 1),                // the last byte
+            0 => (0, RECORD),     // whole record replaced
+            1 => (4096, 512),     // a small patch
+            _ => (RECORD - 1, 1), // the last byte
         };
         let patch: Vec<u8> = if r % 2 == 0 { text(1000 + r as u64, len) } else { vec![0xA5; len] };
         e.write(ino, (off + a) as u64, &patch).unwrap();

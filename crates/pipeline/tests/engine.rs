@@ -32,7 +32,8 @@ fn mkfs_rejects_bad_sector_and_recordsize() {
     let d = tempfile::tempdir().unwrap();
     let err = Engine::mkfs(&d.path().join("p"), &MkfsOptions { sector: Some(1024), ..Default::default() }).unwrap_err();
     assert!(err.to_string().contains("512 or 4096"), "{err}");
-    let err = Engine::mkfs(&d.path().join("p"), &MkfsOptions { recordsize: Some(3000), ..Default::default() }).unwrap_err();
+    let err =
+        Engine::mkfs(&d.path().join("p"), &MkfsOptions { recordsize: Some(3000), ..Default::default() }).unwrap_err();
     assert!(err.to_string().contains("power of two"), "{err}");
 }
 

@@ -26,8 +26,7 @@ fn write_file(e: &Engine, name: &str, data: &[u8]) -> Result<u64, EngineError> {
 fn filling_a_fixed_device_returns_no_space_and_recovers_after_delete() {
     let dir = tempfile::tempdir().unwrap();
     let pool = dir.path().join("pool");
-    Engine::mkfs(&pool, &MkfsOptions { device_capacity: Some(CAPACITY), ..MkfsOptions::default() })
-        .unwrap();
+    Engine::mkfs(&pool, &MkfsOptions { device_capacity: Some(CAPACITY), ..MkfsOptions::default() }).unwrap();
     let e = Engine::open(&pool, &opts()).unwrap();
     let keep = random_bytes(1, 2 * MIB);
     let keep_ino = write_file(&e, "keep", &keep).unwrap();
@@ -90,7 +89,8 @@ fn free_bytes_in_shared_sectors_are_not_offered_to_new_writes() {
     // no inline records: every small file is a device record, packed byte by byte
     let mkfs = MkfsOptions { device_capacity: Some(MIB), max_inline: Some(0), ..MkfsOptions::default() };
     Engine::mkfs(&pool, &mkfs).unwrap();
-    let e = Engine::open(&pool, &OpenOptions { compression: "none".parse().unwrap(), ..OpenOptions::default() }).unwrap();
+    let e =
+        Engine::open(&pool, &OpenOptions { compression: "none".parse().unwrap(), ..OpenOptions::default() }).unwrap();
     let mut names = Vec::new();
     for k in 0..10_000u64 {
         let name = format!("s{k}");
@@ -301,7 +301,9 @@ fn short_records_inside_a_file_are_charged_their_padded_length() {
     }
     match e.sync() {
         Ok(()) => {}
-        Err(err) => panic!("{accepted} one-byte records of 4 KiB each were accepted in 1 MiB, then the txg failed: {err}"),
+        Err(err) => {
+            panic!("{accepted} one-byte records of 4 KiB each were accepted in 1 MiB, then the txg failed: {err}")
+        }
     }
     assert_fsck_clean(&e, "after the fill");
 }
@@ -373,7 +375,12 @@ fn growable_devices_on_other_filesystems_count_their_own_host_space() {
 
 /// A file of whole 4 KiB records written until the 1 MiB device is refused, then committed.
 fn full_pool_with_one_file(pool: &std::path::Path) -> (std::sync::Arc<Engine>, u64, u64) {
-    let mkfs = MkfsOptions { device_capacity: Some(MIB), recordsize: Some(4096), max_inline: Some(0), ..MkfsOptions::default() };
+    let mkfs = MkfsOptions {
+        device_capacity: Some(MIB),
+        recordsize: Some(4096),
+        max_inline: Some(0),
+        ..MkfsOptions::default()
+    };
     Engine::mkfs(pool, &mkfs).unwrap();
     let e = Engine::open(pool, &raw_opts()).unwrap();
     let ino = write_new_file(&e, "full", b"").unwrap();
@@ -420,7 +427,12 @@ fn partial_hole_punches_of_committed_records_are_charged_the_records_they_copy()
 fn truncations_inside_committed_records_are_charged_the_records_they_copy() {
     let dir = tempfile::tempdir().unwrap();
     let pool = dir.path().join("pool");
-    let mkfs = MkfsOptions { device_capacity: Some(MIB), recordsize: Some(4096), max_inline: Some(0), ..MkfsOptions::default() };
+    let mkfs = MkfsOptions {
+        device_capacity: Some(MIB),
+        recordsize: Some(4096),
+        max_inline: Some(0),
+        ..MkfsOptions::default()
+    };
     Engine::mkfs(&pool, &mkfs).unwrap();
     let e = Engine::open(&pool, &raw_opts()).unwrap();
     // files of two whole records until the device is full
@@ -611,7 +623,10 @@ fn fill_host(dir: &std::path::Path) -> std::path::PathBuf {
 
 /// A pool whose only device is a growable file on `fs`, holding a 4 MiB file `f` written
 /// (admitted) but not synced.
-fn pool_with_unsynced_file_on(fs: &Tmpfs, dir: &std::path::Path) -> (std::sync::Arc<Engine>, std::path::PathBuf, u64, Vec<u8>) {
+fn pool_with_unsynced_file_on(
+    fs: &Tmpfs,
+    dir: &std::path::Path,
+) -> (std::sync::Arc<Engine>, std::path::PathBuf, u64, Vec<u8>) {
     let pool = dir.join("pool");
     let mkfs = MkfsOptions { devices: vec![fs.0.join("dev")], ..MkfsOptions::default() };
     Engine::mkfs(&pool, &mkfs).unwrap();

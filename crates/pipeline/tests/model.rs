@@ -34,7 +34,8 @@ fn op() -> impl Strategy<Value = Op> {
 fn check_read(e: &Engine, ino: Ino, model: &[u8], off: u64, len: usize) {
     let mut buf = vec![0xAAu8; len];
     let n = e.read(ino, off, &mut buf).unwrap();
-    let want: &[u8] = if off as usize >= model.len() { &[] } else { &model[off as usize..model.len().min(off as usize + len)] };
+    let want: &[u8] =
+        if off as usize >= model.len() { &[] } else { &model[off as usize..model.len().min(off as usize + len)] };
     assert_eq!(n, want.len(), "read length at {off}+{len}");
     assert!(buf[..n] == *want, "content at {off}+{len}");
 }
@@ -52,7 +53,13 @@ fn run(ops: Vec<Op>) {
     for op in ops {
         match op {
             Op::Write { f, off, len, seed, zeros } => {
-                let data = if zeros { vec![0u8; len] } else if seed % 3 == 0 { vec![(seed >> 8) as u8; len] } else { noise(seed, len) };
+                let data = if zeros {
+                    vec![0u8; len]
+                } else if seed % 3 == 0 {
+                    vec![(seed >> 8) as u8; len]
+                } else {
+                    noise(seed, len)
+                };
                 e.write(files[f], off, &data).unwrap();
                 let end = off as usize + len;
                 if model[f].len() < end {
@@ -142,7 +149,8 @@ fn partial_writes_racing_a_quiesce_keep_earlier_bytes() {
                     x ^= x << 17;
                     let off = x % 1_200_000;
                     let len = 1 + (x >> 32) % 150_000;
-                    let data = if i % 2 == 0 { noise(x, len as usize) } else { vec![(x >> 40) as u8 | 1; len as usize] };
+                    let data =
+                        if i % 2 == 0 { noise(x, len as usize) } else { vec![(x >> 40) as u8 | 1; len as usize] };
                     e.write(ino, off, &data).unwrap();
                     let end = (off + len) as usize;
                     if model.len() < end {

@@ -242,7 +242,9 @@ fn listing_merges_committed_rows_with_delta_rows_and_tombstones() {
         assert_eq!(got.len(), want.len(), "page {page}: no duplicates, nothing missing");
         assert_eq!(got.iter().cloned().collect::<BTreeSet<_>>(), want, "page {page}");
         // cookie order: committed survivors first, then the new names
-        assert!(got.iter().position(|n| n.starts_with('n')).unwrap() == want.iter().filter(|n| n.starts_with('c')).count());
+        assert!(
+            got.iter().position(|n| n.starts_with('n')).unwrap() == want.iter().filter(|n| n.starts_with('c')).count()
+        );
     }
     e.sync().unwrap();
     assert_eq!(names(&e, ROOT_INO, 7).into_iter().collect::<BTreeSet<_>>(), want);
@@ -307,7 +309,9 @@ fn creates_go_on_while_commits_run() {
     let dir = tempfile::tempdir().unwrap();
     let pool = dir.path().join("pool");
     Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
-    let e = std::sync::Arc::new(Engine::open(&pool, &OpenOptions { txg_timeout: Duration::from_millis(5), ..Default::default() }).unwrap());
+    let e = std::sync::Arc::new(
+        Engine::open(&pool, &OpenOptions { txg_timeout: Duration::from_millis(5), ..Default::default() }).unwrap(),
+    );
     let writer = {
         let e = e.clone();
         std::thread::spawn(move || {

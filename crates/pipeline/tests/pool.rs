@@ -157,13 +157,18 @@ fn concurrent_writers_and_readers_during_syncs() {
             std::thread::spawn(move || {
                 let chunk = 96 * 1024;
                 for i in 0..40u64 {
-                    let data: Vec<u8> = if i % 2 == 0 { noise(t as u64 * 1000 + i, chunk) } else { vec![(i as u8) ^ (t as u8); chunk] };
+                    let data: Vec<u8> =
+                        if i % 2 == 0 { noise(t as u64 * 1000 + i, chunk) } else { vec![(i as u8) ^ (t as u8); chunk] };
                     e.write(ino, i * chunk as u64, &data).unwrap();
                     // read back what we wrote a step ago while txgs sync it
                     if i > 0 {
                         let mut b = vec![0u8; chunk];
                         e.read(ino, (i - 1) * chunk as u64, &mut b).unwrap();
-                        let prev: Vec<u8> = if (i - 1) % 2 == 0 { noise(t as u64 * 1000 + i - 1, chunk) } else { vec![((i - 1) as u8) ^ (t as u8); chunk] };
+                        let prev: Vec<u8> = if (i - 1) % 2 == 0 {
+                            noise(t as u64 * 1000 + i - 1, chunk)
+                        } else {
+                            vec![((i - 1) as u8) ^ (t as u8); chunk]
+                        };
                         assert!(b == prev, "thread {t} step {i}");
                     }
                     if i % 10 == 9 {
@@ -184,7 +189,8 @@ fn concurrent_writers_and_readers_during_syncs() {
         let chunk = 96 * 1024;
         assert_eq!(got.len(), 40 * chunk);
         for i in 0..40u64 {
-            let want: Vec<u8> = if i % 2 == 0 { noise(t as u64 * 1000 + i, chunk) } else { vec![(i as u8) ^ (t as u8); chunk] };
+            let want: Vec<u8> =
+                if i % 2 == 0 { noise(t as u64 * 1000 + i, chunk) } else { vec![(i as u8) ^ (t as u8); chunk] };
             assert!(got[i as usize * chunk..(i as usize + 1) * chunk] == want[..], "thread {t} chunk {i}");
         }
     }

@@ -62,7 +62,10 @@ fn punch_hole_racing_seek_is_not_lost() {
     }
     stop.store(true, Ordering::Relaxed);
     seeker.join().unwrap();
-    assert!(lost.is_none(), "punch_hole lost (round, ino) {lost:?} after {tries} punches: the punched range still reads data");
+    assert!(
+        lost.is_none(),
+        "punch_hole lost (round, ino) {lost:?} after {tries} punches: the punched range still reads data"
+    );
 }
 
 /// One thread changes a file (writes of compressible text, zeros and noise; truncations;
@@ -73,7 +76,8 @@ fn ops_racing_continuous_syncs_match_the_model() {
     use squeezefs_device::doubles::SplitMix64;
     let d = tempfile::tempdir().unwrap();
     let pool = d.path().join("pool");
-    Engine::mkfs(&pool, &MkfsOptions { recordsize: Some(16384), max_inline: Some(1024), ..Default::default() }).unwrap();
+    Engine::mkfs(&pool, &MkfsOptions { recordsize: Some(16384), max_inline: Some(1024), ..Default::default() })
+        .unwrap();
     let opts = OpenOptions {
         compression: "zstd:1".parse().unwrap(),
         workers: 2,
@@ -113,7 +117,8 @@ fn ops_racing_continuous_syncs_match_the_model() {
         let what;
         if r < 50 {
             let off = rng.next_u64() % MAX;
-            let len = 1 + (rng.next_u64() % if rng.next_u64().is_multiple_of(8) { 1_000_000 } else { 100_000 }) as usize;
+            let len =
+                1 + (rng.next_u64() % if rng.next_u64().is_multiple_of(8) { 1_000_000 } else { 100_000 }) as usize;
             let kind = rng.next_u64() % 4;
             let data = match kind {
                 0 => vec![0u8; len],
@@ -150,11 +155,17 @@ fn ops_racing_continuous_syncs_match_the_model() {
         let len = 1 + (rng.next_u64() % 80_000) as usize;
         let mut buf = vec![0xEEu8; len];
         let n = e.read(ino, off, &mut buf).unwrap();
-        let want: &[u8] = if off as usize >= model.len() { &[] } else { &model[off as usize..model.len().min(off as usize + len)] };
+        let want: &[u8] =
+            if off as usize >= model.len() { &[] } else { &model[off as usize..model.len().min(off as usize + len)] };
         assert_eq!(n, want.len(), "read length at {off}+{len} after op {ops} ({what})");
         if buf[..n] != *want {
             let i = (0..n).find(|&i| buf[i] != want[i]).unwrap();
-            panic!("content differs at byte {} (read {off}+{len}) after op {ops} ({what}): got {} want {}", off as usize + i, buf[i], want[i]);
+            panic!(
+                "content differs at byte {} (read {off}+{len}) after op {ops} ({what}): got {} want {}",
+                off as usize + i,
+                buf[i],
+                want[i]
+            );
         }
     }
     stop.store(true, Ordering::Relaxed);
@@ -173,7 +184,8 @@ fn two_writers_on_one_file_racing_syncs() {
     use squeezefs_device::doubles::SplitMix64;
     let d = tempfile::tempdir().unwrap();
     let pool = d.path().join("pool");
-    Engine::mkfs(&pool, &MkfsOptions { recordsize: Some(16384), max_inline: Some(1024), ..Default::default() }).unwrap();
+    Engine::mkfs(&pool, &MkfsOptions { recordsize: Some(16384), max_inline: Some(1024), ..Default::default() })
+        .unwrap();
     let opts = OpenOptions {
         compression: "zstd:1".parse().unwrap(),
         workers: 2,
@@ -233,7 +245,12 @@ fn two_writers_on_one_file_racing_syncs() {
                     let want = &model[off as usize..(off + len) as usize];
                     if buf[..] != *want {
                         let i = (0..n).find(|&i| buf[i] != want[i]).unwrap();
-                        panic!("thread {t}: byte {} differs after op {ops} ({what}): got {} want {}", base + off + i as u64, buf[i], want[i]);
+                        panic!(
+                            "thread {t}: byte {} differs after op {ops} ({what}): got {} want {}",
+                            base + off + i as u64,
+                            buf[i],
+                            want[i]
+                        );
                     }
                 }
                 model
@@ -269,7 +286,8 @@ fn versions_race(cold: bool) {
     let pool = d.path().join("pool");
     const RS: usize = 16384;
     const N: usize = 24;
-    Engine::mkfs(&pool, &MkfsOptions { recordsize: Some(RS as u32), max_inline: Some(1024), ..Default::default() }).unwrap();
+    Engine::mkfs(&pool, &MkfsOptions { recordsize: Some(RS as u32), max_inline: Some(1024), ..Default::default() })
+        .unwrap();
     let opts = OpenOptions {
         compression: "zstd:1".parse().unwrap(),
         workers: 2,
@@ -365,4 +383,3 @@ fn versions_race(cold: bool) {
     assert!(errs.is_empty(), "after {v} versions: {errs:?}");
     eprintln!("{v} versions, {:?}", e.early_stats());
 }
-

@@ -96,7 +96,12 @@ fn run(caps: Vec<u64>, sector: u32, packed: bool, max_inline: u32, ops: Vec<Op>)
     let mems: Vec<Arc<MemDevice>> =
         caps.iter().enumerate().map(|(i, &c)| Arc::new(MemDevice::with_capacity(&format!("m{i}"), 4096 + c))).collect();
     let devs = || mems.iter().map(|m| m.clone() as Arc<dyn Device>).collect::<Vec<_>>();
-    let mkfs = MkfsOptions { sector: Some(sector), recordsize: Some(4096), max_inline: Some(max_inline), ..Default::default() };
+    let mkfs = MkfsOptions {
+        sector: Some(sector),
+        recordsize: Some(4096),
+        max_inline: Some(max_inline),
+        ..Default::default()
+    };
     Engine::mkfs_with_devices(&pool, devs(), &mkfs).unwrap();
     if !packed {
         clear_packed_bytes(&pool);
@@ -125,7 +130,9 @@ fn run(caps: Vec<u64>, sector: u32, packed: bool, max_inline: u32, ops: Vec<Op>)
                 }
             }
             Op::Punch { f, off, len } => {
-                if !ok_or_nospace(e.punch_hole(files[f], off, len), "punch") { continue; }
+                if !ok_or_nospace(e.punch_hole(files[f], off, len), "punch") {
+                    continue;
+                }
                 let end = (off + len).min(model[f].len() as u64);
                 if off < end {
                     model[f][off as usize..end as usize].fill(0);

@@ -17,7 +17,9 @@ fn statfs_never_counts_an_inode_twice_while_a_commit_finishes() {
     let dir = tempfile::tempdir().unwrap();
     let pool = dir.path().join("pool");
     Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
-    let e = Arc::new(Engine::open(&pool, &OpenOptions { txg_timeout: Duration::from_secs(3600), ..Default::default() }).unwrap());
+    let e = Arc::new(
+        Engine::open(&pool, &OpenOptions { txg_timeout: Duration::from_secs(3600), ..Default::default() }).unwrap(),
+    );
     let base = e.statfs().unwrap().inodes;
     let total = Arc::new(AtomicU64::new(base));
     let stop = Arc::new(AtomicBool::new(false));

@@ -171,7 +171,9 @@ fn in_child(become_: impl FnOnce() -> bool, f: impl FnOnce() -> i32) -> i32 {
 pub fn as_user(id: u32, f: impl FnOnce() -> i32) -> i32 {
     in_child(
         || unsafe {
-            libc::setgroups(0, std::ptr::null()) == 0 && libc::setresgid(id, id, id) == 0 && libc::setresuid(id, id, id) == 0
+            libc::setgroups(0, std::ptr::null()) == 0
+                && libc::setresgid(id, id, id) == 0
+                && libc::setresuid(id, id, id) == 0
         },
         f,
     )

@@ -12,10 +12,7 @@ pub(crate) struct Compressor {
 impl Compressor {
     pub(crate) fn new(level: i32) -> Result<Compressor, CodecError> {
         let lvl = CompressionLvl::new(level).map_err(|_| {
-            CodecError::InvalidCodec(crate::SpecError::LevelOutOfRange {
-                alg: Algorithm::Deflate,
-                level: level as i64,
-            })
+            CodecError::InvalidCodec(crate::SpecError::LevelOutOfRange { alg: Algorithm::Deflate, level: level as i64 })
         })?;
         Ok(Compressor { inner: libdeflater::Compressor::new(lvl) })
     }
@@ -41,10 +38,9 @@ impl Decompressor {
         match self.inner.deflate_decompress(src, dst) {
             Ok(n) => Ok(n),
             Err(DecompressionError::InsufficientSpace) => Err(CodecError::DstTooSmall),
-            Err(DecompressionError::BadData) => Err(CodecError::Corrupt {
-                alg: Algorithm::Deflate,
-                detail: "deflate stream does not decode".into(),
-            }),
+            Err(DecompressionError::BadData) => {
+                Err(CodecError::Corrupt { alg: Algorithm::Deflate, detail: "deflate stream does not decode".into() })
+            }
         }
     }
 }

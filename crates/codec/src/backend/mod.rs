@@ -84,11 +84,7 @@ impl Ctx {
             #[cfg(feature = "lzo")]
             Family::LzoC => Ctx::LzoC(lzo::Compressor::new()),
             #[cfg(not(feature = "lzo"))]
-            Family::LzoC => {
-                return Err(CodecError::InvalidCodec(crate::SpecError::NotBuiltIn {
-                    alg: Algorithm::Lzo,
-                }))
-            }
+            Family::LzoC => return Err(CodecError::InvalidCodec(crate::SpecError::NotBuiltIn { alg: Algorithm::Lzo })),
             Family::ZstdD => Ctx::ZstdD(zstd::Decompressor::new()?),
             Family::DeflateD => Ctx::DeflateD(deflate::Decompressor::new()),
         })

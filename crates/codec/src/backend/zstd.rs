@@ -180,7 +180,9 @@ impl Compressor {
     /// Reset to `level`'s parameters (only when the level changes: not per block).
     fn configure(&mut self, level: i32) -> Result<(), CodecError> {
         // SAFETY: valid context; no frame in progress between calls.
-        let r = unsafe { sys::ZSTD_CCtx_reset(self.cctx.as_ptr(), sys::ZSTD_ResetDirective::ZSTD_reset_session_and_parameters) };
+        let r = unsafe {
+            sys::ZSTD_CCtx_reset(self.cctx.as_ptr(), sys::ZSTD_ResetDirective::ZSTD_reset_session_and_parameters)
+        };
         if is_error(r) {
             return Err(CodecError::Unsupported(format!("zstd reset: {}", error_name(r))));
         }
@@ -200,13 +202,7 @@ impl Compressor {
         }
         // SAFETY: valid context; pointers and lengths come from live slices.
         let r = unsafe {
-            sys::ZSTD_compress2(
-                self.cctx.as_ptr(),
-                dst.as_mut_ptr().cast(),
-                dst.len(),
-                src.as_ptr().cast(),
-                src.len(),
-            )
+            sys::ZSTD_compress2(self.cctx.as_ptr(), dst.as_mut_ptr().cast(), dst.len(), src.as_ptr().cast(), src.len())
         };
         if !is_error(r) {
             return Ok(r);
@@ -232,10 +228,7 @@ impl Decompressor {
         match self.dctx.decompress(dst, src) {
             Ok(n) => Ok(n),
             Err(code) if is_dst_too_small(code) => Err(CodecError::DstTooSmall),
-            Err(code) => Err(CodecError::Corrupt {
-                alg: Algorithm::Zstd,
-                detail: error_name(code).to_string(),
-            }),
+            Err(code) => Err(CodecError::Corrupt { alg: Algorithm::Zstd, detail: error_name(code).to_string() }),
         }
     }
 }

@@ -188,19 +188,21 @@ fn bench_codec(ws: &Workspaces, codec: Codec, blocks: &[&[u8]], cfg: &BenchConfi
     let compress_secs = timed(cfg, blocks.len(), &mut buf, |slots, range| {
         for i in range {
             let (dst, len) = slots.slot(i);
-            *len = ws.compress(codec, blocks[i], dst).map_err(|source| BenchError::Codec { codec, block: i, source })?;
+            *len =
+                ws.compress(codec, blocks[i], dst).map_err(|source| BenchError::Codec { codec, block: i, source })?;
         }
         Ok(())
     })?;
-    let decompress_secs = timed(cfg, blocks.len(), &mut buf, |slots, range| {
-        for i in range {
-            let n = slots.lens[i - slots.offset];
-            let src = &slots.compressed[i - slots.offset][..n];
-            ws.decompress(codec.alg, src, &mut slots.out[..blocks[i].len()])
-                .map_err(|source| BenchError::Codec { codec, block: i, source })?;
-        }
-        Ok(())
-    })?;
+    let decompress_secs =
+        timed(cfg, blocks.len(), &mut buf, |slots, range| {
+            for i in range {
+                let n = slots.lens[i - slots.offset];
+                let src = &slots.compressed[i - slots.offset][..n];
+                ws.decompress(codec.alg, src, &mut slots.out[..blocks[i].len()])
+                    .map_err(|source| BenchError::Codec { codec, block: i, source })?;
+            }
+            Ok(())
+        })?;
     Ok(Row {
         codec,
         blocks: blocks.len() as u64,
@@ -227,7 +229,13 @@ where
 
 /// `passes` passes; each starts all threads together (barrier) and lasts until the slowest
 /// thread is done. Returns each pass's seconds.
-fn run_passes<F>(cfg: &BenchConfig, n: usize, buf: &mut Buffers, pass: &F, passes: usize) -> Result<Vec<f64>, BenchError>
+fn run_passes<F>(
+    cfg: &BenchConfig,
+    n: usize,
+    buf: &mut Buffers,
+    pass: &F,
+    passes: usize,
+) -> Result<Vec<f64>, BenchError>
 where
     F: Fn(&mut Slots<'_>, Range) -> Result<(), BenchError> + Sync,
 {
@@ -244,7 +252,8 @@ where
             let start = &start;
             let block_size = cfg.block_size;
             handles.push(s.spawn(move || {
-                let mut slots = Slots { compressed: c_here, lens: l_here, offset: range.start, out: vec![0u8; block_size] };
+                let mut slots =
+                    Slots { compressed: c_here, lens: l_here, offset: range.start, out: vec![0u8; block_size] };
                 let mut times = Vec::with_capacity(passes);
                 for _ in 0..passes {
                     start.wait();

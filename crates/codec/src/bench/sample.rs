@@ -17,10 +17,9 @@ impl Rng {
 }
 
 const WORDS: [&str; 48] = [
-    "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be", "by",
-    "on", "not", "he", "I", "this", "are", "or", "his", "from", "at", "which", "but", "have",
-    "an", "had", "they", "you", "were", "their", "one", "all", "we", "can", "her", "has",
-    "there", "been", "if", "more", "when", "will", "would", "who",
+    "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not", "he",
+    "I", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you", "were", "their",
+    "one", "all", "we", "can", "her", "has", "there", "been", "if", "more", "when", "will", "would", "who",
 ];
 
 /// English-like text: Zipf-skewed words, punctuation, line breaks.
@@ -41,7 +40,13 @@ fn text(len: usize, rng: &mut Rng) -> Vec<u8> {
         }
         sentence += 1;
         let end = (r >> 20).is_multiple_of(14);
-        out.extend_from_slice(if end { b". " } else if (r >> 30).is_multiple_of(9) { b", " } else { b" " });
+        out.extend_from_slice(if end {
+            b". "
+        } else if (r >> 30).is_multiple_of(9) {
+            b", "
+        } else {
+            b" "
+        });
         if end {
             sentence = 0;
             if (r >> 40).is_multiple_of(6) {
@@ -106,7 +111,9 @@ mod tests {
         }
         let z = zstd_safe::compress_bound(1 << 20);
         let mut dst = vec![0u8; z];
-        let ratio = |d: &[u8], dst: &mut Vec<u8>| d[..1 << 20].len() as f64 / zstd_safe::compress(&mut dst[..], &d[..1 << 20], 3).unwrap() as f64;
+        let ratio = |d: &[u8], dst: &mut Vec<u8>| {
+            d[..1 << 20].len() as f64 / zstd_safe::compress(&mut dst[..], &d[..1 << 20], 3).unwrap() as f64
+        };
         assert!(ratio(&a[0].data, &mut dst) > 2.5, "text-like");
         assert!(ratio(&a[1].data, &mut dst) > 2.0, "binary-like");
         assert!(ratio(&a[2].data, &mut dst) < 1.01, "random");

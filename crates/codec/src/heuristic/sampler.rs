@@ -180,7 +180,8 @@ fn core_set(hist: &[u32; 256], total: usize) -> u32 {
 /// `c · log2(c)` for every count a sample can hold, computed once.
 fn c_log2_c(c: u32) -> f32 {
     static TABLE: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
-    let t = TABLE.get_or_init(|| (0..=MAX_SAMPLE).map(|c| if c == 0 { 0.0 } else { c as f32 * (c as f32).log2() }).collect());
+    let t = TABLE
+        .get_or_init(|| (0..=MAX_SAMPLE).map(|c| if c == 0 { 0.0 } else { c as f32 * (c as f32).log2() }).collect());
     t[c as usize]
 }
 

@@ -64,11 +64,7 @@ impl CrashDevice {
             name: name.to_string(),
             sector,
             capacity,
-            state: Mutex::new(State {
-                current: image.clone(),
-                durable: image,
-                ..Default::default()
-            }),
+            state: Mutex::new(State { current: image.clone(), durable: image, ..Default::default() }),
         }
     }
 

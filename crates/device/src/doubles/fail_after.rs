@@ -13,11 +13,7 @@ pub struct FailAfter<D> {
 
 impl<D: Device> FailAfter<D> {
     pub fn new(inner: D, n: u64) -> Self {
-        Self {
-            inner,
-            remaining: AtomicU64::new(n),
-            failures: AtomicU64::new(0),
-        }
+        Self { inner, remaining: AtomicU64::new(n), failures: AtomicU64::new(0) }
     }
 
     pub fn reset(&self, n: u64) {
@@ -35,10 +31,7 @@ impl<D: Device> FailAfter<D> {
 
     /// Take one operation from the budget, or fail.
     fn admit(&self, what: &str) -> Result<(), DeviceError> {
-        let ok = self
-            .remaining
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| r.checked_sub(1))
-            .is_ok();
+        let ok = self.remaining.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| r.checked_sub(1)).is_ok();
         if ok {
             return Ok(());
         }

@@ -20,11 +20,7 @@ impl MemDevice {
 
     /// A device holding `bytes` (e.g. a crash image).
     pub fn from_bytes(name: &str, bytes: Vec<u8>, capacity: Option<u64>) -> Self {
-        Self {
-            name: name.to_string(),
-            capacity,
-            data: Mutex::new(bytes),
-        }
+        Self { name: name.to_string(), capacity, data: Mutex::new(bytes) }
     }
 
     pub fn snapshot(&self) -> Vec<u8> {
@@ -38,20 +34,10 @@ impl MemDevice {
 }
 
 /// Shared by the in-memory doubles: bounds of a read.
-pub(crate) fn check_read(
-    name: &str,
-    len: u64,
-    offset: u64,
-    buf_len: usize,
-) -> Result<(usize, usize), DeviceError> {
+pub(crate) fn check_read(name: &str, len: u64, offset: u64, buf_len: usize) -> Result<(usize, usize), DeviceError> {
     match end_offset(offset, buf_len) {
         Some(end) if end <= len => Ok((offset as usize, end as usize)),
-        _ => Err(DeviceError::OutOfRange {
-            path: name.to_string(),
-            offset,
-            len: buf_len as u64,
-            device_len: len,
-        }),
+        _ => Err(DeviceError::OutOfRange { path: name.to_string(), offset, len: buf_len as u64, device_len: len }),
     }
 }
 
@@ -62,10 +48,7 @@ pub(crate) fn check_write(
     offset: u64,
     data_len: usize,
 ) -> Result<(usize, usize), DeviceError> {
-    let full = || DeviceError::Full {
-        path: name.to_string(),
-        capacity: capacity.unwrap_or(u64::MAX),
-    };
+    let full = || DeviceError::Full { path: name.to_string(), capacity: capacity.unwrap_or(u64::MAX) };
     let end = end_offset(offset, data_len).ok_or_else(full)?;
     if capacity.is_some_and(|c| end > c) {
         return Err(full());

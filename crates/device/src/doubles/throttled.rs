@@ -19,11 +19,7 @@ pub struct Throttled<D> {
 
 impl<D: Device> Throttled<D> {
     pub fn new(inner: D, rate_bps: u64) -> Self {
-        Self {
-            inner,
-            rate_bps: AtomicU64::new(rate_bps),
-            busy_until: Mutex::new(Instant::now()),
-        }
+        Self { inner, rate_bps: AtomicU64::new(rate_bps), busy_until: Mutex::new(Instant::now()) }
     }
 
     pub fn set_rate(&self, rate_bps: u64) {

@@ -292,8 +292,7 @@ impl Dispatcher {
             }
             op::STATFS => match fs.statfs() {
                 Ok(s) => {
-                    let (blocks, bfree, bavail, files, ffree, bsize, namelen, frsize) =
-                        statfs_fields(&s);
+                    let (blocks, bfree, bavail, files, ffree, bsize, namelen, frsize) = statfs_fields(&s);
                     payload[..abi::STATFS_OUT_LEN].fill(0);
                     for (i, v) in [blocks, bfree, bavail, files, ffree].into_iter().enumerate() {
                         abi::put_u64(payload, i * 8, v);

@@ -89,7 +89,8 @@ pub fn kernel_enable() -> io::Result<()> {
             format!("{ENABLE_PARAM} does not exist (kernel without CONFIG_FUSE_IO_URING, Linux < 6.14)"),
         ));
     }
-    std::fs::write(ENABLE_PARAM, b"Y").map_err(|e| io::Error::new(e.kind(), format!("writing Y to {ENABLE_PARAM}: {e}")))
+    std::fs::write(ENABLE_PARAM, b"Y")
+        .map_err(|e| io::Error::new(e.kind(), format!("writing Y to {ENABLE_PARAM}: {e}")))
 }
 
 /// CPU queue ids the kernel expects rings for: 0..=highest possible CPU.
@@ -274,7 +275,12 @@ impl Drop for Queue {
     }
 }
 
-fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<Dispatcher>, started: &mpsc::Sender<io::Result<()>>) -> io::Result<()> {
+fn serve_queue(
+    qid: usize,
+    fd: &OwnedFd,
+    disp: &Arc<Dispatcher>,
+    started: &mpsc::Sender<io::Result<()>>,
+) -> io::Result<()> {
     pin_to(qid);
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     if efd < 0 {
@@ -354,7 +360,8 @@ impl Queue {
     }
 
     fn arm_wake(&mut self) -> io::Result<()> {
-        let poll = opcode::PollAdd::new(types::Fd(self.wake.as_raw_fd()), libc::POLLIN as u32).build().user_data(WAKE_TAG);
+        let poll =
+            opcode::PollAdd::new(types::Fd(self.wake.as_raw_fd()), libc::POLLIN as u32).build().user_data(WAKE_TAG);
         self.push(poll.into())
     }
 
@@ -400,7 +407,9 @@ impl Queue {
             if dispatch::is_slow(h.opcode) && self.lend(idx) {
                 return Ok(());
             }
-            if self.sched == Sched::Lazy && dispatch::is_heavy(h.opcode, abi::u32_at(&self.ents[idx].header, abi::ENT_PAYLOAD_SZ)) {
+            if self.sched == Sched::Lazy
+                && dispatch::is_heavy(h.opcode, abi::u32_at(&self.ents[idx].header, abi::ENT_PAYLOAD_SZ))
+            {
                 self.set_idle(false);
             }
             let e = &mut self.ents[idx];
@@ -423,7 +432,8 @@ impl Queue {
     /// when no thread could be started (the caller then runs it here).
     fn lend(&mut self, idx: usize) -> bool {
         let e = &mut self.ents[idx];
-        let lent = Lent { idx, header: e.header.as_mut_ptr(), payload: e.payload.as_mut_ptr(), payload_cap: e.payload.len() };
+        let lent =
+            Lent { idx, header: e.header.as_mut_ptr(), payload: e.payload.as_mut_ptr(), payload_cap: e.payload.len() };
         let (disp, done, wake) = (self.disp.clone(), self.done_tx.clone(), self.wake.as_raw_fd());
         e.lent = true;
         let spawned = std::thread::Builder::new().name(format!("sqz-uring-slow-{}", self.qid)).spawn(move || {

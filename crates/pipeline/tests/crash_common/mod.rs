@@ -112,10 +112,8 @@ pub fn apply_write(buf: &mut Vec<u8>, off: u64, len: u64, seed: u64) {
 /// content each file had, `None` if absent) and this child's log.
 pub fn expectations(baseline: &[Option<Vec<u8>>], log: &[LogRec]) -> Vec<FileExpect> {
     let mut cur: Vec<Option<Vec<u8>>> = baseline.to_vec();
-    let mut exp: Vec<FileExpect> = baseline
-        .iter()
-        .map(|b| FileExpect { acked: b.clone(), pending: Vec::new() })
-        .collect();
+    let mut exp: Vec<FileExpect> =
+        baseline.iter().map(|b| FileExpect { acked: b.clone(), pending: Vec::new() }).collect();
     let ack = |i: usize, cur: &[Option<Vec<u8>>], exp: &mut [FileExpect]| {
         if cur[i].is_some() {
             exp[i].acked = cur[i].clone();
@@ -155,25 +153,11 @@ pub fn check_file(name: &str, exp: &FileExpect, actual: Option<&[u8]>) -> Result
     };
     let acked: &[u8] = exp.acked.as_deref().unwrap_or(&[]);
     if data.len() < acked.len() {
-        return Err(format!(
-            "{name}: size {} is below the acknowledged size {}",
-            data.len(),
-            acked.len()
-        ));
+        return Err(format!("{name}: size {} is below the acknowledged size {}", data.len(), acked.len()));
     }
-    let max_end = exp
-        .pending
-        .iter()
-        .map(|&(o, l, _)| (o + l) as usize)
-        .chain([acked.len()])
-        .max()
-        .unwrap_or(0);
+    let max_end = exp.pending.iter().map(|&(o, l, _)| (o + l) as usize).chain([acked.len()]).max().unwrap_or(0);
     if data.len() > max_end {
-        return Err(format!(
-            "{name}: size {} is beyond anything written ({} bytes at most)",
-            data.len(),
-            max_end
-        ));
+        return Err(format!("{name}: size {} is beyond anything written ({} bytes at most)", data.len(), max_end));
     }
     let mut explained = vec![false; data.len()];
     for &(off, len, seed) in &exp.pending {
@@ -213,9 +197,7 @@ pub fn file_name(i: usize) -> Vec<u8> {
 }
 
 fn now() -> Timestamp {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
 }
 

@@ -20,8 +20,7 @@ pub fn create(e: &Engine, name: &str) -> u64 {
 
 /// Compressible bytes that differ per `seed` (text-like).
 pub fn text(seed: u64, len: usize) -> Vec<u8> {
-    let words: [&[u8]; 8] =
-        [b"squeeze ", b"record ", b"txg ", b"extent ", b"zstd ", b"sector ", b"packed ", b"dirty "];
+    let words: [&[u8]; 8] = [b"squeeze ", b"record ", b"txg ", b"extent ", b"zstd ", b"sector ", b"packed ", b"dirty "];
     let mut rng = SplitMix64::new(seed);
     let mut v = Vec::with_capacity(len + 16);
     while v.len() < len {
@@ -64,7 +63,13 @@ pub fn reopen_and_check(pool: &Path, opts: &OpenOptions, ino: u64, want: &[u8]) 
 
 /// Check the live file, sync, check again, close, and check the reopened pool.
 /// `e` is the engine or a shared handle to it; it is dropped before the reopen.
-pub fn sync_close_and_recheck(e: impl std::ops::Deref<Target = Engine>, pool: &Path, opts: &OpenOptions, ino: u64, want: &[u8]) {
+pub fn sync_close_and_recheck(
+    e: impl std::ops::Deref<Target = Engine>,
+    pool: &Path,
+    opts: &OpenOptions,
+    ino: u64,
+    want: &[u8],
+) {
     check_file(&e, ino, want);
     e.sync().unwrap();
     check_file(&e, ino, want);
