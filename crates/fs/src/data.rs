@@ -93,10 +93,6 @@ impl Fs {
         Ok(())
     }
 
-    pub fn handle_ino(&self, fh: u64) -> Result<Ino> {
-        Ok(self.handles.get(fh).ok_or(FsError::BadHandle)?.ino)
-    }
-
     /// Read up to `size` bytes at `offset` (short at EOF).
     pub fn read(&self, ino: Ino, offset: u64, size: u32) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; size as usize];

@@ -35,9 +35,6 @@ impl Handles {
         self.map.lock().insert(fh, h);
         fh
     }
-    pub fn get(&self, fh: u64) -> Option<Handle> {
-        self.map.lock().get(&fh).copied()
-    }
     pub fn append_lock(&self, ino: Ino) -> parking_lot::MutexGuard<'_, ()> {
         self.append[(ino as usize) % self.append.len()].lock()
     }

@@ -280,11 +280,6 @@ impl DevSpace {
         (run.next, run.end - run.next)
     }
 
-    /// Room left in a run held outside.
-    pub fn room_of(run: &Option<Run>) -> u64 {
-        run.map_or(0, |r| r.end - r.next)
-    }
-
     /// Take exactly `[start, start+len)` (byte-granular), which must be free: the durable
     /// image takes the records a commit makes durable, wherever the live image placed them.
     /// Space past the end extends it, the gap below becoming a free range. `false` (nothing

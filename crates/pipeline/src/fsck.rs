@@ -15,8 +15,7 @@ use crate::error::Result;
 use crate::inner::Inner;
 use crate::sync::extent_footprint;
 use crate::units::{record_len_in_file, records_for_size};
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 use serde::Serialize;
 use squeezefs_device::DATA_START;
 use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, decode_inode};

@@ -10,8 +10,6 @@ use crate::policy::Policy;
 use crate::txg::TxgCtl;
 use crate::workers::WorkerPool;
 use parking_lot::{Condvar, Mutex, RwLock};
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use rustc_hash::{FxHashMap, FxHashSet};
 use squeezefs_codec::{WorkspaceConfig, Workspaces};
 use squeezefs_device::Device;

@@ -61,8 +61,7 @@ pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO
 
 use inner::Inner;
 use parking_lot::Mutex;
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 use squeezefs_meta::{encode::decode_inode, keys, tables};
 use std::collections::HashMap;
 use std::path::Path;

@@ -65,8 +65,4 @@ impl MetaDb {
             MetaDb::Ro(_) | MetaDb::RepairedCopy(_) => Err(EngineError::ReadOnly),
         }
     }
-
-    pub fn is_read_only(&self) -> bool {
-        !matches!(self, MetaDb::Rw(_))
-    }
 }

@@ -6,8 +6,6 @@
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::nsdelta::{merged_rows, ByteRows, Delta, KeyRange};
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, encode_cookie_entry, encode_dirent};
 use squeezefs_meta::{keys, tables, FileKind, Ino, InodeAttr};
 use std::ops::Bound;

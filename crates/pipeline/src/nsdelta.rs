@@ -39,8 +39,7 @@
 use crate::error::{EngineError, Result};
 use crate::sync::extent_footprint;
 use parking_lot::{Mutex, RwLock};
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 use rustc_hash::FxHashMap;
 use squeezefs_meta::encode::{decode_inode, encode_inode};
 use squeezefs_meta::{keys, tables, ExtentPtr, Ino, InodeAttr, StoredRecord};

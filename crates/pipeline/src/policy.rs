@@ -5,7 +5,8 @@
 //! data is compressed with the controllers' starting level.
 
 use crate::outbuf::{OutBytes, OutPool};
-use squeezefs_codec::{heuristic, saves_a_sector, Algorithm, Codec, Spec, Workspaces};
+use squeezefs_codec::heuristic::{self, is_zeros};
+use squeezefs_codec::{saves_a_sector, Algorithm, Codec, Spec, Workspaces};
 use xxhash_rust::xxh3::xxh3_64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,12 +45,6 @@ pub enum Compressed {
 /// Records of a file that must compress in a row before the sampler is skipped for the
 /// file's next records in the same txg.
 pub const TRUST_AFTER: u32 = 4;
-
-/// Fast all-zero test (u64 words; the tail bytewise).
-pub fn is_zeros(data: &[u8]) -> bool {
-    let (pre, mid, post) = unsafe { data.align_to::<u64>() };
-    pre.iter().all(|&b| b == 0) && mid.iter().all(|&w| w == 0) && post.iter().all(|&b| b == 0)
-}
 
 thread_local! {
     /// Per-worker compression output buffer (grows to the largest record seen).
@@ -109,19 +104,6 @@ pub fn compress_record<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn zero_detection_over_alignments() {
-        let mut v = vec![0u8; 1000];
-        for start in 0..9 {
-            assert!(is_zeros(&v[start..]));
-        }
-        for i in [0, 7, 8, 500, 999] {
-            v[i] = 1;
-            assert!(!is_zeros(&v), "byte {i}");
-            v[i] = 0;
-        }
-    }
 
     #[test]
     fn off_policy_stores_raw_and_zeros_become_holes() {

@@ -7,8 +7,6 @@ use crate::dirty::{Layer, LayerView};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::units::{record_start_byte, records_for_size};
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use squeezefs_codec::Algorithm;
 use squeezefs_meta::{keys, tables, ExtentPtr, Ino, StoredRecord};
 use std::sync::Arc;

@@ -4,8 +4,7 @@
 use crate::error::Result;
 use crate::inner::Inner;
 use crate::units::record_start_byte;
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 use serde::Serialize;
 use squeezefs_meta::{keys, tables, ExtentPtr, Ino, StoredRecord, ROOT_INO};
 use std::collections::HashMap;

@@ -34,8 +34,7 @@ use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::policy::Compressed;
 use crate::units::granule_bytes;
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 use squeezefs_control::{choose_device, DeviceView};
 use squeezefs_meta::{keys, tables, DeviceExtent, ExtentPtr, Ino, StoredRecord, Superblock};
 use std::collections::{BTreeMap, HashMap};

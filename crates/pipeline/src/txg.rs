@@ -44,8 +44,6 @@ use crate::dirty::Layer;
 use crate::inner::Inner;
 use crate::sync;
 use parking_lot::{Condvar, Mutex};
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use squeezefs_meta::Ino;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

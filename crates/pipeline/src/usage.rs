@@ -4,8 +4,6 @@ use crate::error::Result;
 use crate::inner::Inner;
 use crate::sync::extent_footprint;
 use crate::UsageRow;
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use squeezefs_codec::Algorithm;
 use squeezefs_meta::{keys, tables, ExtentPtr, Ino};
 use std::collections::BTreeMap;

@@ -12,8 +12,6 @@ use crate::meta_space::{self, Decision};
 use crate::read;
 use crate::throttle;
 use crate::units::{checked_end, record_len_in_file, record_start_byte, records_for_size, MAX_FILE_SIZE};
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
 use squeezefs_meta::{keys, tables, Ino};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
