@@ -31,7 +31,7 @@ pub const DATA_START: u64 = HEADER_RESERVED;
 /// How many leading bytes `is_nonempty` inspects (mkfs refuses to overwrite them without
 /// --force): 1 MiB, as far as blkid looks for the common signatures. btrfs and reiserfs keep
 /// their superblock at 64 KiB and mkfs.btrfs zeroes what lies before it, so a 64 KiB probe
-/// let mkfs take a btrfs device without --force (found in review).
+/// would let mkfs take a btrfs device without --force.
 pub const NONEMPTY_PROBE_BYTES: u64 = 1024 * 1024;
 
 const SECTOR_SIZES: [u32; 2] = [512, 4096];

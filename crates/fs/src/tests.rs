@@ -587,8 +587,8 @@ fn unlink_racing_the_last_release_frees_the_file() {
     }
 }
 
-// ---- found in review: each test below failed on the code before its fix (ext4 behaviour
-// checked on this kernel as uid 1000) ----
+// ---- regressions: each test below pins an ext4 behaviour the core once got wrong (checked
+// against ext4 as uid 1000) ----
 
 /// ext4 (setattr_prepare): chmod by someone who neither owns the file nor has CAP_FOWNER is
 /// EPERM, whatever the new mode. `check_setattr` lets any caller "chmod" to the mode the
@@ -759,7 +759,6 @@ fn readdir_updates_directory_atime_under_relatime() {
         fs.write_atime(d.ino);
         let atime = fs.getattr(d.ino).unwrap().atime;
         if nodiratime {
-            // found in review: `nodiratime` was accepted and had no effect
             assert_eq!(atime, old, "nodiratime: readdir must leave the directory's atime alone");
         } else {
             assert!(atime > old, "readdir left the directory's atime alone");

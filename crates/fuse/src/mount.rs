@@ -109,7 +109,7 @@ fn mount_session(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig)
         if cfg.flags.noatime {
             c.mount_options.push(MountOption::NoAtime);
         }
-        // asked-for durability must not be dropped on the fusermount path (found in review)
+        // asked-for durability must not be dropped on the fusermount path
         if cfg.flags.sync {
             c.mount_options.push(MountOption::Sync);
         }

@@ -1,6 +1,6 @@
 //! The checking tools (fsck, scrub, read-only opens, mkfs) on damaged, crashed and foreign
-//! pools and devices. Each test here but the last pins a bug found in review: it failed on
-//! the code it was written against.
+//! pools and devices. Each test but the last pins a bug: it fails on code without the fix it
+//! is named after.
 mod common;
 use common::*;
 use redb::ReadableTable;

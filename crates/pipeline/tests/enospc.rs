@@ -78,7 +78,7 @@ fn filling_a_fixed_device_returns_no_space_and_recovers_after_delete() {
     e.close().unwrap();
 }
 
-/// Regression (byte packing, ninth session): bytes freed inside sectors that still hold live
+/// Regression (byte packing): bytes freed inside sectors that still hold live
 /// records were counted as free space, although the allocator hands out only whole free
 /// sectors. Writes were accepted that no txg could place: the txg failed with NoSpace and
 /// the pool was suspended, losing the accepted data. Now such writes are refused up front.

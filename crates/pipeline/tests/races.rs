@@ -1,6 +1,6 @@
 //! Races between the dirty cache's writers, readers, seeks and a txg driver that syncs without
 //! pause: each test runs for `STRESS` and checks every result against a model. The first
-//! pins a bug found in review (a hole punch lost to a concurrent retire of the file's record).
+//! pins a bug: a hole punch lost to a concurrent retire of the file's record.
 mod common;
 use common::*;
 use squeezefs_pipeline::*;

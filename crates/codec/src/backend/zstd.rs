@@ -50,8 +50,7 @@ const SPLIT_AFTER_SEQUENCES: sys::ZSTD_cParameter = sys::ZSTD_cParameter::ZSTD_c
 ///   not a table parameter, so it is set beside them). These levels spend their time
 ///   searching matches and then code a whole record with one set of entropy tables;
 ///   splitting where the statistics change measured +0.45% ratio at level 9 on the Silesia
-///   subset for about a fifth more CPU, and no workspace memory (docs/benchmarks.md, ninth
-///   session). libzstd makes the same split on its own from btopt on (level 13+). A hash log
+///   subset for about a fifth more CPU, and no workspace memory. libzstd makes the same split on its own from btopt on (level 13+). A hash log
 ///   of 18 would add 0.1% more but 640 KiB per workspace, past the btrfs figures.
 /// * binary-tree strategies (btlazy2 and up, levels 11+): chain log at most the window log
 ///   (libzstd uses windowLog + 1, i.e. trees over the whole window; 2 MiB at 128 KiB).
