@@ -1,46 +1,44 @@
-/*
- * Workspace pool (DESIGN.md §7): codec contexts shared by all compress/decompress callers.
- *
- * A workspace is one codec context of a *family* (zstd/lz4/lz4hc/deflate/lzo compressor,
- * zstd/deflate decompressor) with a *capacity level*. Its memory is computed from the codec
- * (zstd: ZSTD_estimateCCtxSize_usingCParams for a `block_size` source, made monotonic over
- * levels; libdeflate: measured through a counting allocator; lz4: LZ4_sizeofState[HC]).
- *
- * States of a workspace:
- *   Busy  — lent to one caller (a `Lease`), used without holding the pool lock;
- *   Idle  — on the idle list, stamped with the time it was returned (list kept in LRU order);
- *   Freed — dropped, its bytes given back to the budget.
- * Plus one Reserve slot per family: Free (possibly caching the context last built in it) or
- * Lent. Its budget — the family's maximum-size workspace — is set aside at `new()` and never
- * given back, so a caller can always make progress however tight the bound.
- *
- * Transitions (all under one mutex; contexts are built and dropped outside it):
- *   request(family, level):
- *     1. Idle → Busy: the smallest idle workspace of the family that serves the level
- *        (zstd: capacity level ≥ level, scanning up as btrfs does; deflate: the same level,
- *        because a libdeflate compressor is bound to its level; others: any);
- *     2. new → Busy: if `used + size(level) + reserves ≤ max_bytes`;
- *     3. Idle → Freed (least recently used first, any family) until step 2 fits, then 2;
- *     4. Reserve Free → Lent: the family's reserve (rebuilt for the level if its cached
- *        context cannot serve it; always fits its budget);
- *     5. otherwise wait on the condition variable and retry from 1.
- *   release: Busy → Idle (or Reserve Lent → Free), then wake the waiters. The idle list is
- *     ordered by the last time a workspace served its *own* level: one that only served
- *     smaller levels keeps its old place and is reclaimed first (as in btrfs).
- *   every request/release first frees idle workspaces unused for `idle_timeout` (LRU end).
- *
- * No deadlock: a caller holds at most one lease at a time and returns it when its one
- * compression ends, so a reserve that is Lent always comes back; a waiter is only ever waiting
- * for its family's reserve (or anything returned before it). Bound: `used + reserves`
- * never exceeds `max_bytes` (raised to the reserves' sum if configured lower).
- *
- * Counters: besides the pool's own (`PoolStats`, under the mutex), the compression work done
- * through it — calls, source bytes, the calling threads' CPU time inside the codec — in
- * atomics outside the lock, for the throughput benchmark and, later, the auto controller
- * (DESIGN.md §5: measured CPU time, not wall time).
- *
- * Tunables (`WorkspaceConfig`): max_bytes, idle_timeout, block_size.
- */
+//! Workspace pool (DESIGN.md §7): codec contexts shared by all compress/decompress callers.
+//!
+//! A workspace is one codec context of a *family* (zstd/lz4/lz4hc/deflate/lzo compressor,
+//! zstd/deflate decompressor) with a *capacity level*. Its memory is computed from the codec
+//! (zstd: ZSTD_estimateCCtxSize_usingCParams for a `block_size` source, made monotonic over
+//! levels; libdeflate: measured through a counting allocator; lz4: LZ4_sizeofState[HC]).
+//!
+//! States of a workspace:
+//!   Busy  — lent to one caller (a `Lease`), used without holding the pool lock;
+//!   Idle  — on the idle list, stamped with the time it was returned (list kept in LRU order);
+//!   Freed — dropped, its bytes given back to the budget.
+//! Plus one Reserve slot per family: Free (possibly caching the context last built in it) or
+//! Lent. Its budget — the family's maximum-size workspace — is set aside at `new()` and never
+//! given back, so a caller can always make progress however tight the bound.
+//!
+//! Transitions (all under one mutex; contexts are built and dropped outside it):
+//!   request(family, level):
+//!     1. Idle → Busy: the smallest idle workspace of the family that serves the level
+//!        (zstd: capacity level ≥ level, scanning up as btrfs does; deflate: the same level,
+//!        because a libdeflate compressor is bound to its level; others: any);
+//!     2. new → Busy: if `used + size(level) + reserves ≤ max_bytes`;
+//!     3. Idle → Freed (least recently used first, any family) until step 2 fits, then 2;
+//!     4. Reserve Free → Lent: the family's reserve (rebuilt for the level if its cached
+//!        context cannot serve it; always fits its budget);
+//!     5. otherwise wait on the condition variable and retry from 1.
+//!   release: Busy → Idle (or Reserve Lent → Free), then wake the waiters. The idle list is
+//!     ordered by the last time a workspace served its *own* level: one that only served
+//!     smaller levels keeps its old place and is reclaimed first (as in btrfs).
+//!   every request/release first frees idle workspaces unused for `idle_timeout` (LRU end).
+//!
+//! No deadlock: a caller holds at most one lease at a time and returns it when its one
+//! compression ends, so a reserve that is Lent always comes back; a waiter is only ever waiting
+//! for its family's reserve (or anything returned before it). Bound: `used + reserves`
+//! never exceeds `max_bytes` (raised to the reserves' sum if configured lower).
+//!
+//! Counters: besides the pool's own (`PoolStats`, under the mutex), the compression work done
+//! through it — calls, source bytes, the calling threads' CPU time inside the codec — in
+//! atomics outside the lock, for the throughput benchmark and, later, the auto controller
+//! (DESIGN.md §5: measured CPU time, not wall time).
+//!
+//! Tunables (`WorkspaceConfig`): max_bytes, idle_timeout, block_size.
 
 use crate::algorithm::{Algorithm, Codec, DEFLATE_MAX_LEVEL, ZSTD_MAX_LEVEL};
 use crate::backend::{self, Ctx, Family};

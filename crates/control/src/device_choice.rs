@@ -1,45 +1,43 @@
-/*
- * Device choice and queue-delay estimation (thesis §3.2.1, eq. 3.8–3.10).
- *
- * Inputs, per device (a `DeviceView`, taken from the device's `DeviceStats`):
- *   queued_bytes    bytes waiting in the device's write queue (compressed bytes),
- *   throughput_bps  moving average of measured write throughput, 0 = not measured yet,
- *   free_bytes      space left (u64::MAX for a growable file).
- *
- * Estimates:
- *   queue delay        = queued_bytes / throughput                               (eq. 3.8)
- *   safety buffer      queued_bytes - buffer, floored at 0, where
- *                      buffer = record size × DEFAULT_SAFETY_RECORDS             (eq. 3.9)
- *   min queue delay    = min over devices of the buffered queue delay            (eq. 3.10)
- *   completion time    = (queued_bytes + record_bytes) / throughput  (eq. 3.8 plus the
- *                        record's own transfer, so that among idle devices the faster wins)
- *
- * Decisions:
- *   choose_device(devices, record_bytes) → index of the device with room for the record
- *     and the smallest expected completion time; `None` when no device has room.
- *     Ties (exactly equal times, e.g. idle devices at equal speed) go to the higher
- *     throughput, then the fewer queued bytes, then the lower index — deterministic, and
- *     since the caller adds the record to the chosen queue, equal devices alternate.
- *   min_queue_delay(devices, buffer) → the time budget the auto controller may spend on
- *     compressing a record: the shortest time any device's queue would take to drain
- *     below the safety buffer (the record goes to that device at best).
- *
- * Unmeasured devices (throughput 0, NaN or infinite): their throughput is taken as the mean
- * of the measured devices, so a new device competes on equal terms and is tried as soon as
- * its queue is the shortest (which produces its first measurement). If no device is
- * measured, all get the same nominal throughput: the least-queued device wins, and
- * min_queue_delay is 0 (no evidence that compression time is free; the thesis returns 0
- * likewise when the write speed is unknown).
- *
- * The safety buffer (why eq. 3.9 exists): estimating the delay as if `buffer` bytes fewer
- * were queued makes the auto controller pick a faster level before the queue runs dry, so
- * some data always stays queued and the device never idles. It is applied only to the
- * compression budget, not to device choice: flooring all short queues to 0 would make
- * different devices look tied.
- *
- * Tunables: DEFAULT_SAFETY_RECORDS = 25 records (the thesis keeps max_queue_depth/4 = 25
- * blocks queued).
- */
+//! Device choice and queue-delay estimation (thesis §3.2.1, eq. 3.8–3.10).
+//!
+//! Inputs, per device (a `DeviceView`, taken from the device's `DeviceStats`):
+//!   queued_bytes    bytes waiting in the device's write queue (compressed bytes),
+//!   throughput_bps  moving average of measured write throughput, 0 = not measured yet,
+//!   free_bytes      space left (u64::MAX for a growable file).
+//!
+//! Estimates:
+//!   queue delay        = queued_bytes / throughput                               (eq. 3.8)
+//!   safety buffer      queued_bytes - buffer, floored at 0, where
+//!                      buffer = record size × DEFAULT_SAFETY_RECORDS             (eq. 3.9)
+//!   min queue delay    = min over devices of the buffered queue delay            (eq. 3.10)
+//!   completion time    = (queued_bytes + record_bytes) / throughput  (eq. 3.8 plus the
+//!                        record's own transfer, so that among idle devices the faster wins)
+//!
+//! Decisions:
+//!   choose_device(devices, record_bytes) → index of the device with room for the record
+//!     and the smallest expected completion time; `None` when no device has room.
+//!     Ties (exactly equal times, e.g. idle devices at equal speed) go to the higher
+//!     throughput, then the fewer queued bytes, then the lower index — deterministic, and
+//!     since the caller adds the record to the chosen queue, equal devices alternate.
+//!   min_queue_delay(devices, buffer) → the time budget the auto controller may spend on
+//!     compressing a record: the shortest time any device's queue would take to drain
+//!     below the safety buffer (the record goes to that device at best).
+//!
+//! Unmeasured devices (throughput 0, NaN or infinite): their throughput is taken as the mean
+//! of the measured devices, so a new device competes on equal terms and is tried as soon as
+//! its queue is the shortest (which produces its first measurement). If no device is
+//! measured, all get the same nominal throughput: the least-queued device wins, and
+//! min_queue_delay is 0 (no evidence that compression time is free; the thesis returns 0
+//! likewise when the write speed is unknown).
+//!
+//! The safety buffer (why eq. 3.9 exists): estimating the delay as if `buffer` bytes fewer
+//! were queued makes the auto controller pick a faster level before the queue runs dry, so
+//! some data always stays queued and the device never idles. It is applied only to the
+//! compression budget, not to device choice: flooring all short queues to 0 would make
+//! different devices look tied.
+//!
+//! Tunables: DEFAULT_SAFETY_RECORDS = 25 records (the thesis keeps max_queue_depth/4 = 25
+//! blocks queued).
 
 /// Records of data kept queued as a safety buffer (thesis §5.3: a quarter of the maximum
 /// queue depth of 100).

@@ -1,75 +1,73 @@
-/*
- * Early compression ("compress on fill") and the compress task queue.
- *
- * When a write completes a full record of the open layer, the record is handed to the
- * compress workers at once, so compression overlaps the writer and the I/O of the txg
- * being synced. The sync stage (sync.rs) then reuses the result instead of compressing.
- *
- * A `Slot` is one attempt to compress one record's exact bytes. States:
- *   QUEUED   a queue entry for the slot waits; the slot holds the job (a shared handle on
- *            the record buffer, the policy).
- *   RUNNING  a worker took the job and compresses (no lock held while compressing).
- *   DONE     the result is stored in the slot; its output bytes are charged to
- *            `Inner::dirty_bytes` until taken or dropped.
- *   TAKEN    the sync stage has the result (directly, or through its channel).
- * Transitions:
- *   QUEUED  → RUNNING   a worker pops an entry of the slot;
- *   RUNNING → DONE      the worker finishes and nobody claimed the slot;
- *   RUNNING → TAKEN     the worker finishes and the sync stage claimed the slot meanwhile:
- *                       the result goes straight to the sync stage's channel;
- *   DONE    → TAKEN     the sync stage claims the slot: it sends the result itself;
- *   DONE    → TAKEN     (packing) right after finishing a background job, the worker moves
- *                       a Packed result into its record if the record still holds this
- *                       slot in its file's open layer: the record becomes PACKED
- *                       (dirty.rs) and its raw buffer goes back to the buffer pool at
- *                       once, so the raw buffers alive are only those of records queued
- *                       or being filled, and the writer refills warm buffers instead of
- *                       touching fresh memory;
- *   QUEUED  (claimed)   the sync stage registers its channel and pushes an urgent entry
- *                       of the same slot, so the job runs ahead of background work;
- *                       whichever entry a worker pops first runs the job, the other finds
- *                       the slot no longer QUEUED and does nothing.
- *
- * Invariants:
- *   - A slot belongs to the bytes its record held when it was created: the record drops
- *     its slot on every mutation (`DataRec::buf_mut`), so a stale result is unreachable
- *     (it lives on in a detached slot until the job ends, then is dropped).
- *   - Nobody waits on a slot: workers never block on one, and the sync driver only
- *     waits on its result channel, fed by jobs that are running or queued (queued jobs
- *     always run: one worker-pool job is submitted per queue entry).
- *
- * Queue: two FIFO lists, `urgent` (the sync stage's records) before `background` (early
- * compression). A worker-pool job runs entries, urgent ones first, until both lists are
- * empty: a txg being synced never waits behind the next txg's records. `push` submits one
- * job per entry; `push_urgent_many` (the sync stage's whole list) submits at most one per
- * worker, because a txg of small files has one record per file and a worker wake-up per
- * record cost more than hashing or compressing it (~50 µs each in a `none` extract).
- * Every entry is run: the last job to find the queue empty exits only after taking
- * everything pushed before that moment, and whatever is pushed later comes with a job.
- *
- * Flow control (`EarlyCounters`): `backlog` = record bytes of background slots not yet
- * compressed; a writer waits while it exceeds `max_backlog` (`wait_backlog`), so a writer
- * faster than the compressors stays a bounded distance ahead. `ready` = record bytes whose
- * early result is DONE and unclaimed; reaching `EARLY_SYNC_BYTES` closes the open txg
- * (txg.rs), so compressed records reach the disk and their buffers return to the buffer pool
- * (and are refilled by the writer) instead of the writer touching fresh memory for every
- * record of a long stream.
- * Records held PACKED keep their bytes counted in `ready` (a `ReadyCharge`) until their
- * txg takes them.
- *
- * Caller-runs: while more than `CALLER_RUNS_RECORDS_PER_WORKER` records per worker wait in
- * the background list, a writer compresses the whole records its write covers itself,
- * straight from its caller's slice (`compress_in_caller`): a record that compresses goes
- * into the open layer PACKED with no copy into a record buffer; one that does not (zeros,
- * or no sector saved) is copied as usual with a DONE slot holding the result, so it is
- * never compressed twice. The writer then works instead of waiting for the queue, and the
- * queue stays short, so the raw buffers in flight are few and reused. (A per-file streak
- * cannot gate this: a writer this far ahead has not seen any result of its current file.)
- *
- * Tunables: `EARLY_SYNC_BYTES` (16 MiB), `BACKLOG_RECORDS_PER_WORKER` (64),
- * `CALLER_RUNS_RECORDS_PER_WORKER` (8); what triggers early compression is decided in
- * write.rs (a write that fills a record).
- */
+//! Early compression ("compress on fill") and the compress task queue.
+//!
+//! When a write completes a full record of the open layer, the record is handed to the
+//! compress workers at once, so compression overlaps the writer and the I/O of the txg
+//! being synced. The sync stage (sync.rs) then reuses the result instead of compressing.
+//!
+//! A `Slot` is one attempt to compress one record's exact bytes. States:
+//!   QUEUED   a queue entry for the slot waits; the slot holds the job (a shared handle on
+//!            the record buffer, the policy).
+//!   RUNNING  a worker took the job and compresses (no lock held while compressing).
+//!   DONE     the result is stored in the slot; its output bytes are charged to
+//!            `Inner::dirty_bytes` until taken or dropped.
+//!   TAKEN    the sync stage has the result (directly, or through its channel).
+//! Transitions:
+//!   QUEUED  → RUNNING   a worker pops an entry of the slot;
+//!   RUNNING → DONE      the worker finishes and nobody claimed the slot;
+//!   RUNNING → TAKEN     the worker finishes and the sync stage claimed the slot meanwhile:
+//!                       the result goes straight to the sync stage's channel;
+//!   DONE    → TAKEN     the sync stage claims the slot: it sends the result itself;
+//!   DONE    → TAKEN     (packing) right after finishing a background job, the worker moves
+//!                       a Packed result into its record if the record still holds this
+//!                       slot in its file's open layer: the record becomes PACKED
+//!                       (dirty.rs) and its raw buffer goes back to the buffer pool at
+//!                       once, so the raw buffers alive are only those of records queued
+//!                       or being filled, and the writer refills warm buffers instead of
+//!                       touching fresh memory;
+//!   QUEUED  (claimed)   the sync stage registers its channel and pushes an urgent entry
+//!                       of the same slot, so the job runs ahead of background work;
+//!                       whichever entry a worker pops first runs the job, the other finds
+//!                       the slot no longer QUEUED and does nothing.
+//!
+//! Invariants:
+//!   - A slot belongs to the bytes its record held when it was created: the record drops
+//!     its slot on every mutation (`DataRec::buf_mut`), so a stale result is unreachable
+//!     (it lives on in a detached slot until the job ends, then is dropped).
+//!   - Nobody waits on a slot: workers never block on one, and the sync driver only
+//!     waits on its result channel, fed by jobs that are running or queued (queued jobs
+//!     always run: one worker-pool job is submitted per queue entry).
+//!
+//! Queue: two FIFO lists, `urgent` (the sync stage's records) before `background` (early
+//! compression). A worker-pool job runs entries, urgent ones first, until both lists are
+//! empty: a txg being synced never waits behind the next txg's records. `push` submits one
+//! job per entry; `push_urgent_many` (the sync stage's whole list) submits at most one per
+//! worker, because a txg of small files has one record per file and a worker wake-up per
+//! record cost more than hashing or compressing it (~50 µs each in a `none` extract).
+//! Every entry is run: the last job to find the queue empty exits only after taking
+//! everything pushed before that moment, and whatever is pushed later comes with a job.
+//!
+//! Flow control (`EarlyCounters`): `backlog` = record bytes of background slots not yet
+//! compressed; a writer waits while it exceeds `max_backlog` (`wait_backlog`), so a writer
+//! faster than the compressors stays a bounded distance ahead. `ready` = record bytes whose
+//! early result is DONE and unclaimed; reaching `EARLY_SYNC_BYTES` closes the open txg
+//! (txg.rs), so compressed records reach the disk and their buffers return to the buffer pool
+//! (and are refilled by the writer) instead of the writer touching fresh memory for every
+//! record of a long stream.
+//! Records held PACKED keep their bytes counted in `ready` (a `ReadyCharge`) until their
+//! txg takes them.
+//!
+//! Caller-runs: while more than `CALLER_RUNS_RECORDS_PER_WORKER` records per worker wait in
+//! the background list, a writer compresses the whole records its write covers itself,
+//! straight from its caller's slice (`compress_in_caller`): a record that compresses goes
+//! into the open layer PACKED with no copy into a record buffer; one that does not (zeros,
+//! or no sector saved) is copied as usual with a DONE slot holding the result, so it is
+//! never compressed twice. The writer then works instead of waiting for the queue, and the
+//! queue stays short, so the raw buffers in flight are few and reused. (A per-file streak
+//! cannot gate this: a writer this far ahead has not seen any result of its current file.)
+//!
+//! Tunables: `EARLY_SYNC_BYTES` (16 MiB), `BACKLOG_RECORDS_PER_WORKER` (64),
+//! `CALLER_RUNS_RECORDS_PER_WORKER` (8); what triggers early compression is decided in
+//! write.rs (a write that fills a record).
 
 use crate::dirty::{FileData, PackedRec, Rec};
 use crate::inner::Inner;

@@ -1,46 +1,44 @@
-/*
- * Early placement: a record held PACKED in an open layer (dirty.rs) gets its device space
- * and goes to its device's write queue at once, so when its txg syncs the record is on the
- * device already (and its writeback started, devq.rs). The last txg of a stream then waits
- * for the I/O of a few records instead of all of its data.
- *
- * Two space images (inner.rs). Placements, early or in the sync stage, are taken in the
- * *live* image. The *durable* image is what the commits persist: the commit of a txg takes
- * exactly the ranges of the records it points to (`DevSpace::alloc_exact`) and gives back
- * its frees; the live image gets those frees only after the commit is durable. Hence:
- *   - a range placed early is never persisted as allocated before a pointer to it is
- *     (a crash leaves it free: no leak for fsck);
- *   - an early write lands only in space free in the live image, which is free in the
- *     durable image too, so it never overwrites data the last durable commit refers to.
- *
- * States of an `EarlyPlace` (one atomic; the sync driver changes it, `Drop` reads it):
- *   VALID      placed, its write queued (its own `Completion`);
- *   COMMITTED  its txg committed a pointer to it: the durable image owns the range, which
- *              is freed like any committed extent when replaced.
- *   ABANDONED  given up: the range went to the `EarlySink`, and a txg gives it back to
- *              the live image once its write has finished (`reclaim`).
- * Transitions: VALID → COMMITTED (commit stage, for the placements `place` reused);
- *              VALID → ABANDONED when dropped (the record was overwritten, truncated or
- *              deleted) or, for placements its txg did not keep (the record went inline,
- *              or was placed again after its early write failed), right after the commit
- *              (`abandon`).
- * An `EarlyRun` (one per open layer, so a file's records lie back to back) stays with the
- * layer when it is frozen: the sync stage places the layer's other records after the early
- * ones in it, then closes it. A run dropped otherwise (a file deleted while its layer was
- * open) hands its unused end to the sink like an abandoned placement.
- *
- * When: only records held PACKED (full records, compressed) in an open layer; not a file's
- * first record while it may go inline; never in a read-only pool; off after a failed txg until
- * a txg starts with room again; only
- * while the pool's room is far beyond what the dirty data can take
- * (`EARLY_ROOM_FACTOR` × max_dirty_bytes + `EARLY_ROOM_MIN`, refreshed per txg): near full,
- * placement stays in the sync stage, which handles ENOSPC.
- *
- * Accounting: `Inner::placed_stored` counts an early placement's stored bytes from its
- * placement until its txg commits (sync.rs) or it is dropped (here).
- *
- * Tunables: `EARLY_ROOM_FACTOR` (4), `EARLY_ROOM_MIN` (256 MiB).
- */
+//! Early placement: a record held PACKED in an open layer (dirty.rs) gets its device space
+//! and goes to its device's write queue at once, so when its txg syncs the record is on the
+//! device already (and its writeback started, devq.rs). The last txg of a stream then waits
+//! for the I/O of a few records instead of all of its data.
+//!
+//! Two space images (inner.rs). Placements, early or in the sync stage, are taken in the
+//! *live* image. The *durable* image is what the commits persist: the commit of a txg takes
+//! exactly the ranges of the records it points to (`DevSpace::alloc_exact`) and gives back
+//! its frees; the live image gets those frees only after the commit is durable. Hence:
+//!   - a range placed early is never persisted as allocated before a pointer to it is
+//!     (a crash leaves it free: no leak for fsck);
+//!   - an early write lands only in space free in the live image, which is free in the
+//!     durable image too, so it never overwrites data the last durable commit refers to.
+//!
+//! States of an `EarlyPlace` (one atomic; the sync driver changes it, `Drop` reads it):
+//!   VALID      placed, its write queued (its own `Completion`);
+//!   COMMITTED  its txg committed a pointer to it: the durable image owns the range, which
+//!              is freed like any committed extent when replaced.
+//!   ABANDONED  given up: the range went to the `EarlySink`, and a txg gives it back to
+//!              the live image once its write has finished (`reclaim`).
+//! Transitions: VALID → COMMITTED (commit stage, for the placements `place` reused);
+//!              VALID → ABANDONED when dropped (the record was overwritten, truncated or
+//!              deleted) or, for placements its txg did not keep (the record went inline,
+//!              or was placed again after its early write failed), right after the commit
+//!              (`abandon`).
+//! An `EarlyRun` (one per open layer, so a file's records lie back to back) stays with the
+//! layer when it is frozen: the sync stage places the layer's other records after the early
+//! ones in it, then closes it. A run dropped otherwise (a file deleted while its layer was
+//! open) hands its unused end to the sink like an abandoned placement.
+//!
+//! When: only records held PACKED (full records, compressed) in an open layer; not a file's
+//! first record while it may go inline; never in a read-only pool; off after a failed txg until
+//! a txg starts with room again; only
+//! while the pool's room is far beyond what the dirty data can take
+//! (`EARLY_ROOM_FACTOR` × max_dirty_bytes + `EARLY_ROOM_MIN`, refreshed per txg): near full,
+//! placement stays in the sync stage, which handles ENOSPC.
+//!
+//! Accounting: `Inner::placed_stored` counts an early placement's stored bytes from its
+//! placement until its txg commits (sync.rs) or it is dropped (here).
+//!
+//! Tunables: `EARLY_ROOM_FACTOR` (4), `EARLY_ROOM_MIN` (256 MiB).
 
 use crate::alloc::{DevSpace, Run};
 use crate::devq::{Completion, Payload, WriteReq};

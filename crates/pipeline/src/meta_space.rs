@@ -1,46 +1,44 @@
-/*
- * The metadata reserve: room on the filesystem holding `meta.redb` for the commits to come.
- *
- * Why. Every txg ends in one redb commit; redb writes its changed pages copy-on-write, so a
- * commit takes host space for every leaf it touches (and for inline data of small files).
- * If the host filesystem under the pool directory is full, that commit fails, redb refuses
- * every later transaction until the store is reopened (`PreviousIo`), and the pool is
- * suspended: the open txg's acknowledged changes are lost to the next open. Found in review:
- * a pool on a 16 MiB filesystem filled with data, then 1 000 creates suspended it
- * (tests/enospc.rs::metadata_ops_on_a_full_host_filesystem_get_no_space_not_a_suspended_pool).
- * So changes are admitted only while the commit that will carry them has room, as data
- * writes are (write.rs `reserve`).
- *
- * Figures (per pool, for the filesystem of the pool directory; none for a store in memory):
- *   free       statvfs available bytes, refreshed at the start and the end of every txg sync
- *              (Inner::refresh_host_free) — after a commit it holds what redb really took —
- *              and before a metadata change when older than `MAX_AGE`;
- *   reserve    `reserve_for(total)`: 1/64 of the filesystem, within [1 MiB, 64 MiB] (btrfs
- *              keeps a global metadata reserve for the same reason);
- *   pending    charges of changes made since the last `take`, `committing` those of the
- *              txg committing now (zeroed when its commit has been counted in `free`);
- *   data       dirty data bytes bound for growable devices on the same filesystem.
- *
- * Charges (`charge_rows`): a changed row costs at most one leaf page copied (4 KiB) plus its
- * value. Data in flight (`data_meta`) costs an extent row per record (`EXTENT_ROW_CHARGE`)
- * plus `max_inline` per file, computed from the dirty data at each decision. The reserve
- * covers what charges leave out: branch pages, the allocator's state, a commit's fixed cost.
- *
- * Decision (`decide`, pure), for a change of `charge` bytes of kind:
- *   Grows     (new inodes, names, xattrs, symlinks, data): admitted while
- *             free ≥ reserve + pending + committing + data + charge;
- *   NoGrowth  (deletions, renames, attribute updates): admitted while
- *             free ≥ pending + committing + data + charge — it may use the reserve, so a
- *             full pool can still be emptied;
- *   otherwise `CommitFirst` if charges are outstanding (the caller waits for the open txg to
- *   commit, which replaces estimates by the measured figure, and asks again), else `NoSpace`.
- * A metadata change is built under `meta_lock` and cannot wait for a commit then (the commit
- * takes that lock): the engine asks first for a change of `MAX_USUAL_CHARGE` and commits if
- * told to, then decides on the change built; data writes ask before taking any lock.
- *
- * Tunables: `RESERVE_MIN`, `RESERVE_MAX`, `RESERVE_SHARE`, `ROW_CHARGE`, `EXTENT_ROW_CHARGE`,
- * `MAX_USUAL_CHARGE`, `MAX_AGE`.
- */
+//! The metadata reserve: room on the filesystem holding `meta.redb` for the commits to come.
+//!
+//! Why. Every txg ends in one redb commit; redb writes its changed pages copy-on-write, so a
+//! commit takes host space for every leaf it touches (and for inline data of small files).
+//! If the host filesystem under the pool directory is full, that commit fails, redb refuses
+//! every later transaction until the store is reopened (`PreviousIo`), and the pool is
+//! suspended: the open txg's acknowledged changes are lost to the next open. Found in review:
+//! a pool on a 16 MiB filesystem filled with data, then 1 000 creates suspended it
+//! (tests/enospc.rs::metadata_ops_on_a_full_host_filesystem_get_no_space_not_a_suspended_pool).
+//! So changes are admitted only while the commit that will carry them has room, as data
+//! writes are (write.rs `reserve`).
+//!
+//! Figures (per pool, for the filesystem of the pool directory; none for a store in memory):
+//!   free       statvfs available bytes, refreshed at the start and the end of every txg sync
+//!              (Inner::refresh_host_free) — after a commit it holds what redb really took —
+//!              and before a metadata change when older than `MAX_AGE`;
+//!   reserve    `reserve_for(total)`: 1/64 of the filesystem, within [1 MiB, 64 MiB] (btrfs
+//!              keeps a global metadata reserve for the same reason);
+//!   pending    charges of changes made since the last `take`, `committing` those of the
+//!              txg committing now (zeroed when its commit has been counted in `free`);
+//!   data       dirty data bytes bound for growable devices on the same filesystem.
+//!
+//! Charges (`charge_rows`): a changed row costs at most one leaf page copied (4 KiB) plus its
+//! value. Data in flight (`data_meta`) costs an extent row per record (`EXTENT_ROW_CHARGE`)
+//! plus `max_inline` per file, computed from the dirty data at each decision. The reserve
+//! covers what charges leave out: branch pages, the allocator's state, a commit's fixed cost.
+//!
+//! Decision (`decide`, pure), for a change of `charge` bytes of kind:
+//!   Grows     (new inodes, names, xattrs, symlinks, data): admitted while
+//!             free ≥ reserve + pending + committing + data + charge;
+//!   NoGrowth  (deletions, renames, attribute updates): admitted while
+//!             free ≥ pending + committing + data + charge — it may use the reserve, so a
+//!             full pool can still be emptied;
+//!   otherwise `CommitFirst` if charges are outstanding (the caller waits for the open txg to
+//!   commit, which replaces estimates by the measured figure, and asks again), else `NoSpace`.
+//! A metadata change is built under `meta_lock` and cannot wait for a commit then (the commit
+//! takes that lock): the engine asks first for a change of `MAX_USUAL_CHARGE` and commits if
+//! told to, then decides on the change built; data writes ask before taking any lock.
+//!
+//! Tunables: `RESERVE_MIN`, `RESERVE_MAX`, `RESERVE_SHARE`, `ROW_CHARGE`, `EXTENT_ROW_CHARGE`,
+//! `MAX_USUAL_CHARGE`, `MAX_AGE`.
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};

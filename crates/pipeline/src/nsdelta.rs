@@ -1,40 +1,38 @@
-/*
- * The namespace delta: every metadata change (namespace transactions of `meta_write`,
- * attribute changes of `update_attr`) kept in memory and written to redb by the next txg
- * commit, inside its one durable redb transaction. A tar extract creates one inode per
- * entry; a redb write transaction per create (even committed non-durably) cost ~40 µs,
- * most of it redb's commit; an insert into this delta costs a few µs.
- *
- * The delta mirrors the namespace tables row by row: for each key it holds the new value
- * or a tombstone (removed). Inode rows hold whole attribute records whose `size` and
- * `blocks_bytes` mean nothing: the data path owns those (redb's committed values, or the
- * dirty state in `files`), so a delta row never goes stale when a txg commits new sizes.
- * An inode's remaining rows (extents, xattrs) are removed by the commit that applies its
- * deletion (`Delta::deleted`).
- *
- * Generations (one `NsDelta` per pool):
- *   OPEN        `open` takes every change; `meta_write` builds its changes in a private
- *               delta (so an `Err` from its closure changes nothing) and merges it into
- *               `open` in one step under the rows lock, so readers see all of it or none.
- *   COMMITTING  the txg commit takes `open` (under `meta_lock`, so no writer is half way)
- *               and makes it `committing`; a fresh `open` starts at once, so writers never
- *               wait for the commit's fdatasync.
- *   APPLIED     the commit wrote `committing` into its durable redb transaction; then it
- *               drops `committing` (and bumps `generation`). A failed commit leaves it in
- *               place: the pool is suspended and readers keep seeing the changes.
- * Readers look up `open`, then `committing`, then redb — in that order, and they start
- * their redb read only after looking at the delta: a row leaves the delta only after redb
- * holds the same value, so a reader sees each row either from the delta or from a redb
- * state that already holds it. (A redb read started before the lookup could miss a row that
- * left `committing` in between; `MetaTx` therefore re-opens its read transaction when
- * `generation` moved.)
- * Locks: `meta_lock` serializes writers (taken first); `rows` guards the generations.
- * Durability: a change is durable when the txg commit holding it is; `fsync`/`sync` wait
- * for that commit (writers mark the txg dirty), as for data.
- * Tunable: `OpenOptions::max_delta_rows` (default `MAX_OPEN_ROWS`) — past it the txg driver is woken to commit early; past four
- * times it writers wait for a commit (`Engine::bound_delta`), bounding the delta's memory
- * (~200 B a row) when writers outrun the commits.
- */
+//! The namespace delta: every metadata change (namespace transactions of `meta_write`,
+//! attribute changes of `update_attr`) kept in memory and written to redb by the next txg
+//! commit, inside its one durable redb transaction. A tar extract creates one inode per
+//! entry; a redb write transaction per create (even committed non-durably) cost ~40 µs,
+//! most of it redb's commit; an insert into this delta costs a few µs.
+//!
+//! The delta mirrors the namespace tables row by row: for each key it holds the new value
+//! or a tombstone (removed). Inode rows hold whole attribute records whose `size` and
+//! `blocks_bytes` mean nothing: the data path owns those (redb's committed values, or the
+//! dirty state in `files`), so a delta row never goes stale when a txg commits new sizes.
+//! An inode's remaining rows (extents, xattrs) are removed by the commit that applies its
+//! deletion (`Delta::deleted`).
+//!
+//! Generations (one `NsDelta` per pool):
+//!   OPEN        `open` takes every change; `meta_write` builds its changes in a private
+//!               delta (so an `Err` from its closure changes nothing) and merges it into
+//!               `open` in one step under the rows lock, so readers see all of it or none.
+//!   COMMITTING  the txg commit takes `open` (under `meta_lock`, so no writer is half way)
+//!               and makes it `committing`; a fresh `open` starts at once, so writers never
+//!               wait for the commit's fdatasync.
+//!   APPLIED     the commit wrote `committing` into its durable redb transaction; then it
+//!               drops `committing` (and bumps `generation`). A failed commit leaves it in
+//!               place: the pool is suspended and readers keep seeing the changes.
+//! Readers look up `open`, then `committing`, then redb — in that order, and they start
+//! their redb read only after looking at the delta: a row leaves the delta only after redb
+//! holds the same value, so a reader sees each row either from the delta or from a redb
+//! state that already holds it. (A redb read started before the lookup could miss a row that
+//! left `committing` in between; `MetaTx` therefore re-opens its read transaction when
+//! `generation` moved.)
+//! Locks: `meta_lock` serializes writers (taken first); `rows` guards the generations.
+//! Durability: a change is durable when the txg commit holding it is; `fsync`/`sync` wait
+//! for that commit (writers mark the txg dirty), as for data.
+//! Tunable: `OpenOptions::max_delta_rows` (default `MAX_OPEN_ROWS`) — past it the txg driver is woken to commit early; past four
+//! times it writers wait for a commit (`Engine::bound_delta`), bounding the delta's memory
+//! (~200 B a row) when writers outrun the commits.
 
 use crate::error::{EngineError, Result};
 use crate::sync::extent_footprint;

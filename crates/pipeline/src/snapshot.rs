@@ -1,36 +1,34 @@
-/*
- * A shared redb read snapshot for the namespace's point reads (lookup, getattr, getxattr,
- * readlink, listings).
- *
- * Why: a tar extract sends ~11 FUSE requests per file and several of them end in redb
- * (a negative LOOKUP, two GETXATTR security.capability, the attribute sizes). Opening a
- * read transaction and its table per request (`begin_read`, `open_table`: a tracker lock,
- * an allocation, a walk of the table tree) was most of redb's 2.4% of the samples of a full
- * extract; the lookups themselves are cheap.
- *
- * States (one `SnapshotCache` per pool):
- *   EMPTY   no snapshot (before the first read, or the commit could not open one); the
- *           next reader opens one (`begin_read` + the four tables) and caches it with the
- *           commit generation it loaded before opening;
- *   CACHED  (generation g, snapshot opened after commit g); readers that load g, or an
- *           older generation, share it.
- * Transitions: a txg commit, right after its redb write transaction committed and before
- * anything it wrote leaves the namespace delta or the dirty cache, calls `committed`: it
- * opens the snapshot of generation g + 1 itself, installs it, then bumps the generation.
- * Opening it there keeps `begin_read` off the FUSE request threads: redb registers a reader
- * under the header lock that a commit in progress holds, so a request that opened the first
- * snapshot after a commit could wait for the next commit's fdatasync (772 such waits in a
- * Linux tarball extract, each in the middle of a CREATE). Holding the newest snapshot pins
- * no page a later commit frees: it is replaced right after that commit.
- *
- * Invariant (why a shared snapshot reads what a fresh `begin_read` would): callers look in
- * the namespace delta (or the dirty cache) first and only then call `get`. A row leaves
- * the delta only after `committed` bumped the generation, so a reader that missed a row in
- * the delta loads the new generation and gets a snapshot opened after that commit. Commits
- * that happened before the reader's call bumped the generation before it loaded it, for
- * the same reason. The only writer of redb while the pool is open is the txg commit
- * (sync.rs); a commit whose bump a reader has not seen yet still has its rows in the delta.
- */
+//! A shared redb read snapshot for the namespace's point reads (lookup, getattr, getxattr,
+//! readlink, listings).
+//!
+//! Why: a tar extract sends ~11 FUSE requests per file and several of them end in redb
+//! (a negative LOOKUP, two GETXATTR security.capability, the attribute sizes). Opening a
+//! read transaction and its table per request (`begin_read`, `open_table`: a tracker lock,
+//! an allocation, a walk of the table tree) was most of redb's 2.4% of the samples of a full
+//! extract; the lookups themselves are cheap.
+//!
+//! States (one `SnapshotCache` per pool):
+//!   EMPTY   no snapshot (before the first read, or the commit could not open one); the
+//!           next reader opens one (`begin_read` + the four tables) and caches it with the
+//!           commit generation it loaded before opening;
+//!   CACHED  (generation g, snapshot opened after commit g); readers that load g, or an
+//!           older generation, share it.
+//! Transitions: a txg commit, right after its redb write transaction committed and before
+//! anything it wrote leaves the namespace delta or the dirty cache, calls `committed`: it
+//! opens the snapshot of generation g + 1 itself, installs it, then bumps the generation.
+//! Opening it there keeps `begin_read` off the FUSE request threads: redb registers a reader
+//! under the header lock that a commit in progress holds, so a request that opened the first
+//! snapshot after a commit could wait for the next commit's fdatasync (772 such waits in a
+//! Linux tarball extract, each in the middle of a CREATE). Holding the newest snapshot pins
+//! no page a later commit frees: it is replaced right after that commit.
+//!
+//! Invariant (why a shared snapshot reads what a fresh `begin_read` would): callers look in
+//! the namespace delta (or the dirty cache) first and only then call `get`. A row leaves
+//! the delta only after `committed` bumped the generation, so a reader that missed a row in
+//! the delta loads the new generation and gets a snapshot opened after that commit. Commits
+//! that happened before the reader's call bumped the generation before it loaded it, for
+//! the same reason. The only writer of redb while the pool is open is the txg commit
+//! (sync.rs); a commit whose bump a reader has not seen yet still has its rows in the delta.
 
 use crate::error::Result;
 use parking_lot::Mutex;

@@ -1,31 +1,29 @@
-/*
- * The SYNCING stages of one txg, run in order by the txg driver (txg.rs):
- *
- * 1. `cut`      — list the data records of every frozen layer (records are already cut to
- *                 `recordsize` by the dirty cache; the last one is short).
- * 2. `compress` — workers (one per core): zero test, heuristic, compression with early
- *                 abort, xxh3 of the stored bytes; results stream back as they finish.
- *                 Records compressed early are not compressed again: those held PACKED
- *                 (dirty.rs) are sent as they are, the others' slots forward their result.
- * 3. `place`    — as results arrive: small files inline; records placed while their layer
- *                 was open (early_place.rs) keep that place; other records get a device
- *                 (smallest expected completion, crates/control) and space packed into
- *                 the txg's run on that device (alloc.rs, live image),
- *                 and go to that device's write queue at once (compression and device
- *                 writes overlap).
- * 4. `issue`/wait — device writers drain their queues in large sequential batches;
- *                 the driver waits for every write of the txg, early writes included.
- * 5. `flush`    — fdatasync every device written.
- * 6. `commit`   — one durable redb transaction: extent pointers, sizes, blocks, freed
- *                 space (replaced records and inode deletions), allocation state (the
- *                 durable image: this txg's extents taken exactly, its frees given back),
- *                 txg; then the freed ranges go back to the live image and are discarded
- *                 on the devices (holes in files).
- * 7. `release`  — invalidate extent caches, drop the syncing layers, return dirty bytes,
- *                 wake throttled writers.
- *
- * No lock is held across compression or I/O: the stages work on frozen `Arc<Layer>`s.
- */
+//! The SYNCING stages of one txg, run in order by the txg driver (txg.rs):
+//!
+//! 1. `cut` — list the data records of every frozen layer (records are already cut to
+//!    `recordsize` by the dirty cache; the last one is short).
+//! 2. `compress` — workers (one per core): zero test, heuristic, compression with early
+//!    abort, xxh3 of the stored bytes; results stream back as they finish.
+//!    Records compressed early are not compressed again: those held PACKED
+//!    (dirty.rs) are sent as they are, the others' slots forward their result.
+//! 3. `place` — as results arrive: small files inline; records placed while their layer
+//!    was open (early_place.rs) keep that place; other records get a device
+//!    (smallest expected completion, crates/control) and space packed into
+//!    the txg's run on that device (alloc.rs, live image),
+//!    and go to that device's write queue at once (compression and device
+//!    writes overlap).
+//! 4. `issue`/wait — device writers drain their queues in large sequential batches;
+//!    the driver waits for every write of the txg, early writes included.
+//! 5. `flush` — fdatasync every device written.
+//! 6. `commit` — one durable redb transaction: extent pointers, sizes, blocks, freed
+//!    space (replaced records and inode deletions), allocation state (the
+//!    durable image: this txg's extents taken exactly, its frees given back),
+//!    txg; then the freed ranges go back to the live image and are discarded
+//!    on the devices (holes in files).
+//! 7. `release` — invalidate extent caches, drop the syncing layers, return dirty bytes,
+//!    wake throttled writers.
+//!
+//! No lock is held across compression or I/O: the stages work on frozen `Arc<Layer>`s.
 
 use crate::devq::{Completion, Payload, WriteReq};
 use crate::dirty::{Layer, PackedRec, Rec};

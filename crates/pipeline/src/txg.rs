@@ -1,44 +1,43 @@
-/*
- * Transaction groups: the state machine and its one driver thread.
- *
- * States of a txg (number N):
- *   OPEN       N accepts writes: `write`/`set_size`/`punch_hole` change the open layer of
- *              each file's dirty data; metadata changes go into the namespace delta
- *              (nsdelta.rs), which N's commit takes whole. Full records compressed
- *              meanwhile are placed and written already (early_place.rs), but nothing
- *              durable points to them before N commits.
- *   QUIESCING  the driver took N's dirty-inode set and freezes each file's open layer into
- *              its syncing layer (per-file lock, one at a time: a write either lands wholly
- *              in N or wholly in N+1). N+1 is OPEN from the moment N starts quiescing.
- *   SYNCING    the stages of sync.rs run on N's frozen layers: cut → compress → allocate
- *              → issue → flush → commit → release. Writers keep filling N+1 meanwhile
- *              (double buffering); only one txg syncs at a time.
- *   COMMITTED  N's extent pointers, sizes, freed space and every namespace change before
- *              the commit are durable (one durable redb commit). `fsync`/`sync` waiters
- *              for N return.
- *
- * Transitions OPEN → QUIESCING happen when any of these holds (checked by the driver):
- *   - someone waits for N (`fsync`, `sync`, `close`): `want >= N`;
- *   - dirty data reached `SYNC_DIRTY_PERCENT` of `max_dirty_bytes` (ZFS
- *     zfs_dirty_data_sync_percent);
- *   - `early::EARLY_SYNC_BYTES` of records were compressed early and wait for a txg;
- *   - the namespace delta holds more than `nsdelta::MAX_OPEN_ROWS` rows;
- *   - the txg has been open `txg_timeout` (default 5 s) and something changed.
- * A failed sync moves the pool to one of two halted states; in both the pool on disk stays
- * at the last committed txg and the failed txg's data stays readable from memory:
- *   STALLED    the txg found no room before its commit stage (placement, a device's host
- *              filesystem full at write or fdatasync): nothing of it is referenced, so the
- *              driver tries the same frozen layers again every `RETRY_INTERVAL` (placing
- *              and writing them anew) and once more at shutdown; writes, syncs and fsyncs
- *              get NoSpace meanwhile. Success → the txg is COMMITTED and the pool runs on:
- *              another program filling a device's filesystem for a while loses nothing.
- *   SUSPENDED  any other failure (device I/O error, a failed commit), or a stall still
- *              failing at shutdown: nothing more is synced, every later write/fsync
- *              reports the error.
- *
- * Tunables: `OpenOptions::txg_timeout`, `OpenOptions::max_dirty_bytes`,
- * `SYNC_DIRTY_PERCENT` (20), `RETRY_INTERVAL` (1 s), the throttle in throttle.rs.
- */
+//! Transaction groups: the state machine and its one driver thread.
+//!
+//! States of a txg (number N):
+//! * `OPEN`: N accepts writes: `write`/`set_size`/`punch_hole` change the open layer of
+//!   each file's dirty data; metadata changes go into the namespace delta
+//!   (nsdelta.rs), which N's commit takes whole. Full records compressed
+//!   meanwhile are placed and written already (early_place.rs), but nothing
+//!   durable points to them before N commits.
+//! * `QUIESCING`: the driver took N's dirty-inode set and freezes each file's open layer into
+//!   its syncing layer (per-file lock, one at a time: a write either lands wholly
+//!   in N or wholly in N+1). N+1 is OPEN from the moment N starts quiescing.
+//! * `SYNCING`: the stages of sync.rs run on N's frozen layers: cut → compress → allocate
+//!   → issue → flush → commit → release. Writers keep filling N+1 meanwhile
+//!   (double buffering); only one txg syncs at a time.
+//! * `COMMITTED`: N's extent pointers, sizes, freed space and every namespace change before
+//!   the commit are durable (one durable redb commit). `fsync`/`sync` waiters
+//!   for N return.
+//!
+//! Transitions OPEN → QUIESCING happen when any of these holds (checked by the driver):
+//!   - someone waits for N (`fsync`, `sync`, `close`): `want >= N`;
+//!   - dirty data reached `SYNC_DIRTY_PERCENT` of `max_dirty_bytes` (ZFS
+//!     zfs_dirty_data_sync_percent);
+//!   - `early::EARLY_SYNC_BYTES` of records were compressed early and wait for a txg;
+//!   - the namespace delta holds more than `nsdelta::MAX_OPEN_ROWS` rows;
+//!   - the txg has been open `txg_timeout` (default 5 s) and something changed.
+//!
+//! A failed sync moves the pool to one of two halted states; in both the pool on disk stays
+//! at the last committed txg and the failed txg's data stays readable from memory:
+//! * `STALLED`: the txg found no room before its commit stage (placement, a device's host
+//!   filesystem full at write or fdatasync): nothing of it is referenced, so the
+//!   driver tries the same frozen layers again every `RETRY_INTERVAL` (placing
+//!   and writing them anew) and once more at shutdown; writes, syncs and fsyncs
+//!   get NoSpace meanwhile. Success → the txg is COMMITTED and the pool runs on:
+//!   another program filling a device's filesystem for a while loses nothing.
+//! * `SUSPENDED`: any other failure (device I/O error, a failed commit), or a stall still
+//!   failing at shutdown: nothing more is synced, every later write/fsync
+//!   reports the error.
+//!
+//! Tunables: `OpenOptions::txg_timeout`, `OpenOptions::max_dirty_bytes`,
+//! `SYNC_DIRTY_PERCENT` (20), `RETRY_INTERVAL` (1 s), the throttle in throttle.rs.
 
 use crate::dirty::Layer;
 use crate::inner::Inner;
