@@ -2,7 +2,7 @@
 //! delay), auto (the level that keeps the devices busy), the QoS level for a target rate.
 //! No clocks and no threads here: callers pass measurements in and get a decision out, so
 //! every controller is testable without a filesystem. The only I/O is the /proc reader in
-//! [`cpu`], behind the [`CpuSource`] trait.
+//! [`cpu`] (behind the [`CpuSource`] trait) and the [`trace`] file writer and reader.
 
 mod auto;
 pub mod cpu;
@@ -10,6 +10,7 @@ mod device_choice;
 pub mod ewma;
 pub mod ladder;
 pub mod measure;
+pub mod trace;
 
 pub use auto::{AutoController, AutoInputs, Decision, Reason, Sample, Tunables};
 pub use cpu::{CpuMeter, CpuSample, CpuSource, OverheadMeter, ProcStat};
@@ -19,3 +20,4 @@ pub use device_choice::{
 };
 pub use ladder::{Mix, Point};
 pub use measure::{queue_estimate, DeviceMeter, LevelMeter, QueueEstimate};
+pub use trace::{read_trace, Trace, TraceError, TraceRow, TraceWriter};

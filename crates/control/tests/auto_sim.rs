@@ -117,6 +117,9 @@ fn show_cell() {
     let s = Setup::new(f[1].parse().unwrap(), f[2].parse().unwrap(), data);
     let c = cell(s);
     println!("{}", describe(&c));
+    if let Ok(path) = std::env::var("SIM_TRACE") {
+        sim::write_trace(&c.auto, std::path::Path::new(&path)).unwrap();
+    }
     let mut pol = Policy::Auto(Box::new(auto_default()));
     run(&s, &mut pol, &|_| s.data);
     if let Policy::Auto(a) = &mut pol {

@@ -147,13 +147,17 @@ pub enum Policy {
 /// One simulated record, for traces and checks.
 #[derive(Clone, Debug)]
 pub struct Rec {
+    /// when its compression finished, seconds
     pub t: f64,
+    /// when its level was chosen, seconds
+    pub decided: f64,
     pub codec: Codec,
     pub reason: Reason,
     pub input: u64,
     pub stored: u64,
     pub cpu_ns: u64,
     pub queue_delay: Option<f64>,
+    /// bytes queued on the device when its level was chosen
     pub queued: u64,
     /// the controller's queue correction when it decided
     pub gain: f64,
@@ -219,6 +223,7 @@ pub fn run(s: &Setup, policy: &mut Policy, data_at: &dyn Fn(u64) -> Data) -> Out
             issued += input;
             in_flight += input;
             let views = [meter.view(u64::MAX)];
+            let queued_now = views[0].queued_bytes;
             let (codec, reason, qd, gain) = match policy {
                 Policy::Fixed(c) => (*c, Reason::Fixed, None, 1.0),
                 Policy::Auto(a) => {
@@ -246,8 +251,18 @@ pub fn run(s: &Setup, policy: &mut Policy, data_at: &dyn Fn(u64) -> Data) -> Out
             if stored + 512 > input {
                 stored = input; // does not save a sector: stored raw
             }
-            let rec =
-                Rec { t: 0.0, codec, reason, input, stored, cpu_ns: codec_ns as u64, queue_delay: qd, queued: 0, gain };
+            let rec = Rec {
+                t: 0.0,
+                decided: t * 1e-9,
+                codec,
+                reason,
+                input,
+                stored,
+                cpu_ns: codec_ns as u64,
+                queue_delay: qd,
+                queued: queued_now,
+                gain,
+            };
             *w = Some(Job { rec, left: codec_ns + s.overhead_ns * input as f64 });
         }
         if writing.is_none() {
@@ -295,7 +310,6 @@ pub fn run(s: &Setup, policy: &mut Policy, data_at: &dyn Fn(u64) -> Data) -> Out
                 }
                 queued_stored += job.rec.stored;
                 queued_input += job.rec.input;
-                job.rec.queued = queued_stored;
                 meter.set_queued(t * 1e-9, queued_stored);
                 recs.push(job.rec.clone());
                 queue.push_back(job.rec);
@@ -317,4 +331,26 @@ pub fn run(s: &Setup, policy: &mut Policy, data_at: &dyn Fn(u64) -> Data) -> Out
         }
     }
     Outcome { secs: t * 1e-9, input: written_input, stored: written_stored, recs }
+}
+
+/// Write an outcome as a trace file (one device, no QoS tree).
+pub fn write_trace(o: &Outcome, path: &std::path::Path) -> std::io::Result<()> {
+    use squeezefs_control::{TraceRow, TraceWriter};
+    let mut w = TraceWriter::create(path, 1)?;
+    for r in &o.recs {
+        let q = [r.queued];
+        w.write(&TraceRow {
+            time_s: r.decided,
+            inode: 2,
+            tree: 0,
+            codec: r.codec,
+            reason: r.reason,
+            input_bytes: r.input,
+            stored_bytes: r.stored,
+            cpu_ns: r.cpu_ns,
+            queue_delay_secs: r.queue_delay,
+            queued: std::borrow::Cow::Borrowed(&q),
+        })?;
+    }
+    w.flush()
 }
