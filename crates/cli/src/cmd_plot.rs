@@ -132,7 +132,9 @@ fn draw(trace: &Trace, title: &str, path: &Path, size: (u32, u32)) -> Result<()>
         for d in 0..trace.devices {
             let pts: Vec<(f64, f64)> = rows.iter().map(|r| (r.time_s, r.queued[d] as f64 / 1e6)).collect();
             let colour = colour(d);
-            c.draw_series(LineSeries::new(thin(&pts), colour.stroke_width(2)))
+            // width 1: plotters joins wider polylines with miters, and a zigzag series then
+            // grows spikes far past its values
+            c.draw_series(LineSeries::new(thin(&pts), colour.stroke_width(1)))
                 .map_err(err)?
                 .label(format!("device {d}"))
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(2)));
@@ -157,7 +159,7 @@ fn draw(trace: &Trace, title: &str, path: &Path, size: (u32, u32)) -> Result<()>
             .map_err(err)?;
         c.configure_mesh().x_desc("time (s)").y_desc("ms").draw().map_err(err)?;
         let blue = RGBColor(30, 100, 200);
-        c.draw_series(LineSeries::new(thin(&delay).map(|(t, v)| (t, v.min(ymax))), blue.stroke_width(2)))
+        c.draw_series(LineSeries::new(thin(&delay).map(|(t, v)| (t, v.min(ymax))), blue.stroke_width(1)))
             .map_err(err)?
             .label("expected queue delay")
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], blue.stroke_width(2)));
@@ -251,7 +253,7 @@ fn draw(trace: &Trace, title: &str, path: &Path, size: (u32, u32)) -> Result<()>
         for (i, t) in trees.iter().enumerate() {
             let colour = colour(i);
             let name = if *t == 0 { "written (no QoS tree)".to_string() } else { format!("written, QoS tree {t}") };
-            c.draw_series(LineSeries::new(rate(&input[i]), colour.stroke_width(2)))
+            c.draw_series(LineSeries::new(rate(&input[i]), colour.stroke_width(1)))
                 .map_err(err)?
                 .label(name)
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], colour.stroke_width(2)));
