@@ -4,8 +4,8 @@ use crate::algorithm::Algorithm;
 
 /// The accepted spec forms, quoted by every spec error.
 pub const ACCEPTED_FORMS: &str = "none | off | zstd[:N] | zstd-N | zstd-fast-N | zlib[:N] | zlibN | \
-gzip[-N] | deflate[:N] | lz4 | lz4:fast=N | lz4fast-N | lz4hc[:N] | lzo | auto | auto:MIN..MAX | \
-qos:N | qos-N";
+gzip[-N] | deflate[:N] | lz4 | lz4:fast=N | lz4fast-N | lz4hc[:N] | lzo | auto | auto:MIN..MAX \
+(MIN, MAX fixed codecs, either may be left out) | qos:N | qos-N";
 
 /// Human-readable level range of an algorithm, for error messages.
 pub fn level_help(alg: Algorithm) -> &'static str {
@@ -59,8 +59,10 @@ pub enum SpecError {
     Malformed { spec: String, detail: &'static str },
     #[error("{alg} is not built into this squeezefs; rebuild with `--features lzo` (cargo feature `lzo` of squeezefs-codec, GPL)")]
     NotBuiltIn { alg: Algorithm },
-    #[error("auto range {min}..{max} is invalid: need MIN <= MAX, both zstd levels (-131072..=22); accepted forms: {ACCEPTED_FORMS}")]
-    BadAutoRange { min: i64, max: i64 },
+    #[error("auto range {min}..{max} runs from slower to faster: write the faster codec first, as in auto:lz4fast-20..zstd:9 (bounds are fixed codecs; a bare number is a zstd level); accepted forms: {ACCEPTED_FORMS}")]
+    BadAutoRange { min: String, max: String },
+    #[error("auto bound {bound:?} is not a fixed codec: use e.g. lz4, lz4fast-20, zstd:-5, zstd:9, zlib:6, lz4hc:9 or a bare zstd level (storing raw is always open to auto); accepted forms: {ACCEPTED_FORMS}")]
+    BadAutoBound { bound: String },
     #[error("qos target {value} MB/s out of range 1..=1000000; accepted forms: {ACCEPTED_FORMS}")]
     QosOutOfRange { value: i64 },
     #[error(

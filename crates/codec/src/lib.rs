@@ -15,6 +15,7 @@ pub mod bench;
 mod bound;
 mod error;
 pub mod heuristic;
+pub mod nominal;
 mod sector;
 mod spec;
 mod thread_cpu;

@@ -10,22 +10,32 @@
 //! | `lz4`, `lz4:fast=N`, `lz4fast-N`, `lz4-fast-N` | lz4, acceleration N | `lz4`, `lz4:fast=N` |
 //! | `lz4hc`, `lz4hc:N`, `lz4hc-N` | lz4hc | `lz4hc:N` |
 //! | `lzo` | lzo1x-1 (cargo feature `lzo`) | `lzo` |
-//! | `auto`, `auto:MIN..MAX` | adaptive zstd | `auto`, `auto:MIN..MAX` |
+//! | `auto`, `auto:MIN..MAX`, `auto:MIN..`, `auto:..MAX` | adaptive (DESIGN.md §5) | `auto`, `auto:MIN..MAX` |
 //! | `qos:N`, `qos-N`, `qos=N` | throughput target | `qos:N` |
 //!
 //! Level 0 means "the default" for zstd (3) and zlib (3), as btrfs does. Names are matched
 //! case-insensitively; surrounding blanks are ignored.
+//!
+//! `auto` bounds: MIN and MAX are fixed codecs in any spelling above (`auto:lz4fast-20..zstd:9`,
+//! `auto:zstd:-5..gzip-6`); a bare number is a zstd level (`auto:-5..9` = `auto:zstd:-5..zstd:9`).
+//! An omitted bound is the default one ([`AUTO_DEFAULT_MIN`], [`AUTO_DEFAULT_MAX`]); `auto:..`
+//! alone is refused (write `auto`). MIN must not be slower than MAX by the nominal speeds of
+//! [`crate::nominal`] (the order the controller's ladder runs in); `none` is no bound (storing
+//! raw is always open to the controller). The canonical form leaves out default bounds:
+//! `auto:lz4:fast=64..zstd:9` prints as `auto:..zstd:9`.
 
-use crate::algorithm::{
-    Algorithm, Codec, GZIP_DEFAULT_LEVEL, ZLIB_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL, ZSTD_MAX_LEVEL, ZSTD_MIN_LEVEL,
-};
+use crate::algorithm::{Algorithm, Codec, GZIP_DEFAULT_LEVEL, ZLIB_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL};
 use crate::error::SpecError;
+use crate::nominal::nominal;
 use std::fmt;
 use std::str::FromStr;
 
-/// Default zstd range of a bare `auto`.
-pub const AUTO_DEFAULT_MIN: i32 = -5;
-pub const AUTO_DEFAULT_MAX: i32 = 15;
+/// Fastest codec of a bare `auto`: lz4 at acceleration 64 still saves a little on most data
+/// at several GB/s per core, the step above storing raw when the CPU is the bottleneck.
+pub const AUTO_DEFAULT_MIN: Codec = Codec { alg: Algorithm::Lz4, level: 64 };
+/// Strongest codec of a bare `auto`: zstd:15 (6.6 MB/s per core in DESIGN.md §11) already fits
+/// only devices slower than about 25 MB/s; stronger levels gain 1–2% for 3× the CPU.
+pub const AUTO_DEFAULT_MAX: Codec = Codec { alg: Algorithm::Zstd, level: 15 };
 /// Largest accepted `qos:N` target, MB/s.
 pub const QOS_MAX_MB_PER_S: u32 = 1_000_000;
 /// Largest number of codecs one codec list may expand to (`lz4:fast=1..65537` is a mistake).
@@ -39,8 +49,9 @@ pub enum Spec {
     Off,
     /// a fixed codec, e.g. `zstd:3` (never `Codec::NONE`: that is [`Spec::Off`])
     Fixed(Codec),
-    /// `auto` / `auto:MIN..MAX` (zstd levels)
-    Auto { min: i32, max: i32 },
+    /// `auto` / `auto:MIN..MAX`: adaptive between the fixed codecs `min` (fastest) and `max`
+    /// (strongest), both inclusive; storing raw is always open to the controller
+    Auto { min: Codec, max: Codec },
     /// `qos:N` MB/s
     Qos { mb_per_s: u32 },
 }
@@ -140,6 +151,8 @@ impl fmt::Display for Spec {
             Spec::Off => f.write_str("none"),
             Spec::Fixed(c) => write!(f, "{c}"),
             Spec::Auto { min: AUTO_DEFAULT_MIN, max: AUTO_DEFAULT_MAX } => f.write_str("auto"),
+            Spec::Auto { min, max: AUTO_DEFAULT_MAX } => write!(f, "auto:{min}.."),
+            Spec::Auto { min: AUTO_DEFAULT_MIN, max } => write!(f, "auto:..{max}"),
             Spec::Auto { min, max } => write!(f, "auto:{min}..{max}"),
             Spec::Qos { mb_per_s } => write!(f, "qos:{mb_per_s}"),
         }
@@ -259,14 +272,20 @@ impl FromStr for Spec {
             let range = rest.strip_prefix(':').ok_or_else(|| p.junk(rest))?;
             let (a, b) = range.split_once("..").ok_or(SpecError::Malformed {
                 spec: p.spec.to_string(),
-                detail: "auto takes a zstd level range MIN..MAX, e.g. auto:-5..9",
+                detail: "auto takes a range MIN..MAX of fixed codecs, e.g. auto:lz4fast-20..zstd:9, auto:..zstd:9",
             })?;
-            let (min, max) = (p.signed(a)?, p.signed(b)?);
-            let valid = |l: i64| (ZSTD_MIN_LEVEL as i64..=ZSTD_MAX_LEVEL as i64).contains(&l) && l != 0;
-            if !(valid(min) && valid(max) && min <= max) {
-                return Err(SpecError::BadAutoRange { min, max });
+            if a.is_empty() && b.is_empty() {
+                return Err(SpecError::Malformed {
+                    spec: p.spec.to_string(),
+                    detail: "auto:.. names no bound; write auto for the default range",
+                });
             }
-            return Ok(Spec::Auto { min: min as i32, max: max as i32 });
+            let min = if a.is_empty() { AUTO_DEFAULT_MIN } else { auto_bound(a)? };
+            let max = if b.is_empty() { AUTO_DEFAULT_MAX } else { auto_bound(b)? };
+            if nominal(min).compress_mb_s < nominal(max).compress_mb_s {
+                return Err(SpecError::BadAutoRange { min: min.to_string(), max: max.to_string() });
+            }
+            return Ok(Spec::Auto { min, max });
         }
         if let Some(rest) = s.strip_prefix("qos") {
             let n = match split_first(rest) {
@@ -286,6 +305,28 @@ impl FromStr for Spec {
         let name: String = s.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
         Err(SpecError::UnknownName { name: if name.is_empty() { s } else { name } })
     }
+}
+
+/// One bound of `auto:MIN..MAX`: a bare (signed) number is a zstd level, anything else a
+/// fixed codec other than `none`.
+fn auto_bound(text: &str) -> Result<Codec, SpecError> {
+    let t = text.trim();
+    let digits = t.strip_prefix('-').unwrap_or(t);
+    let codec = if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        // a bare 0 is refused rather than read as "the default level"
+        let level = Parser { spec: t }.signed(t)?;
+        let level = i32::try_from(level).map_err(|_| SpecError::LevelOutOfRange { alg: Algorithm::Zstd, level })?;
+        Codec::zstd(level)?
+    } else {
+        match t.parse::<Spec>()? {
+            Spec::Fixed(c) => c,
+            _ => return Err(SpecError::BadAutoBound { bound: t.to_string() }),
+        }
+    };
+    if codec.alg == Algorithm::None {
+        return Err(SpecError::BadAutoBound { bound: t.to_string() });
+    }
+    Ok(codec)
 }
 
 /// `rest` split after its first character (None only when `rest` is empty). Not

@@ -358,23 +358,42 @@ impl Workspaces {
     /// Compress `src` into `dst`; returns bytes written. `Err(DstTooSmall)` when the output
     /// would not fit (callers use that as the early abort: give `dst` the size you would accept).
     pub fn compress(&self, codec: Codec, src: &[u8], dst: &mut [u8]) -> Result<usize, CodecError> {
-        let codec = codec.validate()?;
+        self.compress_measured(codec, src, dst).0
+    }
+
+    /// [`Workspaces::compress`], also returning the calling thread's CPU nanoseconds inside
+    /// the codec for this call (0 when no codec ran: `none`, or a refused call) — the cost
+    /// the auto controller measures per level. The same figure is added to the pool's
+    /// `compress_cpu_ns`.
+    pub fn compress_measured(&self, codec: Codec, src: &[u8], dst: &mut [u8]) -> (Result<usize, CodecError>, u64) {
+        let codec = match codec.validate() {
+            Ok(c) => c,
+            Err(e) => return (Err(e.into()), 0),
+        };
         let Some(family) = Family::compressor(codec.alg) else {
-            let out = dst.get_mut(..src.len()).ok_or(CodecError::DstTooSmall)?;
-            out.copy_from_slice(src);
-            return Ok(src.len());
+            let r = match dst.get_mut(..src.len()) {
+                Some(out) => {
+                    out.copy_from_slice(src);
+                    Ok(src.len())
+                }
+                None => Err(CodecError::DstTooSmall),
+            };
+            return (r, 0);
         };
         if src.len() > self.cfg.block_size {
-            return Err(CodecError::SourceTooLarge { len: src.len(), max: self.cfg.block_size });
+            return (Err(CodecError::SourceTooLarge { len: src.len(), max: self.cfg.block_size }), 0);
         }
-        let mut lease = self.lease(family, codec.level)?;
+        let mut lease = match self.lease(family, codec.level) {
+            Ok(l) => l,
+            Err(e) => return (Err(e), 0),
+        };
         let cpu0 = thread_cpu_ns();
         let r = lease.ctx().compress(codec, src, dst);
         let cpu = thread_cpu_ns().saturating_sub(cpu0);
         self.work.calls.fetch_add(1, Ordering::Relaxed);
         self.work.src_bytes.fetch_add(src.len() as u64, Ordering::Relaxed);
         self.work.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
-        r
+        (r, cpu)
     }
 
     /// Decompress `src` into `dst` (sized to the logical length); returns bytes written.

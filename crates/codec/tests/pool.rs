@@ -175,3 +175,28 @@ fn compression_work_is_counted_by_calls_bytes_and_thread_cpu() {
     assert!(counted <= spent, "charged {counted} ns, the thread spent {spent} ns");
     assert!(counted >= spent / 2, "charged {counted} ns of the {spent} ns spent compressing");
 }
+
+#[test]
+fn compress_measured_returns_each_calls_codec_cpu() {
+    let ws = Workspaces::new(WorkspaceConfig::default());
+    let codec = Codec::zstd(9).unwrap();
+    let src = sample(128 << 10, 12);
+    let mut dst = vec![0u8; compress_bound(codec, src.len())];
+    let mut sum = 0;
+    for _ in 0..5 {
+        let cpu0 = thread_cpu_ns();
+        let (r, cpu) = ws.compress_measured(codec, &src, &mut dst);
+        let spent = thread_cpu_ns() - cpu0;
+        assert!(r.is_ok());
+        assert!(cpu > 0 && cpu <= spent, "{cpu} ns charged of {spent} ns spent");
+        sum += cpu;
+    }
+    // the early abort is charged too; raw and refused calls cost nothing
+    let (r, cpu) = ws.compress_measured(codec, &src, &mut dst[..64]);
+    assert!(matches!(r, Err(CodecError::DstTooSmall)) && cpu > 0);
+    sum += cpu;
+    assert_eq!(ws.compress_measured(Codec::NONE, &src, &mut dst).1, 0);
+    let bad = Codec { alg: Algorithm::Zstd, level: 99 };
+    assert!(matches!(ws.compress_measured(bad, &src, &mut dst), (Err(CodecError::InvalidCodec(_)), 0)));
+    assert_eq!(ws.stats().compress_cpu_ns, sum, "the pool's counter is the sum of the per-call figures");
+}

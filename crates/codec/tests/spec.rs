@@ -7,6 +7,10 @@ fn fixed(alg: Algorithm, level: i32) -> Spec {
     Spec::Fixed(Codec { alg, level })
 }
 
+fn auto(min: Codec, max: Codec) -> Spec {
+    Spec::Auto { min, max }
+}
+
 #[test]
 fn every_accepted_form_parses_to_its_meaning() {
     use Algorithm::*;
@@ -56,9 +60,22 @@ fn every_accepted_form_parses_to_its_meaning() {
         ("lz4hc-12", fixed(Lz4Hc, 12)),
         // adaptive
         ("auto", Spec::Auto { min: AUTO_DEFAULT_MIN, max: AUTO_DEFAULT_MAX }),
-        ("auto:-5..9", Spec::Auto { min: -5, max: 9 }),
-        ("auto:1..19", Spec::Auto { min: 1, max: 19 }),
-        ("auto:3..3", Spec::Auto { min: 3, max: 3 }),
+        // bare numbers are zstd levels (the form before bounds took codec names)
+        ("auto:-5..9", auto(Codec { alg: Zstd, level: -5 }, Codec { alg: Zstd, level: 9 })),
+        ("auto:1..19", auto(Codec { alg: Zstd, level: 1 }, Codec { alg: Zstd, level: 19 })),
+        ("auto:3..3", auto(Codec { alg: Zstd, level: 3 }, Codec { alg: Zstd, level: 3 })),
+        // any fixed codec in any spelling
+        ("auto:lz4fast-20..zstd:9", auto(Codec { alg: Lz4, level: 20 }, Codec { alg: Zstd, level: 9 })),
+        ("auto:zstd:1..zstd:15", auto(Codec { alg: Zstd, level: 1 }, Codec { alg: Zstd, level: 15 })),
+        ("auto:zstd-fast-5..gzip-6", auto(Codec { alg: Zstd, level: -5 }, Codec { alg: Deflate, level: 6 })),
+        ("auto:zstd:-5..zstd-19", auto(Codec { alg: Zstd, level: -5 }, Codec { alg: Zstd, level: 19 })),
+        ("AUTO:LZ4..ZSTD:3", auto(Codec { alg: Lz4, level: 1 }, Codec { alg: Zstd, level: 3 })),
+        ("auto:lz4..lz4hc:9", auto(Codec { alg: Lz4, level: 1 }, Codec { alg: Lz4Hc, level: 9 })),
+        ("auto:zstd:3..zstd:3", auto(Codec { alg: Zstd, level: 3 }, Codec { alg: Zstd, level: 3 })),
+        // an omitted bound is the default one
+        ("auto:..zstd:9", auto(AUTO_DEFAULT_MIN, Codec { alg: Zstd, level: 9 })),
+        ("auto:lz4..", auto(Codec { alg: Lz4, level: 1 }, AUTO_DEFAULT_MAX)),
+        ("auto:lz4:fast=64..zstd:15", auto(AUTO_DEFAULT_MIN, AUTO_DEFAULT_MAX)),
         ("qos:50", Spec::Qos { mb_per_s: 50 }),
         ("qos-50", Spec::Qos { mb_per_s: 50 }),
         ("qos=200", Spec::Qos { mb_per_s: 200 }),
@@ -98,7 +115,13 @@ fn display_prints_the_canonical_form() {
         ("lz4hc", "lz4hc:9"),
         ("off", "none"),
         ("auto", "auto"),
-        ("auto:-5..9", "auto:-5..9"),
+        ("auto:-5..9", "auto:zstd:-5..zstd:9"),
+        ("auto:lz4fast-20..zstd:9", "auto:lz4:fast=20..zstd:9"),
+        ("auto:zstd-fast-5..gzip-6", "auto:zstd:-5..zlib:6"),
+        ("auto:..zstd-9", "auto:..zstd:9"),
+        ("auto:lz4..", "auto:lz4.."),
+        ("auto:lz4..zstd-15", "auto:lz4.."),
+        ("auto:lz4fast-64..zstd:15", "auto"),
         ("qos-50", "qos:50"),
     ];
     for (input, canonical) in cases {
@@ -158,6 +181,18 @@ fn invalid_specs_name_the_problem_and_the_accepted_forms() {
         "auto:0..5",
         "auto:a..b",
         "auto5",
+        "auto:..",
+        "auto:zstd:3",
+        "auto:zstd:9..lz4",
+        "auto:zlib:9..zlib:1",
+        "auto:none..zstd:3",
+        "auto:zstd:3..off",
+        "auto:qos:5..zstd:3",
+        "auto:auto..zstd:3",
+        "auto:lz4..zstd:99",
+        "auto:lz4...zstd:3",
+        "auto:lz4..zstd:3..zstd:9",
+        "auto:lz4 ..zstd:3x",
         "qos",
         "qos:",
         "qos:0",
@@ -189,6 +224,20 @@ fn level_errors_name_the_range() {
     assert!(msg.contains("1..=12"), "{msg}");
     let msg = "lzma".parse::<Spec>().unwrap_err().to_string();
     assert!(msg.contains("\"lzma\""), "{msg}");
+}
+
+#[test]
+fn auto_range_errors_say_what_is_wrong() {
+    let msg = "auto:zstd:9..lz4".parse::<Spec>().unwrap_err().to_string();
+    assert!(msg.contains("zstd:9..lz4") && msg.contains("faster codec first"), "{msg}");
+    let msg = "auto:none..zstd:3".parse::<Spec>().unwrap_err().to_string();
+    assert!(msg.contains("\"none\"") && msg.contains("not a fixed codec"), "{msg}");
+    let msg = "auto:..".parse::<Spec>().unwrap_err().to_string();
+    assert!(msg.contains("write auto"), "{msg}");
+    let msg = "auto:0..5".parse::<Spec>().unwrap_err().to_string();
+    assert!(msg.contains("level 0"), "{msg}");
+    let msg = "auto:lz4..zstd:99".parse::<Spec>().unwrap_err().to_string();
+    assert!(msg.contains("level 99"), "{msg}");
 }
 
 #[test]
@@ -239,9 +288,14 @@ fn any_spec() -> impl Strategy<Value = Spec> {
     prop_oneof![
         Just(Spec::Off),
         any_codec().prop_map(Spec::Fixed),
-        (ZSTD_MIN_LEVEL..=ZSTD_MAX_LEVEL, ZSTD_MIN_LEVEL..=ZSTD_MAX_LEVEL)
-            .prop_filter("levels", |(a, b)| *a != 0 && *b != 0)
-            .prop_map(|(a, b)| Spec::Auto { min: a.min(b), max: a.max(b) }),
+        (any_codec(), any_codec()).prop_map(|(a, b)| {
+            // the faster codec first, as the grammar requires
+            if nominal::nominal(a).compress_mb_s >= nominal::nominal(b).compress_mb_s {
+                Spec::Auto { min: a, max: b }
+            } else {
+                Spec::Auto { min: b, max: a }
+            }
+        }),
         (1..=QOS_MAX_MB_PER_S).prop_map(|n| Spec::Qos { mb_per_s: n }),
     ]
 }

@@ -1,10 +1,23 @@
 //! Controllers as pure functions of measured inputs: device choice (smallest expected queue
-//! delay), auto, qos. No I/O, no clocks, no threads here: callers pass measurements in and
-//! get a decision out, so every controller is testable without a filesystem.
+//! delay), auto (the level that keeps the devices busy), the QoS level for a target rate.
+//! No clocks and no threads here: callers pass measurements in and get a decision out, so
+//! every controller is testable without a filesystem. The only I/O is the /proc reader in
+//! [`cpu`] (behind the [`CpuSource`] trait) and the [`trace`] file writer and reader.
 
+mod auto;
+pub mod cpu;
 mod device_choice;
+pub mod ewma;
+pub mod ladder;
+pub mod measure;
+pub mod trace;
 
+pub use auto::{AutoController, AutoInputs, Decision, Reason, Sample, Tunables};
+pub use cpu::{CpuMeter, CpuSample, CpuSource, OverheadMeter, ProcStat};
 pub use device_choice::{
     choose_device, expected_completion_secs, min_queue_delay, queue_delay_secs, safety_buffer_bytes, DeviceView,
     DEFAULT_SAFETY_RECORDS,
 };
+pub use ladder::{Mix, Point};
+pub use measure::{queue_estimate, DeviceMeter, LevelMeter, QueueEstimate};
+pub use trace::{read_trace, Trace, TraceError, TraceRow, TraceWriter};

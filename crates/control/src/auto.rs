@@ -1,0 +1,745 @@
+/*
+ * The auto controller (DESIGN.md §5): for each record, the level that keeps the devices busy
+ * with the strongest compression the CPU allows.
+ *
+ * MODEL (thesis §3.1, eq. 3.7, with the CPU the rest of the pipeline needs):
+ *   write throughput W = min( n / (o + c),  D / s )                     [input bytes/s]
+ *     n  cores compressing: min(compress workers, cores not taken by others), times a
+ *        correction g (below)
+ *     o  pipeline CPU per input byte outside the codec (copies, checksums, FUSE, devices)
+ *     c  codec CPU per input byte of the level (measured in thread CPU time, not wall time,
+ *        so that other work on the cores does not make a level look slow)
+ *     D  summed write throughput of the devices (stored bytes/s)
+ *     s  stored bytes per input byte of the level (1/ratio)
+ *   The first term falls and the second rises as the level gets stronger; W is largest where
+ *   they cross: n·s(c) = D·(o + c). If they cannot cross the answer is an end of the ladder:
+ *   raw when even storing raw is CPU-bound (n/o ≤ D: compression could only slow writing
+ *   down, so auto is never slower than `none`), the strongest rung when the devices are
+ *   slower than the strongest level. Between two rungs the crossing is a mix: a fraction of
+ *   the records at the stronger rung (CPU and stored bytes add up per record, so a mix lies
+ *   on the straight line between the two rungs).
+ *   One exception, from the target "within 5% of the best fixed level's throughput with at
+ *   least its ratio": when the best single level (the largest W of any one candidate) is
+ *   CPU-bound, i.e. costlier than the crossing, the crossing's mix is a little faster but
+ *   stores more than it. Then the target is the hull's mix at that level's cost: the same
+ *   CPU per byte, hence the same speed, and no more stored bytes. The devices then wait a
+ *   little by design ("CPU-bound regime").
+ *
+ * LADDER (ladder.rs): raw, then the candidates between `auto:MIN..MAX` that sit on the lower
+ *   convex hull of their measured (c, s) points — each rung faster *and* weaker than the
+ *   next, and none beaten by a mix of its neighbours — plus the candidates not yet trusted
+ *   on the current data: *tentative* ones (measured on fewer than confident_bytes) by their
+ *   measurement, unmeasured and stale ones by an estimate (their nominal figures scaled by
+ *   the nominally nearest measured rung). Only confident rungs can drop out, so one unlucky
+ *   record cannot hide a good level. A measured rung saving less than min_gain of the raw
+ *   size is no rung: on incompressible data the ladder is raw alone and no CPU goes into
+ *   compression. A rung is *fresh* while its measurement is of the current data; it goes
+ *   stale when another rung's figures drift (measure.rs: the data changed) or after
+ *   stale_bytes written since it was last used.
+ *
+ * STATE: the rung `lo` the position is on (a rung id, so it survives ladder changes: a rung
+ *   that drops out maps to the next cheaper one), the dither accumulator spreading the mix's
+ *   fraction over records, g and its integral, whether the queue ever reached its target,
+ *   the regime (device-bound crossing or CPU-bound best level), one exploration in flight
+ *   at most, the bytes written since the ladder became raw alone and since the last probe.
+ *
+ * DECISION for a record (`decide`), in order:
+ *   1. target: the model's point on the ladder (rung k, fraction f), and the rungs it depends
+ *      on (the hull segment around the crossing, the best single level, the target's two
+ *      rungs and their neighbours); unknown while no device has a throughput measurement
+ *      (the position holds).
+ *   2. explore: the first of those rungs not yet confident gets this record (if its time
+ *      fits the queue delay, below), and no other exploration starts until its measurement
+ *      is back (or explore_timeout passed). Rungs the position only passes are not explored.
+ *   3. move: down to the target at once; within the current segment to the target fraction;
+ *      up one measured rung per record, and only if that rung's compression time for this
+ *      record (c × size × workers/cores when workers share fewer cores) fits the expected
+ *      queue delay (thesis eq. 3.13). While the target's rungs are unmeasured the position
+ *      aims at the measured rung nearest in cost.
+ *   4. guard (thesis eq. 3.14): while the saturated pipeline's expected queue delay (less a
+ *      margin of guard_safety_records records) is shorter than the compression time at
+ *      `lo`, step down as far as needed; the stronger rung of the mix is used only if it
+ *      fits too. Steps 3's fit test and this guard hold only where the devices are to be
+ *      kept busy: not in the CPU-bound regime (the queue is empty by design) and not when no
+ *      record waits behind this one (an unsaturated pipeline has no queue to fill).
+ *   5. probe: on a ladder of raw alone, one record every probe_bytes goes to the probe rung
+ *      (the candidate nominally nearest zstd:1: cheap on incompressible data, telling on the
+ *      rest) and restarts its measurement, so that compressible data is noticed again.
+ *   6. pick: `lo` or the next rung, the fraction spread evenly over records. Only neighbours
+ *      are ever mixed (the guard's step down is the one exception, for single records).
+ * FEEDBACK (`observe`): each compressed record updates its rung's averages; a drift marks
+ *   every other rung stale; a probe, or a record of a rung that was stale, restarts that
+ *   rung's averages (old data does not dilute them).
+ * CORRECTION g (the model's n and o come from meters, and the pipeline is not perfectly
+ *   parallel):
+ *   device-bound regime — the device queue tells the truth: ln g = p·e + I, where e is the
+ *     queue delay averaged over QUEUE_TAU_SECS against its target, relative, clamped to ±1,
+ *     p = gain_p_up above the target and gain_p_down below it (0 until the queue first
+ *     reached its target: an empty queue at start-up is not a slow CPU), and I integrates
+ *     gain_i·e per second, except while the target is pinned at the end of the ladder the
+ *     error pushes towards (no wind-up). Queue target: queue_target_secs, or 4 compression
+ *     times of the strongest rung in use if longer (room for the guard). The queue is itself
+ *     the integral of the rate mismatch, so a pure integral here would oscillate; the P part
+ *     damps it.
+ *   CPU-bound regime — the queue is empty and says nothing; the compression stage's own
+ *     throughput does: input bytes decided per second while saturated, over windows of at
+ *     least RATE_WINDOW_SECS and RATE_WINDOW_RECORDS records, against the model's
+ *     n / (o + c̄) for the mix used, moves ln g by RATE_WEIGHT of the difference.
+ *   g stays within [gain_min, gain_max].
+ *
+ * QoS entry (`mix_for_rate`): the strongest mix whose compression throughput on the CPU left
+ *   still meets a target rate, on the same ladder (ladder.rs `strongest_for_rate`).
+ *
+ * TUNABLES (`Tunables`; defaults chosen with the simulation in tests/auto_sim.rs, which is
+ * the place to re-tune them):
+ *   queue_target_secs 0.05      enough queue to ride out a slow record; little dirty memory
+ *   guard_safety_records 2      the records the other workers may be about to queue
+ *   gain_p_up 1, gain_p_down 0.3, gain_i 0.5/s, g in 0.25…4
+ *                               settles within a second; P down is weaker because running
+ *                               short of queue costs ratio (faster levels) while a long queue
+ *                               costs nothing but memory
+ *   min_gain 0.03               3% smaller than raw, or the rung is not worth CPU
+ *   confident_bytes 1 MiB       8 records of 128 KiB: measurement noise of a near-hull rung
+ *                               stays below its distance to the hull line
+ *   probe_bytes 64 MiB          ≤ 0.2% of the records probed on incompressible data
+ *   stale_bytes 1 GiB           rungs not used for that long are measured again before use
+ *   explore_timeout 1 s         an exploration whose result never came back is given up
+ */
+
+use crate::device_choice::DeviceView;
+use crate::ewma::TimeEwma;
+use crate::ladder::{candidates, locate, lower_hull, strongest_for_rate, Mix, Point};
+use crate::measure::{queue_estimate, Drift, LevelMeter, QueueEstimate, DRIFT_STORED};
+
+/// Time constant of the queue length the correction g follows, seconds (short: the queue is
+/// the integral of the rate mismatch already, a long average would make the loop oscillate).
+pub const QUEUE_TAU_SECS: f64 = 0.05;
+/// Shortest window over which the compression stage's throughput is measured, seconds…
+pub const RATE_WINDOW_SECS: f64 = 0.1;
+/// …and fewest records in it.
+pub const RATE_WINDOW_RECORDS: u64 = 16;
+/// Weight of one window's measurement in ln g.
+pub const RATE_WEIGHT: f64 = 0.5;
+use squeezefs_codec::{Algorithm, Codec, Spec};
+
+/// Controller tunables (see the block comment for what each does and why its default).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tunables {
+    pub queue_target_secs: f64,
+    pub guard_safety_records: u64,
+    /// proportional part of ln g per unit of queue error, above / below the target
+    pub gain_p_up: f64,
+    pub gain_p_down: f64,
+    pub gain_i: f64,
+    pub gain_min: f64,
+    pub gain_max: f64,
+    pub min_gain: f64,
+    /// input bytes a rung must be measured on before it may drop out of the ladder
+    pub confident_bytes: u64,
+    pub probe_bytes: u64,
+    pub stale_bytes: u64,
+    pub explore_timeout_secs: f64,
+}
+
+impl Default for Tunables {
+    fn default() -> Tunables {
+        Tunables {
+            queue_target_secs: 0.05,
+            guard_safety_records: 2,
+            gain_p_up: 1.0,
+            gain_p_down: 0.3,
+            gain_i: 0.5,
+            gain_min: 0.25,
+            gain_max: 4.0,
+            min_gain: 0.03,
+            confident_bytes: 1 << 20,
+            probe_bytes: 64 << 20,
+            stale_bytes: 1 << 30,
+            explore_timeout_secs: 1.0,
+        }
+    }
+}
+
+/// What the pipeline knows when a record is about to be compressed.
+#[derive(Clone, Copy, Debug)]
+pub struct AutoInputs<'a> {
+    /// monotonic seconds (any origin)
+    pub now_secs: f64,
+    /// the record's input bytes
+    pub record_bytes: u64,
+    /// the devices (queued bytes, averaged write throughput, free space)
+    pub devices: &'a [DeviceView],
+    /// cores available to squeezefs (`CpuMeter`), or the machine's if not measured
+    pub cores: f64,
+    /// compress workers
+    pub workers: usize,
+    /// pipeline CPU per input byte outside the codec (`OverheadMeter`), 0 if not measured
+    pub overhead_ns_per_byte: f64,
+    /// more records wait for compression behind this one (the pipeline is saturated)
+    pub backlog: bool,
+}
+
+/// Why a record got its level (a trace column).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// the model's mix
+    Model,
+    /// the queue delay did not fit a stronger level
+    Guard,
+    /// measuring an unmeasured or stale rung
+    Explore,
+    /// testing whether data stored raw compresses again
+    Probe,
+    /// nothing measured yet: holding the starting level
+    Hold,
+    /// not chosen by auto (a fixed policy, in a trace)
+    Fixed,
+}
+
+impl Reason {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Model => "model",
+            Reason::Guard => "guard",
+            Reason::Explore => "explore",
+            Reason::Probe => "probe",
+            Reason::Hold => "hold",
+            Reason::Fixed => "fixed",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Reason> {
+        [Reason::Model, Reason::Guard, Reason::Explore, Reason::Probe, Reason::Hold, Reason::Fixed]
+            .into_iter()
+            .find(|r| r.name() == s)
+    }
+}
+
+/// The level for one record.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decision {
+    /// `Codec::NONE`: store the record raw without compressing
+    pub codec: Codec,
+    pub reason: Reason,
+    /// the expected queue delay the decision saw (less the safety margin), seconds
+    pub queue_delay_secs: Option<f64>,
+}
+
+/// A compressed record's outcome, fed back with [`AutoController::observe`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    pub codec: Codec,
+    pub input_bytes: u64,
+    /// bytes stored (the input size when the output did not save space)
+    pub stored_bytes: u64,
+    /// thread CPU time inside the codec (`thread_cpu_ns` around the call)
+    pub cpu_ns: u64,
+}
+
+/// Rung id: `None` = raw, `Some(i)` = candidate i.
+type RungId = Option<usize>;
+
+/// Where the model wants the position: rung `k` of the ladder and `f` of the way to the next,
+/// whether that is the CPU-bound best rung, and the rungs the answer depends on (to be
+/// measured before they are trusted).
+#[derive(Clone, Debug)]
+struct Target {
+    k: usize,
+    f: f64,
+    cpu_bound: bool,
+    relevant: Vec<usize>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Rung {
+    id: RungId,
+    pt: Point,
+    /// measured on the current data (the position may use it)
+    measured: bool,
+    /// measured on enough of it to be trusted against other rungs (or it stays explored)
+    confident: bool,
+}
+
+/// The auto controller's state (see the block comment).
+#[derive(Clone, Debug)]
+pub struct AutoController {
+    tun: Tunables,
+    cands: Vec<Codec>,
+    nominal: Vec<Point>,
+    meters: Vec<LevelMeter>,
+    /// epoch in which each candidate was last measured (None: never)
+    measured_epoch: Vec<Option<u32>>,
+    /// input bytes (of `bytes`) when each candidate was last measured
+    measured_at: Vec<u64>,
+    /// the next sample of this candidate restarts its averages
+    restart: Vec<bool>,
+    epoch: u32,
+    bytes: u64,
+    ladder: Vec<Rung>,
+    /// every candidate's point (measured or estimated) that saves enough, hull or not
+    singles: Vec<(RungId, Point)>,
+    dirty: bool,
+    lo: RungId,
+    acc: f64,
+    gain: f64,
+    /// the integral part of ln g
+    integral: f64,
+    queue_avg: TimeEwma,
+    last_now: Option<f64>,
+    exploring: Option<(usize, f64)>,
+    last_probe: u64,
+    raw_since: u64,
+    probe: usize,
+    /// the last model target was at an end of the ladder (bottom, top)
+    pinned: (bool, bool),
+    /// the last model target was the CPU-bound best rung (the devices wait by design)
+    cpu_bound: bool,
+    /// while CPU-bound and saturated: (window start, input bytes decided, Σ cost × bytes)
+    rate_window: Option<(f64, u64, f64)>,
+    /// the queue has reached its target once
+    primed: bool,
+}
+
+/// The codec the controller starts at and probes with: the candidate nominally nearest zstd:1.
+const START: Codec = Codec { alg: Algorithm::Zstd, level: 1 };
+
+impl AutoController {
+    /// A controller for `auto:min..max` (bounds as the spec grammar validated them).
+    pub fn new(min: Codec, max: Codec, tun: Tunables) -> AutoController {
+        let cands = candidates(min, max);
+        let nominal: Vec<Point> = cands.iter().map(|c| Point::nominal(*c)).collect();
+        let start_cost = Point::nominal(START).cost.ln();
+        let probe = (0..cands.len())
+            .min_by(|&a, &b| {
+                (nominal[a].cost.ln() - start_cost).abs().total_cmp(&(nominal[b].cost.ln() - start_cost).abs())
+            })
+            .unwrap_or(0);
+        let n = cands.len();
+        let mut c = AutoController {
+            tun,
+            cands,
+            nominal,
+            meters: vec![LevelMeter::new(); n],
+            measured_epoch: vec![None; n],
+            measured_at: vec![0; n],
+            restart: vec![false; n],
+            epoch: 0,
+            bytes: 0,
+            ladder: Vec::new(),
+            singles: Vec::new(),
+            dirty: true,
+            lo: (n > 0).then_some(probe),
+            acc: 0.0,
+            gain: 1.0,
+            integral: 0.0,
+            queue_avg: TimeEwma::new(QUEUE_TAU_SECS),
+            last_now: None,
+            exploring: None,
+            last_probe: 0,
+            raw_since: 0,
+            probe,
+            pinned: (false, false),
+            cpu_bound: false,
+            rate_window: None,
+            primed: false,
+        };
+        c.rebuild();
+        c
+    }
+
+    /// A controller for an `auto` spec; `None` for other specs.
+    pub fn for_spec(spec: Spec, tun: Tunables) -> Option<AutoController> {
+        match spec {
+            Spec::Auto { min, max } => Some(AutoController::new(min, max, tun)),
+            _ => None,
+        }
+    }
+
+    /// The candidates, fastest first.
+    pub fn candidates(&self) -> &[Codec] {
+        &self.cands
+    }
+
+    /// The current ladder: (codec, cost ns/B, stored per byte, measured on the current data),
+    /// raw first.
+    pub fn ladder(&mut self) -> Vec<(Codec, Point, bool)> {
+        if self.dirty {
+            self.rebuild();
+        }
+        self.ladder.iter().map(|r| (self.codec(r.id), r.pt, r.measured)).collect()
+    }
+
+    /// The queue correction g.
+    pub fn gain(&self) -> f64 {
+        self.gain
+    }
+
+    fn codec(&self, id: RungId) -> Codec {
+        id.map_or(Codec::NONE, |i| self.cands[i])
+    }
+
+    fn fresh(&self, i: usize) -> bool {
+        self.measured_epoch[i] == Some(self.epoch)
+            && self.bytes.saturating_sub(self.measured_at[i]) <= self.tun.stale_bytes
+            && self.meters[i].cost_ns_per_byte().is_some()
+    }
+
+    fn measured_point(&self, i: usize) -> Point {
+        Point {
+            cost: self.meters[i].cost_ns_per_byte().unwrap_or(self.nominal[i].cost),
+            stored: self.meters[i].stored_per_byte().unwrap_or(self.nominal[i].stored),
+        }
+    }
+
+    /// Estimate for a candidate not measured on the current data: its nominal point scaled by
+    /// the fresh rung nominally nearest to it (cost by the measured/nominal cost ratio, the
+    /// saving 1/s − 1 by the measured/nominal saving ratio).
+    fn estimate(&self, i: usize) -> Point {
+        let nom = self.nominal[i];
+        let near = (0..self.cands.len()).filter(|&j| self.fresh(j)).min_by(|&a, &b| {
+            let d = |j: usize| (self.nominal[j].cost.ln() - nom.cost.ln()).abs();
+            d(a).total_cmp(&d(b))
+        });
+        let Some(j) = near else { return nom };
+        let m = self.measured_point(j);
+        let nj = self.nominal[j];
+        let cost = nom.cost * (m.cost / nj.cost).max(1e-6);
+        // the saving scale is capped: a weak rung that saves a lot says little about how much
+        // more the strong ones would
+        let scale = ((1.0 / m.stored - 1.0) / (1.0 / nj.stored - 1.0)).clamp(0.0, 4.0);
+        let saving = (1.0 / nom.stored - 1.0) * scale;
+        Point { cost, stored: 1.0 / (1.0 + saving) }
+    }
+
+    /// Fresh and measured on enough data to be trusted against other rungs.
+    fn confident(&self, i: usize) -> bool {
+        self.fresh(i) && self.meters[i].measured_bytes() >= self.tun.confident_bytes
+    }
+
+    fn rebuild(&mut self) {
+        let limit = 1.0 - self.tun.min_gain;
+        // confident rungs: the hull of raw and their points that save enough
+        let mut pts = vec![(None, Point::RAW)];
+        pts.extend(
+            (0..self.cands.len())
+                .filter(|&i| self.confident(i))
+                .map(|i| (Some(i), self.measured_point(i)))
+                .filter(|(_, p)| p.stored <= limit),
+        );
+        let just: Vec<Point> = pts.iter().map(|p| p.1).collect();
+        let mut ladder: Vec<Rung> = lower_hull(&just)
+            .into_iter()
+            .map(|k| Rung { id: pts[k].0, pt: pts[k].1, measured: true, confident: true })
+            .collect();
+        // the others wherever they fall: tentative ones (too few records) by their measurement,
+        // unmeasured and stale ones by estimate; both are explored before the position uses them
+        for i in (0..self.cands.len()).filter(|&i| !self.confident(i)) {
+            let fresh = self.fresh(i);
+            let pt = if fresh { self.measured_point(i) } else { self.estimate(i) };
+            if pt.stored <= limit {
+                ladder.push(Rung { id: Some(i), pt, measured: fresh, confident: false });
+            }
+        }
+        ladder.sort_by(|a, b| a.pt.cost.total_cmp(&b.pt.cost).then(b.confident.cmp(&a.confident)));
+        self.ladder = ladder;
+        // every candidate as a single level, hull or not
+        self.singles = (0..self.cands.len())
+            .map(|i| (Some(i), if self.fresh(i) { self.measured_point(i) } else { self.estimate(i) }))
+            .filter(|(_, p)| p.stored <= limit)
+            .collect();
+        self.dirty = false;
+    }
+
+    /// Index in the ladder of rung `id`, or of the most expensive rung cheaper than it was.
+    fn index_of(&self, id: RungId) -> usize {
+        if let Some(k) = self.ladder.iter().position(|r| r.id == id) {
+            return k;
+        }
+        let cost = id.map_or(0.0, |i| if self.fresh(i) { self.measured_point(i).cost } else { self.estimate(i).cost });
+        self.ladder.iter().rposition(|r| r.pt.cost <= cost).unwrap_or(0)
+    }
+
+    /// The model's target on the ladder, or None without a device measurement.
+    fn target(&self, n: f64, o: f64, dev_bps: Option<f64>) -> Option<Target> {
+        let d = dev_bps.filter(|d| *d > 0.0 && d.is_finite())?;
+        let pts: Vec<Point> = self.ladder.iter().map(|r| r.pt).collect();
+        let costs: Vec<f64> = pts.iter().map(|p| p.cost).collect();
+        if n.is_nan() || n <= 0.0 {
+            return Some(Target { k: 0, f: 0.0, cpu_bound: false, relevant: vec![] });
+        }
+        // the crossing on the hull of the whole ladder (estimates included)
+        let hull = lower_hull(&pts);
+        let ne = n * self.gain * 1e9; // input bytes per second per (ns/B)
+        let surplus = |p: Point| ne * p.stored - d * (o + p.cost);
+        let last = *hull.last().expect("raw is on every hull");
+        let mut relevant = Vec::with_capacity(6);
+        let c_star = if surplus(pts[hull[0]]) <= 0.0 {
+            relevant.push(hull[0]);
+            pts[hull[0]].cost
+        } else if surplus(pts[last]) >= 0.0 {
+            relevant.push(last);
+            pts[last].cost
+        } else {
+            let k = hull.windows(2).position(|w| surplus(pts[w[1]]) < 0.0).expect("a sign change");
+            let (a, b) = (pts[hull[k]], pts[hull[k + 1]]);
+            relevant.extend([hull[k], hull[k + 1]]);
+            let m = (b.stored - a.stored) / (b.cost - a.cost);
+            // ne·(s_a + m(c − c_a)) = d·(o + c)
+            ((d * o - ne * a.stored + ne * m * a.cost) / (ne * m - d)).clamp(a.cost, b.cost)
+        };
+        // the best single rung (any candidate, on the hull or not): when it is CPU-bound
+        // (costlier than the crossing) it stores less than the crossing's mix for a little less
+        // speed. The mix on the hull at its cost runs as fast (same CPU) and stores no more:
+        // take that
+        let w = |p: Point| (ne / (o + p.cost).max(1e-9)).min(d / p.stored);
+        let best = self.singles.iter().copied().fold((None, Point::RAW), |b, p| if w(p.1) > w(b.1) { p } else { b });
+        let cpu_bound = best.1.cost > c_star;
+        let (k, f) = locate(&costs, if cpu_bound { best.1.cost } else { c_star });
+        if cpu_bound {
+            relevant.extend(self.ladder.iter().position(|r| r.id == best.0));
+        }
+        // the target's rungs first, then its neighbours: an estimate may hide a better rung
+        relevant.push(k);
+        if f > 0.0 && k + 1 < pts.len() {
+            relevant.push(k + 1);
+        }
+        relevant.extend(k.checked_sub(1));
+        relevant.extend((k + 1..(k + 3).min(pts.len())).filter(|&r| f > 0.0 || r == k + 1));
+        Some(Target { k, f, cpu_bound, relevant })
+    }
+
+    /// The level for the next record.
+    pub fn decide(&mut self, inp: &AutoInputs) -> Decision {
+        let now = inp.now_secs;
+        let dt = self.last_now.map_or(0.0, |t| (now - t).clamp(0.0, 1.0));
+        self.last_now = Some(now.max(self.last_now.unwrap_or(now)));
+        self.bytes = self.bytes.saturating_add(inp.record_bytes);
+        if let Some((_, t)) = self.exploring {
+            if now - t > self.tun.explore_timeout_secs {
+                self.exploring = None;
+            }
+        }
+        if (0..self.cands.len()).any(|i| self.measured_epoch[i] == Some(self.epoch) && !self.fresh(i)) {
+            // a rung went stale by age: forget its epoch so it is re-measured before use
+            for i in 0..self.cands.len() {
+                if self.measured_epoch[i] == Some(self.epoch) && !self.fresh(i) {
+                    self.measured_epoch[i] = None;
+                    self.restart[i] = true;
+                }
+            }
+            self.dirty = true;
+        }
+        if self.dirty {
+            self.rebuild();
+        }
+        let rec = inp.record_bytes.max(1);
+        let q: QueueEstimate = queue_estimate(inp.devices, rec, self.tun.guard_safety_records.saturating_mul(rec));
+        if let Some(qs) = q.queued_secs {
+            self.queue_avg.update(now, qs);
+        }
+        let cores = if inp.cores > 0.0 && inp.cores.is_finite() { inp.cores } else { 1.0 };
+        let workers = inp.workers.max(1) as f64;
+        let n = workers.min(cores);
+        let wall = (workers / cores).max(1.0);
+        let o = inp.overhead_ns_per_byte.max(0.0);
+        let time = |r: &Rung| r.pt.cost * rec as f64 * wall * 1e-9;
+        let top = self.ladder.len() - 1;
+
+        // 1–2: target and movement
+        let mut lo = self.index_of(self.lo);
+        let mut frac = 0.0;
+        let mut reason = Reason::Model;
+        let mut explore = None;
+        let target = self.target(n, o, q.device_bps);
+        self.cpu_bound = target.as_ref().is_some_and(|t| t.cpu_bound);
+        // the queue delay bounds compression time only where the devices are to be kept busy:
+        // not in an unsaturated pipeline (no queue to fill) nor at the CPU-bound best rung
+        // (the devices wait by design)
+        let guarded = inp.backlog && !self.cpu_bound;
+        let fits = |r: &Rung| !guarded || q.delay_secs.is_none_or(|e| time(r) <= e);
+        match &target {
+            None => reason = Reason::Hold,
+            Some(t) => {
+                let (k, f) = (t.k, t.f);
+                self.pinned = (k == 0 && f == 0.0, k == top);
+                let measured = |r: usize| self.ladder[r].measured;
+                // 3: a rung the decision depends on that is not measured on this data yet is
+                // explored; rungs the position only passes are not
+                if let Some(&r) = t.relevant.iter().find(|&&r| !self.ladder[r].confident) {
+                    if self.exploring.is_none() && fits(&self.ladder[r]) {
+                        explore = Some(r);
+                    }
+                }
+                // the target as far as measured rungs reach: the measured rung nearest to it
+                let (tk, tf) = if !measured(k) || (f > 0.0 && k < top && !measured(k + 1)) {
+                    let c = self.ladder[k].pt.cost;
+                    let near = (0..self.ladder.len())
+                        .filter(|&r| measured(r))
+                        .min_by(|&a, &b| {
+                            (self.ladder[a].pt.cost - c).abs().total_cmp(&(self.ladder[b].pt.cost - c).abs())
+                        })
+                        .unwrap_or(0);
+                    (near, 0.0)
+                } else {
+                    (k, f)
+                };
+                // 2: down at once, up one measured rung per record and only if it fits
+                if tk < lo {
+                    (lo, frac) = (tk, tf);
+                } else if tk == lo {
+                    frac = tf;
+                } else {
+                    let next = (lo + 1..=tk).find(|&r| measured(r)).unwrap_or(tk);
+                    if fits(&self.ladder[next]) {
+                        lo = next;
+                        frac = if next == tk { tf } else { 0.0 };
+                    } else {
+                        reason = Reason::Guard;
+                    }
+                }
+            }
+        }
+        // 4: the guard, while the pipeline is saturated and meant to keep the devices busy
+        if guarded {
+            if let Some(e) = q.delay_secs {
+                if lo < top && frac > 0.0 && time(&self.ladder[lo + 1]) > e {
+                    frac = 0.0;
+                    reason = Reason::Guard;
+                }
+                while lo > 0 && time(&self.ladder[lo]) > e {
+                    lo -= 1;
+                    frac = 0.0;
+                    reason = Reason::Guard;
+                }
+            }
+        }
+        self.lo = self.ladder[lo].id;
+        if lo == top {
+            frac = 0.0;
+        }
+
+        // the queue correction, from the averaged queue against its target
+        if let (Some(avg), true, true, false) = (self.queue_avg.value(), inp.backlog, target.is_some(), self.cpu_bound)
+        {
+            let strongest = if frac > 0.0 { &self.ladder[lo + 1] } else { &self.ladder[lo] };
+            let want = self.tun.queue_target_secs.max(4.0 * time(strongest));
+            let err = ((avg - want) / want).clamp(-1.0, 1.0);
+            let (bottom, at_top) = self.pinned;
+            let (lmin, lmax) = (self.tun.gain_min.ln(), self.tun.gain_max.ln());
+            let wound = (err > 0.0 && at_top) || (err < 0.0 && bottom);
+            if !wound {
+                self.integral = (self.integral + self.tun.gain_i * err * dt).clamp(lmin, lmax);
+            }
+            // an empty queue before it ever reached its target means a pipeline starting up,
+            // not a slow CPU
+            self.primed |= err >= 0.0;
+            let p = if err > 0.0 {
+                self.tun.gain_p_up
+            } else if self.primed {
+                self.tun.gain_p_down
+            } else {
+                0.0
+            };
+            self.gain = (p * err + self.integral).clamp(lmin, lmax).exp();
+        }
+        // at the CPU-bound best rung the queue is empty by design and says nothing; the
+        // compression stage's own throughput (records taken per second while saturated) against
+        // the model's n / (o + c) corrects g instead
+        if inp.backlog && self.cpu_bound && target.is_some() {
+            let w = self.rate_window.get_or_insert((now, 0, 0.0));
+            if now - w.0 >= RATE_WINDOW_SECS && w.1 >= RATE_WINDOW_RECORDS * rec {
+                let rate = w.1 as f64 / (now - w.0);
+                let cost = w.2 / w.1 as f64;
+                let measured = rate * (o + cost) / (n * 1e9);
+                let (lmin, lmax) = (self.tun.gain_min.ln(), self.tun.gain_max.ln());
+                let lg = self.gain.ln() + RATE_WEIGHT * (measured.ln() - self.gain.ln());
+                self.integral = lg.clamp(lmin, lmax);
+                self.gain = self.integral.exp();
+                self.rate_window = Some((now, 0, 0.0));
+            }
+        } else {
+            self.rate_window = None;
+        }
+
+        // 5–6: explore, probe or pick
+        let only_raw = self.ladder.len() == 1;
+        if !(lo == 0 && frac == 0.0) {
+            self.raw_since = self.bytes;
+        }
+        let codec = if let Some(k) = explore {
+            let i = self.ladder[k].id.expect("raw is always measured");
+            self.exploring = Some((i, now));
+            reason = Reason::Explore;
+            self.cands[i]
+        } else if only_raw
+            && !self.cands.is_empty()
+            && self.exploring.is_none()
+            && self.bytes - self.raw_since >= self.tun.probe_bytes
+            && self.bytes - self.last_probe >= self.tun.probe_bytes
+        {
+            self.last_probe = self.bytes;
+            self.exploring = Some((self.probe, now));
+            self.restart[self.probe] = true;
+            reason = Reason::Probe;
+            self.cands[self.probe]
+        } else {
+            let hi = self.ladder.get(lo + 1).map_or(self.ladder[lo].id, |r| r.id);
+            let mix = Mix { lo: self.codec(self.ladder[lo].id), hi: self.codec(hi), frac };
+            mix.pick(&mut self.acc)
+        };
+        let cost = match self.cands.iter().position(|c| *c == codec) {
+            Some(i) if self.fresh(i) => self.measured_point(i).cost,
+            Some(i) => self.estimate(i).cost,
+            None => 0.0,
+        };
+        if let Some(w) = &mut self.rate_window {
+            w.1 += inp.record_bytes;
+            w.2 += cost * inp.record_bytes as f64;
+        }
+        Decision { codec, reason, queue_delay_secs: q.delay_secs }
+    }
+
+    /// Feed back a compressed record (every record `decide` gave a codec other than
+    /// `Codec::NONE`, whether or not its output was kept).
+    pub fn observe(&mut self, s: &Sample) {
+        let Some(i) = self.cands.iter().position(|c| *c == s.codec) else { return };
+        if s.input_bytes == 0 {
+            return;
+        }
+        let was_fresh = self.fresh(i);
+        if std::mem::take(&mut self.restart[i]) || !was_fresh {
+            // an exploration, a probe, or a rung used while stale: its old figures are of
+            // other data, start over
+            let old = self.meters[i].stored_per_byte();
+            self.meters[i] = LevelMeter::new();
+            self.meters[i].observe(s.input_bytes, s.stored_bytes, s.cpu_ns);
+            // a rung measured on the current data that now stores differently: the data changed
+            if let (true, Some(a), Some(b)) = (was_fresh, old, self.meters[i].stored_per_byte()) {
+                if (a / b).ln().abs() > DRIFT_STORED {
+                    self.epoch += 1;
+                }
+            }
+        } else if self.meters[i].observe(s.input_bytes, s.stored_bytes, s.cpu_ns) == Drift::Changed {
+            self.epoch += 1;
+        }
+        self.measured_epoch[i] = Some(self.epoch);
+        self.measured_at[i] = self.bytes;
+        if self.exploring.is_some_and(|(e, _)| e == i) {
+            self.exploring = None;
+        }
+        self.dirty = true;
+    }
+
+    /// QoS: the strongest mix whose compression throughput on `cores` (the CPU left for this
+    /// stream) with `overhead_ns_per_byte` of other pipeline CPU still meets `rate_bps`
+    /// input bytes per second, on this controller's ladder (estimates included).
+    pub fn mix_for_rate(&mut self, cores: f64, overhead_ns_per_byte: f64, rate_bps: f64) -> Mix {
+        if self.dirty {
+            self.rebuild();
+        }
+        let pts: Vec<Point> = self.ladder.iter().map(|r| r.pt).collect();
+        let hull: Vec<(Codec, Point)> =
+            lower_hull(&pts).into_iter().map(|k| (self.codec(self.ladder[k].id), self.ladder[k].pt)).collect();
+        strongest_for_rate(&hull, cores, overhead_ns_per_byte, rate_bps)
+    }
+}

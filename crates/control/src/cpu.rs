@@ -1,0 +1,323 @@
+/*
+ * The CPU squeezefs gets: cores not taken by other processes, and the CPU the pipeline spends
+ * per byte outside the codec.
+ *
+ * Sources (behind `CpuSource`, so the meters and the controller stay pure and testable):
+ *   `ProcStat` — the only I/O in this crate: /proc/stat (ticks per CPU: busy, idle) summed over
+ *   the CPUs this process may run on (sched_getaffinity: `taskset -c 0` gives one core), and
+ *   /proc/self/stat (our own user + system ticks).
+ * Meters:
+ *   `CpuMeter` — between two samples, others' busy ticks = all busy ticks − ours; cores
+ *     available to us = allowed CPUs − others' busy share × allowed CPUs, floored at
+ *     MIN_CORES (the scheduler always gives our runnable threads some share), averaged over
+ *     CPU_TAU_SECS. A CPU hog on one of two cores gives 1; a writer process using half a core
+ *     to feed us gives 1.5 (its CPU is not ours to spend on compression).
+ *   `OverheadMeter` — (process CPU − codec CPU) per input byte written: copies, checksums, the
+ *     FUSE round trips, the device threads. The pipeline model needs it: every byte costs this
+ *     much CPU even when stored raw, so `none` is CPU-bound on a fast device with a slow CPU.
+ *     Attributes all of the process's non-codec CPU to written bytes (reads in the same period
+ *     inflate it; the controller's queue feedback corrects what that misleads).
+ */
+
+use crate::ewma::{ByteEwma, TimeEwma};
+
+/// Time constant of the available-cores average, seconds.
+pub const CPU_TAU_SECS: f64 = 1.0;
+/// Fewest cores the meter reports.
+pub const MIN_CORES: f64 = 0.25;
+/// Bytes over which the pipeline overhead per byte is averaged.
+pub const OVERHEAD_WINDOW_BYTES: u64 = 64 << 20;
+/// Fewest input bytes between two overhead samples (smaller intervals are merged: the
+/// process clock and the codec counters are read at slightly different moments).
+pub const OVERHEAD_MIN_BYTES: u64 = 4 << 20;
+
+/// Errors of reading the CPU figures.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CpuError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: &'static str, source: std::io::Error },
+    #[error("cannot parse {path}: {detail}")]
+    Parse { path: &'static str, detail: String },
+}
+
+/// CPU ticks over the CPUs this process may use, cumulative since boot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuSample {
+    /// all ticks (busy and idle) of the allowed CPUs
+    pub total_ticks: u64,
+    /// idle + iowait ticks of the allowed CPUs
+    pub idle_ticks: u64,
+    /// user + system ticks of this process
+    pub self_ticks: u64,
+    /// number of allowed CPUs
+    pub cpus: u32,
+}
+
+/// Where CPU samples come from.
+pub trait CpuSource {
+    fn sample(&mut self) -> Result<CpuSample, CpuError>;
+}
+
+/// Busy and idle ticks summed over `cpus` (indices of `cpuN` lines) from /proc/stat text.
+/// guest time is already inside user/nice and is not added again; steal counts as busy.
+pub fn parse_proc_stat(text: &str, cpus: &[usize]) -> Result<(u64, u64), CpuError> {
+    let bad = |detail: String| CpuError::Parse { path: "/proc/stat", detail };
+    let (mut total, mut idle, mut found) = (0u64, 0u64, 0usize);
+    for line in text.lines() {
+        let mut it = line.split_ascii_whitespace();
+        let Some(name) = it.next() else { continue };
+        let Some(n) = name.strip_prefix("cpu").filter(|n| !n.is_empty()) else { continue };
+        let Ok(n) = n.parse::<usize>() else { continue };
+        if !cpus.contains(&n) {
+            continue;
+        }
+        let v: Vec<u64> =
+            it.take(8).map(|f| f.parse::<u64>()).collect::<Result<_, _>>().map_err(|e| bad(format!("{name}: {e}")))?;
+        if v.len() < 5 {
+            return Err(bad(format!("{name}: {} fields, expected at least 5", v.len())));
+        }
+        total += v.iter().sum::<u64>();
+        idle += v[3] + v[4];
+        found += 1;
+    }
+    if found != cpus.len() {
+        return Err(bad(format!("found {found} of the {} allowed CPUs", cpus.len())));
+    }
+    Ok((total, idle))
+}
+
+/// user + system ticks of a process from its /proc/PID/stat text (fields 14 and 15; the
+/// command name in parentheses may hold spaces and parentheses, so fields count from the last
+/// closing parenthesis).
+pub fn parse_self_stat(text: &str) -> Result<u64, CpuError> {
+    let bad = |detail: &str| CpuError::Parse { path: "/proc/self/stat", detail: detail.to_string() };
+    let rest = &text[text.rfind(')').ok_or_else(|| bad("no command name"))? + 1..];
+    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+    // rest starts at field 3 (state): utime is field 14, stime field 15
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| bad("short or non-numeric fields"));
+    Ok(get(11)? + get(12)?)
+}
+
+/// Reads /proc/stat and /proc/self/stat over the CPUs of this process's affinity mask.
+#[derive(Debug)]
+pub struct ProcStat {
+    cpus: Vec<usize>,
+}
+
+impl ProcStat {
+    /// The allowed CPUs are read once (a later `taskset` on the daemon is not followed).
+    pub fn new() -> Result<ProcStat, CpuError> {
+        Ok(ProcStat { cpus: allowed_cpus()? })
+    }
+
+    /// Indices of the CPUs this process may run on.
+    pub fn cpus(&self) -> &[usize] {
+        &self.cpus
+    }
+}
+
+impl CpuSource for ProcStat {
+    fn sample(&mut self) -> Result<CpuSample, CpuError> {
+        let stat =
+            std::fs::read_to_string("/proc/stat").map_err(|source| CpuError::Read { path: "/proc/stat", source })?;
+        let me = std::fs::read_to_string("/proc/self/stat")
+            .map_err(|source| CpuError::Read { path: "/proc/self/stat", source })?;
+        let (total_ticks, idle_ticks) = parse_proc_stat(&stat, &self.cpus)?;
+        Ok(CpuSample { total_ticks, idle_ticks, self_ticks: parse_self_stat(&me)?, cpus: self.cpus.len() as u32 })
+    }
+}
+
+fn allowed_cpus() -> Result<Vec<usize>, CpuError> {
+    // SAFETY: `set` is a valid cpu_set_t for the call; CPU_ISSET reads it within its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(CpuError::Read { path: "sched_getaffinity", source: std::io::Error::last_os_error() });
+        }
+        Ok((0..libc::CPU_SETSIZE as usize).filter(|&i| libc::CPU_ISSET(i, &set)).collect())
+    }
+}
+
+/// CPU time of the whole process in nanoseconds (`CLOCK_PROCESS_CPUTIME_ID`), 0 if unreadable.
+pub fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// Cores available to this process (see the module comment).
+#[derive(Clone, Debug)]
+pub struct CpuMeter {
+    prev: Option<CpuSample>,
+    avail: TimeEwma,
+}
+
+impl Default for CpuMeter {
+    fn default() -> Self {
+        CpuMeter { prev: None, avail: TimeEwma::new(CPU_TAU_SECS) }
+    }
+}
+
+impl CpuMeter {
+    pub fn new() -> CpuMeter {
+        CpuMeter::default()
+    }
+
+    /// Add a sample taken at `now_secs`; returns the averaged available cores once two
+    /// samples with ticks between them were seen.
+    pub fn update(&mut self, now_secs: f64, s: CpuSample) -> Option<f64> {
+        let Some(p) = self.prev.replace(s) else { return self.avail.value() };
+        let total = s.total_ticks.saturating_sub(p.total_ticks);
+        if total == 0 || s.cpus == 0 || p.cpus != s.cpus {
+            return self.avail.value();
+        }
+        let busy = total.saturating_sub(s.idle_ticks.saturating_sub(p.idle_ticks));
+        let others = busy.saturating_sub(s.self_ticks.saturating_sub(p.self_ticks));
+        let cpus = s.cpus as f64;
+        let avail = (cpus - others as f64 / total as f64 * cpus).clamp(MIN_CORES.min(cpus), cpus);
+        Some(self.avail.update(now_secs, avail))
+    }
+
+    pub fn available_cores(&self) -> Option<f64> {
+        self.avail.value()
+    }
+}
+
+/// The pipeline's CPU per input byte outside the codec (see the module comment).
+#[derive(Clone, Debug)]
+pub struct OverheadMeter {
+    prev: Option<(u64, u64, u64)>,
+    avg: ByteEwma,
+}
+
+impl Default for OverheadMeter {
+    fn default() -> Self {
+        OverheadMeter { prev: None, avg: ByteEwma::new(OVERHEAD_WINDOW_BYTES) }
+    }
+}
+
+impl OverheadMeter {
+    pub fn new() -> OverheadMeter {
+        OverheadMeter::default()
+    }
+
+    /// Cumulative counters: the process's CPU time, the codec's CPU time (the workspace
+    /// pool's `compress_cpu_ns`), input bytes written. Returns the averaged ns per byte.
+    pub fn update(&mut self, process_cpu_ns: u64, codec_cpu_ns: u64, input_bytes: u64) -> Option<f64> {
+        let now = (process_cpu_ns, codec_cpu_ns, input_bytes);
+        let Some(p) = self.prev else {
+            self.prev = Some(now);
+            return self.avg.value();
+        };
+        let bytes = input_bytes.saturating_sub(p.2);
+        if bytes < OVERHEAD_MIN_BYTES {
+            return self.avg.value();
+        }
+        let own = process_cpu_ns.saturating_sub(p.0).saturating_sub(codec_cpu_ns.saturating_sub(p.1));
+        self.prev = Some(now);
+        self.avg.update(own as f64 / bytes as f64, bytes)
+    }
+
+    pub fn ns_per_byte(&self) -> Option<f64> {
+        self.avg.value()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAT: &str = "cpu  10132153 290696 3084719 46828483 16683 0 25195 0 175628 0
+cpu0 1393280 32966 572056 13343292 6130 0 17875 0 23933 0
+cpu1 1335808 39891 522013 13385598 6193 0 2789 5 88 0
+intr 199292 0
+ctxt 12345
+";
+
+    #[test]
+    fn proc_stat_sums_the_allowed_cpus() {
+        let (t0, i0) = parse_proc_stat(STAT, &[0]).unwrap();
+        assert_eq!(t0, 1393280 + 32966 + 572056 + 13343292 + 6130 + 17875);
+        assert_eq!(i0, 13343292 + 6130);
+        let (t, i) = parse_proc_stat(STAT, &[0, 1]).unwrap();
+        assert_eq!(t, t0 + 1335808 + 39891 + 522013 + 13385598 + 6193 + 2789 + 5);
+        assert_eq!(i, i0 + 13385598 + 6193);
+        assert!(parse_proc_stat(STAT, &[2]).is_err(), "a CPU missing from the file");
+        assert!(parse_proc_stat("cpu0 1 2 x 4 5\n", &[0]).is_err());
+        assert!(parse_proc_stat("cpu0 1 2 3\n", &[0]).is_err());
+    }
+
+    #[test]
+    fn self_stat_reads_utime_and_stime_after_the_command_name() {
+        let text = "4242 (we ird) name)) S 1 2 3 4 5 6 7 8 9 10 111 222 13 14 15 16\n";
+        assert_eq!(parse_self_stat(text).unwrap(), 333);
+        assert!(parse_self_stat("4242 (x) S 1 2").is_err());
+        assert!(parse_self_stat("no name").is_err());
+    }
+
+    fn sample(total: u64, idle: u64, me: u64, cpus: u32) -> CpuSample {
+        CpuSample { total_ticks: total, idle_ticks: idle, self_ticks: me, cpus }
+    }
+
+    #[test]
+    fn cores_not_taken_by_others() {
+        let mut m = CpuMeter::new();
+        assert_eq!(m.update(0.0, sample(0, 0, 0, 2)), None, "one sample is no interval");
+        // 2 CPUs, 200 ticks: a hog busy 100, we busy 80, idle 20 → 1 core is ours to take
+        assert_eq!(m.update(1.0, sample(200, 20, 80, 2)), Some(1.0));
+        let mut m = CpuMeter::new();
+        m.update(0.0, sample(0, 0, 0, 2));
+        // idle machine apart from us: both cores
+        assert_eq!(m.update(1.0, sample(200, 150, 50, 2)), Some(2.0));
+        // a writer using a quarter of the ticks (half a core)
+        let mut m = CpuMeter::new();
+        m.update(0.0, sample(0, 0, 0, 2));
+        assert_eq!(m.update(1.0, sample(200, 0, 150, 2)), Some(1.5));
+        // others saturate everything: the floor
+        let mut m = CpuMeter::new();
+        m.update(0.0, sample(0, 0, 0, 1));
+        assert_eq!(m.update(1.0, sample(100, 0, 0, 1)), Some(MIN_CORES));
+        // no ticks in between, or a changed CPU count: no new figure
+        assert_eq!(m.update(2.0, sample(100, 0, 0, 1)), Some(MIN_CORES));
+        assert_eq!(m.update(3.0, sample(300, 200, 0, 2)), Some(MIN_CORES));
+    }
+
+    #[test]
+    fn this_machine_reads() {
+        let mut src = ProcStat::new().unwrap();
+        assert!(!src.cpus().is_empty());
+        let a = src.sample().unwrap();
+        let mut x = 0u64;
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(60) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let b = src.sample().unwrap();
+        assert_eq!(a.cpus as usize, src.cpus().len());
+        assert!(b.total_ticks >= a.total_ticks && b.self_ticks >= a.self_ticks);
+        let mut m = CpuMeter::new();
+        m.update(0.0, a);
+        if let Some(c) = m.update(0.06, b) {
+            assert!((MIN_CORES..=a.cpus as f64).contains(&c), "{c}");
+        }
+        assert!(process_cpu_ns() > 0);
+    }
+
+    #[test]
+    fn overhead_is_process_cpu_beyond_the_codec_per_byte() {
+        let mut m = OverheadMeter::new();
+        assert_eq!(m.update(1_000, 500, 0), None);
+        // too few bytes yet: merged into the next interval
+        assert_eq!(m.update(2_000_000, 1_000_000, 1 << 20), None);
+        // 8 MiB written; 20 ms of process CPU, 12 ms of it in the codec → 8 ms / 8 MiB
+        let mib8 = 8u64 << 20;
+        let got = m.update(1_000 + 20_000_000, 500 + 12_000_000, mib8).unwrap();
+        assert!((got - 8e6 / mib8 as f64).abs() < 1e-9, "{got}");
+        assert_eq!(m.ns_per_byte(), Some(got));
+    }
+}

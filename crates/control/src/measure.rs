@@ -1,0 +1,306 @@
+/*
+ * Measured inputs of the auto controller, as pure accumulators the pipeline feeds.
+ *
+ * Per device (`DeviceMeter`, or the engine's `DeviceStats` snapshot as a `DeviceView`):
+ *   queued bytes (instant, and averaged over QUEUE_TAU_SECS for display), write throughput
+ *   (bytes per second of each write, averaged over the last THROUGHPUT_WINDOW_BYTES).
+ * Over devices (`queue_estimate`, thesis eq. 3.8–3.10):
+ *   expected queue delay of a new record = min over devices with room for it of
+ *     (queued − safety margin) / throughput, floored at 0 (the safety margin makes the
+ *     controller pick a faster level before the queue runs dry);
+ *   the same without the margin (what the queue holds, for the controller's queue target);
+ *   the summed throughput of those devices (the device side of the pipeline model).
+ *   Unmeasured devices count with the mean of the measured ones; with none measured every
+ *   figure is `None` (no evidence either way).
+ * Per ladder level (`LevelMeter`): CPU nanoseconds per input byte and stored bytes per input
+ * byte (1/ratio) of the records compressed at that level, each averaged over a long window
+ * (LEVEL_WINDOW_BYTES, the figure the controller uses) and a short one (DRIFT_WINDOW_BYTES).
+ * When the short average leaves the long one by more than DRIFT_STORED / DRIFT_COST (in log
+ * terms), the data being written has changed: `observe` reports `Drift`, the averages start
+ * over from the record that showed it, and the controller marks every other level stale
+ * (re-measure).
+ * Averaging stored/input by input bytes is the ratio of the sums (the thesis averaged ratios
+ * arithmetically, eq. 3.16, which overstates a mix).
+ */
+
+use crate::device_choice::DeviceView;
+use crate::ewma::{ByteEwma, TimeEwma};
+
+/// Time constant of the averaged queue length, seconds.
+pub const QUEUE_TAU_SECS: f64 = 0.2;
+/// Bytes over which a device's write throughput is averaged.
+pub const THROUGHPUT_WINDOW_BYTES: u64 = 16 << 20;
+/// Bytes over which a level's cost and ratio are averaged.
+pub const LEVEL_WINDOW_BYTES: u64 = 8 << 20;
+/// Bytes of the short average that detects changed data (about 8 records of 128 KiB: one odd
+/// record moves it by a ninth, a run of changed records moves it all the way).
+pub const DRIFT_WINDOW_BYTES: u64 = 1 << 20;
+/// |ln(short / long)| of stored bytes per input byte that means the data changed (±25%).
+pub const DRIFT_STORED: f64 = 0.22;
+/// The same for CPU per byte (noisier: other work on the core, caches; ±65%).
+pub const DRIFT_COST: f64 = 0.5;
+
+/// One device, measured by the code that writes to it (single-threaded; the engine's
+/// lock-free `DeviceStats` is the concurrent equivalent and yields the same `DeviceView`).
+#[derive(Clone, Debug)]
+pub struct DeviceMeter {
+    queued_bytes: u64,
+    queued_avg: TimeEwma,
+    throughput: ByteEwma,
+}
+
+impl Default for DeviceMeter {
+    fn default() -> Self {
+        DeviceMeter {
+            queued_bytes: 0,
+            queued_avg: TimeEwma::new(QUEUE_TAU_SECS),
+            throughput: ByteEwma::new(THROUGHPUT_WINDOW_BYTES),
+        }
+    }
+}
+
+impl DeviceMeter {
+    pub fn new() -> DeviceMeter {
+        DeviceMeter::default()
+    }
+
+    /// The queue holds `bytes` at `now_secs`.
+    pub fn set_queued(&mut self, now_secs: f64, bytes: u64) {
+        self.queued_bytes = bytes;
+        self.queued_avg.update(now_secs, bytes as f64);
+    }
+
+    /// A write of `bytes` took `secs` (zero bytes or zero time: no sample).
+    pub fn record_write(&mut self, bytes: u64, secs: f64) {
+        if bytes > 0 && secs > 0.0 && secs.is_finite() {
+            self.throughput.update(bytes as f64 / secs, bytes);
+        }
+    }
+
+    pub fn queued_bytes(&self) -> u64 {
+        self.queued_bytes
+    }
+
+    /// Queue length averaged over `QUEUE_TAU_SECS`.
+    pub fn queued_avg_bytes(&self) -> f64 {
+        self.queued_avg.value().unwrap_or(0.0)
+    }
+
+    /// Averaged throughput in bytes/s, 0 until the first write.
+    pub fn throughput_bps(&self) -> f64 {
+        self.throughput.value().unwrap_or(0.0)
+    }
+
+    /// The view the controllers take (instant queue length).
+    pub fn view(&self, free_bytes: u64) -> DeviceView {
+        DeviceView { queued_bytes: self.queued_bytes, throughput_bps: self.throughput_bps(), free_bytes }
+    }
+}
+
+/// What the device queues tell the auto controller about a new record.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QueueEstimate {
+    /// Expected queue delay less the safety margin, seconds (the compression-time budget).
+    pub delay_secs: Option<f64>,
+    /// Expected queue delay without the margin, seconds.
+    pub queued_secs: Option<f64>,
+    /// Summed write throughput of the devices with room, bytes/s of stored data.
+    pub device_bps: Option<f64>,
+}
+
+impl QueueEstimate {
+    /// Nothing measured yet.
+    pub const UNKNOWN: QueueEstimate = QueueEstimate { delay_secs: None, queued_secs: None, device_bps: None };
+}
+
+fn measured(d: &DeviceView) -> Option<f64> {
+    (d.throughput_bps.is_finite() && d.throughput_bps > 0.0).then_some(d.throughput_bps)
+}
+
+/// Expected queue delay of a record of `record_bytes` over the devices that have room for it
+/// (thesis eq. 3.8–3.10), with `safety_bytes` subtracted from each queue (eq. 3.9).
+pub fn queue_estimate(devices: &[DeviceView], record_bytes: u64, safety_bytes: u64) -> QueueEstimate {
+    let usable: Vec<&DeviceView> = devices.iter().filter(|d| d.free_bytes >= record_bytes).collect();
+    let speeds: Vec<f64> = usable.iter().filter_map(|d| measured(d)).collect();
+    if speeds.is_empty() {
+        return QueueEstimate::UNKNOWN;
+    }
+    let mean = speeds.iter().sum::<f64>() / speeds.len() as f64;
+    let (mut delay, mut queued, mut total) = (f64::INFINITY, f64::INFINITY, 0.0);
+    for d in usable {
+        let tp = measured(d).unwrap_or(mean);
+        total += tp;
+        queued = queued.min(d.queued_bytes as f64 / tp);
+        delay = delay.min(d.queued_bytes.saturating_sub(safety_bytes) as f64 / tp);
+    }
+    QueueEstimate { delay_secs: Some(delay), queued_secs: Some(queued), device_bps: Some(total) }
+}
+
+/// Whether a level's data changed (see the module comment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drift {
+    Steady,
+    Changed,
+}
+
+/// Cost and ratio of one ladder level on the data written with it.
+#[derive(Clone, Debug)]
+pub struct LevelMeter {
+    cost: ByteEwma,
+    stored: ByteEwma,
+    cost_short: ByteEwma,
+    stored_short: ByteEwma,
+    /// input bytes measured since the long averages last restarted
+    bytes: u64,
+}
+
+impl Default for LevelMeter {
+    fn default() -> Self {
+        LevelMeter {
+            cost: ByteEwma::new(LEVEL_WINDOW_BYTES),
+            stored: ByteEwma::new(LEVEL_WINDOW_BYTES),
+            cost_short: ByteEwma::new(DRIFT_WINDOW_BYTES),
+            stored_short: ByteEwma::new(DRIFT_WINDOW_BYTES),
+            bytes: 0,
+        }
+    }
+}
+
+impl LevelMeter {
+    pub fn new() -> LevelMeter {
+        LevelMeter::default()
+    }
+
+    /// A record of `input_bytes` was compressed at this level into `stored_bytes` (what is
+    /// stored: the input size when the output did not save space), using `cpu_ns` of thread
+    /// CPU time inside the codec.
+    pub fn observe(&mut self, input_bytes: u64, stored_bytes: u64, cpu_ns: u64) -> Drift {
+        if input_bytes == 0 {
+            return Drift::Steady;
+        }
+        let b = input_bytes as f64;
+        let (c, s) = (cpu_ns as f64 / b, (stored_bytes.min(input_bytes).max(1)) as f64 / b);
+        let cs = self.cost_short.update(c, input_bytes).unwrap_or(c);
+        let ss = self.stored_short.update(s, input_bytes).unwrap_or(s);
+        self.cost.update(c, input_bytes);
+        self.stored.update(s, input_bytes);
+        self.bytes = self.bytes.saturating_add(input_bytes);
+        // a change shows only once the short window holds mostly new data
+        if self.bytes < 2 * DRIFT_WINDOW_BYTES {
+            return Drift::Steady;
+        }
+        let (cl, sl) = (self.cost.value().unwrap_or(c), self.stored.value().unwrap_or(s));
+        let off = |a: f64, b: f64, limit: f64| a > 0.0 && b > 0.0 && (a / b).ln().abs() > limit;
+        if off(ss, sl, DRIFT_STORED) || off(cs.max(0.01), cl.max(0.01), DRIFT_COST) {
+            // start over from this record: the short average still holds old data
+            *self = LevelMeter::new();
+            self.observe(input_bytes, stored_bytes, cpu_ns);
+            return Drift::Changed;
+        }
+        Drift::Steady
+    }
+
+    /// CPU nanoseconds per input byte, once measured.
+    pub fn cost_ns_per_byte(&self) -> Option<f64> {
+        self.cost.value()
+    }
+
+    /// Stored bytes per input byte (1/ratio), once measured.
+    pub fn stored_per_byte(&self) -> Option<f64> {
+        self.stored.value()
+    }
+
+    /// Input bytes behind the current averages (since the meter started or the data changed).
+    pub fn measured_bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MB: f64 = 1e6;
+
+    fn dev(queued: u64, tp: f64, free: u64) -> DeviceView {
+        DeviceView { queued_bytes: queued, throughput_bps: tp, free_bytes: free }
+    }
+
+    #[test]
+    fn queue_estimate_is_the_shortest_usable_queue_less_the_margin() {
+        let rec = 128 << 10;
+        // 10 MB at 100 MB/s = 100 ms; 4 MB at 20 MB/s = 200 ms; a full device is left out
+        let d = [dev(10_000_000, 100.0 * MB, u64::MAX), dev(4_000_000, 20.0 * MB, u64::MAX), dev(0, 500.0 * MB, 10)];
+        let q = queue_estimate(&d, rec, 2_000_000);
+        assert!((q.queued_secs.unwrap() - 0.1).abs() < 1e-12);
+        assert!((q.delay_secs.unwrap() - 0.08).abs() < 1e-12);
+        assert!((q.device_bps.unwrap() - 120.0 * MB).abs() < 1e-3);
+        // a queue shorter than the margin leaves no time
+        let q = queue_estimate(&[dev(1_000_000, 100.0 * MB, u64::MAX)], rec, 2_000_000);
+        assert_eq!(q.delay_secs, Some(0.0));
+        assert_eq!(q.queued_secs, Some(0.01));
+        // nothing measured, no device, no device with room: unknown
+        assert_eq!(queue_estimate(&[dev(5, 0.0, u64::MAX)], rec, 0), QueueEstimate::UNKNOWN);
+        assert_eq!(queue_estimate(&[], rec, 0), QueueEstimate::UNKNOWN);
+        assert_eq!(queue_estimate(&[dev(0, 100.0 * MB, 1)], rec, 0), QueueEstimate::UNKNOWN);
+        // an unmeasured device counts with the mean speed: its empty queue is the minimum
+        let q = queue_estimate(&[dev(10_000_000, 100.0 * MB, u64::MAX), dev(0, 0.0, u64::MAX)], rec, 0);
+        assert_eq!(q.delay_secs, Some(0.0));
+        assert!((q.device_bps.unwrap() - 200.0 * MB).abs() < 1e-3);
+    }
+
+    #[test]
+    fn device_meter_averages_throughput_and_queue() {
+        let mut m = DeviceMeter::new();
+        assert_eq!(m.view(7).throughput_bps, 0.0);
+        m.record_write(0, 1.0);
+        m.record_write(1 << 20, 0.0);
+        assert_eq!(m.throughput_bps(), 0.0, "empty or instant writes are no sample");
+        m.record_write(10_000_000, 0.1);
+        assert_eq!(m.throughput_bps(), 100.0 * MB);
+        for _ in 0..200 {
+            m.record_write(1_000_000, 0.02); // 50 MB/s
+        }
+        assert!((m.throughput_bps() - 50.0 * MB).abs() < 0.5 * MB, "{}", m.throughput_bps());
+        m.set_queued(0.0, 1000);
+        m.set_queued(10.0, 3000);
+        assert_eq!(m.queued_bytes(), 3000);
+        assert!((m.queued_avg_bytes() - 3000.0).abs() < 1.0, "10 s is 50 time constants");
+        assert_eq!(m.view(5), DeviceView { queued_bytes: 3000, throughput_bps: m.throughput_bps(), free_bytes: 5 });
+    }
+
+    #[test]
+    fn level_meter_averages_and_detects_changed_data() {
+        let mut m = LevelMeter::new();
+        assert_eq!(m.cost_ns_per_byte(), None);
+        let rec = 128 << 10;
+        // text-like: 4 ns/B, ratio 3
+        for _ in 0..100 {
+            assert_eq!(m.observe(rec, rec / 3, 4 * rec), Drift::Steady);
+        }
+        assert!((m.cost_ns_per_byte().unwrap() - 4.0).abs() < 1e-9);
+        assert!((m.stored_per_byte().unwrap() - 1.0 / 3.0).abs() < 1e-3);
+        // one odd record (stored raw) is not a change
+        assert_eq!(m.observe(rec, rec, 4 * rec), Drift::Steady);
+        for _ in 0..10 {
+            m.observe(rec, rec / 3, 4 * rec);
+        }
+        // random data from now on: a change within a few records, and the level's figure
+        // jumps to the new data instead of converging slowly
+        let mut changed_after = None;
+        for i in 0..40 {
+            if m.observe(rec, rec + 100, 2 * rec) == Drift::Changed {
+                changed_after = Some(i + 1);
+                break;
+            }
+        }
+        let n = changed_after.expect("random data after text is a change");
+        assert!(n <= 8, "took {n} records");
+        assert!(m.stored_per_byte().unwrap() > 0.6, "{:?}", m.stored_per_byte());
+        // stored bytes above the input (a caller passing the compressor's output size) count
+        // as stored raw
+        let mut r = LevelMeter::new();
+        r.observe(1000, 5000, 10);
+        assert_eq!(r.stored_per_byte(), Some(1.0));
+    }
+}

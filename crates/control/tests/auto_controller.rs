@@ -1,0 +1,427 @@
+//! The auto controller's requirements, each on synthetic inputs: the ladder, stepping up and
+//! down, mixing neighbours only, exploring and re-measuring, incompressible data, never slower
+//! than `none`, and the QoS entry point.
+
+mod sim;
+
+use sim::{figures, Data};
+use squeezefs_codec::{Algorithm, Codec, Spec};
+use squeezefs_control::ladder::{lower_hull, Point};
+use squeezefs_control::{AutoController, AutoInputs, Decision, DeviceView, Reason, Sample, Tunables};
+
+const REC: u64 = 128 << 10;
+const MB: f64 = 1e6;
+
+fn zstd(l: i32) -> Codec {
+    Codec { alg: Algorithm::Zstd, level: l }
+}
+fn lz4(a: i32) -> Codec {
+    Codec { alg: Algorithm::Lz4, level: a }
+}
+
+fn ctl(spec: &str) -> AutoController {
+    AutoController::for_spec(spec.parse::<Spec>().unwrap(), Tunables::default()).unwrap()
+}
+
+/// The true (ns per byte, ratio) of a codec on `data`, from the simulation's table.
+fn truth(data: Data, c: Codec) -> (f64, f64) {
+    let (mbs, ratio) = figures(data, c);
+    (1000.0 / mbs, ratio)
+}
+
+fn sample(data: Data, c: Codec) -> Sample {
+    let (ns, ratio) = truth(data, c);
+    Sample {
+        codec: c,
+        input_bytes: REC,
+        stored_bytes: ((REC as f64 / ratio) as u64).min(REC),
+        cpu_ns: (ns * REC as f64) as u64,
+    }
+}
+
+/// Measure every candidate on `data` with enough records to be trusted.
+fn measure_all(a: &mut AutoController, data: Data) {
+    for c in a.candidates().to_vec() {
+        for _ in 0..16 {
+            a.observe(&sample(data, c));
+        }
+    }
+}
+
+/// One device of `mb_s` whose queue holds `queue_secs` of writing.
+fn device(mb_s: f64, queue_secs: f64) -> [DeviceView; 1] {
+    [DeviceView { queued_bytes: (queue_secs * mb_s * MB) as u64, throughput_bps: mb_s * MB, free_bytes: u64::MAX }]
+}
+
+struct Env {
+    now: f64,
+    cores: f64,
+    workers: usize,
+    overhead: f64,
+}
+
+impl Env {
+    fn new(cores: f64) -> Env {
+        Env { now: 0.0, cores, workers: 2, overhead: 1.0 }
+    }
+
+    /// Decide one record; time advances by one record's worth at `rate` MB/s.
+    fn decide(&mut self, a: &mut AutoController, devices: &[DeviceView]) -> Decision {
+        self.now += REC as f64 / (400.0 * MB);
+        a.decide(&AutoInputs {
+            now_secs: self.now,
+            record_bytes: REC,
+            devices,
+            cores: self.cores,
+            workers: self.workers,
+            overhead_ns_per_byte: self.overhead,
+            backlog: true,
+        })
+    }
+}
+
+/// Position of `c` on the controller's current ladder.
+fn rung(a: &mut AutoController, c: Codec) -> usize {
+    a.ladder().iter().position(|r| r.0 == c).unwrap_or_else(|| panic!("{c} not on the ladder"))
+}
+
+#[test]
+fn ladder_is_pareto_ordered_on_measured_data_and_bounded_by_the_range() {
+    let mut a = ctl("auto:lz4fast-64..zstd:9");
+    assert_eq!(a.candidates().first(), Some(&lz4(64)));
+    assert_eq!(a.candidates().last(), Some(&zstd(9)));
+    measure_all(&mut a, Data::Medium);
+    let ladder = a.ladder();
+    assert_eq!(ladder[0].0, Codec::NONE);
+    assert!(ladder.iter().all(|r| r.2), "every rung measured: {ladder:?}");
+    // each step faster and weaker than the next, and no rung above its neighbours' line
+    for w in ladder.windows(2) {
+        assert!(w[0].1.cost < w[1].1.cost && w[0].1.stored > w[1].1.stored, "{w:?}");
+    }
+    for w in ladder.windows(3) {
+        let (p, q, r) = (w[0].1, w[1].1, w[2].1);
+        let line = p.stored + (r.stored - p.stored) * (q.cost - p.cost) / (r.cost - p.cost);
+        assert!(q.stored < line, "{} is above the line of its neighbours", w[1].0);
+    }
+    let names: Vec<String> = ladder.iter().map(|r| r.0.to_string()).collect();
+    // dominated on this data: zstd:-5 (slower and weaker than lz4), zstd:4 (weaker than
+    // zstd:3), zlib and lz4hc (slower and weaker than zstd)
+    for gone in ["zstd:-5", "zstd:4", "zlib:1", "zlib:6", "lz4hc:1", "lz4hc:9"] {
+        assert!(!names.contains(&gone.to_string()), "{gone} should have dropped out: {names:?}");
+    }
+    // (lz4:fast=64 is measured and Pareto-optimal but above the line from raw to
+    // lz4:fast=32: a mix of those two beats it, so it is no rung)
+    assert!(!names.contains(&"lz4:fast=64".to_string()));
+    for kept in ["lz4:fast=32", "lz4", "zstd:-1", "zstd:1", "zstd:3", "zstd:9"] {
+        assert!(names.contains(&kept.to_string()), "{kept} missing: {names:?}");
+    }
+    // lz4hc stays where it is Pareto-optimal on the measured data
+    let mut b = ctl("auto:lz4fast-64..zstd:9");
+    let lz4hc1 = Codec { alg: Algorithm::Lz4Hc, level: 1 };
+    for c in b.candidates().to_vec().into_iter().filter(|c| *c != lz4hc1) {
+        for _ in 0..16 {
+            b.observe(&sample(Data::Medium, c));
+        }
+    }
+    // on this data lz4hc:1 runs about as fast as zstd:-1 and nearly matches zstd:1's ratio
+    let (ns, _) = truth(Data::Medium, zstd(-1));
+    for _ in 0..16 {
+        b.observe(&Sample {
+            codec: Codec { alg: Algorithm::Lz4Hc, level: 1 },
+            input_bytes: REC,
+            stored_bytes: (REC as f64 / 3.6) as u64,
+            cpu_ns: (ns * 1.05 * REC as f64) as u64,
+        });
+    }
+    assert!(b.ladder().iter().any(|r| r.0.alg == Algorithm::Lz4Hc), "{:?}", b.ladder());
+    // the range bounds the candidates by nominal speed
+    let z = ctl("auto:zstd:1..zstd:9");
+    assert!(z.candidates().iter().all(|c| c.alg != Algorithm::Lz4), "{:?}", z.candidates());
+    assert_eq!((z.candidates()[0], *z.candidates().last().unwrap()), (zstd(1), zstd(9)));
+}
+
+/// A controller measured on medium data, positioned at zstd:1 by a slow device and a queue
+/// that fits nothing stronger.
+fn measured_at_zstd1() -> (AutoController, Env) {
+    let mut a = ctl("auto:lz4fast-64..zstd:9");
+    measure_all(&mut a, Data::Medium);
+    let mut env = Env::new(2.0);
+    // zstd:1 takes 0.37 ms per record, zstd:2 0.44 ms: a queue delay of 0.40 ms after the
+    // two-record margin fits the first only
+    let margin = 2.0 * REC as f64 / (25.0 * MB);
+    let d = device(25.0, margin + 0.40e-3);
+    for _ in 0..20 {
+        env.decide(&mut a, &d);
+    }
+    (a, env)
+}
+
+#[test]
+fn steps_up_only_when_the_stronger_level_fits_the_queue_delay() {
+    let (mut a, mut env) = measured_at_zstd1();
+    let margin = 2.0 * REC as f64 / (25.0 * MB);
+    let tight = device(25.0, margin + 0.40e-3);
+    for _ in 0..10 {
+        let d = env.decide(&mut a, &tight);
+        assert_eq!(d.codec, zstd(1), "zstd:2 does not fit a 0.40 ms budget");
+    }
+    // a long queue: one rung up per record, in ladder order, up to where the model wants it
+    let long = device(25.0, 0.2);
+    let start = rung(&mut a, zstd(1));
+    let mut last = start;
+    let mut steps = 0;
+    for _ in 0..12 {
+        let d = env.decide(&mut a, &long);
+        let r = rung(&mut a, d.codec);
+        assert!(r <= last + 1, "jumped from rung {last} to {r} ({})", d.codec);
+        if r == last + 1 {
+            steps += 1;
+        }
+        last = last.max(r);
+    }
+    assert!(steps >= 4, "climbed only {steps} rungs from zstd:1 towards zstd:9 on a 25 MB/s device");
+    assert!(last > start + 3);
+}
+
+#[test]
+fn steps_down_as_far_as_needed_then_climbs_again() {
+    let (mut a, mut env) = measured_at_zstd1();
+    let long = device(25.0, 0.2);
+    let mut top = Codec::NONE;
+    for _ in 0..40 {
+        top = env.decide(&mut a, &long).codec;
+    }
+    let (top_ns, _) = truth(Data::Medium, top);
+    assert!(top_ns > 10.0, "a 25 MB/s device with 2 cores wants a strong level, got {top}");
+    // now the queue holds time for lz4 only (1.5 ns/B = 0.20 ms per record; zstd:-1 needs 0.30)
+    let margin = 2.0 * REC as f64 / (25.0 * MB);
+    let short = device(25.0, margin + 0.25e-3);
+    let d = env.decide(&mut a, &short);
+    assert_eq!(d.reason, Reason::Guard);
+    assert_eq!(d.codec, lz4(1), "the strongest level whose time fits 0.25 ms");
+    // and back up one rung per record once the queue recovers
+    let mut last = rung(&mut a, lz4(1));
+    for _ in 0..5 {
+        let c = env.decide(&mut a, &long).codec;
+        let r = rung(&mut a, c);
+        assert!(r <= last + 1, "jumped from rung {last} to {r}");
+        last = r;
+    }
+    assert!(last > rung(&mut a, lz4(1)));
+}
+
+/// Where the model puts a mix between rungs `lo` and `hi`: the fraction at `hi` that makes
+/// n / (o + c) equal D / s.
+fn crossing(lo: Point, hi: Point, n: f64, o: f64, d: f64) -> f64 {
+    let (ne, m) = (n * 1e9, (hi.stored - lo.stored) / (hi.cost - lo.cost));
+    let c = (d * o - ne * lo.stored + ne * m * lo.cost) / (ne * m - d);
+    (c - lo.cost) / (hi.cost - lo.cost)
+}
+
+#[test]
+fn mixes_only_neighbouring_levels_in_the_modelled_proportion() {
+    let mut a = ctl("auto:lz4fast-64..zstd:9");
+    measure_all(&mut a, Data::Medium);
+    let ladder = a.ladder();
+    // 2 cores, 1 ns/B overhead, and a device speed where the model crosses well inside a
+    // segment whose weaker rung is the best single level (so the answer is a mix)
+    let (n, o) = (2.0, 1.0);
+    let surplus = |p: Point, dev: f64| n * 1e9 * p.stored - dev * (o + p.cost);
+    let w = |p: Point, dev: f64| (n * 1e9 / (o + p.cost)).min(dev / p.stored);
+    let (dev, i, want) = [30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 120.0, 150.0, 200.0, 250.0, 300.0]
+        .into_iter()
+        .map(|mb| mb * MB)
+        .find_map(|dev| {
+            let i = ladder.windows(2).position(|w| surplus(w[0].1, dev) > 0.0 && surplus(w[1].1, dev) < 0.0)?;
+            let f = crossing(ladder[i].1, ladder[i + 1].1, n, o, dev);
+            (f > 0.2 && f < 0.8 && w(ladder[i].1, dev) >= w(ladder[i + 1].1, dev)).then_some((dev, i, f))
+        })
+        .expect("some device speed gives a mix");
+    let (lo, hi) = (ladder[i].0, ladder[i + 1].0);
+    let mut env = Env::new(2.0);
+    // the queue at its 50 ms target: no correction
+    let d = device(dev / MB, 0.05);
+    let mut counts = std::collections::HashMap::new();
+    for i in 0..2000 {
+        let c = env.decide(&mut a, &d).codec;
+        if i >= 200 {
+            *counts.entry(c).or_insert(0u32) += 1;
+        }
+    }
+    assert_eq!(counts.len(), 2, "{counts:?}");
+    assert!(counts.contains_key(&lo), "{counts:?}");
+    let got = counts[&hi] as f64 / 1800.0;
+    assert!((got - want).abs() < 0.02, "{got} of the records at {hi}, model says {want}");
+}
+
+#[test]
+fn explores_an_unmeasured_level_one_at_a_time() {
+    let mut a = ctl("auto:lz4fast-64..zstd:9");
+    let mut env = Env::new(2.0);
+    let d = device(25.0, 0.2);
+    // nothing measured: the first decisions hold the start level, then explorations begin
+    let mut explored = Vec::new();
+    for _ in 0..50 {
+        let x = env.decide(&mut a, &d);
+        if x.reason == Reason::Explore {
+            explored.push(x.codec);
+        }
+    }
+    assert_eq!(explored.len(), 1, "a second exploration before the first came back: {explored:?}");
+    // its measurement comes back: the next exploration may start, again only one
+    a.observe(&sample(Data::Medium, explored[0]));
+    let mut more = Vec::new();
+    for _ in 0..50 {
+        let x = env.decide(&mut a, &d);
+        if x.reason == Reason::Explore {
+            more.push(x.codec);
+        }
+    }
+    assert_eq!(more.len(), 1, "{more:?}");
+    // a measurement that never comes back is given up after the timeout
+    env.now += 1.5;
+    let x = env.decide(&mut a, &d);
+    assert_eq!(x.reason, Reason::Explore, "{x:?}");
+    // fed back every time, the controller ends up at a strong level with its rungs measured
+    let mut env = Env::new(2.0);
+    let mut b = ctl("auto:lz4fast-64..zstd:9");
+    let mut last = Codec::NONE;
+    for _ in 0..600 {
+        let x = env.decide(&mut b, &d);
+        if x.codec != Codec::NONE {
+            b.observe(&sample(Data::Medium, x.codec));
+        }
+        last = x.codec;
+    }
+    assert!(truth(Data::Medium, last).0 > 10.0, "{last}");
+}
+
+#[test]
+fn remeasures_levels_whose_data_changed() {
+    let mut a = ctl("auto:lz4fast-64..zstd:9");
+    measure_all(&mut a, Data::Medium);
+    assert!(a.ladder().iter().all(|r| r.2));
+    // zstd:3 now sees highly compressible data: its figures drift
+    for _ in 0..8 {
+        a.observe(&sample(Data::High, zstd(3)));
+    }
+    let ladder = a.ladder();
+    let fresh: Vec<String> = ladder.iter().filter(|r| r.2 && r.0 != Codec::NONE).map(|r| r.0.to_string()).collect();
+    assert_eq!(fresh, vec!["zstd:3".to_string()], "every other level is stale now");
+    // the controller re-measures the levels its decision depends on, one at a time
+    let mut env = Env::new(2.0);
+    let d = device(50.0, 0.1);
+    let mut explored = Vec::new();
+    for _ in 0..400 {
+        let x = env.decide(&mut a, &d);
+        if x.codec != Codec::NONE {
+            a.observe(&sample(Data::High, x.codec));
+        }
+        if x.reason == Reason::Explore && !explored.contains(&x.codec) {
+            explored.push(x.codec);
+        }
+    }
+    assert!(explored.len() >= 2, "{explored:?}");
+    assert!(a.ladder().iter().filter(|r| r.2).count() >= 3);
+}
+
+#[test]
+fn incompressible_data_is_stored_raw_without_burning_cpu() {
+    let mut a = ctl("auto");
+    let mut env = Env::new(2.0);
+    let d = device(100.0, 0.05);
+    let (mut compressed, mut probes) = (0u64, 0u64);
+    let n = 8192; // 1 GiB of records
+    for i in 0..n {
+        let x = env.decide(&mut a, &d);
+        if x.codec != Codec::NONE {
+            // random data: the output does not save space, the record is stored raw
+            a.observe(&Sample { codec: x.codec, input_bytes: REC, stored_bytes: REC, cpu_ns: REC / 5 });
+            if i > 100 {
+                compressed += 1;
+            }
+            if x.reason == Reason::Probe {
+                probes += 1;
+            }
+        }
+    }
+    assert!(a.ladder().len() == 1, "raw alone: {:?}", a.ladder());
+    assert_eq!(compressed, probes, "after the first records, only probes compress");
+    assert!((14..=16).contains(&probes), "one probe per 64 MiB: {probes}");
+    // compressible data again: the next probe notices it and auto compresses again
+    let mut back = false;
+    for _ in 0..1024 {
+        let x = env.decide(&mut a, &d);
+        if x.codec != Codec::NONE {
+            a.observe(&sample(Data::Medium, x.codec));
+            back |= x.reason == Reason::Model;
+        }
+    }
+    assert!(back, "{:?}", a.ladder());
+}
+
+#[test]
+fn never_slower_than_none_when_the_cpu_is_the_bottleneck() {
+    let mut a = ctl("auto");
+    measure_all(&mut a, Data::Medium);
+    // 1 core, 1 ns/B of pipeline work: storing raw already takes the core (1 GB/s) and the
+    // device takes 2 GB/s: any compression would slow writing down
+    let mut env = Env::new(1.0);
+    let fast = device(2000.0, 0.0);
+    for _ in 0..200 {
+        assert_eq!(env.decide(&mut a, &fast).codec, Codec::NONE);
+    }
+    // a device at 800 MB/s: raw writes 800 MB/s; a mix of raw and the cheapest level is
+    // faster, anything stronger is slower
+    let dev = device(800.0, 0.0);
+    let mut counts = std::collections::HashMap::new();
+    for _ in 0..2000 {
+        *counts.entry(env.decide(&mut a, &dev).codec).or_insert(0u32) += 1;
+    }
+    let ladder = a.ladder();
+    assert!(counts.keys().all(|c| *c == Codec::NONE || *c == ladder[1].0), "{counts:?}");
+    let f = counts.get(&ladder[1].0).copied().unwrap_or(0) as f64 / 2000.0;
+    let p = ladder[1].1;
+    let w = (1e9 / (1.0 + f * p.cost)).min(800.0 * MB / (1.0 - f + f * p.stored));
+    assert!(w >= 800.0 * MB, "the mix writes {:.0} MB/s, none 800", w / MB);
+    // a CPU hog takes one of two cores while auto runs a strong level: it backs off at once
+    let mut b = ctl("auto");
+    measure_all(&mut b, Data::Medium);
+    let mut env = Env::new(2.0);
+    let d = device(100.0, 0.05);
+    for _ in 0..100 {
+        env.decide(&mut b, &d);
+    }
+    let before = env.decide(&mut b, &d).codec;
+    env.cores = 1.0;
+    let after = env.decide(&mut b, &d).codec;
+    assert!(truth(Data::Medium, after).0 < truth(Data::Medium, before).0, "{before} → {after}");
+}
+
+#[test]
+fn qos_mix_is_the_strongest_that_meets_the_rate() {
+    let mut a = ctl("auto");
+    measure_all(&mut a, Data::Medium);
+    let ladder = a.ladder();
+    let hull_pts: Vec<Point> = ladder.iter().map(|r| r.1).collect();
+    assert_eq!(lower_hull(&hull_pts).len(), ladder.len(), "a measured ladder is its own hull");
+    for (cores, rate_mb) in [(1.0, 10.0), (1.0, 100.0), (2.0, 300.0), (2.0, 700.0), (1.0, 900.0), (1.0, 5000.0)] {
+        let m = a.mix_for_rate(cores, 1.0, rate_mb * MB);
+        let point = |c: Codec| ladder.iter().find(|r| r.0 == c).unwrap().1;
+        let cost = (1.0 - m.frac) * point(m.lo).cost + m.frac * point(m.hi).cost;
+        let speed = cores * 1e9 / (1.0 + cost);
+        if m.lo == Codec::NONE && m.frac == 0.0 {
+            // nothing meets it: raw, the fastest there is
+            assert!(rate_mb >= 900.0, "{rate_mb}: {m:?}");
+            continue;
+        }
+        assert!(speed >= rate_mb * MB * 0.999, "{rate_mb} MB/s on {cores}: {m:?} gives {:.1}", speed / MB);
+        // the strongest: exactly on the rate, or the top of the ladder
+        let top = m.lo == ladder.last().unwrap().0;
+        assert!(top || speed <= rate_mb * MB * 1.001, "{rate_mb}: {m:?} leaves {:.1} MB/s unused", speed / MB);
+    }
+    // the thesis's QoS table: a slow stream gets a strong level, a fast one a fast level
+    let slow = a.mix_for_rate(1.0, 1.0, 10.0 * MB);
+    let fast = a.mix_for_rate(1.0, 1.0, 500.0 * MB);
+    assert!(truth(Data::Medium, slow.lo).1 > truth(Data::Medium, fast.hi).1);
+}
