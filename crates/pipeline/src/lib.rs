@@ -213,7 +213,6 @@ impl Engine {
         drop(writer);
         self.bound_delta(rows)?;
         for ino in deleted {
-            inner.file_policy.write().remove(&ino);
             let b = inner.files.purge(ino);
             let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(b)));
             inner.ext_cache.invalidate(ino, None);
@@ -385,8 +384,25 @@ impl Engine {
     }
 
     /// Write `data` at `offset`, extending the size; may delay (throttle), never fails for load.
+    /// The file's data is compressed with the policy it has (`set_file_compression`, the
+    /// last `write_with_compression`), else the pool's.
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
-        write::write(&self.inner, ino, offset, data)
+        write::write(&self.inner, ino, offset, data, policy::Stated::Keep)
+    }
+
+    /// `write`, stating the compression of the file's data from this write on: `Some((spec,
+    /// force))` (what the fs core resolved from the file's properties) or `None` (the pool's,
+    /// `set_compression`). It applies to every record of the file not yet frozen for a txg,
+    /// so a record written in parts is compressed with the last write's policy.
+    pub fn write_with_compression(
+        &self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        compression: Option<(squeezefs_codec::Spec, bool)>,
+    ) -> Result<()> {
+        let p = compression.map(|(spec, force)| policy::Policy { spec, force });
+        write::write(&self.inner, ino, offset, data, policy::Stated::Is(p))
     }
 
     /// Truncate up or down.
@@ -472,20 +488,23 @@ impl Engine {
         *self.inner.policy.write() = policy::Policy { spec, force };
     }
 
-    /// Compression of one file's data written from now on, overriding the mount-wide
-    /// setting (the fs core resolves inherited properties and sets them here; `None` goes
-    /// back to the mount-wide setting). Kept in memory only: properties are the persistent
-    /// source of truth.
-    pub fn set_file_compression(&self, ino: Ino, policy: Option<(squeezefs_codec::Spec, bool)>) {
-        let mut m = self.inner.file_policy.write();
-        match policy {
-            Some((spec, force)) => {
-                m.insert(ino, policy::Policy { spec, force });
-            }
-            None => {
-                m.remove(&ino);
-            }
+    /// Compression of the data of `ino` not yet frozen for a txg, and of its writes through
+    /// `write` from now on (a property change: the fs core resolves properties; `None`: the
+    /// pool's). A file without dirty data is left alone: the engine keeps per-file policy
+    /// only with dirty data (its next write states it). Records a writer compressed itself
+    /// under load (caller-runs, early.rs) keep the policy of their write.
+    pub fn set_file_compression(&self, ino: Ino, compression: Option<(squeezefs_codec::Spec, bool)>) {
+        let Some(f) = self.inner.files.get(ino) else { return };
+        let mut fd = f.lock();
+        if !fd.retired {
+            fd.policy = compression.map(|(spec, force)| policy::Policy { spec, force });
         }
+    }
+
+    /// Files holding data not yet committed (the fs core restates their compression after a
+    /// change that may concern many files: a directory property, a directory moved).
+    pub fn dirty_files(&self) -> Vec<Ino> {
+        self.inner.files.all().into_iter().map(|(ino, _)| ino).collect()
     }
 
     /// Inodes whose link count reached 0 while open, left over from a crash: the fs core

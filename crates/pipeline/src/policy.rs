@@ -14,6 +14,15 @@ pub struct Policy {
     pub force: bool,
 }
 
+/// What a write says about its file's compression (`FileData::policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stated {
+    /// the file keeps the policy it has (the pool's unless one was set)
+    Keep,
+    /// from this write on the file's data is compressed with this (`None`: the pool's)
+    Is(Option<Policy>),
+}
+
 /// The starting codec of the adaptive modes until their controllers exist.
 pub const ADAPTIVE_PLACEHOLDER: Codec = Codec { alg: Algorithm::Zstd, level: 3 };
 

@@ -243,13 +243,12 @@ fn compress(
 ) -> crossbeam_channel::Receiver<CompressResult> {
     let (tx, rx) = crossbeam_channel::unbounded();
     let global = *inner.policy.read();
-    let per_file = inner.file_policy.read().clone();
     // per file: how many records in a row compressed (see policy::TRUST_AFTER)
     let streaks: Vec<Arc<AtomicU32>> = frozen.iter().map(|_| Arc::new(AtomicU32::new(0))).collect();
     let (mut reused, mut fresh, mut packed) = (0usize, 0usize, 0usize);
     let mut new_slots = Vec::new();
     for &(li, idx) in jobs {
-        let policy = per_file.get(&frozen[li].0).copied().unwrap_or(global);
+        let policy = frozen[li].1.policy.unwrap_or(global);
         let Some(Rec::Data(rec)) = frozen[li].1.recs.get(&idx) else { unreachable!("cut lists data records only") };
         // held packed: compressed already, under the policy of the time it was written
         // (a policy applies to data written from its change on)

@@ -9,6 +9,7 @@ use crate::early::{self, CallerResult, CompressQueue, Home, Slot};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::meta_space::{self, Decision};
+use crate::policy::Stated;
 use crate::read;
 use crate::throttle;
 use crate::units::{checked_end, record_len_in_file, record_start_byte, records_for_size, MAX_FILE_SIZE};
@@ -83,6 +84,7 @@ fn apply(
     fill: Fill<'_>,
     mut packed: BTreeMap<u64, CallerResult>,
     charged: Option<u64>,
+    stated: Stated,
 ) -> Result<()> {
     let rs = inner.recordsize;
     let first = off / rs;
@@ -136,10 +138,13 @@ fn apply(
                 }
             }
         }
+        if let Stated::Is(p) = stated {
+            fd.policy = p;
+        }
+        let early_policy = fd.policy.unwrap_or_else(|| *inner.policy.read());
         let mut grown: u64 = 0;
         let mut freed: u64 = 0;
         let mut early: Vec<std::sync::Arc<Slot>> = Vec::new();
-        let mut early_policy = None;
         let fd_streak = fd.streak.clone();
         let mut any_packed = false;
         for idx in first..=last {
@@ -210,10 +215,9 @@ fn apply(
                         rec.set_early(slot);
                     } else if was < rs as usize && buf.len() == rs as usize {
                         // this write filled the record: compress it now (early.rs)
-                        let policy = *early_policy.get_or_insert_with(|| inner.policy_of(ino));
                         let home = Home { file: std::sync::Arc::downgrade(&f), idx };
                         let shared = rec.shared().expect("buf_mut above made the record raw");
-                        let slot = Slot::new(shared, policy, fd_streak.clone(), Some(home), inner);
+                        let slot = Slot::new(shared, early_policy, fd_streak.clone(), Some(home), inner);
                         rec.set_early(slot.clone());
                         early.push(slot);
                     }
@@ -299,7 +303,8 @@ fn padding_bound(off: u64, end: u64, size: u64, rs: u64, first_len: Option<u64>)
     pad
 }
 
-pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<()> {
+/// Write `data` at `off`; `stated` is what the write says about the file's compression.
+pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> Result<()> {
     inner.check_writable()?;
     if data.is_empty() {
         return Ok(());
@@ -323,27 +328,35 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<()> {
         inner.txg.sync_and_wait(inner)?;
     }
     reserve(inner, len)?;
-    let packed = caller_runs(inner, ino, off, data)?;
+    let packed = caller_runs(inner, ino, off, data, stated)?;
     CompressQueue::wait_backlog(inner);
-    apply(inner, ino, off, end, Fill::Data(data), packed, Some(data.len() as u64))?;
+    apply(inner, ino, off, end, Fill::Data(data), packed, Some(data.len() as u64), stated)?;
     throttle::maybe_kick(inner);
     Ok(())
 }
 
 /// Caller-runs (early.rs): while the compress queue is long, the whole records `data`
 /// covers are compressed here, from `data` itself, and go into the open layer packed.
-fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<BTreeMap<u64, CallerResult>> {
+fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> Result<BTreeMap<u64, CallerResult>> {
     let mut out = BTreeMap::new();
     let rs = inner.recordsize;
     let (first, end) = (off.div_ceil(rs), (off + data.len() as u64) / rs);
     if first >= end || !early::caller_should_run(inner) {
         return Ok(out);
     }
-    let policy = inner.policy_of(ino);
+    let (streak, own) = {
+        let f = file_ref(inner, ino)?;
+        let fd = f.lock();
+        (fd.streak.clone(), fd.policy)
+    };
+    let own = match stated {
+        Stated::Is(p) => p,
+        Stated::Keep => own,
+    };
+    let policy = own.unwrap_or_else(|| *inner.policy.read());
     if policy.codec().is_none() {
         return Ok(out);
     }
-    let streak = file_ref(inner, ino)?.lock().streak.clone();
     for idx in first..end {
         if !early::caller_should_run(inner) {
             break;
@@ -538,10 +551,10 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
         reserve(inner, uncopied * rs)?;
     }
     if off < lo_edge_end {
-        apply(inner, ino, off, lo_edge_end, Fill::Zeros, BTreeMap::new(), None)?;
+        apply(inner, ino, off, lo_edge_end, Fill::Zeros, BTreeMap::new(), None, Stated::Keep)?;
     }
     if full_hi >= full_lo && hi_edge_start < end {
-        apply(inner, ino, hi_edge_start, end, Fill::Zeros, BTreeMap::new(), None)?;
+        apply(inner, ino, hi_edge_start, end, Fill::Zeros, BTreeMap::new(), None, Stated::Keep)?;
     }
     if full_hi > full_lo {
         loop {

@@ -119,19 +119,47 @@ fn per_file_compression_overrides_the_mount_setting() {
     let e = new_pool(&d.path().join("pool"));
     let a = create(&e, "a");
     let b = create(&e, "b");
-    e.set_file_compression(a, Some(("zstd:5".parse::<Spec>().unwrap(), false)));
+    let zstd5 = Some(("zstd:5".parse::<Spec>().unwrap(), false));
     let data = text(500_000);
-    e.write(a, 0, &data).unwrap();
+    e.write_with_compression(a, 0, &data, zstd5).unwrap();
     e.write(b, 0, &data).unwrap();
     e.sync().unwrap();
     assert!(e.usage(a).unwrap().iter().all(|r| r.alg == Algorithm::Zstd && r.level == 5));
     assert!(e.usage(b).unwrap().iter().all(|r| r.alg == Algorithm::None));
-    e.set_file_compression(a, None);
-    e.write(a, 0, &data[..131072]).unwrap();
+    // a write stating the pool's policy goes back to it
+    e.write_with_compression(a, 0, &data[..131072], None).unwrap();
     e.sync().unwrap();
     let rows = e.usage(a).unwrap();
     assert!(rows.iter().any(|r| r.alg == Algorithm::None) && rows.iter().any(|r| r.alg == Algorithm::Zstd), "{rows:?}");
     assert_eq!(read_all(&e, a), data);
+}
+
+#[test]
+fn a_policy_set_while_data_is_dirty_applies_to_that_data() {
+    let d = tempfile::tempdir().unwrap();
+    let e = new_pool(&d.path().join("pool"));
+    let a = create(&e, "a");
+    let data = text(400_000);
+    // written under the pool's policy (raw), compressed early at write time ...
+    e.write(a, 0, &data).unwrap();
+    // ... then a property change before the commit: the commit compresses with the new one
+    e.set_file_compression(a, Some(("zlib:4".parse::<Spec>().unwrap(), true)));
+    e.sync().unwrap();
+    let rows = e.usage(a).unwrap();
+    assert!(!rows.is_empty() && rows.iter().all(|r| r.alg == Algorithm::Deflate && r.level == 4), "{rows:?}");
+    // the file is clean now: the engine forgot its policy, a plain write uses the pool's
+    e.write(a, 0, &data[..131072]).unwrap();
+    e.sync().unwrap();
+    let rows = e.usage(a).unwrap();
+    assert!(rows.iter().any(|r| r.alg == Algorithm::None), "{rows:?}");
+    // and a clean file's policy is not set by set_file_compression (nothing is kept)
+    e.set_file_compression(a, Some(("zlib:4".parse::<Spec>().unwrap(), true)));
+    e.write(a, 131072, &data[131072..262144]).unwrap();
+    e.sync().unwrap();
+    let rows = e.usage(a).unwrap();
+    assert_eq!(rows.iter().filter(|r| r.alg == Algorithm::None).map(|r| r.uncompressed_bytes).sum::<u64>(), 262144);
+    assert_eq!(read_all(&e, a), data);
+    assert!(e.fsck().unwrap().problems.is_empty());
 }
 
 #[test]
