@@ -13,11 +13,14 @@ mod creds;
 mod data;
 mod dir;
 mod error;
+mod fileattr;
 mod handles;
+mod inherit;
 mod inodes;
 mod name;
 mod namespace;
 pub mod perm;
+pub mod props;
 pub mod time;
 pub mod usage;
 mod xattr;
@@ -32,7 +35,7 @@ pub use name::NAME_MAX;
 /// Names of the virtual extended attributes served by the fs core.
 pub mod xattr_names {
     pub use crate::usage::XATTR_USAGE as USAGE;
-    pub use crate::xattr::{XATTR_MOUNT as MOUNT, XATTR_REMOUNT as REMOUNT};
+    pub use crate::xattr::{XATTR_EFFECTIVE as EFFECTIVE, XATTR_MOUNT as MOUNT, XATTR_REMOUNT as REMOUNT};
 }
 pub use squeezefs_pipeline::{FileKind, Ino, InodeAttr, StatFs, Timestamp, ROOT_INO};
 
@@ -130,6 +133,8 @@ impl Fs {
     pub fn set_compression(&self, c: Compression) {
         self.engine.set_compression(c.spec, c.force);
         *self.compression.lock() = Some(c);
+        // what every inode inherits from the mount changed
+        self.inodes.bump_gen();
     }
 
     pub fn compression(&self) -> Option<Compression> {
@@ -252,6 +257,11 @@ impl Fs {
         self.inodes.add_lookup(ino, n);
     }
 
+    /// One kernel reference to a readdirplus entry of directory `dir` (not for `.`/`..`).
+    pub fn remember_entry(&self, dir: Ino, item: &DirItem) {
+        self.inodes.add_lookup_in(dir, item.ino, item.kind == FileKind::Dir);
+    }
+
     /// FUSE forget: the kernel dropped `n` references.
     pub fn forget(&self, ino: Ino, n: u64) {
         if self.inodes.forget(ino, n) == inodes::Drop::Unreferenced {
@@ -266,5 +276,7 @@ impl Fs {
     }
 }
 
+#[cfg(test)]
+mod props_tests;
 #[cfg(test)]
 mod tests;

@@ -263,9 +263,8 @@ pub struct FileData {
     /// Early compression: records of this file that compressed in a row (policy::TRUST_AFTER).
     pub streak: Arc<std::sync::atomic::AtomicU32>,
     /// Compression of this file's data not yet frozen for a txg: what its last write stated
-    /// or a later property change set (`Engine::write_with_compression`,
-    /// `Engine::set_file_compression`); `None`: the pool's. Dropped with the FileData once
-    /// the file is clean, so the engine keeps no per-file state beyond dirty files.
+    /// (`Engine::write_with_compression`); `None`: the pool's. Dropped with the FileData
+    /// once the file is clean, so the engine keeps no per-file state beyond dirty files.
     pub policy: Option<Policy>,
 }
 

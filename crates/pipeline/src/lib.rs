@@ -384,16 +384,17 @@ impl Engine {
     }
 
     /// Write `data` at `offset`, extending the size; may delay (throttle), never fails for load.
-    /// The file's data is compressed with the policy it has (`set_file_compression`, the
-    /// last `write_with_compression`), else the pool's.
+    /// The file's data is compressed with the policy its last `write_with_compression`
+    /// stated while it has uncommitted data, else the pool's.
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
         write::write(&self.inner, ino, offset, data, policy::Stated::Keep)
     }
 
     /// `write`, stating the compression of the file's data from this write on: `Some((spec,
     /// force))` (what the fs core resolved from the file's properties) or `None` (the pool's,
-    /// `set_compression`). It applies to every record of the file not yet frozen for a txg,
-    /// so a record written in parts is compressed with the last write's policy.
+    /// `set_compression`). A record is compressed with the policy of the write that filled
+    /// it (early compression) or, if none did, of the file's last write before its txg; the
+    /// engine keeps a file's policy only while the file has uncommitted data.
     pub fn write_with_compression(
         &self,
         ino: Ino,
@@ -488,23 +489,10 @@ impl Engine {
         *self.inner.policy.write() = policy::Policy { spec, force };
     }
 
-    /// Compression of the data of `ino` not yet frozen for a txg, and of its writes through
-    /// `write` from now on (a property change: the fs core resolves properties; `None`: the
-    /// pool's). A file without dirty data is left alone: the engine keeps per-file policy
-    /// only with dirty data (its next write states it). Records a writer compressed itself
-    /// under load (caller-runs, early.rs) keep the policy of their write.
-    pub fn set_file_compression(&self, ino: Ino, compression: Option<(squeezefs_codec::Spec, bool)>) {
-        let Some(f) = self.inner.files.get(ino) else { return };
-        let mut fd = f.lock();
-        if !fd.retired {
-            fd.policy = compression.map(|(spec, force)| policy::Policy { spec, force });
-        }
-    }
-
-    /// Files holding data not yet committed (the fs core restates their compression after a
-    /// change that may concern many files: a directory property, a directory moved).
-    pub fn dirty_files(&self) -> Vec<Ino> {
-        self.inner.files.all().into_iter().map(|(ino, _)| ino).collect()
+    /// The mount-wide compression: (spec, force).
+    pub fn compression(&self) -> (squeezefs_codec::Spec, bool) {
+        let p = *self.inner.policy.read();
+        (p.spec, p.force)
     }
 
     /// Inodes whose link count reached 0 while open, left over from a crash: the fs core

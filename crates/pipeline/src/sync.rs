@@ -233,8 +233,7 @@ fn cut(frozen: &[(Ino, Arc<Layer>)]) -> Vec<(usize, u64)> {
 }
 
 /// Stage 2: every record's compression result, in completion order. A record whose
-/// early compression (early.rs) was started on its current bytes under the same policy
-/// reuses it (done: at once; running or queued: the job forwards its result here); the
+/// early compression (early.rs) was started on its current bytes reuses it (done: at once; running or queued: the job forwards its result here); the
 /// others are queued as urgent tasks, ahead of the next txg's early compression.
 fn compress(
     inner: &Arc<Inner>,
@@ -259,7 +258,9 @@ fn compress(
             let _ = tx.send((li, idx, c));
             continue;
         }
-        if let Some(slot) = rec.early().filter(|s| s.policy == policy) {
+        // started early on the record's current bytes with the policy of the write that
+        // filled it, which is the record's policy (a later write's is not)
+        if let Some(slot) = rec.early() {
             match slot.claim(&tx, li, idx) {
                 Claim::Sent | Claim::Running => {
                     reused += 1;
