@@ -67,7 +67,8 @@ fn lower_record(inner: &Inner, ino: Ino, f: &FileRef, idx: u64) -> Result<Option
 /// What to put into a byte range.
 #[derive(Clone, Copy)]
 enum Fill<'a> {
-    Data(&'a [u8]),
+    /// these bytes, and what their write says about the file's compression
+    Data(&'a [u8], Stated),
     Zeros,
 }
 
@@ -84,7 +85,6 @@ fn apply(
     fill: Fill<'_>,
     mut packed: BTreeMap<u64, CallerResult>,
     charged: Option<u64>,
-    stated: Stated,
 ) -> Result<()> {
     let rs = inner.recordsize;
     let first = off / rs;
@@ -138,7 +138,7 @@ fn apply(
                 }
             }
         }
-        if let Stated::Is(p) = stated {
+        if let Fill::Data(_, Stated::Is(p)) = fill {
             fd.policy = p;
         }
         let early_policy = fd.policy.unwrap_or_else(|| *inner.policy.read());
@@ -192,7 +192,7 @@ fn apply(
             }
             let Rec::Data(rec) = entry else { unreachable!() };
             match fill {
-                Fill::Data(d) => {
+                Fill::Data(d, _) => {
                     let was = rec.len();
                     let buf = rec.buf_mut(inner.workspaces())?;
                     let src = &d[(rstart + a as u64 - off) as usize..(rstart + b as u64 - off) as usize];
@@ -230,7 +230,7 @@ fn apply(
                 }
             }
         }
-        if matches!(fill, Fill::Data(_)) {
+        if matches!(fill, Fill::Data(..)) {
             // records end at their logical length now, not at the quiesce (`normalize`), so
             // the dirty bytes write admission compares with free space are the bytes the txg
             // stores: the write's first and last records (a write into a hole or into a
@@ -251,7 +251,7 @@ fn apply(
             let _ =
                 inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
         }
-        if matches!(fill, Fill::Data(_)) {
+        if matches!(fill, Fill::Data(..)) {
             fd.size = fd.size.max(end);
         }
         fd.open_dirty = true;
@@ -330,7 +330,7 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> 
     reserve(inner, len)?;
     let packed = caller_runs(inner, ino, off, data, stated)?;
     CompressQueue::wait_backlog(inner);
-    apply(inner, ino, off, end, Fill::Data(data), packed, Some(data.len() as u64), stated)?;
+    apply(inner, ino, off, end, Fill::Data(data, stated), packed, Some(data.len() as u64))?;
     throttle::maybe_kick(inner);
     Ok(())
 }
@@ -551,10 +551,10 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
         reserve(inner, uncopied * rs)?;
     }
     if off < lo_edge_end {
-        apply(inner, ino, off, lo_edge_end, Fill::Zeros, BTreeMap::new(), None, Stated::Keep)?;
+        apply(inner, ino, off, lo_edge_end, Fill::Zeros, BTreeMap::new(), None)?;
     }
     if full_hi >= full_lo && hi_edge_start < end {
-        apply(inner, ino, hi_edge_start, end, Fill::Zeros, BTreeMap::new(), None, Stated::Keep)?;
+        apply(inner, ino, hi_edge_start, end, Fill::Zeros, BTreeMap::new(), None)?;
     }
     if full_hi > full_lo {
         loop {
