@@ -6,6 +6,7 @@ mod cmd_bench;
 mod cmd_fsck;
 mod cmd_mkfs;
 mod cmd_mount;
+mod cmd_prop;
 mod cmd_scrub;
 mod cmd_stats;
 mod cmd_umount;
@@ -34,6 +35,8 @@ enum Command {
     Umount(cmd_umount::UmountArgs),
     /// Compression statistics of a file, a tree or a mount (compsize columns)
     Stats(cmd_stats::StatsArgs),
+    /// Get, set, inherit and list properties of files and directories (compression, ...)
+    Prop(cmd_prop::PropArgs),
 }
 
 /// Errors end the process here: one line on stderr, `squeezefs: ` then the context chain
@@ -63,5 +66,6 @@ fn run() -> anyhow::Result<()> {
         Command::Mount(a) => cmd_mount::run(a),
         Command::Umount(a) => cmd_umount::run(a),
         Command::Stats(a) => cmd_stats::run(a),
+        Command::Prop(a) => cmd_prop::run(a),
     }
 }

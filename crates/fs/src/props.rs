@@ -187,8 +187,9 @@ impl Value {
 pub enum PropError {
     #[error("unknown property '{0}' (properties: {NAMES})")]
     Unknown(String),
-    #[error("{prop}={value:?}: {reason}; accepted: {accepted}")]
-    BadValue { prop: Prop, value: String, reason: String, accepted: &'static str },
+    /// `accepted` is `None` when `reason` already lists the accepted forms (spec errors do)
+    #[error("{prop}={value:?}: {reason}{}", accepted.map(|a| format!("; accepted: {a}")).unwrap_or_default())]
+    BadValue { prop: Prop, value: String, reason: String, accepted: Option<&'static str> },
     #[error("{prop} applies to {kinds}, not to a {kind}")]
     WrongKind { prop: Prop, kinds: &'static str, kind: &'static str },
 }
@@ -221,7 +222,12 @@ pub fn parse_bytes(prop: Prop, value: &[u8]) -> Result<Option<Value>, PropError>
 }
 
 fn bad(prop: Prop, value: &str, reason: impl Into<String>) -> PropError {
-    PropError::BadValue { prop, value: value.to_string(), reason: reason.into(), accepted: prop.accepted() }
+    PropError::BadValue { prop, value: value.to_string(), reason: reason.into(), accepted: Some(prop.accepted()) }
+}
+
+/// A spec error, whose text names the accepted forms already.
+fn bad_spec(prop: Prop, value: &str, e: squeezefs_codec::SpecError) -> PropError {
+    PropError::BadValue { prop, value: value.to_string(), reason: e.to_string(), accepted: None }
 }
 
 /// Parse a value of `prop`. `Ok(None)` means "no local value" (`qos=none` clears it: a tree
@@ -232,13 +238,11 @@ pub fn parse(prop: Prop, text: &str) -> Result<Option<Value>, PropError> {
         return Err(bad(prop, text, "empty value (to drop a local value use `squeezefs prop inherit` or setfattr -x)"));
     }
     match prop {
-        Prop::Compression => {
-            t.parse::<Spec>().map(|s| Some(Value::Spec(s))).map_err(|e| bad(prop, text, e.to_string()))
-        }
+        Prop::Compression => t.parse::<Spec>().map(|s| Some(Value::Spec(s))).map_err(|e| bad_spec(prop, text, e)),
         Prop::BackgroundCompression => match t.parse::<Spec>() {
             Ok(s @ (Spec::Off | Spec::Fixed(_))) => Ok(Some(Value::Spec(s))),
             Ok(_) => Err(bad(prop, text, "rewriting at idle time needs one fixed codec")),
-            Err(e) => Err(bad(prop, text, e.to_string())),
+            Err(e) => Err(bad_spec(prop, text, e)),
         },
         Prop::CompressForce => match t.to_ascii_lowercase().as_str() {
             "on" | "yes" | "true" | "1" => Ok(Some(Value::Bool(true))),
