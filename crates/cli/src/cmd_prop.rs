@@ -123,7 +123,7 @@ fn target(path: &Path) -> Result<std::fs::Metadata> {
 fn xattr_error(path: &Path, what: &str, e: std::io::Error) -> anyhow::Error {
     let why = match e.raw_os_error() {
         Some(libc::ENOTSUP) | Some(libc::ENODATA) => "not on a squeezefs mount".to_string(),
-        Some(libc::EACCES) | Some(libc::EPERM) => "permission denied (needs write access to it)".to_string(),
+        Some(libc::EACCES) | Some(libc::EPERM) => "permission denied".to_string(),
         Some(libc::EROFS) => "the mount is read-only".to_string(),
         Some(libc::EINVAL) => "refused by the daemon (invalid value)".to_string(),
         _ => e.to_string(),

@@ -2,7 +2,9 @@
 //!
 //! [`Fs`] mirrors the FUSE low-level operations (lookup/forget, getattr/setattr, mknod,
 //! mkdir, unlink, rmdir, symlink, rename, link, open/read/write/release, readdir, xattrs,
-//! fallocate, lseek, fsync, statfs) with inode numbers as handles. Semantics follow ext4
+//! fallocate, lseek, fsync, statfs, the chattr ioctls) with inode numbers as handles.
+//! Properties (props.rs) are xattrs it validates, inherited dynamically (inherit.rs); each
+//! write hands the engine its file's resolved compression. Semantics follow ext4
 //! (same errno for the same situation). Namespace changes and their checks run inside one
 //! engine metadata transaction, so a check and the change it guards are atomic; data goes
 //! straight to the engine without any fs-wide lock.

@@ -1,8 +1,10 @@
 //! Compression policy and the per-record compress step (runs on a worker).
 //!
-//! Mount-wide policy: a [`Spec`] plus `force`. `Spec::Auto` and `Spec::Qos` map to zstd:3
-//! until the auto/qos controllers land (a later issue): they are accepted and stored, and
-//! data is compressed with the controllers' starting level.
+//! A policy is a [`Spec`] plus `force`: the mount-wide one, or a file's own, which the fs
+//! core resolves from properties and states with each write (dirty.rs `FileData::policy`).
+//! `Spec::Auto` and `Spec::Qos` map to zstd:3 until the auto/qos controllers land (a later
+//! issue): they are accepted and stored, and data is compressed with the controllers'
+//! starting level.
 
 use crate::outbuf::{OutBytes, OutPool};
 use squeezefs_codec::{heuristic, saves_a_sector, Algorithm, Codec, Spec, Workspaces};
