@@ -143,6 +143,13 @@ impl Fs {
         *self.compression.lock()
     }
 
+    /// Make every cached property resolution stale, as a property change does (benchmarks:
+    /// the cost of resolving after a change; inherit.rs).
+    #[doc(hidden)]
+    pub fn invalidate_inheritance(&self) {
+        self.inodes.bump_gen();
+    }
+
     /// Attributes as stat(2) shows them: the engine's, plus a symlink's size being the
     /// length of its target (the engine's data path leaves it 0).
     fn stat(&self, ino: Ino) -> std::result::Result<InodeAttr, EngineError> {
