@@ -32,10 +32,9 @@
 //! (`Engine::write_with_compression`). A change applies to data written after it, as on ZFS
 //! and btrfs: data already written keeps the compression of its write (a record written in
 //! parts, that of the write that completed it), committed or not. A copy that sets
-//! attributes after writing the data (`cp -a`, `rsync -X` and `tar --xattrs` all do)
-//! therefore carries the properties, whose values apply to the copy's later writes, while
-//! the data it copied is compressed as the destination directory says; rewriting existing
-//! data is `squeezefs recompress`'s job.
+//! attributes after writing the data (`cp -a` does) therefore carries the properties, whose
+//! values apply to the copy's later writes, while the data it copied is compressed as the
+//! destination directory says; rewriting existing data is `squeezefs recompress`'s job.
 use crate::error::{FsError, Result};
 use crate::props::{self, Effective, LocalProps, Prop, Source, Value};
 use crate::Fs;
