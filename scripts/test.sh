@@ -25,4 +25,7 @@ command -v cargo >/dev/null 2>&1 || { echo "cargo not found: install Rust (rustu
 cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+# the mounted tests run once per request transport (mounted_common/mod.rs, TRANSPORT_ENV):
+# /dev/fuse with the whole suite, then io_uring (where the kernel has it)
+SQUEEZEFS_TEST_URING=off cargo test --workspace --locked
+SQUEEZEFS_TEST_URING=on cargo test --locked -p squeezefs --test mounted_posix --test mounted_reftest
