@@ -28,4 +28,4 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # the mounted tests run once per request transport (mounted_common/mod.rs, TRANSPORT_ENV):
 # /dev/fuse with the whole suite, then io_uring (where the kernel has it)
 SQUEEZEFS_TEST_URING=off cargo test --workspace --locked
-SQUEEZEFS_TEST_URING=on cargo test --locked -p squeezefs --test mounted_posix --test mounted_reftest
+SQUEEZEFS_TEST_URING=on cargo test --locked -p squeezefs --test mounted_posix --test mounted_reftest --test mounted_panics

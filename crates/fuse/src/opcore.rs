@@ -7,7 +7,16 @@
 //!
 //! Request counting (`user.squeezefs.requests`, requests.rs) happens in `serve`, so both
 //! transports count the same way: every request but INIT, counted before it is handled.
-use crate::abi::{self, fattr, Attr, InHeader, Kstatfs, Op};
+//!
+//! A panic while handling a request is caught here, on either transport: the request gets
+//! EIO, the pool is suspended (`Engine::suspend`: the panic may have left the engine's
+//! state half changed, so nothing more is written; reads go on), and the log names the
+//! panic and the request. The request threads and the mount stay up, so `umount` works.
+//!
+//! Test builds (feature `fault-injection`) take `setfattr -n trusted.squeezefs.inject-panic
+//! -v SITE` on the mount's root: `request` makes the next LOOKUP panic here, the engine's
+//! site names (crates/pipeline/src/fault.rs) arm a panic there.
+use crate::abi::{self, fattr, op, Attr, InHeader, Kstatfs, Op};
 use crate::requests::{self, RequestCounts};
 use squeezefs_fs::{Creds, FileKind, Fs, FsError, Ino, InodeAttr, SetAttr, TimeSet, Timestamp};
 use std::sync::Arc;
@@ -136,6 +145,18 @@ pub struct OpCore {
     /// the kernel writeback cache is on (asked for at INIT on writable mounts)
     writeback: bool,
     requests: Arc<RequestCounts>,
+    /// the next LOOKUP panics (test builds, see the module doc)
+    #[cfg(feature = "fault-injection")]
+    panic_next_lookup: std::sync::atomic::AtomicBool,
+}
+
+/// The xattr a test build arms panics with (module doc).
+#[cfg(feature = "fault-injection")]
+pub const XATTR_INJECT_PANIC: &str = "trusted.squeezefs.inject-panic";
+
+/// What a caught panic said.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>().copied().or_else(|| p.downcast_ref::<String>().map(String::as_str)).unwrap_or("?")
 }
 
 /// typed error → errno, logging the errors that mean damage or an engine failure
@@ -279,7 +300,13 @@ fn name_list(names: Vec<Vec<u8>>) -> Vec<u8> {
 impl OpCore {
     /// `writeback`: the kernel writeback cache was asked for (not on read-only mounts).
     pub fn new(fs: Arc<Fs>, writeback: bool, requests: Arc<RequestCounts>) -> OpCore {
-        OpCore { fs, writeback, requests }
+        OpCore {
+            fs,
+            writeback,
+            requests,
+            #[cfg(feature = "fault-injection")]
+            panic_next_lookup: Default::default(),
+        }
     }
 
     pub fn fs(&self) -> &Arc<Fs> {
@@ -311,7 +338,64 @@ impl OpCore {
         }
     }
 
+    /// [`dispatch`](Self::dispatch), with a panic turned into EIO and a suspended pool.
     fn handle(&self, h: &InHeader, op: Op<'_>, out: &mut [u8]) -> Handled {
+        let run = std::panic::AssertUnwindSafe(|| {
+            #[cfg(feature = "fault-injection")]
+            if let Some(r) = self.injection(h, &op) {
+                return r.into();
+            }
+            self.dispatch(h, op, out)
+        });
+        match std::panic::catch_unwind(run) {
+            Ok(handled) => handled,
+            Err(p) => {
+                let why = format!(
+                    "panic in the FUSE request handler ({} of node {}): {}",
+                    requests::op_name(h.opcode),
+                    h.nodeid,
+                    panic_message(&*p)
+                );
+                self.fs.engine().suspend(&why);
+                match h.opcode {
+                    op::FORGET | op::BATCH_FORGET => Reply::None,
+                    _ => Reply::Error(libc::EIO),
+                }
+                .into()
+            }
+        }
+    }
+
+    /// Test builds: arm a panic (the xattr on the root), or panic as armed.
+    #[cfg(feature = "fault-injection")]
+    fn injection(&self, h: &InHeader, op: &Op<'_>) -> Option<Reply> {
+        use std::sync::atomic::Ordering;
+        match op {
+            Op::Setxattr { name, value, .. }
+                if h.nodeid == squeezefs_fs::ROOT_INO && *name == XATTR_INJECT_PANIC.as_bytes() =>
+            {
+                Some(match *value {
+                    b"request" => {
+                        self.panic_next_lookup.store(true, Ordering::SeqCst);
+                        Reply::Empty
+                    }
+                    site => match self.fs.engine().inject_panic(&String::from_utf8_lossy(site)) {
+                        Ok(()) => Reply::Empty,
+                        Err(e) => {
+                            log::error!("{XATTR_INJECT_PANIC}: {e}");
+                            Reply::Error(libc::EINVAL)
+                        }
+                    },
+                })
+            }
+            Op::Lookup { .. } if self.panic_next_lookup.swap(false, Ordering::SeqCst) => {
+                panic!("injected panic (request)")
+            }
+            _ => None,
+        }
+    }
+
+    fn dispatch(&self, h: &InHeader, op: Op<'_>, out: &mut [u8]) -> Handled {
         let fs = &*self.fs;
         let c = Creds::from_request(h.uid, h.gid, h.pid);
         let ino = h.nodeid;
