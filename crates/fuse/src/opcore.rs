@@ -309,10 +309,6 @@ impl OpCore {
         }
     }
 
-    pub fn fs(&self) -> &Arc<Fs> {
-        &self.fs
-    }
-
     /// Count and handle one request (`op`: its decoding, or the errno that refused it).
     /// `out` is the reply buffer for the operations that fill it
     /// ([`abi::fills_reply_buffer`]); the others get an empty one.
