@@ -28,4 +28,5 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # the mounted tests run once per request transport (mounted_common/mod.rs, TRANSPORT_ENV):
 # /dev/fuse with the whole suite, then io_uring (where the kernel has it)
 SQUEEZEFS_TEST_URING=off cargo test --workspace --locked
-SQUEEZEFS_TEST_URING=on cargo test --locked -p squeezefs --test mounted_posix --test mounted_reftest --test mounted_panics
+# (--workspace: the same feature set as the run above, so nothing is rebuilt)
+SQUEEZEFS_TEST_URING=on cargo test --workspace --locked --test mounted_posix --test mounted_reftest --test mounted_panics
