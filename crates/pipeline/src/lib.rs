@@ -27,6 +27,7 @@ mod dirty;
 mod early;
 mod early_place;
 mod error;
+mod fault;
 pub mod fsck;
 mod inner;
 mod meta_space;
@@ -118,7 +119,8 @@ pub struct PoolInfo {
 }
 
 pub struct Engine {
-    inner: Arc<Inner>,
+    /// taken only by `drop`, which then waits until every other holder let go
+    inner: std::mem::ManuallyDrop<Arc<Inner>>,
     driver: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -157,7 +159,27 @@ impl Engine {
                     .map_err(|e| EngineError::Other(format!("cannot start the txg driver: {e}")))?,
             )
         };
-        Ok(Arc::new(Engine { inner, driver: Mutex::new(driver) }))
+        Ok(Arc::new(Engine { inner: std::mem::ManuallyDrop::new(inner), driver: Mutex::new(driver) }))
+    }
+
+    /// Stop changing the pool after a failure whose effect on the engine's state is unknown
+    /// (a panic caught at the FUSE edge): from now on writes, syncs and fsyncs fail with
+    /// `Suspended`; what the last commit made durable stays, and `close` still works.
+    pub fn suspend(&self, why: &str) {
+        log::error!("{why}; pool suspended at txg {} (changes after it are not saved)", self.inner.txg.synced());
+        self.inner.suspend(why.to_string());
+    }
+
+    /// Make the next pass through the named place panic once (fault.rs `Site` names:
+    /// compress, decode, device-write, txg). Test builds only.
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub fn inject_panic(&self, site: &str) -> Result<()> {
+        let s = fault::Site::ALL.into_iter().find(|s| s.name() == site).ok_or_else(|| {
+            let names: Vec<&str> = fault::Site::ALL.iter().map(|s| s.name()).collect();
+            EngineError::Invalid(format!("no panic site {site:?} (sites: {})", names.join(", ")))
+        })?;
+        self.inner.faults.arm(s);
+        Ok(())
     }
 
     /// Flush everything and commit; the engine refuses work afterwards.
@@ -600,16 +622,20 @@ impl Engine {
 
 impl Drop for Engine {
     /// Without `close`: stop the driver without syncing (a crash of the data path), then
-    /// wait until no job holds the engine so the pool can be reopened at once.
+    /// wait until no job holds the engine (its shared state is released, the metadata store
+    /// closed) so the pool can be reopened at once.
     fn drop(&mut self) {
         if let Some(h) = self.driver.lock().take() {
             self.inner.txg.abandon();
             let _ = h.join();
         }
         self.inner.closed.store(true, Ordering::Release);
+        let released = self.inner.released.0.clone();
+        // SAFETY: `inner` is not used after this (we are in drop), and taken only here
+        drop(unsafe { std::mem::ManuallyDrop::take(&mut self.inner) });
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while Arc::strong_count(&self.inner) > 1 && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(1));
+        if !released.wait_until(deadline) {
+            log::warn!("engine dropped while a job still holds it after 10 s; the pool stays open until it ends");
         }
     }
 }

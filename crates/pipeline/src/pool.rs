@@ -357,11 +357,12 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         (sb.next_ino.max(after_last), t.len()? as i64)
     };
     drop(rx);
+    let faults = Arc::new(crate::fault::Faults::default());
     let slots = devs
         .into_iter()
         .enumerate()
         .zip(host_paths)
-        .map(|((i, dev), host_path)| DevSlot { queue: DevQueue::start(dev.clone(), i), dev, host_path })
+        .map(|((i, dev), host_path)| DevSlot { queue: DevQueue::start(dev.clone(), i, faults.clone()), dev, host_path })
         .collect();
     let inner = Inner::new(
         pool.to_path_buf(),
@@ -376,6 +377,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         opts.clone(),
         sb.txg,
         next_ino,
+        faults,
     )
     .into_arc();
     inner.ns.set_committed_inodes(inode_rows);
