@@ -31,7 +31,9 @@ pub struct MountArgs {
     /// Directory to mount it on
     pub mountpoint: PathBuf,
     /// Options, comma-separated: compress=SPEC, compress-force=SPEC, recordsize=SIZE, ro,
-    /// allow_other, default_permissions, remount, and generic fstab options
+    /// allow_other, default_permissions, remount, uring=auto|on|off (auto, the default: FUSE
+    /// over io_uring for root mounts, switching the kernel's enable_uring parameter on when
+    /// it is off; off: /dev/fuse), and generic fstab options
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
     /// Stay in the foreground (do not daemonize)
@@ -273,7 +275,7 @@ fn stop_signals() -> libc::sigset_t {
 fn serve(pool: &Path, mountpoint: &Path, cfg: &MountConfig, report: impl FnOnce(Result<(), String>)) -> Result<()> {
     let set = stop_signals();
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    let (session, fs) = match open_and_mount(pool, mountpoint, cfg) {
+    let (session, fs, transport) = match open_and_mount(pool, mountpoint, cfg) {
         Ok(s) => s,
         Err(e) => {
             let msg = format!("{e:#}");
@@ -296,8 +298,11 @@ fn serve(pool: &Path, mountpoint: &Path, cfg: &MountConfig, report: impl FnOnce(
         "mounted {} on {} ({spec}; requests: {})",
         pool.display(),
         mountpoint.display(),
-        squeezefs_fuse::uring::transport()
+        if transport.uring_queues > 0 { transport.describe() } else { "/dev/fuse".into() }
     ));
+    if let Some(why) = &transport.fallback {
+        log_event(&format!("requests come through /dev/fuse, not FUSE over io_uring: {why}"));
+    }
     let served = session.run().context("serving FUSE requests");
     // the session ran the flush at unmount (the adapter's destroy) before returning
     let flush = fs.shutdown_error();
@@ -331,7 +336,7 @@ fn open_and_mount(
     pool: &Path,
     mountpoint: &Path,
     cfg: &MountConfig,
-) -> Result<(squeezefs_fuse::Session<squeezefs_fuse::FuseFs>, Arc<Fs>)> {
+) -> Result<(squeezefs_fuse::Session<squeezefs_fuse::FuseFs>, Arc<Fs>, mount::Transport)> {
     let engine = Engine::open(pool, &open_options(cfg)).with_context(|| format!("opening pool {}", pool.display()))?;
     if let Some(rs) = cfg.recordsize {
         let pool_rs = engine.info().recordsize;
@@ -354,7 +359,7 @@ fn open_and_mount(
     };
     let fs = Arc::new(Fs::new(engine.clone(), fs_cfg).context("starting the filesystem")?);
     match mount::mount(fs.clone(), pool, mountpoint, cfg) {
-        Ok(s) => Ok((s, fs)),
+        Ok((s, transport)) => Ok((s, fs, transport)),
         Err(e) => {
             let _ = fs.shutdown();
             Err(anyhow!("mounting {} on {}: {e}", pool.display(), mountpoint.display()))

@@ -2,7 +2,8 @@
 //! xattr_permission, plus three virtual attributes answered by the fs itself:
 //! * `user.squeezefs.usage` (get, any file or directory): compsize rows, see [`crate::usage`];
 //!   on the root directory it first commits all dirty data (a sync);
-//! * `user.squeezefs.mount` (get, root directory): the mount's settings and daemon pid;
+//! * `user.squeezefs.mount` (get, root directory): the mount's settings, daemon pid and
+//!   request transport;
 //! * `trusted.squeezefs.remount` (set, root directory, root only): comma-separated
 //!   `compress=SPEC` or `compress-force=SPEC` (applied to data written from now on) and
 //!   `noatime` or `relatime` (reads from now on); what `squeezefs mount -o remount` sends.
@@ -124,6 +125,10 @@ impl Fs {
         s.push_str(if self.noatime() { "noatime\n" } else { "relatime\n" });
         if !self.cfg.check_permissions {
             s.push_str("default_permissions\n");
+        }
+        let transport = self.transport();
+        if !transport.is_empty() {
+            s.push_str(&format!("transport={transport}\n"));
         }
         s
     }

@@ -239,16 +239,18 @@ pub fn rc(r: libc::c_int) -> i32 {
     }
 }
 
-/// The daemon's "mounted" log line says which request transport `uring=` (`on`/`off`)
-/// gave: io_uring wherever the kernel has it (Linux ≥ 6.14 with CONFIG_FUSE_IO_URING),
-/// /dev/fuse otherwise and for `off`.
+/// The daemon's "mounted" log line says which request transport `uring_opt` (the `uring=`
+/// option, or "" for the default) gave: io_uring wherever the kernel has it (Linux ≥ 6.14
+/// with CONFIG_FUSE_IO_URING), /dev/fuse otherwise and for `off`.
 pub fn assert_transport(m: &Mounted, uring_opt: &str) {
     let pid = m.daemon_pid();
     let kernel_has_it = Path::new("/sys/module/fuse/parameters/enable_uring").exists();
+    // the default (no `uring=`) and `uring=on` take the fast path on a kernel that has it,
+    // writing Y to enable_uring when it is N
     let want = match uring_opt {
-        "uring=on" if kernel_has_it => "requests: io_uring",
-        "uring=on" => {
-            eprintln!("kernel without FUSE over io_uring: uring=on serves /dev/fuse");
+        "" | "uring=on" if kernel_has_it => "requests: io_uring",
+        "" => {
+            eprintln!("kernel without FUSE over io_uring: the default mount serves /dev/fuse");
             "requests: /dev/fuse"
         }
         "uring=off" => "requests: /dev/fuse",
