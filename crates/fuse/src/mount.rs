@@ -64,6 +64,12 @@ pub fn mount(
     Ok(s)
 }
 
+/// `MAJ:MIN` of the mount on `mountpoint` (an absolute path), as /proc/self/mountinfo lists it.
+pub fn mount_device(mountpoint: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    crate::readahead::mount_dev_in_mountinfo(&info, mountpoint)
+}
+
 /// What `uring=` decides before the mount, from the caller and the kernel's `enable_uring`
 /// parameter (`param`: None when the kernel has no such parameter, else whether it is Y).
 ///

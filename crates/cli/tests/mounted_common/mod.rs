@@ -104,6 +104,16 @@ impl Mounted {
         s.lines().find_map(|l| l.strip_prefix("pid=")).unwrap().parse().unwrap()
     }
 
+    /// The test unmounted it itself (e.g. plain umount(2)).
+    pub fn unmounted_by_hand(&mut self) {
+        self.mounted = false;
+    }
+
+    /// The test mounted it itself (with its own command line).
+    pub fn mounted_by_hand(&mut self) {
+        self.mounted = true;
+    }
+
     /// The daemon died (killed): clean up the dead mount, nothing was flushed at exit.
     pub fn forget_dead_mount(&mut self) {
         let c = cstr(&self.mnt);
