@@ -125,6 +125,16 @@ impl Mounted {
         s.lines().find_map(|l| l.strip_prefix("pid=")).unwrap().parse().unwrap()
     }
 
+    /// The test unmounted it itself (e.g. plain umount(2)).
+    pub fn unmounted_by_hand(&mut self) {
+        self.mounted = false;
+    }
+
+    /// The test mounted it itself (with its own command line).
+    pub fn mounted_by_hand(&mut self) {
+        self.mounted = true;
+    }
+
     /// The daemon died (killed): clean up the dead mount, nothing was flushed at exit.
     pub fn forget_dead_mount(&mut self) {
         let c = cstr(&self.mnt);
@@ -260,16 +270,18 @@ pub fn rc(r: libc::c_int) -> i32 {
     }
 }
 
-/// The daemon's "mounted" log line says which request transport `uring=` (`on`/`off`)
-/// gave: io_uring wherever the kernel has it (Linux ≥ 6.14 with CONFIG_FUSE_IO_URING),
-/// /dev/fuse otherwise and for `off`.
+/// The daemon's "mounted" log line says which request transport `uring_opt` (the `uring=`
+/// option, or "" for the default) gave: io_uring wherever the kernel has it (Linux ≥ 6.14
+/// with CONFIG_FUSE_IO_URING), /dev/fuse otherwise and for `off`.
 pub fn assert_transport(m: &Mounted, uring_opt: &str) {
     let pid = m.daemon_pid();
     let kernel_has_it = Path::new("/sys/module/fuse/parameters/enable_uring").exists();
+    // the default (no `uring=`) and `uring=on` take the fast path on a kernel that has it,
+    // writing Y to enable_uring when it is N
     let want = match uring_opt {
-        "uring=on" if kernel_has_it => "requests: io_uring",
-        "uring=on" => {
-            eprintln!("kernel without FUSE over io_uring: uring=on serves /dev/fuse");
+        "" | "uring=on" if kernel_has_it => "requests: io_uring",
+        "" => {
+            eprintln!("kernel without FUSE over io_uring: the default mount serves /dev/fuse");
             "requests: /dev/fuse"
         }
         "uring=off" => "requests: /dev/fuse",
