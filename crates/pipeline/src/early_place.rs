@@ -227,7 +227,7 @@ pub fn place_in_order(inner: &Inner, layer: &mut Layer) {
     }
     let mut placed = Vec::with_capacity(todo.len());
     {
-        let mut space = inner.space.lock();
+        let mut space = inner.space.live();
         for (_, p) in todo {
             let stored = p.bytes.len() as u64;
             // no room: the sync stage places the rest
@@ -244,7 +244,7 @@ pub fn place_in_order(inner: &Inner, layer: &mut Layer) {
         // a completion of its own: giving the record up waits for this write only
         let done = Arc::new(Completion::default());
         done.add(1);
-        inner.devs[dev].queue.submit(WriteReq { offset, payload: Payload::Owned(p.bytes.clone()), done: done.clone() });
+        inner.space.submit(dev, WriteReq { offset, payload: Payload::Owned(p.bytes.clone()), done: done.clone() });
         let e = EarlyPlace {
             ext: DeviceExtent { dev: dev as u32, offset, psize: stored as u32 },
             footprint: crate::units::granule_bytes(stored, inner.granule),
@@ -274,11 +274,8 @@ fn alloc_for_layer(
     let need = crate::units::granule_bytes(stored, inner.granule).max(1);
     // a growable device has the room of its own host filesystem (lock order: space, then
     // host_space)
-    let host: Vec<u64> = {
-        let hs = inner.host_space.lock();
-        (0..inner.devs.len()).map(|i| hs.get(i).copied().flatten().map_or(0, |h| h.free)).collect()
-    };
-    let mut views = crate::sync::device_views(inner, space, |i| host[i]);
+    let host = inner.space.host_rooms();
+    let mut views = inner.space.device_views(space, |i| host.get(i).copied().flatten().map_or(0, |h| h.free));
     loop {
         let dev = choose_device(&views, need)?;
         let mut fresh = None;
@@ -316,5 +313,5 @@ pub fn reclaim(inner: &Inner, wait: bool) {
         inner.early.list.lock().extend(busy);
     }
     let ranges: Vec<(u32, u64, u64)> = ready.iter().map(|a| (a.dev, a.offset, a.footprint)).collect();
-    crate::sync::free_live(inner, &ranges);
+    inner.space.give_back(&ranges);
 }

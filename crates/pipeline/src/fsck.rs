@@ -13,7 +13,7 @@
 
 use crate::error::Result;
 use crate::inner::Inner;
-use crate::sync::extent_footprint;
+use crate::units::extent_footprint;
 use crate::units::{record_len_in_file, records_for_size};
 use redb::ReadableTable;
 use serde::Serialize;
@@ -152,7 +152,7 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
     }
     // extents and space
     // per device: (offset, footprint, inode, birth txg) of every device extent
-    let mut per_dev: Vec<Vec<(u64, u64, Ino, u64)>> = vec![Vec::new(); inner.devs.len()];
+    let mut per_dev: Vec<Vec<(u64, u64, Ino, u64)>> = vec![Vec::new(); inner.space.devs().len()];
     let mut blocks: HashMap<Ino, u64> = HashMap::new();
     for row in rx.open_table(tables::EXTENTS)?.iter()? {
         let (k, v) = row?;

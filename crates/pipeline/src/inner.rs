@@ -1,39 +1,21 @@
 //! The engine's shared state (one `Arc<Inner>` held by the API, the txg driver and jobs).
 
-use crate::alloc::DevSpace;
 use crate::caches::{ExtentCache, RecordCache};
-use crate::devq::DevQueue;
-use crate::dirty::{BufPool, FileTable};
+use crate::dirty::{BufPool, FileRef, FileTable};
 use crate::error::{EngineError, Result};
 use crate::options::OpenOptions;
 use crate::policy::Policy;
+use crate::space::Space;
 use crate::txg::TxgCtl;
 use crate::workers::WorkerPool;
 use parking_lot::{Condvar, Mutex, RwLock};
 use rustc_hash::{FxHashMap, FxHashSet};
 use squeezefs_codec::{WorkspaceConfig, Workspaces};
-use squeezefs_device::Device;
 use squeezefs_meta::{tables, Ino, InodeAttr};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-
-pub struct DevSlot {
-    pub dev: Arc<dyn Device>,
-    pub queue: DevQueue,
-    /// The file of a growable device file: its host filesystem's free space bounds it
-    /// (`None`: not a growable file, or a device object given by a test; the pool
-    /// directory's filesystem then stands in)
-    pub host_path: Option<PathBuf>,
-}
-
-/// The host filesystem under a growable device: its id (`st_dev`) and free bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HostSpace {
-    pub fs: u64,
-    pub free: u64,
-}
 
 pub struct Inner {
     pub pool_dir: PathBuf,
@@ -45,16 +27,8 @@ pub struct Inner {
     pub granule: u64,
     pub recordsize: u64,
     pub max_inline: u64,
-    pub devs: Vec<DevSlot>,
-    /// The live space image: every placement (early or at sync) is taken here, and space a
-    /// commit freed comes back only after that commit is durable and the range discarded.
-    /// Never persisted (alloc.rs, early_place.rs).
-    pub space: Mutex<Vec<DevSpace>>,
-    /// The durable space image: what the last commit persisted, changed only by the commit
-    /// stage (the committing txg's extents taken exactly, its frees given back), so records
-    /// placed early for a later txg are never persisted as allocated. Lock order: `space`
-    /// is never taken while holding `durable`.
-    pub durable: Mutex<Vec<DevSpace>>,
+    /// devices, space images, host filesystems (space.rs)
+    pub space: Space,
     /// early placements given up before their txg committed (early_place.rs)
     pub early: Arc<crate::early_place::EarlySink>,
     /// early placement is allowed: the pool's room is far above what dirty data can take
@@ -95,17 +69,8 @@ pub struct Inner {
     ws: OnceLock<Workspaces>,
     pub opts: OpenOptions,
     pub closed: AtomicBool,
-    /// free bytes of the host filesystems under growable device files, each filesystem
-    /// counted once (refreshed per txg)
-    pub host_free: AtomicU64,
-    /// per device: the host filesystem under it if it is a growable file (`None` for fixed
-    /// devices); device choice keeps each growable device within its own filesystem
-    pub host_space: Mutex<Vec<Option<HostSpace>>>,
     /// room for metadata commits on the pool directory's filesystem (meta_space.rs)
     pub meta_space: crate::meta_space::MetaSpace,
-    /// a growable device file lies on the pool directory's filesystem: its dirty data takes
-    /// the room metadata commits need (refreshed with `host_space`)
-    pub data_on_meta_fs: AtomicBool,
     /// sequential-read detection: inode → end of its last read
     pub readahead: Mutex<FxHashMap<Ino, u64>>,
     /// prefetches in flight (record keys), so one record is decoded once
@@ -131,8 +96,7 @@ impl Inner {
         granule: u64,
         recordsize: u64,
         max_inline: u64,
-        devs: Vec<DevSlot>,
-        space: Vec<DevSpace>,
+        space: Space,
         opts: OpenOptions,
         last_txg: u64,
         next_ino: u64,
@@ -147,9 +111,7 @@ impl Inner {
             granule,
             recordsize,
             max_inline,
-            devs,
-            durable: Mutex::new(space.clone()),
-            space: Mutex::new(space.into_iter().map(DevSpace::untracked).collect()),
+            space,
             early: Arc::new(crate::early_place::EarlySink::default()),
             early_room: AtomicBool::new(false),
             files: FileTable::default(),
@@ -171,10 +133,7 @@ impl Inner {
             ws: OnceLock::new(),
             opts,
             closed: AtomicBool::new(false),
-            host_free: AtomicU64::new(u64::MAX),
-            host_space: Mutex::new(Vec::new()),
             meta_space: Default::default(),
-            data_on_meta_fs: AtomicBool::new(false),
             readahead: Mutex::new(FxHashMap::default()),
             prefetching: Mutex::new(HashSet::new()),
             prefetch_cv: Condvar::new(),
@@ -268,6 +227,19 @@ impl Inner {
         Ok(v)
     }
 
+    /// The file's dirty state, created from the committed inode if needed.
+    pub fn file_ref(&self, ino: Ino) -> Result<FileRef> {
+        loop {
+            let f = self.files.get_or_create(ino, || {
+                let a = self.inode_record(ino)?;
+                Ok::<_, EngineError>((a.size, a.blocks_bytes))
+            })?;
+            if !f.lock().retired {
+                return Ok(f);
+            }
+        }
+    }
+
     /// Size and physical bytes of `ino` held by the data path, if it holds the file.
     pub fn live_sizes(&self, ino: Ino) -> Option<(u64, u64)> {
         let f = self.files.get(ino)?;
@@ -275,58 +247,10 @@ impl Inner {
         (!fd.retired).then(|| (fd.size, fd.blocks_bytes()))
     }
 
-    /// Free bytes over all devices, for statfs' total: whole free sectors of fixed devices;
-    /// for growable devices the host filesystem's free space only. Their free ranges are not
-    /// added: a commit punches them back to the host (`Device::discard`), so the host's free
-    /// figure already holds them, and counting them again kept deleted data in `df`'s Used
-    /// (tests/discard.rs::deleted_data_stays_used_in_statfs_on_a_growable_pool).
-    pub fn free_bytes(&self) -> u64 {
-        let space = self.space.lock();
-        let mut total = 0u64;
-        let mut any_growable = false;
-        for s in space.iter() {
-            match s.free_bytes() {
-                Some(f) => total = total.saturating_add(f),
-                None => any_growable = true,
-            }
-        }
-        if any_growable {
-            total = total.saturating_add(self.host_free.load(Ordering::Relaxed));
-        }
-        total
-    }
-
-    /// Bytes new data is sure to find room in (write admission, statfs' free and available):
-    /// on a fixed device what records of up to `recordsize` are sure to get in its free
-    /// pieces (`DevSpace::placeable_bytes`); for growable devices the host filesystem's free
-    /// space only, since their freed ranges were punched back to the host and reusing them
-    /// takes host space again (records that find no free range go past the end).
+    /// Bytes new data is sure to find room in, the metadata reserve kept back (write
+    /// admission; space.rs `Space::placeable_bytes`).
     pub fn placeable_bytes(&self) -> u64 {
-        self.placeable_bytes_with_reserve(true)
-    }
-
-    /// `placeable_bytes`, keeping the metadata reserve back (admission) or not (statfs'
-    /// free figure, so that `df`'s Used stays the live data).
-    pub fn placeable_bytes_with_reserve(&self, keep_reserve: bool) -> u64 {
-        let record = crate::units::sector_bytes(self.recordsize, self.sector);
-        let space = self.space.lock();
-        let mut total = 0u64;
-        let mut any_growable = false;
-        for s in space.iter() {
-            match s.placeable_bytes(record) {
-                Some(f) => total = total.saturating_add(f),
-                None => any_growable = true,
-            }
-        }
-        if any_growable {
-            let mut host = self.host_free.load(Ordering::Relaxed);
-            if keep_reserve && self.data_on_meta_fs.load(Ordering::Relaxed) {
-                // what metadata commits need stays free (meta_space.rs)
-                host = host.saturating_sub(self.meta_space.held_back());
-            }
-            total = total.saturating_add(host);
-        }
-        total
+        self.space.placeable_bytes(Some(&self.meta_space))
     }
 
     /// What the dirty data in flight, plus `extra` bytes about to be written, takes in the
@@ -340,51 +264,12 @@ impl Inner {
     /// Inputs for a metadata-room decision (meta_space.rs) with `extra` data bytes about to
     /// be written; `None` for a store in memory.
     pub fn meta_room(&self, extra: u64) -> Option<crate::meta_space::Room> {
-        let on_fs = if self.data_on_meta_fs.load(Ordering::Relaxed) {
+        let on_fs = if self.space.data_on_meta_fs() {
             self.dirty_bytes.load(Ordering::Relaxed).saturating_add(extra)
         } else {
             0
         };
         self.meta_space.room(on_fs, self.data_meta(extra))
-    }
-
-    /// Refresh the cached free space of the host filesystems under the growable device
-    /// files: each device's own (a device file may live on another filesystem than the
-    /// pool directory; counting the pool directory's admitted writes that device's
-    /// filesystem had no room for, and the txg failed on its ENOSPC), and their sum over
-    /// distinct filesystems for admission.
-    pub fn refresh_host_free(&self) {
-        let growable: Vec<bool> = self.space.lock().iter().map(|s| s.capacity.is_none()).collect();
-        let mut hs = self.host_space.lock();
-        hs.resize(self.devs.len(), None);
-        for (i, slot) in self.devs.iter().enumerate() {
-            if !growable.get(i).copied().unwrap_or(false) {
-                hs[i] = None;
-                continue;
-            }
-            let path = slot.host_path.as_deref().unwrap_or(&self.pool_dir);
-            // a failed statvfs keeps the last figure
-            if let Some(h) = host_space_of(path) {
-                hs[i] = Some(h);
-            }
-        }
-        let meta = host_fs_of(&self.pool_dir);
-        self.meta_space.measured(meta);
-        if let Some(m) = self.meta_space.host() {
-            let shared = hs.iter().flatten().any(|h| h.fs == m.fs);
-            self.data_on_meta_fs.store(shared, Ordering::Relaxed);
-        }
-        let mut seen: Vec<HostSpace> = Vec::new();
-        for h in hs.iter().flatten() {
-            if !seen.iter().any(|s| s.fs == h.fs) {
-                seen.push(*h);
-            }
-        }
-        if !seen.is_empty() {
-            self.host_free.store(seen.iter().fold(0u64, |a, h| a.saturating_add(h.free)), Ordering::Relaxed);
-        } else if let Some(f) = host_free_bytes(&self.pool_dir) {
-            self.host_free.store(f, Ordering::Relaxed);
-        }
     }
 }
 
@@ -408,38 +293,4 @@ pub fn with_live_sizes(mut a: InodeAttr, live: Option<(u64, u64)>) -> InodeAttr 
         a.blocks_bytes = blocks;
     }
     a
-}
-
-/// The filesystem holding `path` (its `st_dev`) and its free bytes (`host_free_bytes`).
-pub fn host_space_of(path: &std::path::Path) -> Option<HostSpace> {
-    use std::os::unix::fs::MetadataExt;
-    let fs = std::fs::metadata(path).ok()?.dev();
-    Some(HostSpace { fs, free: host_free_bytes(path)? })
-}
-
-/// The filesystem holding `path`: its `st_dev`, available and total bytes.
-pub fn host_fs_of(path: &std::path::Path) -> Option<crate::meta_space::HostFs> {
-    use std::os::unix::fs::MetadataExt;
-    let fs = std::fs::metadata(path).ok()?.dev();
-    let (free, total) = host_stat(path)?;
-    Some(crate::meta_space::HostFs { fs, free, total })
-}
-
-/// statvfs of `path`: bytes available to unprivileged users.
-pub fn host_free_bytes(path: &std::path::Path) -> Option<u64> {
-    host_stat(path).map(|(free, _)| free)
-}
-
-/// statvfs of `path`: (bytes available to unprivileged users, size of the filesystem).
-fn host_stat(path: &std::path::Path) -> Option<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c is a valid NUL-terminated path and st a writable statvfs.
-    let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    if r != 0 {
-        return None;
-    }
-    let frsize = st.f_frsize as u64;
-    Some(((st.f_bavail as u64).saturating_mul(frsize), (st.f_blocks as u64).saturating_mul(frsize)))
 }

@@ -40,6 +40,7 @@ mod pool;
 mod read;
 pub mod scrub;
 mod snapshot;
+mod space;
 mod sync;
 mod throttle;
 mod txg;
@@ -55,9 +56,11 @@ pub use options::{MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSI
 pub use policy::ADAPTIVE_PLACEHOLDER;
 pub use pool::{now, DEFAULT_DEVICE_FILE, META_FILE};
 pub use read::PREFETCH_RECORDS;
+pub use space::DeviceStatus;
 pub use squeezefs_device::{Device, DeviceStatsSnapshot};
 pub use squeezefs_meta::{DeviceExtent, ExtentPtr, StoredRecord};
 pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
+pub use usage::UsageRow;
 
 use inner::Inner;
 use parking_lot::Mutex;
@@ -78,31 +81,6 @@ pub struct StatFs {
     pub avail_bytes: u64,
     pub sector: u32,
     pub inodes: u64,
-}
-
-/// One row of `squeezefs stats` (compsize columns).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UsageRow {
-    pub alg: squeezefs_codec::Algorithm,
-    pub level: i32,
-    /// bytes on disk
-    pub disk_bytes: u64,
-    /// bytes before compression
-    pub uncompressed_bytes: u64,
-    /// logical bytes referenced by files
-    pub referenced_bytes: u64,
-}
-
-/// What the controllers and `squeezefs stats` see of one device.
-#[derive(Clone, Debug)]
-pub struct DeviceStatus {
-    pub index: u32,
-    pub name: String,
-    pub stats: DeviceStatsSnapshot,
-    /// bytes allocated to records
-    pub used_bytes: u64,
-    /// free bytes; `None` for a growable device file
-    pub free_bytes: Option<u64>,
 }
 
 /// Pool-wide parameters fixed at mkfs.
@@ -185,7 +163,7 @@ impl Engine {
             sector: self.inner.sector as u32,
             recordsize: self.inner.recordsize as u32,
             max_inline: self.inner.max_inline as u32,
-            devices: self.inner.devs.len(),
+            devices: self.inner.space.devs().len(),
             last_txg: self.inner.txg.synced(),
             pool_dir: self.inner.pool_dir.clone(),
         }
@@ -258,7 +236,7 @@ impl Engine {
     fn make_meta_room(&self, kind: meta_space::Kind) -> Result<()> {
         let inner = &*self.inner;
         if inner.meta_space.older_than(meta_space::MAX_AGE) {
-            inner.meta_space.measured(inner::host_fs_of(&inner.pool_dir));
+            inner.meta_space.measured(space::host_fs_of(&inner.pool_dir));
         }
         let room = inner.meta_room(0);
         if room.is_some_and(|r| {
@@ -280,7 +258,7 @@ impl Engine {
         let mut decision = decide();
         if decision != meta_space::Decision::Admit {
             // before refusing, a fresh figure: another program may have freed space
-            inner.meta_space.measured(inner::host_fs_of(&inner.pool_dir));
+            inner.meta_space.measured(space::host_fs_of(&inner.pool_dir));
             decision = decide();
         }
         if decision != meta_space::Decision::Admit {
@@ -446,8 +424,8 @@ impl Engine {
         // total counts every whole free sector; free only what new data is sure to get
         // (the admission figure), so `df` never shows room that writes are refused
         let avail = self.inner.placeable_bytes();
-        let free = self.inner.placeable_bytes_with_reserve(false);
-        let whole_free = self.inner.free_bytes().max(free);
+        let free = self.inner.space.placeable_bytes(None);
+        let whole_free = self.inner.space.free_bytes().max(free);
         let used: u64 = self.device_stats().iter().map(|d| d.used_bytes).sum();
         let inodes = self.inner.ns.total_inodes().max(0) as u64;
         Ok(StatFs {
@@ -514,20 +492,7 @@ impl Engine {
 
     /// Per-device queue, latency, throughput and space (for controllers and `stats`).
     pub fn device_stats(&self) -> Vec<DeviceStatus> {
-        let space = self.inner.space.lock();
-        self.inner
-            .devs
-            .iter()
-            .zip(space.iter())
-            .enumerate()
-            .map(|(i, (d, s))| DeviceStatus {
-                index: i as u32,
-                name: d.dev.name().to_string(),
-                stats: d.queue.stats.snapshot(),
-                used_bytes: s.end - s.data_start - s.free_range_bytes(),
-                free_bytes: s.free_bytes(),
-            })
-            .collect()
+        self.inner.space.device_status()
     }
 
     /// Bytes of dirty (uncommitted) data held in memory.

@@ -30,12 +30,12 @@
 //! Locks: `meta_lock` serializes writers (taken first); `rows` guards the generations.
 //! Durability: a change is durable when the txg commit holding it is; `fsync`/`sync` wait
 //! for that commit (writers mark the txg dirty), as for data.
-//! Tunable: `OpenOptions::max_delta_rows` (default `MAX_OPEN_ROWS`) — past it the txg driver is woken to commit early; past four
+//! Tunable: `OpenOptions::max_delta_rows` (default `options::DEFAULT_MAX_DELTA_ROWS`) — past it the txg driver is woken to commit early; past four
 //! times it writers wait for a commit (`Engine::bound_delta`), bounding the delta's memory
 //! (~200 B a row) when writers outrun the commits.
 
 use crate::error::{EngineError, Result};
-use crate::sync::extent_footprint;
+use crate::units::extent_footprint;
 use parking_lot::{Mutex, RwLock};
 use redb::ReadableTable;
 use rustc_hash::FxHashMap;
@@ -45,10 +45,6 @@ use std::collections::BTreeMap;
 use std::iter::Peekable;
 use std::ops::Bound;
 use std::sync::Arc;
-
-/// Default of `OpenOptions::max_delta_rows`: rows in `open` past which the txg driver is
-/// asked to commit (~200 B each).
-pub const MAX_OPEN_ROWS: usize = 256 * 1024;
 
 /// A byte-keyed table's changes: value, or `None` for removed.
 pub type ByteRows = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
@@ -67,7 +63,7 @@ pub struct Delta {
     pub deleted: Vec<Ino>,
     /// inodes created minus deleted (statfs counts them before the commit)
     pub inode_count: i64,
-    /// rows written (bounds memory; see MAX_OPEN_ROWS)
+    /// rows written (bounds memory; see `OpenOptions::max_delta_rows`)
     pub rows: usize,
 }
 

@@ -11,6 +11,9 @@ pub const DEFAULT_MAX_INLINE: u32 = 2048;
 /// Record sizes accepted by mkfs: powers of two in this range.
 pub const MIN_RECORDSIZE: u32 = 4096;
 pub const MAX_RECORDSIZE: u32 = 1024 * 1024;
+/// Default of `OpenOptions::max_delta_rows`: rows of metadata changes held in memory
+/// (nsdelta.rs, ~200 B each) past which the txg driver is asked to commit.
+pub const DEFAULT_MAX_DELTA_ROWS: usize = 256 * 1024;
 
 #[derive(Clone, Debug, Default)]
 pub struct MkfsOptions {
@@ -63,7 +66,7 @@ impl Default for OpenOptions {
             workers: 0,
             record_cache_bytes: 64 * 1024 * 1024,
             devices: Vec::new(),
-            max_delta_rows: crate::nsdelta::MAX_OPEN_ROWS,
+            max_delta_rows: DEFAULT_MAX_DELTA_ROWS,
         }
     }
 }

@@ -4,12 +4,13 @@
 use crate::alloc::DevSpace;
 use crate::devq::DevQueue;
 use crate::error::{EngineError, Result};
-use crate::inner::{DevSlot, Inner};
+use crate::inner::Inner;
 #[allow(unused_imports)]
 use crate::metadb::MetaDb;
 use crate::options::{
     MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, MAX_RECORDSIZE, MIN_RECORDSIZE,
 };
+use crate::space::{DevSlot, Space};
 use redb::ReadableTable;
 use squeezefs_device::{
     is_nonempty, read_header, write_header, Device, DeviceHeader, FileDevice, FileDeviceOptions, PoolId, DATA_START,
@@ -363,6 +364,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         .zip(host_paths)
         .map(|((i, dev), host_path)| DevSlot { queue: DevQueue::start(dev.clone(), i), dev, host_path })
         .collect();
+    let space = Space::new(pool.to_path_buf(), slots, space, u64::from(sb.sector), granule, u64::from(sb.recordsize));
     let inner = Inner::new(
         pool.to_path_buf(),
         db,
@@ -371,7 +373,6 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         granule,
         u64::from(sb.recordsize),
         u64::from(sb.max_inline),
-        slots,
         space,
         opts.clone(),
         sb.txg,
@@ -379,7 +380,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     )
     .into_arc();
     inner.ns.set_committed_inodes(inode_rows);
-    inner.refresh_host_free();
+    inner.space.refresh_host(&inner.meta_space);
     crate::early_place::refresh_room(&inner, false);
     Ok(inner)
 }

@@ -109,11 +109,11 @@ fn load_uncached(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, key: Option<R
             Arc::new(decode(inner, e, v, ino, offset_in_file)?)
         }
         StoredRecord::Device(d) => {
-            let dev = inner.devs.get(d.dev as usize).ok_or_else(|| {
+            let dev = inner.space.devs().get(d.dev as usize).ok_or_else(|| {
                 EngineError::Corrupt(format!(
                     "inode {ino} record {idx} points to device {} of {}",
                     d.dev,
-                    inner.devs.len()
+                    inner.space.devs().len()
                 ))
             })?;
             // read into a recycled buffer (read_exact_at fills all of it): a raw record is
@@ -447,7 +447,7 @@ fn has_data(inner: &Inner, ino: Ino, idx: u64, open: Option<&Layer>, syncing: Op
 pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option<u64>> {
     inner.check_open()?;
     let rs = inner.recordsize;
-    let f = crate::write::file_ref(inner, ino)?;
+    let f = inner.file_ref(ino)?;
     // snapshot the layers (the open layer is copied as a set of indices only)
     let (size, open, syncing) = {
         let fd = f.lock();

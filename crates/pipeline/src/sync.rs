@@ -31,9 +31,9 @@ use crate::early::{Claim, CompressQueue, CompressResult, Slot};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::policy::Compressed;
-use crate::units::granule_bytes;
+use crate::space::place_on_a_device;
+use crate::units::{extent_footprint, granule_bytes};
 use redb::ReadableTable;
-use squeezefs_control::{choose_device, DeviceView};
 use squeezefs_meta::{keys, tables, DeviceExtent, ExtentPtr, Ino, StoredRecord, Superblock};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -62,7 +62,7 @@ pub struct SyncFailure {
 
 pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) -> std::result::Result<(), SyncFailure> {
     let t0 = std::time::Instant::now();
-    inner.refresh_host_free();
+    inner.space.refresh_host(&inner.meta_space);
     crate::early_place::reclaim(inner, false);
     crate::early_place::refresh_room(inner, false);
     let jobs = cut(&frozen);
@@ -79,10 +79,10 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
     let result = (|| {
         let results = compress(inner, &frozen, &jobs);
         let completion = Arc::new(Completion::default());
-        let mut written = vec![false; inner.devs.len()];
+        let mut written = vec![false; inner.space.devs().len()];
         // host filesystems under growable devices as the txg starts, and what it placed on
         // each device so far: a growable device has room only within its own filesystem
-        let mut host = HostRoom { free: inner.host_space.lock().clone(), used: vec![0; inner.devs.len()] };
+        let mut host = HostRoom { free: inner.space.host_rooms(), used: vec![0; inner.space.devs().len()] };
         let mut placed = Vec::with_capacity(jobs.len());
         let mut first_err = None;
         // results arrive in completion order; they are placed in job order (file by file,
@@ -119,7 +119,7 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
         // the runs' unused ends go back to the free map (also after a failure: the error path
         // then frees the placed records themselves)
         {
-            let mut space = inner.space.lock();
+            let mut space = inner.space.live();
             for s in space.iter_mut() {
                 s.close_run();
             }
@@ -144,7 +144,7 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
         if let Some(e) = write_err {
             return Err(if e == "no space" { EngineError::NoSpace } else { EngineError::Io(e) });
         }
-        flush(inner, &written)?;
+        inner.space.flush(&written)?;
         t_flushed = std::time::Instant::now();
         committing = true;
         commit(inner, txg, &frozen, placed, &early_used)
@@ -157,7 +157,7 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             // dirty: otherwise admission would, in between, see both the old host figure
             // and the lower dirty count, and accept data the host has no room for
             // (tests/enospc.rs::growable_pool_admission_sees_the_host_space_the_last_txg_took)
-            inner.refresh_host_free();
+            inner.space.refresh_host(&inner.meta_space);
             // the measurement holds what the commit took in the metadata store
             inner.meta_space.counted();
             let kept: u64 = early_used.iter().filter_map(|p| p.place.get()).map(|e| u64::from(e.ext.psize)).sum();
@@ -201,7 +201,7 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             // failed commit leaves the map as it was partly changed; the pool is suspended
             // after any failed txg (txg.rs) and the next open reads the durable state.
             if !committing {
-                let mut space = inner.space.lock();
+                let mut space = inner.space.live();
                 for d in &allocated {
                     space[d.dev as usize].free(d.offset, granule_bytes(u64::from(d.psize), inner.granule));
                 }
@@ -283,7 +283,7 @@ fn compress(
 /// Room on the host filesystems under growable devices during one txg's place stage.
 struct HostRoom {
     /// per device: its host filesystem at the start of the txg (`None`: fixed device)
-    free: Vec<Option<crate::inner::HostSpace>>,
+    free: Vec<Option<crate::space::HostSpace>>,
     /// per device: footprint bytes placed on it by this txg
     used: Vec<u64>,
 }
@@ -381,7 +381,7 @@ fn place(
         }
     }
     let (dev, offset) = 'placed: {
-        let mut space = inner.space.lock();
+        let mut space = inner.space.live();
         // after the layer's records placed early, in the same run (while early placement is
         // on, so the room it was started with is still there)
         if inner.early_room.load(Ordering::Relaxed) {
@@ -395,7 +395,7 @@ fn place(
         }
         // at least 1, so a device passed over below (room 0) is never chosen again
         let need = granule_bytes(stored_len, inner.granule).max(1);
-        let mut views = device_views(inner, &space, |i| host.room(i));
+        let mut views = inner.space.device_views(&space, |i| host.room(i));
         place_on_a_device(&mut space, &mut views, stored_len, need).ok_or(EngineError::NoSpace)?
     };
     host.used[dev] += granule_bytes(stored_len, inner.granule);
@@ -404,70 +404,8 @@ fn place(
     allocated.push(ext);
     written[dev] = true;
     completion.add(1);
-    inner.devs[dev].queue.submit(WriteReq { offset, payload, done: completion.clone() });
+    inner.space.submit(dev, WriteReq { offset, payload, done: completion.clone() });
     Ok(Outcome::Extent(ExtentPtr { logical, alg, level, hash, birth: txg, stored: StoredRecord::Device(ext) }))
-}
-
-/// What device choice (crates/control) sees of each device: its queue and throughput, and
-/// its room = whole free sectors + what is left in its open run, or for a growable device
-/// `growable_room(index)` (the room of its host filesystem).
-pub fn device_views(
-    inner: &Inner,
-    space: &[crate::alloc::DevSpace],
-    growable_room: impl Fn(usize) -> u64,
-) -> Vec<DeviceView> {
-    inner
-        .devs
-        .iter()
-        .zip(space.iter())
-        .enumerate()
-        .map(|(i, (d, s))| {
-            let st = d.queue.stats.snapshot();
-            DeviceView {
-                queued_bytes: st.queued_bytes,
-                throughput_bps: st.throughput_bps,
-                free_bytes: s.free_bytes().map_or_else(|| growable_room(i), |f| f.saturating_add(s.run_room())),
-            }
-        })
-        .collect()
-}
-
-/// The device and offset for a record of `stored` bytes (footprint `need` ≥ 1): the best
-/// device by `choose_device` that can place it. The room in `views` is an estimate (free
-/// sectors need not be contiguous), so a device that cannot place the record after all is
-/// passed over for the next best one (its room set to 0).
-fn place_on_a_device(
-    space: &mut [crate::alloc::DevSpace],
-    views: &mut [DeviceView],
-    stored: u64,
-    need: u64,
-) -> Option<(usize, u64)> {
-    loop {
-        let dev = choose_device(views, need)?;
-        match space[dev].alloc_packed(stored) {
-            Some(off) => return Some((dev, off)),
-            None => views[dev].free_bytes = 0,
-        }
-    }
-}
-
-/// Stage 5: make the txg's data durable before any pointer to it is.
-fn flush(inner: &Inner, written: &[bool]) -> Result<()> {
-    for (i, w) in written.iter().enumerate() {
-        if *w {
-            inner.devs[i].dev.sync()?;
-        }
-    }
-    Ok(())
-}
-
-/// Physical bytes an extent occupies (for `blocks_bytes`, frees and fsck), in a pool whose
-/// records are packed at `granule` bytes (`Inner::granule`).
-pub fn extent_footprint(e: &ExtentPtr, granule: u64) -> u64 {
-    match &e.stored {
-        StoredRecord::Device(d) => granule_bytes(u64::from(d.psize), granule),
-        StoredRecord::Inline(v) => v.len() as u64,
-    }
 }
 
 /// Stage 6: one durable metadata transaction. Returns the new committed blocks per inode.
@@ -483,7 +421,7 @@ fn commit(
     let granule = inner.granule;
     // the durable image takes exactly the ranges this commit points to, wherever the live
     // image placed them (early or in this txg's place stage)
-    let mut durable = inner.durable.lock();
+    let mut durable = inner.space.durable();
     for p in &placed {
         if let Outcome::Extent(ExtentPtr { stored: StoredRecord::Device(d), .. }) = &p.outcome {
             let len = granule_bytes(u64::from(d.psize), granule);
@@ -636,54 +574,8 @@ fn commit(
         inner.ns.committed();
     }
     frees.append(&mut unreferenced);
-    free_live(inner, &frees);
+    inner.space.give_back(&frees);
     Ok(blocks_out)
-}
-
-/// Stage 6b: give space back to the live image (a commit's frees, once it is durable:
-/// before, the last committed txg may still point into them; or early placements given
-/// up, once their writes finished) and to the devices (holes in device files, so deleting
-/// data returns host disk space). The live lock is held until the discards are done: a
-/// range free in the live image may be placed early at any moment, and a discard after a
-/// write into it would punch that write away.
-pub fn free_live(inner: &Inner, ranges: &[(u32, u64, u64)]) {
-    // the ranges themselves first, without the lock: they are still allocated in the live
-    // image, so nothing is placed in them meanwhile (a large fragmented delete is thousands
-    // of punches, which must not stall placement and admission)
-    discard(inner, ranges);
-    let mut space = inner.space.lock();
-    // then, under the lock, the edge pages a range shares with free neighbours: wholly free
-    // only now (a page or two per range)
-    let mut edges = Vec::new();
-    for &(dev, off, len) in ranges {
-        let (s, l) = space[dev as usize].free(off, len);
-        edges.extend(edge_pages(off, len, s, l).into_iter().flatten().map(|p| (dev, p, PUNCH_PAGE)));
-    }
-    discard(inner, &edges);
-    drop(space);
-}
-
-/// The host page a device file gives back whole (`Device::discard` punches whole pages).
-const PUNCH_PAGE: u64 = 4096;
-
-/// Start offsets of the host pages that the freed range `[off, off+len)` only partly covers
-/// (its first and last page) and that lie wholly inside `[s, s+l)`, the merged free range
-/// holding it: free as a whole only now. A page with bytes outside `[s, s+l)` may hold a
-/// live record's bytes and is never returned.
-fn edge_pages(off: u64, len: u64, s: u64, l: u64) -> [Option<u64>; 2] {
-    let whole_in = |page: u64, a: u64, b: u64| page >= a && page + PUNCH_PAGE <= b;
-    let edge = |page: u64| !whole_in(page, off, off + len) && whole_in(page, s, s + l);
-    let first = off / PUNCH_PAGE * PUNCH_PAGE;
-    let last = (off + len).div_ceil(PUNCH_PAGE) * PUNCH_PAGE - PUNCH_PAGE;
-    [edge(first).then_some(first), (last != first && edge(last)).then_some(last)]
-}
-
-fn discard(inner: &Inner, ranges: &[(u32, u64, u64)]) {
-    for &(dev, off, len) in ranges {
-        if let Err(e) = inner.devs[dev as usize].dev.discard(off, len) {
-            log::warn!("discarding {len} freed bytes at {off} on device {dev}: {e}");
-        }
-    }
 }
 
 /// Stage 7.
@@ -706,73 +598,4 @@ fn release(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], blocks: &HashMap<Ino, u6
     }
     let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(bytes)));
     inner.throttle_cv.notify_all();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::alloc::DevSpace;
-    use std::collections::BTreeMap;
-
-    /// Over every freed range and merged free range of up to four pages on a 256-byte grid:
-    /// an edge page lies wholly inside the merged range (punching it cannot touch a live
-    /// byte), and every page the freed range touches that lies wholly inside the merged
-    /// range is punched, by the first pass (wholly inside the freed range) or as an edge.
-    #[test]
-    fn edge_pages_lie_inside_the_free_range_and_cover_what_became_free() {
-        let step = 256;
-        let span = 4 * PUNCH_PAGE;
-        for s in (0..span).step_by(step) {
-            for l in (step as u64..=span - s).step_by(step) {
-                for off in (s..s + l).step_by(step) {
-                    for len in (step as u64..=s + l - off).step_by(step) {
-                        let edges: Vec<u64> = edge_pages(off, len, s, l).into_iter().flatten().collect();
-                        for &p in &edges {
-                            assert!(p >= s && p + PUNCH_PAGE <= s + l, "page {p} outside [{s}, {})", s + l);
-                        }
-                        let mut page = off / PUNCH_PAGE * PUNCH_PAGE;
-                        while page < off + len {
-                            let in_free = page >= s && page + PUNCH_PAGE <= s + l;
-                            let in_range = page >= off && page + PUNCH_PAGE <= off + len;
-                            if in_free && !in_range {
-                                assert!(
-                                    edges.contains(&page),
-                                    "page {page} of [{off}, {}) in [{s}, {}) not punched",
-                                    off + len,
-                                    s + l
-                                );
-                            }
-                            page += PUNCH_PAGE;
-                        }
-                        assert!(edges.len() < 2 || edges[0] != edges[1], "one page twice");
-                    }
-                }
-            }
-        }
-    }
-
-    fn view(free_bytes: u64, throughput_bps: f64) -> DeviceView {
-        DeviceView { queued_bytes: 0, throughput_bps, free_bytes }
-    }
-
-    #[test]
-    fn a_device_whose_free_sectors_are_scattered_is_passed_over() {
-        // device 0 (faster, so chosen first) has 4 whole free sectors, none of them adjacent;
-        // device 1 has room. A record of 3 sectors goes to device 1.
-        let free: BTreeMap<u64, u64> = (0..4).map(|i| (4096 + i * 1024, 512)).collect();
-        let mut space = vec![
-            DevSpace::new(4096, 4096 + 8 * 1024, Some(4096 + 8 * 1024), free, 512, 1),
-            DevSpace::new(4096, 4096, Some(1 << 20), BTreeMap::new(), 512, 1),
-        ];
-        let mut views = vec![view(space[0].free_bytes().unwrap(), 2e9), view(space[1].free_bytes().unwrap(), 1e9)];
-        assert_eq!(views[0].free_bytes, 2048);
-        assert_eq!(choose_device(&views, 1500), Some(0), "device 0 looks best");
-        assert_eq!(place_on_a_device(&mut space, &mut views, 1500, 1500), Some((1, 4096)));
-        // a record that fits one of device 0's sectors stays there
-        let mut views = vec![view(2048, 2e9), view(1 << 20, 1e9)];
-        assert_eq!(place_on_a_device(&mut space, &mut views, 300, 300), Some((0, 4096)));
-        // no device can place it: None (NoSpace), not a loop
-        let mut views = vec![view(2048, 2e9), view(0, 1e9)];
-        assert_eq!(place_on_a_device(&mut space, &mut views, 1500, 1500), None);
-    }
 }

@@ -21,7 +21,7 @@
 //!   - dirty data reached `SYNC_DIRTY_PERCENT` of `max_dirty_bytes` (ZFS
 //!     zfs_dirty_data_sync_percent);
 //!   - `early::EARLY_SYNC_BYTES` of records were compressed early and wait for a txg;
-//!   - the namespace delta holds more than `nsdelta::MAX_OPEN_ROWS` rows;
+//!   - the namespace delta holds more than `OpenOptions::max_delta_rows` rows;
 //!   - the txg has been open `txg_timeout` (default 5 s) and something changed.
 //!
 //! A failed sync moves the pool to one of two halted states; in both the pool on disk stays

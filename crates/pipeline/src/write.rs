@@ -16,19 +16,6 @@ use squeezefs_meta::{keys, tables, Ino};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 
-/// The file's dirty state, created from the committed inode if needed.
-pub fn file_ref(inner: &Inner, ino: Ino) -> Result<FileRef> {
-    loop {
-        let f = inner.files.get_or_create(ino, || {
-            let a = inner.inode_record(ino)?;
-            Ok::<_, EngineError>((a.size, a.blocks_bytes))
-        })?;
-        if !f.lock().retired {
-            return Ok(f);
-        }
-    }
-}
-
 /// Content of record `idx` below the open layer (syncing layer, else committed), as an
 /// owned buffer; `None` = hole. The open layer's truncation floor short-cuts truncated
 /// records, and a file with no committed extent skips the extent lookup: `committed_blocks`
@@ -89,13 +76,13 @@ fn apply(
         let s = record_start_byte(idx, rs);
         off <= s && end >= s + rs
     };
-    let mut f = file_ref(inner, ino)?;
+    let mut f = inner.file_ref(ino)?;
     loop {
         let (gen, need) = {
             let fd = f.lock();
             if fd.retired {
                 drop(fd);
-                f = file_ref(inner, ino)?;
+                f = inner.file_ref(ino)?;
                 continue;
             }
             let need: Vec<u64> = (first..=last).filter(|&i| !fd.open.recs.contains_key(&i) && !covers(i)).collect();
@@ -118,7 +105,7 @@ fn apply(
         let mut fd = f.lock();
         if fd.retired || fd.gen != gen {
             drop(fd);
-            f = file_ref(inner, ino)?;
+            f = inner.file_ref(ino)?;
             continue;
         }
         // records held packed that this change modifies in part: decoded before anything
@@ -307,7 +294,7 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<()> {
     // the file now; a change meanwhile by another writer of the same file changes the
     // padding by at most a record, which the per-range record `placeable_bytes` keeps back
     let pad = {
-        let f = file_ref(inner, ino)?;
+        let f = inner.file_ref(ino)?;
         let fd = f.lock();
         let first_len = match fd.open.recs.get(&(off / inner.recordsize)) {
             Some(Rec::Data(d)) => Some(d.len() as u64),
@@ -341,7 +328,7 @@ fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<BTreeMa
     if policy.codec().is_none() {
         return Ok(out);
     }
-    let streak = file_ref(inner, ino)?.lock().streak.clone();
+    let streak = inner.file_ref(ino)?.lock().streak.clone();
     for idx in first..end {
         if !early::caller_should_run(inner) {
             break;
@@ -384,7 +371,7 @@ fn reserve(inner: &Inner, len: u64) -> Result<()> {
     }
     if meta_decision(inner, len) != Decision::Admit {
         // before refusing, a fresh figure: another program may have freed space
-        inner.meta_space.measured(crate::inner::host_fs_of(&inner.pool_dir));
+        inner.meta_space.measured(crate::space::host_fs_of(&inner.pool_dir));
         if meta_decision(inner, len) != Decision::Admit {
             return Err(inner.meta_space.refusal(&inner.pool_dir));
         }
@@ -409,13 +396,13 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
         return Err(too_big(0, size));
     }
     let rs = inner.recordsize;
-    let mut f = file_ref(inner, ino)?;
+    let mut f = inner.file_ref(ino)?;
     loop {
         let (gen, old) = {
             let mut fd = f.lock();
             if fd.retired {
                 drop(fd);
-                f = file_ref(inner, ino)?;
+                f = inner.file_ref(ino)?;
                 continue;
             }
             if size >= fd.size {
@@ -455,7 +442,7 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
         let mut fd = f.lock();
         if fd.retired || fd.gen != gen {
             drop(fd);
-            f = file_ref(inner, ino)?;
+            f = inner.file_ref(ino)?;
             continue;
         }
         // the record cut in part is decoded first if held packed (see `apply`)
@@ -505,7 +492,7 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
     }
     let end = checked_end(off, len).unwrap_or(MAX_FILE_SIZE);
     let rs = inner.recordsize;
-    let f = file_ref(inner, ino)?;
+    let f = inner.file_ref(ino)?;
     let size = f.lock().size;
     let end = end.min(size);
     if off >= end {
@@ -550,7 +537,7 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
             // txg (tests/races.rs::punch_hole_racing_seek_is_not_lost)
             let seen = inner.ext_cache.gen();
             let mut lower: Vec<u64> = committed_indices(inner, ino, full_lo, full_hi)?;
-            let f = file_ref(inner, ino)?;
+            let f = inner.file_ref(ino)?;
             let mut fd = f.lock();
             if fd.retired || inner.ext_cache.gen() != seen {
                 continue;
@@ -605,7 +592,7 @@ pub fn allocate(inner: &Inner, ino: Ino, off: u64, len: u64, keep_size: bool) ->
     let end = checked_end(off, len).ok_or_else(|| too_big(off, len))?;
     reserve(inner, len)?;
     if !keep_size {
-        let f = file_ref(inner, ino)?;
+        let f = inner.file_ref(ino)?;
         let size = f.lock().size;
         if end > size {
             set_size(inner, ino, end)?;
