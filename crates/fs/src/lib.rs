@@ -209,7 +209,7 @@ impl Fs {
             Err(FsError::Engine(e)) => Err(e),
             Err(e) => {
                 fs_err = Some(e);
-                Err(EngineError::Other("transaction aborted by a failed fs check".into()))
+                Err(EngineError::Aborted)
             }
         });
         match (r, fs_err) {

@@ -9,6 +9,7 @@
 //! Tunables: `MAX_BATCH_BYTES` (8 MiB: the most one batch, and one write, takes).
 
 use crate::dirty::{Layer, Rec};
+use crate::error::IoError;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use squeezefs_device::{Device, DeviceStats};
@@ -41,7 +42,7 @@ impl Payload {
 /// early_place.rs); the sync driver waits for zero.
 #[derive(Default, Debug)]
 pub struct Completion {
-    state: Mutex<(usize, Option<String>)>,
+    state: Mutex<(usize, Option<IoError>)>,
     cv: Condvar,
 }
 
@@ -49,7 +50,7 @@ impl Completion {
     pub fn add(&self, n: usize) {
         self.state.lock().0 += n;
     }
-    fn done(&self, err: Option<String>) {
+    fn done(&self, err: Option<IoError>) {
         let mut s = self.state.lock();
         s.0 -= 1;
         if s.1.is_none() {
@@ -65,12 +66,12 @@ impl Completion {
     }
 
     /// The first error so far, without waiting.
-    pub fn error(&self) -> Option<String> {
+    pub fn error(&self) -> Option<IoError> {
         self.state.lock().1.clone()
     }
 
     /// Wait for every write; the first error, if any.
-    pub fn wait(&self) -> Option<String> {
+    pub fn wait(&self) -> Option<IoError> {
         let mut s = self.state.lock();
         while s.0 > 0 {
             self.cv.wait(&mut s);
@@ -111,7 +112,7 @@ impl DevQueue {
                 // writer gone: complete with an error rather than hang the txg
                 let req = e.0;
                 self.stats.queued_sub(n);
-                req.done.done(Some("device writer stopped".into()));
+                req.done.done(Some(IoError::WriterStopped));
             }
         }
     }
@@ -182,10 +183,7 @@ fn flush_run(dev: &dyn Device, stats: &DeviceStats, run: Vec<WriteReq>) {
     };
     stats.record_write(total as u64, t0.elapsed());
     stats.queued_sub(total as u64);
-    let err = res.err().map(|e| match e {
-        squeezefs_device::DeviceError::Full { .. } => "no space".to_string(),
-        e => e.to_string(),
-    });
+    let err = res.err().map(|e| IoError::Device(Arc::new(e)));
     if let Some(e) = &err {
         log::error!("write of {total} bytes at {offset} on {} failed: {e}", dev.name());
     }
@@ -212,7 +210,7 @@ mod tests {
                 done: done.clone(),
             });
         }
-        assert_eq!(done.wait(), None);
+        assert!(done.wait().is_none());
         let snap = mem.snapshot();
         assert_eq!(&snap[0..100], &[1u8; 100][..]);
         assert_eq!(&snap[200..300], &[3u8; 100][..]);
@@ -283,7 +281,7 @@ mod tests {
         q.submit(req(1_000_000, 7, 6));
         q.submit(req(1000 + 3000 + 100_000 + 500, 1, 7));
         dev.gate.wait();
-        assert_eq!(done.wait(), None);
+        assert!(done.wait().is_none());
         let writes = dev.writes.lock().unwrap().clone();
         assert_eq!(writes, vec![(0, 10), (1000, 3000 + 100_000 + 500 + 1), (1_000_000, 7)]);
         let snap = dev.mem.snapshot();

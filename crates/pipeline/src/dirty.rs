@@ -13,7 +13,7 @@
 //! the commit stage once both layers are empty, and purged when the inode is deleted. A
 //! retired `FileData` is never used again: users re-look it up (`retired` flag).
 
-use crate::error::EngineError;
+use crate::error::Corruption;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use squeezefs_codec::{Codec, Workspaces};
@@ -90,14 +90,9 @@ impl PackedRec {
     /// The record's bytes (a read, or a change that must start from them).
     pub fn decode(&self, ws: &Workspaces) -> crate::Result<Vec<u8>> {
         let mut out = vec![0u8; self.logical];
-        let n = ws
-            .decompress(self.codec.alg, &self.bytes, &mut out)
-            .map_err(|e| EngineError::Corrupt(format!("a dirty record held compressed does not decode: {e}")))?;
+        let n = ws.decompress(self.codec.alg, &self.bytes, &mut out).map_err(Corruption::DirtyRecordUndecodable)?;
         if n != self.logical {
-            return Err(EngineError::Corrupt(format!(
-                "a dirty record held compressed decodes to {n} bytes, {} expected",
-                self.logical
-            )));
+            return Err(Corruption::DirtyRecordLength { got: n, want: self.logical }.into());
         }
         Ok(out)
     }

@@ -41,7 +41,7 @@ impl FsckReport {
 }
 
 pub fn fsck(inner: &Inner) -> Result<FsckReport> {
-    if !inner.read_only && inner.txg.error().is_none() {
+    if !inner.read_only && inner.txg.halt_cause().is_none() {
         // the persisted space map matches the extents at commit points: get to one
         inner.txg.sync_and_wait(inner)?;
     }

@@ -50,7 +50,7 @@ mod workers;
 mod write;
 
 pub use early::EarlyStats;
-pub use error::{EngineError, Result};
+pub use error::{Corruption, EngineError, Internal, InvalidArg, IoError, PoolError, Result};
 pub use metatx::MetaTx;
 pub use options::{MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE};
 pub use policy::ADAPTIVE_PLACEHOLDER;
@@ -109,7 +109,7 @@ impl Engine {
     /// injection). The metadata store is still `meta.redb` in `pool`.
     pub fn mkfs_with_devices(pool: &Path, devices: Vec<Arc<dyn Device>>, opts: &MkfsOptions) -> Result<()> {
         if devices.is_empty() {
-            return Err(EngineError::Invalid("mkfs_with_devices needs at least one device".into()));
+            return Err(error::InvalidArg::NoDevices.into());
         }
         pool::mkfs(pool, opts, Some(devices))
     }
@@ -132,7 +132,7 @@ impl Engine {
                 std::thread::Builder::new()
                     .name("sqz-txg".into())
                     .spawn(move || txg::driver(i2))
-                    .map_err(|e| EngineError::Other(format!("cannot start the txg driver: {e}")))?,
+                    .map_err(EngineError::Spawn)?,
             )
         };
         Ok(Arc::new(Engine { inner, driver: Mutex::new(driver) }))
@@ -147,8 +147,8 @@ impl Engine {
         if let Some(h) = self.driver.lock().take() {
             self.inner.txg.shutdown();
             let _ = h.join();
-            if let Some(e) = self.inner.txg.error() {
-                r = Err(EngineError::Suspended(e));
+            if let Some(cause) = self.inner.txg.halt_cause() {
+                r = Err(EngineError::Suspended(cause));
             }
         }
         r

@@ -3,7 +3,7 @@
 //! one step when the closure succeeds, and drops them when it fails. Reads see the
 //! transaction's own changes, then the namespace delta, then redb.
 
-use crate::error::{EngineError, Result};
+use crate::error::{Corruption, EngineError, InvalidArg, Result};
 use crate::inner::Inner;
 use crate::nsdelta::{merged_rows, ByteRows, Delta, KeyRange};
 use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, encode_cookie_entry, encode_dirent};
@@ -83,7 +83,7 @@ impl<'a> MetaTx<'a> {
             .fetch_update(std::sync::atomic::Ordering::Relaxed, std::sync::atomic::Ordering::Relaxed, |n| {
                 (n < u64::MAX).then(|| n + 1)
             })
-            .map_err(|_| EngineError::Other("inode numbers exhausted".into()))?;
+            .map_err(|_| EngineError::InodesExhausted)?;
         self.fresh.push(ino);
         Ok(ino)
     }
@@ -110,7 +110,7 @@ impl<'a> MetaTx<'a> {
     /// Insert or update; `size`/`blocks_bytes` are ignored (data path owns them).
     pub fn put_inode(&mut self, attr: &InodeAttr) -> Result<()> {
         if attr.ino == 0 {
-            return Err(EngineError::Invalid("inode number 0 is never used".into()));
+            return Err(InvalidArg::InodeZero.into());
         }
         if let Some(i) = self.fresh.iter().position(|&f| f == attr.ino) {
             self.fresh.swap_remove(i);
@@ -180,9 +180,7 @@ impl<'a> MetaTx<'a> {
             },
         }
         .unwrap_or(3);
-        let next = cookie.checked_add(1).ok_or_else(|| {
-            EngineError::Corrupt(format!("directory {dir} has no readdir cookies left: the metadata store is damaged"))
-        })?;
+        let next = cookie.checked_add(1).ok_or_else(|| EngineError::from(Corruption::CookiesExhausted { dir }))?;
         self.d.next_cookie.insert(dir, Some(next));
         self.put_row(|d| &mut d.dirents, k, Some(encode_dirent(ino, kind, cookie).to_vec()));
         self.put_row(|d| &mut d.cookies, keys::pair(dir, cookie).to_vec(), Some(encode_cookie_entry(ino, kind, name)));

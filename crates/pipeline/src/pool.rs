@@ -3,7 +3,7 @@
 
 use crate::alloc::DevSpace;
 use crate::devq::DevQueue;
-use crate::error::{EngineError, Result};
+use crate::error::{PoolError, Result};
 use crate::inner::Inner;
 #[allow(unused_imports)]
 use crate::metadb::MetaDb;
@@ -45,25 +45,19 @@ pub fn now() -> Timestamp {
     Timestamp { secs: ts.tv_sec, nanos: ts.tv_nsec as u32 }
 }
 
-fn pool_err(msg: String) -> EngineError {
-    EngineError::Pool(msg)
-}
-
 fn validate(opts: &MkfsOptions) -> Result<(u32, u32)> {
     if let Some(s) = opts.sector {
         if s != 512 && s != 4096 {
-            return Err(pool_err(format!("sector size {s} is not supported (accepted: 512 or 4096)")));
+            return Err(PoolError::SectorUnsupported { sector: s }.into());
         }
     }
     let rs = opts.recordsize.unwrap_or(DEFAULT_RECORDSIZE);
     if !rs.is_power_of_two() || !(MIN_RECORDSIZE..=MAX_RECORDSIZE).contains(&rs) {
-        return Err(pool_err(format!(
-            "record size {rs} is not supported (accepted: a power of two from {MIN_RECORDSIZE} to {MAX_RECORDSIZE} bytes, e.g. 128K)"
-        )));
+        return Err(PoolError::RecordSizeUnsupported { recordsize: rs }.into());
     }
     let mi = opts.max_inline.unwrap_or(DEFAULT_MAX_INLINE);
     if mi > rs / 2 {
-        return Err(pool_err(format!("max_inline {mi} exceeds half the record size ({} bytes)", rs / 2)));
+        return Err(PoolError::MaxInlineTooLarge { max_inline: mi, limit: rs / 2 }.into());
     }
     Ok((rs, mi))
 }
@@ -72,20 +66,17 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
     let (recordsize, max_inline) = validate(opts)?;
     let meta = pool.join(META_FILE);
     if pool.exists() && !pool.is_dir() {
-        return Err(pool_err(format!("{} exists and is not a directory; a pool is a directory", pool.display())));
+        return Err(PoolError::NotADirectory { path: pool.to_path_buf() }.into());
     }
     if meta.exists() && !opts.force {
-        return Err(pool_err(format!(
-            "{} already holds a squeezefs pool; use --force to overwrite it",
-            pool.display()
-        )));
+        return Err(PoolError::AlreadyAPool { path: pool.to_path_buf() }.into());
     }
-    std::fs::create_dir_all(pool).map_err(|e| pool_err(format!("cannot create {}: {e}", pool.display())))?;
+    std::fs::create_dir_all(pool).map_err(|source| PoolError::CreateDir { path: pool.to_path_buf(), source })?;
     let mut devs: Vec<(Arc<dyn Device>, PathBuf, DeviceKind)> = Vec::new();
     if let Some(list) = injected {
         for d in list {
-            if !opts.force && is_nonempty(&*d).map_err(|e| pool_err(e.to_string()))? {
-                return Err(pool_err(format!("device {} is not empty; use --force to overwrite it", d.name())));
+            if !opts.force && is_nonempty(&*d).map_err(PoolError::Device)? {
+                return Err(PoolError::DeviceNotEmpty { path: PathBuf::from(d.name()) }.into());
             }
             let kind = if d.capacity().is_some() { DeviceKind::FixedFile } else { DeviceKind::GrowableFile };
             devs.push((d.clone(), PathBuf::from(d.name()), kind));
@@ -102,18 +93,15 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
     for p in &paths {
         if own && p.exists() {
             if !opts.force {
-                return Err(pool_err(format!("{} exists; use --force to overwrite it", p.display())));
+                return Err(PoolError::FileExists { path: p.clone() }.into());
             }
-            std::fs::remove_file(p).map_err(|e| pool_err(format!("cannot remove {}: {e}", p.display())))?;
+            std::fs::remove_file(p).map_err(|source| PoolError::Remove { path: p.clone(), source })?;
         }
         let capacity = if own { opts.device_capacity } else { None };
         let d = FileDevice::open_with(p, &FileDeviceOptions { read_only: false, create: true, capacity })
-            .map_err(|e| pool_err(format!("cannot open device {}: {e}", p.display())))?;
-        if !own && !opts.force && is_nonempty(&d).map_err(|e| pool_err(e.to_string()))? {
-            return Err(pool_err(format!(
-                "device {} is not empty (it may hold a filesystem or another pool); use --force to overwrite it",
-                p.display()
-            )));
+            .map_err(|source| PoolError::OpenDevice { path: p.clone(), source })?;
+        if !own && !opts.force && is_nonempty(&d).map_err(PoolError::Device)? {
+            return Err(PoolError::DeviceInUse { path: p.clone() }.into());
         }
         let kind = if d.is_block_device() {
             DeviceKind::Block
@@ -133,7 +121,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
     // --force, not destroyed by a mistyped --device (tests/checking_tools.rs::
     // a_failed_mkfs_force_does_not_destroy_the_existing_pool)
     if meta.exists() {
-        std::fs::remove_file(&meta).map_err(|e| pool_err(format!("cannot remove {}: {e}", meta.display())))?;
+        std::fs::remove_file(&meta).map_err(|source| PoolError::Remove { path: meta.clone(), source })?;
     }
     let any_block = devs.iter().any(|d| d.2 == DeviceKind::Block);
     let sector = opts.sector.unwrap_or(if any_block { 4096 } else { 512 });
@@ -147,7 +135,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
             sector_size: sector,
             capacity: d.capacity(),
         };
-        write_header(&**d, &h).map_err(|e| pool_err(e.to_string()))?;
+        write_header(&**d, &h).map_err(PoolError::Header)?;
     }
     let db = redb::Database::create(&meta)?;
     let tx = db.begin_write()?;
@@ -198,7 +186,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
     for dir in [Some(pool), parent].into_iter().flatten() {
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(|e| pool_err(format!("cannot sync directory {}: {e}", dir.display())))?;
+            .map_err(|source| PoolError::SyncDir { path: dir.to_path_buf(), source })?;
     }
     Ok(())
 }
@@ -206,24 +194,19 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
 pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<Arc<Inner>> {
     let meta = pool.join(META_FILE);
     if !meta.exists() {
-        return Err(pool_err(format!(
-            "{} is not a squeezefs pool (no {META_FILE}); create one with `squeezefs mkfs`",
-            pool.display()
-        )));
+        return Err(PoolError::NotAPool { path: pool.to_path_buf() }.into());
     }
     let open_db = |read_only: bool| {
         MetaDb::open(&meta, read_only).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => {
-                pool_err(format!("pool {} is already open (mounted or in use by another command)", pool.display()))
-            }
-            e => pool_err(format!("cannot open the metadata store {}: {e}", meta.display())),
+            redb::DatabaseError::DatabaseAlreadyOpen => PoolError::AlreadyOpen { path: pool.to_path_buf() },
+            source => PoolError::OpenStore { path: meta.clone(), source },
         })
     };
     let mut db = open_db(opts.read_only)?;
     let mut rx = db.begin_read()?;
     let sb = {
         let t = rx.open_table(tables::SUPERBLOCK)?;
-        let v = t.get(0u8)?.ok_or_else(|| pool_err("the pool has no superblock".into()))?;
+        let v = t.get(0u8)?.ok_or(PoolError::NoSuperblock)?;
         Superblock::decode(v.value())?
     };
     if !(sb.sector == 512 || sb.sector == 4096)
@@ -232,21 +215,18 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         || sb.max_inline > sb.recordsize
         || sb.device_count == 0
     {
-        return Err(pool_err(format!(
-            "the superblock of {} is corrupt: sector {}, record size {}, max_inline {}, {} devices",
-            pool.display(),
-            sb.sector,
-            sb.recordsize,
-            sb.max_inline,
-            sb.device_count
-        )));
+        return Err(PoolError::CorruptSuperblock {
+            path: pool.to_path_buf(),
+            sector: sb.sector,
+            recordsize: sb.recordsize,
+            max_inline: sb.max_inline,
+            devices: sb.device_count,
+        }
+        .into());
     }
     let unknown = sb.features.unknown_incompat();
     if unknown != 0 {
-        return Err(pool_err(format!(
-            "pool {} uses features this build does not support (incompat flags {unknown:#x}); upgrade squeezefs",
-            pool.display()
-        )));
+        return Err(PoolError::UnknownFeatures { path: pool.to_path_buf(), flags: unknown }.into());
     }
     let mut read_only = opts.read_only;
     let ro_unknown = sb.features.unknown_ro_compat();
@@ -274,7 +254,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         let ft = rx.open_table(tables::FREE_SPACE)?;
         for i in 0..sb.device_count {
             let rec = {
-                let v = dt.get(i)?.ok_or_else(|| pool_err(format!("device record {i} missing")))?;
+                let v = dt.get(i)?.ok_or(PoolError::DeviceRecordMissing { index: i })?;
                 DeviceRecord::decode(v.value())?
             };
             let path = match opts.devices.get(i as usize) {
@@ -296,18 +276,15 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
                 Some(d) => d.clone(),
                 None => Arc::new(
                     FileDevice::open_with(&path, &FileDeviceOptions { read_only, create: false, capacity })
-                        .map_err(|e| pool_err(format!("device #{i} of pool {}: {e}", pool.display())))?,
+                        .map_err(|source| PoolError::OpenPoolDevice { index: i, pool: pool.to_path_buf(), source })?,
                 ),
             };
-            let h = read_header(&*d).map_err(|e| pool_err(e.to_string()))?;
-            h.check(&path.display().to_string(), &pool_id, i).map_err(|e| pool_err(e.to_string()))?;
+            let h = read_header(&*d).map_err(PoolError::Header)?;
+            h.check(&path.display().to_string(), &pool_id, i).map_err(PoolError::Header)?;
             if h.sector_size != sb.sector {
-                return Err(pool_err(format!(
-                    "{} has sector size {} but the pool uses {}",
-                    path.display(),
-                    h.sector_size,
-                    sb.sector
-                )));
+                return Err(
+                    PoolError::SectorMismatch { path: path.clone(), device: h.sector_size, pool: sb.sector }.into()
+                );
             }
             let lo = keys::dev_offset(i, 0);
             let hi = keys::dev_offset(i, u64::MAX);
@@ -337,12 +314,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
             // records and free ranges lie below the allocation end: a device ending before
             // it lost data, and new records placed past its end would fail their writes
             if let Some(c) = cap.filter(|&c| c < rec.alloc_end) {
-                return Err(pool_err(format!(
-                    "{} is {c} bytes but the pool keeps data on it up to byte {}: the device \
-                     shrank, or it is not the device the pool was made with",
-                    path.display(),
-                    rec.alloc_end
-                )));
+                return Err(PoolError::DeviceShrank { path: path.clone(), len: c, alloc_end: rec.alloc_end }.into());
             }
             space.push(DevSpace::new(DATA_START, rec.alloc_end, cap, free, u64::from(sb.sector), granule));
             devs.push(d);

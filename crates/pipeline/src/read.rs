@@ -4,7 +4,7 @@
 
 use crate::caches::RecordKey;
 use crate::dirty::{Layer, LayerView};
-use crate::error::{EngineError, Result};
+use crate::error::{Corruption, EngineError, Result};
 use crate::inner::Inner;
 use crate::units::{record_start_byte, records_for_size};
 use squeezefs_codec::Algorithm;
@@ -97,11 +97,9 @@ pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<
 fn load_uncached(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, key: Option<RecordKey>) -> Result<Arc<Vec<u8>>> {
     let offset_in_file = record_start_byte(idx, inner.recordsize);
     if u64::from(e.logical) > inner.recordsize || e.psize() > inner.recordsize {
-        return Err(EngineError::Corrupt(format!(
-            "inode {ino} offset {offset_in_file}: extent of {} stored / {} logical bytes exceeds the record size",
-            e.psize(),
-            e.logical
-        )));
+        return Err(
+            Corruption::ExtentTooLarge { ino, offset: offset_in_file, stored: e.psize(), logical: e.logical }.into()
+        );
     }
     let out = match &e.stored {
         StoredRecord::Inline(v) => {
@@ -110,11 +108,7 @@ fn load_uncached(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, key: Option<R
         }
         StoredRecord::Device(d) => {
             let dev = inner.space.devs().get(d.dev as usize).ok_or_else(|| {
-                EngineError::Corrupt(format!(
-                    "inode {ino} record {idx} points to device {} of {}",
-                    d.dev,
-                    inner.space.devs().len()
-                ))
+                EngineError::from(Corruption::NoSuchDevice { ino, idx, dev: d.dev, devices: inner.space.devs().len() })
             })?;
             // read into a recycled buffer (read_exact_at fills all of it): a raw record is
             // then the decoded record itself, without a second buffer and copy
@@ -156,14 +150,10 @@ fn verify(e: &ExtentPtr, stored: &[u8], ino: Ino, off: u64, place: &str) -> Resu
 
 fn decode(inner: &Inner, e: &ExtentPtr, stored: &[u8], ino: Ino, off: u64) -> Result<Vec<u8>> {
     let logical = e.logical as usize;
-    let alg = Algorithm::from_id(e.alg)
-        .ok_or_else(|| EngineError::Corrupt(format!("inode {ino} offset {off}: unknown algorithm id {}", e.alg)))?;
+    let alg = Algorithm::from_id(e.alg).ok_or(Corruption::UnknownAlgorithm { ino, offset: off, id: e.alg })?;
     if alg == Algorithm::None {
         if stored.len() != logical {
-            return Err(EngineError::Corrupt(format!(
-                "inode {ino} offset {off}: raw record of {} bytes, {logical} expected",
-                stored.len()
-            )));
+            return Err(Corruption::RawLength { ino, offset: off, got: stored.len(), want: logical }.into());
         }
         let mut out = inner.rec_cache.take_buffer(logical);
         out.copy_from_slice(stored);
@@ -171,12 +161,13 @@ fn decode(inner: &Inner, e: &ExtentPtr, stored: &[u8], ino: Ino, off: u64) -> Re
     }
     // every byte is overwritten: a short decode is an error below, and `out` is dropped
     let mut out = inner.rec_cache.take_buffer(logical);
-    let n = inner
-        .workspaces()
-        .decompress(alg, stored, &mut out)
-        .map_err(|err| EngineError::Corrupt(format!("inode {ino} offset {off}: {err}")))?;
+    let n = inner.workspaces().decompress(alg, stored, &mut out).map_err(|source| Corruption::Undecodable {
+        ino,
+        offset: off,
+        source,
+    })?;
     if n != logical {
-        return Err(EngineError::Corrupt(format!("inode {ino} offset {off}: decoded {n} bytes, {logical} expected")));
+        return Err(Corruption::DecodedLength { ino, offset: off, got: n, want: logical }.into());
     }
     Ok(out)
 }

@@ -28,7 +28,7 @@
 use crate::devq::{Completion, Payload, WriteReq};
 use crate::dirty::{Layer, PackedRec, Rec};
 use crate::early::{Claim, CompressQueue, CompressResult, Slot};
-use crate::error::{EngineError, Result};
+use crate::error::{Corruption, EngineError, Internal, Result};
 use crate::inner::Inner;
 use crate::policy::Compressed;
 use crate::space::place_on_a_device;
@@ -142,7 +142,7 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             return Err(e);
         }
         if let Some(e) = write_err {
-            return Err(if e == "no space" { EngineError::NoSpace } else { EngineError::Io(e) });
+            return Err(e.into());
         }
         inner.space.flush(&written)?;
         t_flushed = std::time::Instant::now();
@@ -344,9 +344,7 @@ fn place(
             // the device writes the record's raw bytes from the layer: a record held packed
             // has none (compress() never makes a raw result for one)
             if rec.and_then(|d| d.raw()).is_none() {
-                return Err(EngineError::Other(format!(
-                    "internal error: raw result for record {idx} that holds no raw bytes"
-                )));
+                return Err(EngineError::Internal(Internal::RawResultWithoutBytes { idx }));
             }
             (0u8, 0, hash, Payload::LayerRec { layer: layer.clone(), idx })
         }
@@ -426,10 +424,7 @@ fn commit(
         if let Outcome::Extent(ExtentPtr { stored: StoredRecord::Device(d), .. }) = &p.outcome {
             let len = granule_bytes(u64::from(d.psize), granule);
             if !durable[d.dev as usize].alloc_exact(d.offset, len) {
-                return Err(EngineError::Corrupt(format!(
-                    "txg {txg}: a record placed at {}+{len} on device {} overlaps space the pool holds allocated",
-                    d.offset, d.dev
-                )));
+                return Err(Corruption::PlacedOverAllocated { txg, dev: d.dev, offset: d.offset, len }.into());
             }
         }
     }
@@ -517,7 +512,7 @@ fn commit(
         }
         let mut sbt = tx.open_table(tables::SUPERBLOCK)?;
         let mut sb = {
-            let v = sbt.get(0u8)?.ok_or_else(|| EngineError::Corrupt("superblock missing".into()))?;
+            let v = sbt.get(0u8)?.ok_or(Corruption::SuperblockMissing)?;
             Superblock::decode(v.value())?
         };
         sb.txg = txg;
@@ -528,11 +523,10 @@ fn commit(
         for (dev, off, len) in frees.iter().chain(unreferenced.iter()) {
             // an extent read back from the store names its range: a damaged one fails the
             // commit (the pool suspends, waiters get an error) instead of the txg thread
-            let space = durable.get_mut(*dev as usize).filter(|s| *len == 0 || s.holds_range(*off, *len)).ok_or_else(|| {
-                EngineError::Corrupt(format!(
-                    "an extent being freed names device {dev}, offset {off}, {len} bytes: not a range of this pool (the metadata store is damaged)"
-                ))
-            })?;
+            let space =
+                durable.get_mut(*dev as usize).filter(|s| *len == 0 || s.holds_range(*off, *len)).ok_or_else(|| {
+                    EngineError::from(Corruption::FreedRangeOutsidePool { dev: *dev, offset: *off, len: *len })
+                })?;
             space.free(*off, *len);
         }
         let mut ft = tx.open_table(tables::FREE_SPACE)?;
@@ -552,8 +546,7 @@ fn commit(
             }
             if end_changed {
                 let mut rec = {
-                    let v =
-                        dt.get(i as u32)?.ok_or_else(|| EngineError::Corrupt(format!("device {i} record missing")))?;
+                    let v = dt.get(i as u32)?.ok_or(Corruption::DeviceRecordMissing { dev: i as u32 })?;
                     squeezefs_meta::DeviceRecord::decode(v.value())?
                 };
                 rec.alloc_end = s.end;

@@ -61,6 +61,15 @@ pub enum Phase {
     Syncing(u64),
 }
 
+/// Why the pool stopped syncing (see the block comment).
+#[derive(Clone, Debug)]
+pub enum Halt {
+    /// STALLED: the txg found no room before its commit stage; it is tried again
+    Stalled(Arc<crate::EngineError>),
+    /// SUSPENDED: nothing more is synced
+    Suspended(Arc<crate::EngineError>),
+}
+
 pub struct TxgState {
     /// the OPEN txg
     pub open: u64,
@@ -69,9 +78,8 @@ pub struct TxgState {
     /// highest txg someone waits for
     pub want: u64,
     pub phase: Phase,
-    pub error: Option<String>,
-    /// `error` is a STALLED txg's (no room; retried), not a suspension
-    pub stalled: bool,
+    /// STALLED or SUSPENDED, with the error that failed the txg; `None` while running
+    pub halt: Option<Halt>,
     pub shutdown: bool,
     /// exit without syncing (engine dropped without close)
     pub abandon: bool,
@@ -97,8 +105,7 @@ impl TxgCtl {
                 synced: last_txg,
                 want: 0,
                 phase: Phase::Idle,
-                error: None,
-                stalled: false,
+                halt: None,
                 shutdown: false,
                 abandon: false,
                 exited: false,
@@ -111,8 +118,12 @@ impl TxgCtl {
         }
     }
 
-    pub fn error(&self) -> Option<String> {
-        self.st.lock().error.clone()
+    /// The error that halted the pool (STALLED or SUSPENDED), if it is halted.
+    pub fn halt_cause(&self) -> Option<Arc<crate::EngineError>> {
+        match &self.st.lock().halt {
+            Some(Halt::Stalled(e) | Halt::Suspended(e)) => Some(e.clone()),
+            None => None,
+        }
     }
 
     /// The error a halted pool gives writers and syncs: NoSpace while a txg is STALLED,
@@ -122,8 +133,10 @@ impl TxgCtl {
     }
 
     fn halt_error(st: &TxgState) -> Option<crate::EngineError> {
-        let e = st.error.as_ref()?;
-        Some(if st.stalled { crate::EngineError::NoSpace } else { crate::EngineError::Suspended(e.clone()) })
+        Some(match st.halt.as_ref()? {
+            Halt::Stalled(_) => crate::EngineError::NoSpace,
+            Halt::Suspended(e) => crate::EngineError::Suspended(e.clone()),
+        })
     }
 
     pub fn synced(&self) -> u64 {
@@ -273,10 +286,10 @@ pub fn driver(inner: Arc<Inner>) {
                     ctl.wake.wait_for(&mut st, RETRY_INTERVAL - since);
                     continue;
                 }
-                if st.shutdown && (!has_work || st.error.is_some()) {
+                if st.shutdown && (!has_work || st.halt.is_some()) {
                     break Next::Exit;
                 }
-                if st.error.is_some() {
+                if st.halt.is_some() {
                     // suspended: wake waiters (they see the error) and idle
                     ctl.done.notify_all();
                     ctl.wake.wait_for(&mut st, Duration::from_secs(1));
@@ -310,7 +323,7 @@ pub fn driver(inner: Arc<Inner>) {
             Next::Exit => {
                 let (abandon, failed) = {
                     let st = ctl.st.lock();
-                    (st.abandon, st.error.is_some())
+                    (st.abandon, st.halt.is_some())
                 };
                 if !abandon && !failed {
                     // early placements given up since the last txg: their host space back
@@ -319,7 +332,9 @@ pub fn driver(inner: Arc<Inner>) {
                 let mut st = ctl.st.lock();
                 if let Some((txg, _)) = &stalled {
                     // the last try failed too: the txg's changes are lost with the process
-                    st.stalled = false;
+                    if let Some(Halt::Stalled(e)) = st.halt.take() {
+                        st.halt = Some(Halt::Suspended(e));
+                    }
                     log::error!("txg {txg}: still no room at shutdown; its changes are not saved");
                 }
                 st.exited = true;
@@ -338,28 +353,25 @@ pub fn driver(inner: Arc<Inner>) {
         st.phase = Phase::Idle;
         match r {
             Ok(()) => {
-                if st.stalled {
+                if matches!(st.halt, Some(Halt::Stalled(_))) {
                     log::warn!("txg {txg} committed after waiting for room; the pool runs again");
                 }
                 st.synced = txg;
-                st.error = None;
-                st.stalled = false;
+                st.halt = None;
             }
             Err(sync::SyncFailure { error, retry: Some(frozen) }) => {
-                if !st.stalled {
+                if !matches!(st.halt, Some(Halt::Stalled(_))) {
                     log::warn!(
                         "txg {txg}: {error}; trying again every {} s (writes and syncs get ENOSPC until it fits)",
                         RETRY_INTERVAL.as_secs()
                     );
                 }
-                st.error = Some(error.to_string());
-                st.stalled = true;
+                st.halt = Some(Halt::Stalled(Arc::new(error)));
                 stalled = Some((txg, frozen));
             }
             Err(sync::SyncFailure { error, retry: None }) => {
                 log::error!("txg {txg} failed, pool suspended at txg {}: {error}", st.synced);
-                st.error = Some(error.to_string());
-                st.stalled = false;
+                st.halt = Some(Halt::Suspended(Arc::new(error)));
             }
         }
         ctl.done.notify_all();

@@ -6,7 +6,7 @@
 
 use crate::dirty::{DataRec, FileRef, LayerView, Rec};
 use crate::early::{self, CallerResult, CompressQueue, Home, Slot};
-use crate::error::{EngineError, Result};
+use crate::error::{EngineError, InvalidArg, Result};
 use crate::inner::Inner;
 use crate::meta_space::{self, Decision};
 use crate::read;
@@ -340,7 +340,7 @@ fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<BTreeMa
 }
 
 fn too_big(off: u64, len: u64) -> EngineError {
-    EngineError::Invalid(format!("range {off}+{len} exceeds the largest file size ({MAX_FILE_SIZE} bytes)"))
+    InvalidArg::RangeTooLarge { offset: off, len }.into()
 }
 
 /// ENOSPC before accepting data: the space records are sure to find (`placeable_bytes`)
