@@ -9,7 +9,7 @@
 //!   enough under the kernel page cache). Identity includes the checksum, so space reused
 //!   by a later record can never serve old bytes.
 
-use parking_lot::Mutex;
+use crate::locks::Mutex;
 use squeezefs_meta::{ExtentPtr, Ino};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +23,7 @@ pub struct ExtentCache {
 
 impl ExtentCache {
     pub fn new(max_entries: usize) -> ExtentCache {
-        ExtentCache { map: Mutex::new(BTreeMap::new()), max_entries, gen: AtomicU64::new(0) }
+        ExtentCache { map: Mutex::default(), max_entries, gen: AtomicU64::new(0) }
     }
 
     pub fn gen(&self) -> u64 {
@@ -90,9 +90,12 @@ struct RecInner {
 impl RecordCache {
     pub fn new(max_bytes: usize) -> RecordCache {
         RecordCache {
-            inner: Mutex::new(RecInner { map: HashMap::new(), order: VecDeque::new(), bytes: 0 }),
+            inner: Mutex::new(
+                crate::locks::Rank::Leaf,
+                RecInner { map: HashMap::new(), order: VecDeque::new(), bytes: 0 },
+            ),
             max_bytes,
-            spare: Mutex::new(Vec::new()),
+            spare: Mutex::default(),
         }
     }
 

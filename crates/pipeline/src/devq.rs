@@ -8,10 +8,10 @@
 //! completion signalled, error recorded if any). The queue closes when the engine drops.
 //! Tunables: `MAX_BATCH_BYTES` (8 MiB: the most one batch, and one write, takes).
 
-use crate::dirty::{Layer, Rec};
 use crate::error::IoError;
+use crate::locks::Mutex;
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Condvar;
 use squeezefs_device::{Device, DeviceStats};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -19,21 +19,18 @@ use std::time::Instant;
 
 pub const MAX_BATCH_BYTES: usize = 8 << 20;
 
-/// Bytes to write: owned (compressed output) or a raw record inside a frozen layer.
+/// Bytes to write, shared with their owner until written: compressed output, or the
+/// buffer of a record stored raw (a frozen layer's, never changed again).
 pub enum Payload {
     Owned(Arc<crate::outbuf::OutBytes>),
-    LayerRec { layer: Arc<Layer>, idx: u64 },
+    Raw(Arc<Vec<u8>>),
 }
 
 impl Payload {
     pub fn bytes(&self) -> &[u8] {
         match self {
             Payload::Owned(v) => v,
-            Payload::LayerRec { layer, idx } => match layer.recs.get(idx) {
-                // sync.rs queues raw payloads of raw records only (place() checks)
-                Some(Rec::Data(d)) => d.raw().unwrap_or_default(),
-                _ => &[],
-            },
+            Payload::Raw(v) => v,
         }
     }
 }
@@ -74,7 +71,7 @@ impl Completion {
     pub fn wait(&self) -> Option<IoError> {
         let mut s = self.state.lock();
         while s.0 > 0 {
-            self.cv.wait(&mut s);
+            s.wait(&self.cv);
         }
         s.1.clone()
     }

@@ -174,7 +174,7 @@ pub enum PoolError {
     NotADirectory { path: PathBuf },
     #[error("{} already holds a squeezefs pool; use --force to overwrite it", path.display())]
     AlreadyAPool { path: PathBuf },
-    #[error("{} is not a squeezefs pool (no {file}); create one with `squeezefs mkfs`", path.display(), file = crate::pool::META_FILE)]
+    #[error("{} is not a squeezefs pool (no {file}); create one with `squeezefs mkfs`", path.display(), file = crate::options::META_FILE)]
     NotAPool { path: PathBuf },
     #[error("pool {} is already open (mounted or in use by another command)", path.display())]
     AlreadyOpen { path: PathBuf },

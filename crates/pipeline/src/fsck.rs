@@ -43,7 +43,7 @@ impl FsckReport {
 pub fn fsck(inner: &Inner) -> Result<FsckReport> {
     if !inner.read_only && inner.txg.halt_cause().is_none() {
         // the persisted space map matches the extents at commit points: get to one
-        inner.txg.sync_and_wait(inner)?;
+        inner.txg.sync_and_wait(&inner.dirty)?;
     }
     let mut r = FsckReport::default();
     let rx = inner.db.begin_read()?;

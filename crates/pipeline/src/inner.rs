@@ -1,16 +1,20 @@
 //! The engine's shared state (one `Arc<Inner>` held by the API, the txg driver and jobs).
 
+use crate::accounting::Accounting;
 use crate::caches::{ExtentCache, RecordCache};
-use crate::dirty::{BufPool, FileRef, FileTable};
+use crate::compress::{Codecs, CompressQueue};
+use crate::dirty::{DirtyData, FileRef, RecordHome};
+use crate::early_place::EarlyPlacement;
 use crate::error::{EngineError, Result};
+use crate::locks::{Mutex, Rank, RwLock};
 use crate::options::OpenOptions;
 use crate::policy::Policy;
 use crate::space::Space;
 use crate::txg::TxgCtl;
 use crate::workers::WorkerPool;
-use parking_lot::{Condvar, Mutex, RwLock};
-use rustc_hash::{FxHashMap, FxHashSet};
-use squeezefs_codec::{WorkspaceConfig, Workspaces};
+use parking_lot::Condvar;
+use rustc_hash::FxHashMap;
+use squeezefs_codec::Workspaces;
 use squeezefs_meta::{tables, Ino, InodeAttr};
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -29,44 +33,28 @@ pub struct Inner {
     pub max_inline: u64,
     /// devices, space images, host filesystems (space.rs)
     pub space: Space,
-    /// early placements given up before their txg committed (early_place.rs)
-    pub early: Arc<crate::early_place::EarlySink>,
-    /// early placement is allowed: the pool's room is far above what dirty data can take
-    /// (refreshed per txg, early_place.rs `refresh_room`)
-    pub early_room: AtomicBool,
-    pub files: FileTable,
-    /// inodes with changes in the open txg
-    pub dirty_set: Mutex<FxHashSet<Ino>>,
-    /// Files whose layers the syncing txg holds (0 between txgs): write admission bounds the
-    /// short last records in flight with it.
-    pub syncing_files: AtomicU64,
-    /// Stored bytes of the records the syncing txg has placed on devices so far: they are
-    /// on the devices' free space already and still in `dirty_bytes` (at least these bytes
-    /// each) until the txg's release; admission counts them once (write.rs `reserve`).
-    /// Also the records placed early (early_place.rs) until their txg commits or they are
-    /// given up. Taken out before the release, so a reader taking `dirty_bytes` first never
-    /// subtracts bytes the release already took out.
-    pub placed_stored: Arc<AtomicU64>,
-    /// bytes held by dirty record buffers (open + syncing layers) and by early
-    /// compression results waiting for their txg (early.rs); shared with those results
-    pub dirty_bytes: Arc<AtomicU64>,
-    /// compress tasks: the sync stage's before early compression (early.rs)
-    pub compress_q: crate::early::CompressQueue,
+    /// early placement: on or off, and the placements given up (early_place.rs)
+    pub early: EarlyPlacement,
+    /// the dirty, placed, ready and backlog counters (accounting.rs)
+    pub acct: Arc<Accounting>,
+    /// every file's dirty layers, the inodes changed in the open txg (dirty.rs)
+    pub dirty: DirtyData,
+    /// compression contexts and output buffers (compress.rs)
+    pub codecs: Codecs,
+    /// compress tasks: the sync stage's before early compression (compress.rs, early.rs)
+    pub compress_q: CompressQueue<RecordHome>,
     /// writers delayed at the dirty bound wait here; the commit stage notifies
     pub throttle_lock: Mutex<()>,
     pub throttle_cv: Condvar,
     pub txg: TxgCtl,
     /// Metadata changes not yet in redb (nsdelta.rs).
     pub ns: crate::nsdelta::NsDelta,
-    /// redb snapshot shared by the namespace's point reads until the next commit (snapshot.rs)
-    pub snap: crate::snapshot::SnapshotCache,
     pub ext_cache: ExtentCache,
     pub rec_cache: RecordCache,
     pub policy: RwLock<Policy>,
     /// per-file overrides of `policy` (resolved properties, set by the fs core)
     pub file_policy: RwLock<FxHashMap<Ino, Policy>>,
     pub workers: WorkerPool,
-    ws: OnceLock<Workspaces>,
     pub opts: OpenOptions,
     pub closed: AtomicBool,
     /// room for metadata commits on the pool directory's filesystem (meta_space.rs)
@@ -80,9 +68,6 @@ pub struct Inner {
     /// next inode number; persisted in the superblock at every txg commit (at open, the
     /// largest inode number in the store + 1 wins over a stale superblock value)
     pub next_ino: AtomicU64,
-    pub bufs: BufPool,
-    /// buffers of compressed records, recycled (outbuf.rs)
-    pub outs: Arc<crate::outbuf::OutPool>,
     me: OnceLock<Weak<Inner>>,
 }
 
@@ -103,6 +88,7 @@ impl Inner {
     ) -> Inner {
         let policy = Policy { spec: opts.compression, force: opts.force_compression };
         let pool_bytes = (64usize << 20).min(opts.max_dirty_bytes as usize / 4);
+        let workers = WorkerPool::new(opts.workers, "sqz-work");
         Inner {
             pool_dir,
             db,
@@ -112,34 +98,27 @@ impl Inner {
             recordsize,
             max_inline,
             space,
-            early: Arc::new(crate::early_place::EarlySink::default()),
-            early_room: AtomicBool::new(false),
-            files: FileTable::default(),
-            syncing_files: AtomicU64::new(0),
-            placed_stored: Arc::new(AtomicU64::new(0)),
-            dirty_set: Mutex::new(FxHashSet::default()),
-            dirty_bytes: Arc::new(AtomicU64::new(0)),
+            early: EarlyPlacement::new(granule),
+            acct: Arc::default(),
+            dirty: DirtyData::new(recordsize, pool_bytes),
+            codecs: Codecs::new(workers.threads(), sector, pool_bytes / 4),
             compress_q: Default::default(),
-            throttle_lock: Mutex::new(()),
+            throttle_lock: Mutex::new(Rank::Leaf, ()),
             throttle_cv: Condvar::new(),
             txg: TxgCtl::new(last_txg),
             ns: Default::default(),
-            snap: Default::default(),
             ext_cache: ExtentCache::new(1 << 18),
             rec_cache: RecordCache::new(opts.record_cache_bytes),
-            policy: RwLock::new(policy),
-            file_policy: RwLock::new(FxHashMap::default()),
-            workers: WorkerPool::new(opts.workers, "sqz-work"),
-            ws: OnceLock::new(),
+            policy: RwLock::new(Rank::Leaf, policy),
+            file_policy: RwLock::new(Rank::Leaf, FxHashMap::default()),
+            workers,
             opts,
             closed: AtomicBool::new(false),
             meta_space: Default::default(),
-            readahead: Mutex::new(FxHashMap::default()),
-            prefetching: Mutex::new(HashSet::new()),
+            readahead: Mutex::new(Rank::Leaf, FxHashMap::default()),
+            prefetching: Mutex::new(Rank::Leaf, HashSet::new()),
             prefetch_cv: Condvar::new(),
             next_ino: AtomicU64::new(next_ino),
-            bufs: BufPool::new(recordsize as usize, pool_bytes),
-            outs: crate::outbuf::OutPool::new(pool_bytes / 4),
             me: OnceLock::new(),
         }
     }
@@ -155,26 +134,20 @@ impl Inner {
         self.me.get().and_then(Weak::upgrade).expect("Inner lives in an Arc")
     }
 
-    /// Figures of the compression contexts, without creating them.
-    pub fn codec_stats(&self) -> squeezefs_codec::PoolStats {
-        self.ws.get().map(Workspaces::stats).unwrap_or_default()
+    /// Compression contexts, created on first use (compress.rs).
+    pub fn workspaces(&self) -> &Workspaces {
+        self.codecs.workspaces()
     }
 
-    /// Compression contexts, created on first use (a pool that stores raw never needs them).
-    pub fn workspaces(&self) -> &Workspaces {
-        self.ws.get_or_init(|| {
-            let workers = self.workers.threads().max(1);
-            Workspaces::new(WorkspaceConfig {
-                max_bytes: (64usize << 20).max(workers * (8 << 20)),
-                idle_timeout: std::time::Duration::from_secs(60),
-                ..Default::default()
-            })
-        })
+    /// Turn early placement on or off for the txg starting now (or after a failed one).
+    pub fn refresh_early_room(&self, failed: bool) {
+        self.early.refresh_room(self.placeable_bytes(), self.opts.max_dirty_bytes, !self.read_only, failed);
     }
 
     /// The compression policy of `ino` (its own, else the pool's).
     pub fn policy_of(&self, ino: Ino) -> Policy {
-        self.file_policy.read().get(&ino).copied().unwrap_or(*self.policy.read())
+        let pool = *self.policy.read();
+        self.file_policy.read().get(&ino).copied().unwrap_or(pool)
     }
 
     pub fn check_writable(&self) -> Result<()> {
@@ -205,7 +178,7 @@ impl Inner {
         if let Some(None) = row {
             return Err(EngineError::NoInode(ino));
         }
-        let s = self.snap.get(&self.db)?;
+        let s = self.ns.snap.get(&self.db)?;
         crate::nsdelta::resolve_inode(ino, row, inode_in(&s.inodes, ino)?)
     }
 
@@ -219,7 +192,7 @@ impl Inner {
         if let Some(v) = self.ns.find(|d| sel(d).get(key).cloned()) {
             return Ok(v);
         }
-        let s = self.snap.get(&self.db)?;
+        let s = self.ns.snap.get(&self.db)?;
         let v = match s.byte_table(table) {
             Some(t) => t.get(key)?.map(|v| v.value().to_vec()),
             None => s.rx.open_table(table)?.get(key)?.map(|v| v.value().to_vec()),
@@ -230,7 +203,7 @@ impl Inner {
     /// The file's dirty state, created from the committed inode if needed.
     pub fn file_ref(&self, ino: Ino) -> Result<FileRef> {
         loop {
-            let f = self.files.get_or_create(ino, || {
+            let f = self.dirty.files.get_or_create(ino, || {
                 let a = self.inode_record(ino)?;
                 Ok::<_, EngineError>((a.size, a.blocks_bytes))
             })?;
@@ -242,7 +215,7 @@ impl Inner {
 
     /// Size and physical bytes of `ino` held by the data path, if it holds the file.
     pub fn live_sizes(&self, ino: Ino) -> Option<(u64, u64)> {
-        let f = self.files.get(ino)?;
+        let f = self.dirty.files.get(ino)?;
         let fd = f.lock();
         (!fd.retired).then(|| (fd.size, fd.blocks_bytes()))
     }
@@ -256,19 +229,15 @@ impl Inner {
     /// What the dirty data in flight, plus `extra` bytes about to be written, takes in the
     /// metadata store at its commit (meta_space.rs `data_meta`).
     pub fn data_meta(&self, extra: u64) -> u64 {
-        let files = self.dirty_set.lock().len() as u64 + self.syncing_files.load(Ordering::Relaxed) + 1;
-        let records = self.dirty_bytes.load(Ordering::Relaxed).saturating_add(extra) / self.recordsize.max(1) + files;
+        let files = self.dirty.files_in_flight();
+        let records = self.acct.dirty().saturating_add(extra) / self.recordsize.max(1) + files;
         crate::meta_space::data_meta(files, records, self.max_inline)
     }
 
     /// Inputs for a metadata-room decision (meta_space.rs) with `extra` data bytes about to
     /// be written; `None` for a store in memory.
     pub fn meta_room(&self, extra: u64) -> Option<crate::meta_space::Room> {
-        let on_fs = if self.space.data_on_meta_fs() {
-            self.dirty_bytes.load(Ordering::Relaxed).saturating_add(extra)
-        } else {
-            0
-        };
+        let on_fs = if self.space.data_on_meta_fs() { self.acct.dirty().saturating_add(extra) } else { 0 };
         self.meta_space.room(on_fs, self.data_meta(extra))
     }
 }

@@ -20,15 +20,19 @@
 //! Dropping an [`Engine`] without [`Engine::close`] behaves like a crash of the data path:
 //! dirty data not yet committed is lost (tests use this to check `fsync`).
 
+mod accounting;
 mod alloc;
 mod caches;
+mod compress;
 mod devq;
 mod dirty;
+mod driver;
 mod early;
 mod early_place;
 mod error;
 pub mod fsck;
 mod inner;
+mod locks;
 mod meta_space;
 mod metadb;
 mod metatx;
@@ -49,12 +53,12 @@ mod usage;
 mod workers;
 mod write;
 
-pub use early::EarlyStats;
+pub use accounting::EarlyStats;
 pub use error::{Corruption, EngineError, Internal, InvalidArg, IoError, PoolError, Result};
 pub use metatx::MetaTx;
-pub use options::{MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE};
+pub use options::{MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, META_FILE};
 pub use policy::ADAPTIVE_PLACEHOLDER;
-pub use pool::{now, DEFAULT_DEVICE_FILE, META_FILE};
+pub use pool::now;
 pub use read::PREFETCH_RECORDS;
 pub use space::DeviceStatus;
 pub use squeezefs_device::{Device, DeviceStatsSnapshot};
@@ -131,7 +135,7 @@ impl Engine {
             Some(
                 std::thread::Builder::new()
                     .name("sqz-txg".into())
-                    .spawn(move || txg::driver(i2))
+                    .spawn(move || driver::driver(i2))
                     .map_err(EngineError::Spawn)?,
             )
         };
@@ -191,8 +195,7 @@ impl Engine {
         self.bound_delta(rows)?;
         for ino in deleted {
             inner.file_policy.write().remove(&ino);
-            let b = inner.files.purge(ino);
-            let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(b)));
+            inner.dirty.files.purge(ino, &inner.acct);
             inner.ext_cache.invalidate(ino, None);
         }
         Ok(v)
@@ -242,7 +245,7 @@ impl Engine {
         if room.is_some_and(|r| {
             meta_space::decide(r, meta_space::MAX_USUAL_CHARGE, kind) == meta_space::Decision::CommitFirst
         }) {
-            inner.txg.sync_and_wait(inner)?;
+            inner.txg.sync_and_wait(&inner.dirty)?;
         }
         Ok(())
     }
@@ -277,7 +280,7 @@ impl Engine {
             self.inner.txg.request_commit();
         }
         if rows > max.saturating_mul(4) {
-            self.inner.txg.sync_and_wait(&self.inner)?;
+            self.inner.txg.sync_and_wait(&self.inner.dirty)?;
         }
         Ok(())
     }
@@ -329,8 +332,8 @@ impl Engine {
             hi: hi.as_ref().map_or(std::ops::Bound::Unbounded, |h| std::ops::Bound::Excluded(&h[..])),
         };
         let mut out = Vec::new();
-        nsdelta::merged_rows(
-            &self.inner,
+        self.inner.ns.merged_rows(
+            &self.inner.db,
             None,
             |d| &d.xattrs,
             tables::XATTRS,
@@ -351,7 +354,7 @@ impl Engine {
         if let Some(row) = self.inner.ns.find(|d| d.symlinks.get(&ino).cloned()) {
             return row.ok_or(EngineError::NoInode(ino));
         }
-        let s = self.inner.snap.get(&self.inner.db)?;
+        let s = self.inner.ns.snap.get(&self.inner.db)?;
         let v = s.symlinks.get(ino)?.ok_or(EngineError::NoInode(ino))?.value().to_vec();
         Ok(v)
     }
@@ -408,7 +411,7 @@ impl Engine {
         if self.inner.read_only {
             return Ok(());
         }
-        self.inner.txg.wait_for_txg_in_flight_if_dirty(&self.inner, ino)
+        self.inner.txg.wait_for_txg_in_flight_if_dirty(&self.inner.dirty, ino)
     }
 
     pub fn sync(&self) -> Result<()> {
@@ -416,7 +419,7 @@ impl Engine {
         if self.inner.read_only {
             return Ok(());
         }
-        self.inner.txg.sync_and_wait(&self.inner)
+        self.inner.txg.sync_and_wait(&self.inner.dirty)
     }
 
     pub fn statfs(&self) -> Result<StatFs> {
@@ -497,20 +500,20 @@ impl Engine {
 
     /// Bytes of dirty (uncommitted) data held in memory.
     pub fn dirty_bytes(&self) -> u64 {
-        self.inner.dirty_bytes.load(Ordering::Relaxed)
+        self.inner.acct.dirty()
     }
 
     /// Early compression figures (queue, results waiting for their txg, records held
     /// compressed; see early.rs).
     pub fn early_stats(&self) -> EarlyStats {
-        self.inner.compress_q.counters.stats()
+        self.inner.acct.early_stats()
     }
 
     /// The compression contexts' pool: memory, reuse, and the compression work done so far
     /// (calls, source bytes, CPU time inside the codec). All zeros before the first record
     /// is compressed.
     pub fn codec_stats(&self) -> squeezefs_codec::PoolStats {
-        self.inner.codec_stats()
+        self.inner.codecs.stats()
     }
 
     /// Verify every checksum (see scrub.rs).

@@ -40,7 +40,7 @@
 //! Tunables: `RESERVE_MIN`, `RESERVE_MAX`, `RESERVE_SHARE`, `ROW_CHARGE`, `EXTENT_ROW_CHARGE`,
 //! `MAX_USUAL_CHARGE`, `MAX_AGE`.
 
-use parking_lot::Mutex;
+use crate::locks::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const RESERVE_MIN: u64 = 1 << 20;

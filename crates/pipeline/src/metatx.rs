@@ -5,7 +5,7 @@
 
 use crate::error::{Corruption, EngineError, InvalidArg, Result};
 use crate::inner::Inner;
-use crate::nsdelta::{merged_rows, ByteRows, Delta, KeyRange};
+use crate::nsdelta::{ByteRows, Delta, KeyRange};
 use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, encode_cookie_entry, encode_dirent};
 use squeezefs_meta::{keys, tables, FileKind, Ino, InodeAttr};
 use std::ops::Bound;
@@ -44,7 +44,7 @@ impl<'a> MetaTx<'a> {
     fn rx(&mut self) -> Result<&redb::ReadTransaction> {
         let gen = self.inner.ns.generation();
         if self.rx.as_ref().is_none_or(|(g, _)| *g != gen) {
-            self.rx = Some((gen, self.inner.snap.get(&self.inner.db)?));
+            self.rx = Some((gen, self.inner.ns.snap.get(&self.inner.db)?));
         }
         Ok(&self.rx.as_ref().expect("just set").1.rx)
     }
@@ -256,11 +256,18 @@ pub(crate) fn list_cookies(
     }
     let a = keys::pair(dir, after + 1);
     let b = keys::pair(dir, u64::MAX);
-    merged_rows(inner, local, cookies, tables::DIR_COOKIES, KeyRange { lo: &a, hi: Bound::Included(&b) }, |k, v| {
-        let Some((_, cookie)) = keys::unpair(&k) else { return Ok(true) };
-        let (ino, kind, name) = decode_cookie_entry(&v)?;
-        out.push(squeezefs_meta::DirEntry { cookie, name, ino, kind });
-        Ok(out.len() < limit)
-    })?;
+    inner.ns.merged_rows(
+        &inner.db,
+        local,
+        cookies,
+        tables::DIR_COOKIES,
+        KeyRange { lo: &a, hi: Bound::Included(&b) },
+        |k, v| {
+            let Some((_, cookie)) = keys::unpair(&k) else { return Ok(true) };
+            let (ino, kind, name) = decode_cookie_entry(&v)?;
+            out.push(squeezefs_meta::DirEntry { cookie, name, ino, kind });
+            Ok(out.len() < limit)
+        },
+    )?;
     Ok(out)
 }

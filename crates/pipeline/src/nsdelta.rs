@@ -35,8 +35,10 @@
 //! (~200 B a row) when writers outrun the commits.
 
 use crate::error::{EngineError, Result};
+use crate::locks::{Mutex, Rank, RwLock};
+use crate::metadb::MetaDb;
+use crate::snapshot::SnapshotCache;
 use crate::units::extent_footprint;
-use parking_lot::{Mutex, RwLock};
 use redb::ReadableTable;
 use rustc_hash::FxHashMap;
 use squeezefs_meta::encode::{decode_inode, encode_inode};
@@ -119,6 +121,9 @@ struct Generations {
 }
 
 pub struct NsDelta {
+    /// redb snapshot shared by the namespace's point reads until the next commit
+    /// (snapshot.rs); readers look at the delta before they take it (block comment)
+    pub snap: SnapshotCache,
     /// Serializes metadata writers (`meta_write`, `update_attr`) and the commit's take of
     /// `open`; taken before `rows`.
     pub meta_lock: Mutex<()>,
@@ -128,13 +133,12 @@ pub struct NsDelta {
 impl Default for NsDelta {
     fn default() -> Self {
         NsDelta {
-            meta_lock: Mutex::new(()),
-            rows: RwLock::new(Generations {
-                open: Delta::default(),
-                committing: None,
-                generation: 0,
-                committed_inodes: 0,
-            }),
+            snap: SnapshotCache::default(),
+            meta_lock: Mutex::new(Rank::MetaWriters, ()),
+            rows: RwLock::new(
+                Rank::NsRows,
+                Generations { open: Delta::default(), committing: None, generation: 0, committed_inodes: 0 },
+            ),
         }
     }
 }
@@ -212,6 +216,45 @@ impl NsDelta {
     /// At open: the inodes redb holds.
     pub fn set_committed_inodes(&self, n: i64) {
         self.rows.write().committed_inodes = n;
+    }
+
+    /// Rows of the byte-keyed `table` in `r`: `local` (a transaction's own changes, if any),
+    /// then the delta's generations, then redb, merged; `f` returns false to stop. The redb read
+    /// starts under the delta's rows lock, after the delta was looked at (block comment).
+    pub fn merged_rows(
+        &self,
+        db: &MetaDb,
+        local: Option<&Delta>,
+        sel: fn(&Delta) -> &ByteRows,
+        table: redb::TableDefinition<&'static [u8], &'static [u8]>,
+        r: KeyRange<'_>,
+        mut f: impl FnMut(Vec<u8>, Vec<u8>) -> Result<bool>,
+    ) -> Result<()> {
+        self.with_layers(|layers| {
+            let mut its: Vec<Box<dyn Iterator<Item = Row> + '_>> = Vec::new();
+            if let Some(l) = local {
+                its.push(layer_range(sel(l), r));
+            }
+            for l in layers {
+                its.push(layer_range(sel(l), r));
+            }
+            let s = self.snap.get(db)?;
+            let opened;
+            let t = match s.byte_table(table) {
+                Some(t) => t,
+                None => {
+                    opened = s.rx.open_table(table)?;
+                    &opened
+                }
+            };
+            for row in Merged::new(its, base_range(t, r)?) {
+                let (k, v) = row?;
+                if !f(k, v)? {
+                    break;
+                }
+            }
+            Ok(())
+        })
     }
 }
 
@@ -296,44 +339,6 @@ pub fn base_range<'t>(
 ) -> Result<impl Iterator<Item = Result<(Vec<u8>, Vec<u8>)>> + 't> {
     let it = t.range::<&[u8]>((Bound::Included(r.lo), r.hi))?;
     Ok(it.map(|r| r.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())).map_err(Into::into)))
-}
-
-/// Rows of the byte-keyed `table` in `r`: `local` (a transaction's own changes, if any),
-/// then the delta's generations, then redb, merged; `f` returns false to stop. The redb read
-/// starts under the delta's rows lock, after the delta was looked at (block comment).
-pub fn merged_rows(
-    inner: &crate::inner::Inner,
-    local: Option<&Delta>,
-    sel: fn(&Delta) -> &ByteRows,
-    table: redb::TableDefinition<&'static [u8], &'static [u8]>,
-    r: KeyRange<'_>,
-    mut f: impl FnMut(Vec<u8>, Vec<u8>) -> Result<bool>,
-) -> Result<()> {
-    inner.ns.with_layers(|layers| {
-        let mut its: Vec<Box<dyn Iterator<Item = Row> + '_>> = Vec::new();
-        if let Some(l) = local {
-            its.push(layer_range(sel(l), r));
-        }
-        for l in layers {
-            its.push(layer_range(sel(l), r));
-        }
-        let s = inner.snap.get(&inner.db)?;
-        let opened;
-        let t = match s.byte_table(table) {
-            Some(t) => t,
-            None => {
-                opened = s.rx.open_table(table)?;
-                &opened
-            }
-        };
-        for row in Merged::new(its, base_range(t, r)?) {
-            let (k, v) = row?;
-            if !f(k, v)? {
-                break;
-            }
-        }
-        Ok(())
-    })
 }
 
 /// An inode's record from a delta `row` (`None`: no generation holds it) over redb's

@@ -4,6 +4,10 @@ use squeezefs_codec::Spec;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The metadata store's file in the pool directory.
+pub const META_FILE: &str = "meta.redb";
+/// The pool's own growable device file, when mkfs names no device.
+pub const DEFAULT_DEVICE_FILE: &str = "data.0";
 /// Default record size: 128 KiB (DESIGN.md §2).
 pub const DEFAULT_RECORDSIZE: u32 = 128 * 1024;
 /// Default largest stored size of a file kept inline in the metadata store.

@@ -8,7 +8,8 @@ use crate::inner::Inner;
 #[allow(unused_imports)]
 use crate::metadb::MetaDb;
 use crate::options::{
-    MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, MAX_RECORDSIZE, MIN_RECORDSIZE,
+    MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, MAX_RECORDSIZE, META_FILE,
+    MIN_RECORDSIZE,
 };
 use crate::space::{DevSlot, Space};
 use redb::ReadableTable;
@@ -22,9 +23,6 @@ use squeezefs_meta::{
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-pub const META_FILE: &str = "meta.redb";
-pub const DEFAULT_DEVICE_FILE: &str = "data.0";
 
 /// The clock of every file timestamp: `CLOCK_REALTIME_COARSE`, the clock the kernel's
 /// `current_time()` reads (the last timer tick, 1–10 ms steps), as ext4 and btrfs stamp
@@ -353,6 +351,6 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     .into_arc();
     inner.ns.set_committed_inodes(inode_rows);
     inner.space.refresh_host(&inner.meta_space);
-    crate::early_place::refresh_room(&inner, false);
+    inner.refresh_early_room(false);
     Ok(inner)
 }

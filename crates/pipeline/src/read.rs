@@ -84,7 +84,7 @@ pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<
         // are not in the set, so a worker never waits for a job queued behind itself.
         let mut inflight = inner.prefetching.lock();
         while inflight.contains(k) {
-            inner.prefetch_cv.wait_for(&mut inflight, std::time::Duration::from_millis(20));
+            inflight.wait_for(&inner.prefetch_cv, std::time::Duration::from_millis(20));
         }
         drop(inflight);
         if let Some(v) = inner.rec_cache.get(k) {
@@ -187,7 +187,7 @@ enum Source {
 pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
     inner.check_open()?;
     let rs = inner.recordsize;
-    let f = inner.files.get(ino);
+    let f = inner.dirty.files.get(ino);
     let size = match &f {
         Some(f) => f.lock().size,
         None => inner.inode_record(ino)?.size,
@@ -464,7 +464,7 @@ pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option
         (fd.size, open, fd.syncing.clone())
     };
     drop(f);
-    inner.files.retire_if_clean(ino);
+    inner.dirty.files.retire_if_clean(ino);
     if off >= size {
         return Ok(None);
     }

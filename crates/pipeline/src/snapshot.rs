@@ -31,7 +31,7 @@
 //! (sync.rs); a commit whose bump a reader has not seen yet still has its rows in the delta.
 
 use crate::error::Result;
-use parking_lot::Mutex;
+use crate::locks::Mutex;
 #[allow(unused_imports)]
 use redb::ReadableDatabase;
 use squeezefs_meta::tables;

@@ -23,8 +23,8 @@
 use crate::alloc::DevSpace;
 use crate::devq::{DevQueue, WriteReq};
 use crate::error::Result;
+use crate::locks::{Mutex, MutexGuard, Rank};
 use crate::meta_space::{HostFs, MetaSpace};
-use parking_lot::{Mutex, MutexGuard};
 use squeezefs_control::{choose_device, DeviceView};
 use squeezefs_device::{Device, DeviceStatsSnapshot};
 use std::path::{Path, PathBuf};
@@ -94,9 +94,9 @@ impl Space {
     ) -> Space {
         Space {
             devs,
-            durable: Mutex::new(images.clone()),
-            live: Mutex::new(images.into_iter().map(DevSpace::untracked).collect()),
-            host: Mutex::new(Vec::new()),
+            durable: Mutex::new(Rank::DurableSpace, images.clone()),
+            live: Mutex::new(Rank::LiveSpace, images.into_iter().map(DevSpace::untracked).collect()),
+            host: Mutex::new(Rank::HostSpace, Vec::new()),
             host_free: AtomicU64::new(u64::MAX),
             data_on_meta_fs: AtomicBool::new(false),
             pool_dir,

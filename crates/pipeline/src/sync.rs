@@ -25,13 +25,16 @@
 //!
 //! No lock is held across compression or I/O: the stages work on frozen `Arc<Layer>`s.
 
+use crate::accounting::{Charge, Counter};
+use crate::compress::{Claim, CompressResult, Slot};
 use crate::devq::{Completion, Payload, WriteReq};
 use crate::dirty::{Layer, PackedRec, Rec};
-use crate::early::{Claim, CompressQueue, CompressResult, Slot};
+use crate::early;
 use crate::error::{Corruption, EngineError, Internal, Result};
 use crate::inner::Inner;
 use crate::policy::Compressed;
 use crate::space::place_on_a_device;
+use crate::txg::SyncFailure;
 use crate::units::{extent_footprint, granule_bytes};
 use redb::ReadableTable;
 use squeezefs_meta::{keys, tables, DeviceExtent, ExtentPtr, Ino, StoredRecord, Superblock};
@@ -51,26 +54,19 @@ struct Placed {
     outcome: Outcome,
 }
 
-/// Why a txg failed, and whether trying it again later is safe: a txg that found no room
-/// before its commit stage wrote nothing any pointer refers to (its placements were given
-/// back), so its frozen layers can be synced again once there is room (txg.rs).
-pub struct SyncFailure {
-    pub error: EngineError,
-    /// the frozen layers, handed back when the txg may be tried again
-    pub retry: Option<Vec<(Ino, Arc<Layer>)>>,
-}
-
 pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) -> std::result::Result<(), SyncFailure> {
     let t0 = std::time::Instant::now();
     inner.space.refresh_host(&inner.meta_space);
-    crate::early_place::reclaim(inner, false);
-    crate::early_place::refresh_room(inner, false);
+    inner.early.reclaim(&inner.space, false);
+    inner.refresh_early_room(false);
     let jobs = cut(&frozen);
     let nfiles = frozen.len();
     let mut t_placed = t0;
     let mut t_written = t0;
     let mut t_flushed = t0;
     let mut allocated: Vec<DeviceExtent> = Vec::new();
+    // the stored bytes this txg placed, counted as placed until just before its release
+    let placed_charge = inner.acct.charge(Counter::Placed, 0);
     // placements made while the layers were open that this txg keeps
     let mut early_used: Vec<Arc<PackedRec>> = Vec::new();
     // set once the commit stage starts: from then on it has applied frees to the space map
@@ -106,6 +102,7 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
                     written: &mut written,
                     host: &mut host,
                     early_used: &mut early_used,
+                    placed: &placed_charge,
                 };
                 match place(inner, txg, &frozen[li].1, idx, c, &mut at) {
                     Ok(outcome) => placed.push(Placed { layer: li, idx, outcome }),
@@ -149,7 +146,6 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
         committing = true;
         commit(inner, txg, &frozen, placed, &early_used)
     })();
-    let placed_now: u64 = allocated.iter().map(|d| u64::from(d.psize)).sum();
     match result {
         Ok(blocks) => {
             let t_committed = std::time::Instant::now();
@@ -160,8 +156,10 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             inner.space.refresh_host(&inner.meta_space);
             // the measurement holds what the commit took in the metadata store
             inner.meta_space.counted();
-            let kept: u64 = early_used.iter().filter_map(|p| p.place.get()).map(|e| u64::from(e.ext.psize)).sum();
-            sub_placed(inner, placed_now + kept);
+            for e in early_used.iter().filter_map(|p| p.place.get()) {
+                e.uncount();
+            }
+            placed_charge.take();
             drop(early_used);
             // early placements this txg did not keep (the record went inline, or was placed
             // again): given up now, not when the last reader drops the layer, so admission
@@ -179,12 +177,12 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             for (_, layer) in frozen {
                 // the last reference (device writes and compress jobs are done): recycle
                 if let Ok(l) = Arc::try_unwrap(layer) {
-                    inner.bufs.give_layer(l);
+                    inner.dirty.bufs.give_layer(l);
                 }
             }
             // what was given up during this txg and has been written by now (the ranges
             // whose write is still in flight wait for the next txg)
-            crate::early_place::reclaim(inner, false);
+            inner.early.reclaim(&inner.space, false);
             log::debug!(
                 "txg {txg}: {} records of {nfiles} files; compress+place {:?}, write wait {:?}, flush {:?}, commit {:?}, release {:?}",
                 jobs.len(),
@@ -207,9 +205,9 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
                 }
             }
             // the early placements stay placed (a retry keeps them), and counted
-            sub_placed(inner, placed_now);
+            placed_charge.take();
             drop(early_used);
-            crate::early_place::refresh_room(inner, true);
+            inner.refresh_early_room(true);
             let retryable = !committing && matches!(e, EngineError::NoSpace);
             Err(SyncFailure { error: e, retry: retryable.then_some(frozen) })
         }
@@ -251,7 +249,7 @@ fn compress(
         // held packed: compressed already, under the policy of the time it was written
         // (a policy applies to data written from its change on)
         if let Some(p) = rec.packed_rec() {
-            p.ready.release();
+            p.ready.take();
             packed += 1;
             let c = Compressed::Packed { codec: p.codec, bytes: p.bytes.clone(), hash: p.hash };
             let _ = tx.send((li, idx, c));
@@ -265,7 +263,7 @@ fn compress(
                 }
                 Claim::Queued => {
                     reused += 1;
-                    CompressQueue::push(inner, slot.clone(), true);
+                    early::queue_urgent(inner, slot.clone());
                     continue;
                 }
                 Claim::Unusable => {}
@@ -273,9 +271,9 @@ fn compress(
         }
         fresh += 1;
         let Some(buf) = rec.shared() else { unreachable!("packed records were sent above") };
-        new_slots.push(Slot::new(buf, policy, streaks[li].clone(), None, inner).forward_to(tx.clone(), li, idx));
+        new_slots.push(Slot::new(buf, policy, streaks[li].clone(), &inner.acct).forward_to(tx.clone(), li, idx));
     }
-    CompressQueue::push_urgent_many(inner, new_slots);
+    early::queue_urgent_many(inner, new_slots);
     log::trace!("compress: {packed} records held packed, {reused} compressed early, {fresh} now");
     rx
 }
@@ -309,12 +307,8 @@ struct PlaceAt<'a> {
     host: &'a mut HostRoom,
     /// records whose early placement this txg keeps
     early_used: &'a mut Vec<Arc<PackedRec>>,
-}
-
-/// Take `n` stored bytes out of `Inner::placed_stored`.
-fn sub_placed(inner: &Inner, n: u64) {
-    let prev = inner.placed_stored.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| Some(p.saturating_sub(n)));
-    debug_assert!(prev.is_ok_and(|p| p >= n), "placed_stored {prev:?} < {n}: a placement subtracted twice");
+    /// the stored bytes placed by this stage
+    placed: &'a Charge,
 }
 
 /// Stage 3: inline, an early placement kept, or device choice + packed allocation +
@@ -343,10 +337,10 @@ fn place(
         Compressed::Raw { hash } => {
             // the device writes the record's raw bytes from the layer: a record held packed
             // has none (compress() never makes a raw result for one)
-            if rec.and_then(|d| d.raw()).is_none() {
+            let Some(raw) = rec.and_then(|d| d.shared()) else {
                 return Err(EngineError::Internal(Internal::RawResultWithoutBytes { idx }));
-            }
-            (0u8, 0, hash, Payload::LayerRec { layer: layer.clone(), idx })
+            };
+            (0u8, 0, hash, Payload::Raw(raw))
         }
         Compressed::Packed { codec, bytes, hash } => (codec.alg.id(), codec.level, hash, Payload::Owned(bytes)),
     };
@@ -382,7 +376,7 @@ fn place(
         let mut space = inner.space.live();
         // after the layer's records placed early, in the same run (while early placement is
         // on, so the room it was started with is still there)
-        if inner.early_room.load(Ordering::Relaxed) {
+        if inner.early.allowed() {
             let need = granule_bytes(stored_len, inner.granule);
             let mut run = layer.early_run.lock();
             if let Some(at) =
@@ -397,7 +391,7 @@ fn place(
         place_on_a_device(&mut space, &mut views, stored_len, need).ok_or(EngineError::NoSpace)?
     };
     host.used[dev] += granule_bytes(stored_len, inner.granule);
-    inner.placed_stored.fetch_add(stored_len, Ordering::SeqCst);
+    at.placed.add(stored_len);
     let ext = DeviceExtent { dev: dev as u32, offset, psize: stored_len as u32 };
     allocated.push(ext);
     written[dev] = true;
@@ -562,7 +556,7 @@ fn commit(
         }
     }
     // before anything this commit wrote leaves the delta or the dirty cache (snapshot.rs)
-    inner.snap.committed(&inner.db);
+    inner.ns.snap.committed(&inner.db);
     if delta.is_some() {
         inner.ns.committed();
     }
@@ -573,12 +567,10 @@ fn commit(
 
 /// Stage 7.
 fn release(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], blocks: &HashMap<Ino, u64>) {
-    let mut bytes = 0u64;
     for (ino, layer) in frozen {
-        bytes += layer.bytes;
         // before the syncing layer disappears, so no reader sees a stale cached pointer
         inner.ext_cache.invalidate(*ino, None);
-        if let Some(f) = inner.files.get(*ino) {
+        if let Some(f) = inner.dirty.files.get(*ino) {
             let mut fd = f.lock();
             if fd.syncing.as_ref().is_some_and(|s| Arc::ptr_eq(s, layer)) {
                 fd.syncing = None;
@@ -587,8 +579,10 @@ fn release(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], blocks: &HashMap<Ino, u6
                 }
             }
         }
-        inner.files.retire_if_clean(*ino);
+        inner.dirty.files.retire_if_clean(*ino);
     }
-    let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(bytes)));
+    for (_, layer) in frozen {
+        inner.acct.release_layer(&layer.bytes);
+    }
     inner.throttle_cv.notify_all();
 }

@@ -10,7 +10,6 @@
 use crate::error::Result;
 use crate::inner::Inner;
 use crate::txg::SYNC_DIRTY_PERCENT;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 pub const DELAY_MIN_PERCENT: u64 = 60;
@@ -34,7 +33,7 @@ pub fn delay_for(dirty: u64, max: u64) -> Duration {
 pub fn delay(inner: &Inner) -> Result<()> {
     let max = inner.opts.max_dirty_bytes;
     loop {
-        let dirty = inner.dirty_bytes.load(Ordering::Relaxed);
+        let dirty = inner.acct.dirty();
         if dirty < max {
             let d = delay_for(dirty, max);
             if !d.is_zero() {
@@ -48,14 +47,14 @@ pub fn delay(inner: &Inner) -> Result<()> {
         }
         inner.txg.kick();
         let mut g = inner.throttle_lock.lock();
-        inner.throttle_cv.wait_for(&mut g, Duration::from_millis(50));
+        g.wait_for(&inner.throttle_cv, Duration::from_millis(50));
     }
 }
 
 /// Wake the driver when dirty data passed the sync threshold.
 pub fn maybe_kick(inner: &Inner) {
     let threshold = inner.opts.max_dirty_bytes / 100 * SYNC_DIRTY_PERCENT;
-    if inner.dirty_bytes.load(Ordering::Relaxed) >= threshold {
+    if inner.acct.dirty() >= threshold {
         inner.txg.kick();
     }
 }

@@ -20,7 +20,7 @@
 //!   - someone waits for N (`fsync`, `sync`, `close`): `want >= N`;
 //!   - dirty data reached `SYNC_DIRTY_PERCENT` of `max_dirty_bytes` (ZFS
 //!     zfs_dirty_data_sync_percent);
-//!   - `early::EARLY_SYNC_BYTES` of records were compressed early and wait for a txg;
+//!   - `compress::EARLY_SYNC_BYTES` of records were compressed early and wait for a txg;
 //!   - the namespace delta holds more than `OpenOptions::max_delta_rows` rows;
 //!   - the txg has been open `txg_timeout` (default 5 s) and something changed.
 //!
@@ -39,12 +39,10 @@
 //! Tunables: `OpenOptions::txg_timeout`, `OpenOptions::max_dirty_bytes`,
 //! `SYNC_DIRTY_PERCENT` (20), `RETRY_INTERVAL` (1 s), the throttle in throttle.rs.
 
-use crate::dirty::Layer;
-use crate::inner::Inner;
-use crate::sync;
-use parking_lot::{Condvar, Mutex};
+use crate::dirty::{DirtyData, Layer};
+use crate::locks::{Mutex, Rank};
+use parking_lot::Condvar;
 use squeezefs_meta::Ino;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -100,19 +98,22 @@ pub struct TxgCtl {
 impl TxgCtl {
     pub fn new(last_txg: u64) -> TxgCtl {
         TxgCtl {
-            st: Mutex::new(TxgState {
-                open: last_txg + 1,
-                synced: last_txg,
-                want: 0,
-                phase: Phase::Idle,
-                halt: None,
-                shutdown: false,
-                abandon: false,
-                exited: false,
-                opened_at: Instant::now(),
-                meta_dirty: false,
-                meta_full: false,
-            }),
+            st: Mutex::new(
+                Rank::TxgState,
+                TxgState {
+                    open: last_txg + 1,
+                    synced: last_txg,
+                    want: 0,
+                    phase: Phase::Idle,
+                    halt: None,
+                    shutdown: false,
+                    abandon: false,
+                    exited: false,
+                    opened_at: Instant::now(),
+                    meta_dirty: false,
+                    meta_full: false,
+                },
+            ),
             wake: Condvar::new(),
             done: Condvar::new(),
         }
@@ -163,7 +164,7 @@ impl TxgCtl {
 
     /// Make every change made before this call durable: wait for the commit of the txg
     /// holding them.
-    pub fn sync_and_wait(&self, inner: &Inner) -> crate::Result<()> {
+    pub fn sync_and_wait(&self, dirty: &DirtyData) -> crate::Result<()> {
         let mut st = self.st.lock();
         if let Some(e) = Self::halt_error(&st) {
             return Err(e);
@@ -171,7 +172,7 @@ impl TxgCtl {
         if st.exited {
             return Err(crate::EngineError::Closed);
         }
-        let open_clean = !st.meta_dirty && inner.dirty_set.lock().is_empty();
+        let open_clean = !st.meta_dirty && !dirty.any_changed();
         let target = match (open_clean, st.phase) {
             (true, Phase::Idle) => return Ok(()),
             // nothing changed since N was frozen: N's commit suffices
@@ -187,7 +188,7 @@ impl TxgCtl {
             if st.exited {
                 return Err(crate::EngineError::Closed);
             }
-            self.done.wait(&mut st);
+            st.wait(&self.done);
         }
         Ok(())
     }
@@ -197,16 +198,16 @@ impl TxgCtl {
     /// `Engine::order_data_before_rename`). The namespace delta is taken by the commit of
     /// the txg in flight, but data changed after that txg's freeze belongs to the next one;
     /// so while a txg N is quiescing or syncing and `ino` has changes in the open txg
-    /// (`dirty_set`, conservatively including changes N will still freeze), wait for N's
+    /// (`DirtyData::is_changed`, conservatively including changes N will still freeze), wait for N's
     /// commit. No txg in flight, or no open changes: the next commit takes both anyway.
     /// Without forcing a txg: the wait is at most the one already under way.
-    pub fn wait_for_txg_in_flight_if_dirty(&self, inner: &Inner, ino: Ino) -> crate::Result<()> {
+    pub fn wait_for_txg_in_flight_if_dirty(&self, dirty: &DirtyData, ino: Ino) -> crate::Result<()> {
         let mut st = self.st.lock();
         let n = match st.phase {
             Phase::Idle => return Ok(()),
             Phase::Quiescing(n) | Phase::Syncing(n) => n,
         };
-        if !inner.dirty_set.lock().contains(&ino) {
+        if !dirty.is_changed(ino) {
             return Ok(());
         }
         while st.synced < n {
@@ -216,7 +217,7 @@ impl TxgCtl {
             if st.exited {
                 return Err(crate::EngineError::Closed);
             }
-            self.done.wait(&mut st);
+            st.wait(&self.done);
         }
         Ok(())
     }
@@ -227,7 +228,7 @@ impl TxgCtl {
         st.abandon = true;
         self.wake.notify_one();
         while !st.exited {
-            self.done.wait(&mut st);
+            st.wait(&self.done);
         }
     }
 
@@ -237,13 +238,45 @@ impl TxgCtl {
         st.shutdown = true;
         self.wake.notify_one();
         while !st.exited {
-            self.done.wait(&mut st);
+            st.wait(&self.done);
         }
     }
 }
 
 /// A txg's frozen layers: (inode, its syncing layer) per file.
 pub type Frozen = Vec<(Ino, Arc<Layer>)>;
+
+/// Why a txg failed, and whether trying it again later is safe: a txg that found no room
+/// before its commit stage wrote nothing any pointer refers to (its placements were given
+/// back), so its frozen layers can be synced again once there is room (STALLED).
+pub struct SyncFailure {
+    pub error: crate::EngineError,
+    /// the frozen layers, handed back when the txg may be tried again
+    pub retry: Option<Frozen>,
+}
+
+/// What the driver asks of the engine: the figures its transitions look at, and the work
+/// of the QUIESCING and SYNCING states (driver.rs).
+pub trait TxgWork {
+    /// The open txg holds data changes (namespace changes are `TxgState::meta_dirty`).
+    fn data_changed(&self) -> bool;
+    /// Dirty bytes, and the level at which the open txg closes.
+    fn dirty_bytes(&self) -> (u64, u64);
+    /// Record bytes compressed early and waiting for a txg.
+    fn ready_bytes(&self) -> u64;
+    fn txg_timeout(&self) -> Duration;
+    /// Nothing to sync at a timeout: give back what early placement gave up meanwhile.
+    fn idle(&self);
+    /// The driver exits after its last commit: give back what early placement gave up,
+    /// waiting for their writes.
+    fn before_exit(&self);
+    /// QUIESCING: freeze the open layers of the files changed in the txg.
+    fn quiesce(&self) -> Frozen;
+    /// SYNCING: the stages of sync.rs.
+    fn sync(&self, txg: u64, frozen: Frozen) -> std::result::Result<(), SyncFailure>;
+    /// A txg ended (committed or failed): wake writers waiting for dirty memory.
+    fn txg_ended(&self);
+}
 
 /// What the driver does next.
 enum Next {
@@ -254,103 +287,98 @@ enum Next {
     Retry,
 }
 
-/// The driver: one thread per engine, runs txgs one after another.
-pub fn driver(inner: Arc<Inner>) {
-    let ctl = &inner.txg;
+/// The driver: one thread per engine, runs txgs one after another through the states of
+/// the block comment.
+pub fn drive(ctl: &TxgCtl, work: &impl TxgWork) {
     // the STALLED txg and its frozen layers, kept for the next try
     let mut stalled: Option<(u64, Frozen)> = None;
     let mut last_try = Instant::now();
     let mut final_try = false;
     loop {
-        let next = {
-            let mut st = ctl.st.lock();
-            loop {
-                let has_work = st.meta_dirty || !inner.dirty_set.lock().is_empty();
-                if st.abandon {
-                    break Next::Exit;
-                }
-                if stalled.is_some() {
-                    // once more at shutdown, then give up (the pool is then SUSPENDED)
-                    if st.shutdown {
-                        if final_try {
-                            break Next::Exit;
-                        }
-                        final_try = true;
-                        break Next::Retry;
-                    }
-                    let since = last_try.elapsed();
-                    if since >= RETRY_INTERVAL {
-                        break Next::Retry;
-                    }
-                    ctl.done.notify_all();
-                    ctl.wake.wait_for(&mut st, RETRY_INTERVAL - since);
-                    continue;
-                }
-                if st.shutdown && (!has_work || st.halt.is_some()) {
-                    break Next::Exit;
-                }
-                if st.halt.is_some() {
-                    // suspended: wake waiters (they see the error) and idle
-                    ctl.done.notify_all();
-                    ctl.wake.wait_for(&mut st, Duration::from_secs(1));
-                    continue;
-                }
-                if st.shutdown || st.want >= st.open {
-                    break Next::Sync(open_next(&mut st));
-                }
-                let dirty = inner.dirty_bytes.load(Ordering::Relaxed);
-                let threshold = inner.opts.max_dirty_bytes / 100 * SYNC_DIRTY_PERCENT;
-                // compressed early and waiting: write it out, so its buffers return to the pool
-                let ready = inner.compress_q.counters.ready.load(Ordering::Relaxed);
-                if has_work && (dirty >= threshold || ready >= crate::early::EARLY_SYNC_BYTES || st.meta_full) {
-                    break Next::Sync(open_next(&mut st));
-                }
-                let elapsed = st.opened_at.elapsed();
-                if elapsed >= inner.opts.txg_timeout {
-                    if has_work {
-                        break Next::Sync(open_next(&mut st));
-                    }
-                    // idle: early placements given up since the last txg go back now (and
-                    // their host space with them), not only when the next txg starts
-                    parking_lot::MutexGuard::unlocked(&mut st, || crate::early_place::reclaim(&inner, false));
-                    st.opened_at = Instant::now();
-                    continue;
-                }
-                ctl.wake.wait_for(&mut st, inner.opts.txg_timeout - elapsed);
-            }
-        };
+        let next = ctl.next(work, stalled.is_some(), &mut final_try, last_try);
         let (txg, frozen) = match next {
             Next::Exit => {
-                let (abandon, failed) = {
-                    let st = ctl.st.lock();
-                    (st.abandon, st.halt.is_some())
-                };
-                if !abandon && !failed {
-                    // early placements given up since the last txg: their host space back
-                    crate::early_place::reclaim(&inner, true);
-                }
-                let mut st = ctl.st.lock();
-                if let Some((txg, _)) = &stalled {
-                    // the last try failed too: the txg's changes are lost with the process
-                    if let Some(Halt::Stalled(e)) = st.halt.take() {
-                        st.halt = Some(Halt::Suspended(e));
-                    }
-                    log::error!("txg {txg}: still no room at shutdown; its changes are not saved");
-                }
-                st.exited = true;
-                ctl.done.notify_all();
+                ctl.exit(work, stalled.as_ref().map(|(txg, _)| *txg));
                 return;
             }
             Next::Retry => stalled.take().expect("a stalled txg to retry"),
-            Next::Sync(txg) => (txg, quiesce(&inner)),
+            Next::Sync(txg) => (txg, work.quiesce()),
         };
-        inner.syncing_files.store(frozen.len() as u64, Ordering::Relaxed);
         ctl.st.lock().phase = Phase::Syncing(txg);
-        let r = sync::sync_txg(&inner, txg, frozen);
+        let r = work.sync(txg, frozen);
         last_try = Instant::now();
-        inner.syncing_files.store(0, Ordering::Relaxed);
-        let mut st = ctl.st.lock();
+        stalled = ctl.synced_txg(txg, r);
+        work.txg_ended();
+    }
+}
+
+impl TxgCtl {
+    /// Wait until the open txg must close (OPEN → QUIESCING), the STALLED one be tried
+    /// again, or the driver exit.
+    fn next(&self, work: &impl TxgWork, stalled: bool, final_try: &mut bool, last_try: Instant) -> Next {
+        let mut st = self.st.lock();
+        loop {
+            let has_work = st.meta_dirty || work.data_changed();
+            if st.abandon {
+                return Next::Exit;
+            }
+            if stalled {
+                // once more at shutdown, then give up (the pool is then SUSPENDED)
+                if st.shutdown {
+                    if *final_try {
+                        return Next::Exit;
+                    }
+                    *final_try = true;
+                    return Next::Retry;
+                }
+                let since = last_try.elapsed();
+                if since >= RETRY_INTERVAL {
+                    return Next::Retry;
+                }
+                self.done.notify_all();
+                st.wait_for(&self.wake, RETRY_INTERVAL - since);
+                continue;
+            }
+            if st.shutdown && (!has_work || st.halt.is_some()) {
+                return Next::Exit;
+            }
+            if st.halt.is_some() {
+                // suspended: wake waiters (they see the error) and idle
+                self.done.notify_all();
+                st.wait_for(&self.wake, Duration::from_secs(1));
+                continue;
+            }
+            if st.shutdown || st.want >= st.open {
+                return Next::Sync(open_next(&mut st));
+            }
+            let (dirty, threshold) = work.dirty_bytes();
+            // compressed early and waiting: write it out, so its buffers return to the pool
+            let ready = work.ready_bytes();
+            if has_work && (dirty >= threshold || ready >= crate::compress::EARLY_SYNC_BYTES || st.meta_full) {
+                return Next::Sync(open_next(&mut st));
+            }
+            let elapsed = st.opened_at.elapsed();
+            let timeout = work.txg_timeout();
+            if elapsed >= timeout {
+                if has_work {
+                    return Next::Sync(open_next(&mut st));
+                }
+                // idle: early placements given up since the last txg go back now (and
+                // their host space with them), not only when the next txg starts
+                st.unlocked(|| work.idle());
+                st.opened_at = Instant::now();
+                continue;
+            }
+            st.wait_for(&self.wake, timeout - elapsed);
+        }
+    }
+
+    /// SYNCING → COMMITTED, STALLED or SUSPENDED with the outcome `r` of txg `txg`; returns
+    /// the frozen layers to try again (STALLED).
+    fn synced_txg(&self, txg: u64, r: std::result::Result<(), SyncFailure>) -> Option<(u64, Frozen)> {
+        let mut st = self.st.lock();
         st.phase = Phase::Idle;
+        let mut stalled = None;
         match r {
             Ok(()) => {
                 if matches!(st.halt, Some(Halt::Stalled(_))) {
@@ -359,7 +387,7 @@ pub fn driver(inner: Arc<Inner>) {
                 st.synced = txg;
                 st.halt = None;
             }
-            Err(sync::SyncFailure { error, retry: Some(frozen) }) => {
+            Err(SyncFailure { error, retry: Some(frozen) }) => {
                 if !matches!(st.halt, Some(Halt::Stalled(_))) {
                     log::warn!(
                         "txg {txg}: {error}; trying again every {} s (writes and syncs get ENOSPC until it fits)",
@@ -369,14 +397,35 @@ pub fn driver(inner: Arc<Inner>) {
                 st.halt = Some(Halt::Stalled(Arc::new(error)));
                 stalled = Some((txg, frozen));
             }
-            Err(sync::SyncFailure { error, retry: None }) => {
+            Err(SyncFailure { error, retry: None }) => {
                 log::error!("txg {txg} failed, pool suspended at txg {}: {error}", st.synced);
                 st.halt = Some(Halt::Suspended(Arc::new(error)));
             }
         }
-        ctl.done.notify_all();
-        drop(st);
-        inner.throttle_cv.notify_all();
+        self.done.notify_all();
+        stalled
+    }
+
+    /// The driver exits: a txg still STALLED (`stalled`) is given up (SUSPENDED); waiters
+    /// wake up to `exited`.
+    fn exit(&self, work: &impl TxgWork, stalled: Option<u64>) {
+        let (abandon, failed) = {
+            let st = self.st.lock();
+            (st.abandon, st.halt.is_some())
+        };
+        if !abandon && !failed {
+            work.before_exit();
+        }
+        let mut st = self.st.lock();
+        if let Some(txg) = stalled {
+            // the last try failed too: the txg's changes are lost with the process
+            if let Some(Halt::Stalled(e)) = st.halt.take() {
+                st.halt = Some(Halt::Suspended(e));
+            }
+            log::error!("txg {txg}: still no room at shutdown; its changes are not saved");
+        }
+        st.exited = true;
+        self.done.notify_all();
     }
 }
 
@@ -389,66 +438,4 @@ fn open_next(st: &mut TxgState) -> u64 {
     st.meta_full = false;
     st.opened_at = Instant::now();
     txg
-}
-
-/// QUIESCING: freeze the open layer of every dirty file into its syncing layer.
-fn quiesce(inner: &Inner) -> Vec<(Ino, Arc<Layer>)> {
-    let inos = std::mem::take(&mut *inner.dirty_set.lock());
-    let mut inos: Vec<Ino> = inos.into_iter().collect();
-    inos.sort_unstable();
-    let rs = inner.recordsize;
-    let mut out = Vec::with_capacity(inos.len());
-    for ino in inos {
-        let Some(f) = inner.files.get(ino) else { continue };
-        let mut fd = f.lock();
-        if fd.retired || !fd.open_dirty {
-            continue;
-        }
-        debug_assert!(fd.syncing.is_none(), "one txg syncs at a time");
-        let mut layer = std::mem::take(&mut fd.open);
-        layer.size = fd.size;
-        normalize(&mut layer, rs, inner);
-        let layer = Arc::new(layer);
-        fd.syncing = Some(layer.clone());
-        fd.open_dirty = false;
-        // records moved out of the open layer: a write that looked at the open layer before
-        // this freeze must redo its read-modify-write decisions (see write.rs)
-        fd.gen += 1;
-        out.push((ino, layer));
-    }
-    out
-}
-
-/// Give every data record exactly its logical length (zeros after a short buffer).
-fn normalize(layer: &mut Layer, rs: u64, inner: &Inner) {
-    let size = layer.size;
-    let mut grow: i64 = 0;
-    for (&idx, rec) in layer.recs.iter_mut() {
-        if let crate::dirty::Rec::Data(d) = rec {
-            let want = crate::units::record_len_in_file(idx, size, rs) as usize;
-            if want == 0 {
-                grow -= d.len() as i64;
-                *rec = crate::dirty::Rec::Hole;
-                continue;
-            }
-            if d.len() != want {
-                // changes the bytes: drops any early compression of the old ones. Records
-                // held packed are full and set_size cuts them, so they are never here; a
-                // failed decode (impossible for our own output) keeps the record as it is
-                match d.buf_mut(inner.workspaces()) {
-                    Ok(b) => {
-                        grow += want as i64 - b.len() as i64;
-                        b.resize(want, 0);
-                    }
-                    Err(e) => log::error!("record {idx}: cannot resize: {e}"),
-                }
-            }
-        }
-    }
-    layer.bytes = (layer.bytes as i64 + grow) as u64;
-    if grow >= 0 {
-        inner.dirty_bytes.fetch_add(grow as u64, Ordering::Relaxed);
-    } else {
-        inner.dirty_bytes.fetch_sub((-grow) as u64, Ordering::Relaxed);
-    }
 }

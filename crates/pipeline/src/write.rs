@@ -4,8 +4,10 @@
 //! layer or committed extent) *outside* the file lock; the file's `gen` tells whether a
 //! truncation or punch raced with the load, in which case the load is redone.
 
+use crate::compress::Slot;
+use crate::dirty::RecordHome;
 use crate::dirty::{DataRec, FileRef, LayerView, Rec};
-use crate::early::{self, CallerResult, CompressQueue, Home, Slot};
+use crate::early::{self, CallerResult};
 use crate::error::{EngineError, InvalidArg, Result};
 use crate::inner::Inner;
 use crate::meta_space::{self, Decision};
@@ -14,7 +16,6 @@ use crate::throttle;
 use crate::units::{checked_end, record_len_in_file, record_start_byte, records_for_size, MAX_FILE_SIZE};
 use squeezefs_meta::{keys, tables, Ino};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering;
 
 /// Content of record `idx` below the open layer (syncing layer, else committed), as an
 /// owned buffer; `None` = hole. The open layer's truncation floor short-cuts truncated
@@ -123,7 +124,7 @@ fn apply(
         }
         let mut grown: u64 = 0;
         let mut freed: u64 = 0;
-        let mut early: Vec<std::sync::Arc<Slot>> = Vec::new();
+        let mut early: Vec<(std::sync::Arc<Slot>, RecordHome)> = Vec::new();
         let mut early_policy = None;
         let fd_streak = fd.streak.clone();
         let mut any_packed = false;
@@ -142,7 +143,7 @@ fn apply(
                     if let Some(Rec::Data(d)) = old {
                         freed += d.len() as u64;
                         if let Some(v) = d.into_vec() {
-                            inner.bufs.give(v);
+                            inner.dirty.bufs.give(v);
                         }
                     }
                     continue;
@@ -157,8 +158,13 @@ fn apply(
                         continue; // already a hole
                     }
                     // a write filling most of a fresh record gets a pooled full buffer
-                    let base =
-                        base.unwrap_or_else(|| if (b - a) as u64 * 2 >= rs { inner.bufs.take() } else { Vec::new() });
+                    let base = base.unwrap_or_else(|| {
+                        if (b - a) as u64 * 2 >= rs {
+                            inner.dirty.bufs.take()
+                        } else {
+                            Vec::new()
+                        }
+                    });
                     grown += base.len() as u64;
                     fd.open.recs.insert(idx, Rec::Data(DataRec::new(base)));
                     fd.open.recs.get_mut(&idx).expect("just inserted")
@@ -196,11 +202,11 @@ fn apply(
                     } else if was < rs as usize && buf.len() == rs as usize {
                         // this write filled the record: compress it now (early.rs)
                         let policy = *early_policy.get_or_insert_with(|| inner.policy_of(ino));
-                        let home = Home { file: std::sync::Arc::downgrade(&f), idx };
+                        let home = RecordHome { file: std::sync::Arc::downgrade(&f), idx };
                         let shared = rec.shared().expect("buf_mut above made the record raw");
-                        let slot = Slot::new(shared, policy, fd_streak.clone(), Some(home), inner);
+                        let slot = Slot::new(shared, policy, fd_streak.clone(), &inner.acct);
                         rec.set_early(slot.clone());
-                        early.push(slot);
+                        early.push((slot, home));
                     }
                 }
                 Fill::Zeros => {
@@ -226,25 +232,20 @@ fn apply(
                 grown += pad_to_logical(inner, &mut fd.open, idx, new_size)?;
             }
         }
-        fd.open.bytes = fd.open.bytes + grown - freed;
-        inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
-        if freed > 0 {
-            let _ =
-                inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
-        }
+        inner.acct.resize_layer(&mut fd.open.bytes, grown, freed);
         if matches!(fill, Fill::Data(_)) {
             fd.size = fd.size.max(end);
         }
         fd.open_dirty = true;
-        inner.dirty_set.lock().insert(ino);
+        inner.dirty.mark_changed(ino);
         if any_packed {
-            crate::early_place::place_in_order(inner, &mut fd.open);
+            fd.open.place_early(&inner.early, &inner.space, &inner.acct, inner.max_inline);
         }
         drop(fd);
         if !early.is_empty() {
             let me = inner.self_arc();
-            for s in early {
-                CompressQueue::push(&me, s, false);
+            for (s, home) in early {
+                early::queue_background(&me, s, home);
             }
         }
         return Ok(());
@@ -305,11 +306,11 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<()> {
     let len = (data.len() as u64).saturating_add(pad);
     if meta_decision(inner, len) == Decision::CommitFirst {
         // estimates of the open txg's metadata are in the way: its commit measures them
-        inner.txg.sync_and_wait(inner)?;
+        inner.txg.sync_and_wait(&inner.dirty)?;
     }
     reserve(inner, len)?;
     let packed = caller_runs(inner, ino, off, data)?;
-    CompressQueue::wait_backlog(inner);
+    early::wait_backlog(inner);
     apply(inner, ino, off, end, Fill::Data(data), packed, Some(data.len() as u64))?;
     throttle::maybe_kick(inner);
     Ok(())
@@ -352,15 +353,12 @@ fn too_big(off: u64, len: u64) -> EngineError {
 /// txg and again per file in the syncing one; uncounted, it let twice the room be accepted
 /// (tests/enospc.rs::old_pool_write_admission_counts_sector_footprints).
 fn reserve(inner: &Inner, len: u64) -> Result<()> {
-    // the syncing txg's records already placed are in both `dirty_bytes` and the devices'
-    // used space: counted twice, a pool with room for the data refused writes while a
-    // large txg synced (found with examples/fragmented_writes.rs). Dirty first: see
-    // `Inner::placed_stored` for why that order never counts too little.
-    let dirty = inner.dirty_bytes.load(Ordering::SeqCst);
-    let dirty = dirty.saturating_sub(inner.placed_stored.load(Ordering::SeqCst));
+    // the syncing txg's records already placed are in both the dirty bytes and the devices'
+    // used space: counted once (accounting.rs `dirty_unplaced`)
+    let dirty = inner.acct.dirty_unplaced();
     let slack = inner.sector * 2;
     let rounding = if inner.granule > 1 {
-        let files = inner.dirty_set.lock().len() as u64 + inner.syncing_files.load(Ordering::Relaxed) + 1;
+        let files = inner.dirty.files_in_flight();
         files.saturating_mul(inner.granule - 1)
     } else {
         0
@@ -418,12 +416,11 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
                             }
                         }
                         let grown = pad_to_logical(inner, &mut fd.open, idx, size)?;
-                        fd.open.bytes += grown;
-                        inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
+                        inner.acct.resize_layer(&mut fd.open.bytes, grown, 0);
                     }
                     fd.size = size;
                     fd.open_dirty = true;
-                    inner.dirty_set.lock().insert(ino);
+                    inner.dirty.mark_changed(ino);
                 }
                 return Ok(());
             }
@@ -474,13 +471,11 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
             }
         }
         fd.open.trunc_floor = Some(fd.open.trunc_floor.map_or(floor, |f| f.min(floor)));
-        fd.open.bytes = fd.open.bytes + grown - freed;
-        inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
-        let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
+        inner.acct.resize_layer(&mut fd.open.bytes, grown, freed);
         fd.size = size;
         fd.gen += 1;
         fd.open_dirty = true;
-        inner.dirty_set.lock().insert(ino);
+        inner.dirty.mark_changed(ino);
         return Ok(());
     }
 }
@@ -559,12 +554,10 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
                 }
                 fd.open.recs.insert(k, Rec::Hole);
             }
-            fd.open.bytes -= freed;
-            let _ =
-                inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
+            inner.acct.resize_layer(&mut fd.open.bytes, 0, freed);
             fd.gen += 1;
             fd.open_dirty = true;
-            inner.dirty_set.lock().insert(ino);
+            inner.dirty.mark_changed(ino);
             break;
         }
     }
