@@ -18,6 +18,7 @@ use crate::compress::Slot;
 use crate::early_place::{EarlyPlace, EarlyPlacement, EarlyRun};
 use crate::error::Corruption;
 use crate::locks::{Mutex, Rank};
+use crate::policy::Policy;
 use crate::space::Space;
 use rustc_hash::{FxHashMap, FxHashSet};
 use squeezefs_codec::{Codec, Workspaces};
@@ -209,6 +210,9 @@ pub struct Layer {
     /// records below this index were considered for early placement (early_place.rs
     /// `place_in_order`)
     pub early_next: u64,
+    /// the file's compression when the layer was frozen (`FileData::policy`); `None`: the
+    /// pool's
+    pub policy: Option<Policy>,
 }
 
 /// What a layer says about one record.
@@ -230,6 +234,7 @@ impl Default for Layer {
             bytes: LayerBytes::default(),
             early_run: Mutex::new(Rank::FrozenRun, None),
             early_next: 0,
+            policy: None,
         }
     }
 }
@@ -310,6 +315,10 @@ pub struct FileData {
     pub committed_blocks: u64,
     /// Early compression: records of this file that compressed in a row (policy::TRUST_AFTER).
     pub streak: Arc<std::sync::atomic::AtomicU32>,
+    /// Compression of this file's data not yet frozen for a txg: what its last write stated
+    /// (`Engine::write_with_compression`); `None`: the pool's. Dropped with the FileData
+    /// once the file is clean, so the engine keeps no per-file state beyond dirty files.
+    pub policy: Option<Policy>,
 }
 
 impl FileData {
@@ -323,6 +332,7 @@ impl FileData {
             retired: false,
             committed_blocks,
             streak: Arc::default(),
+            policy: None,
         }
     }
 

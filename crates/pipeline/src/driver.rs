@@ -71,6 +71,7 @@ fn quiesce(inner: &Inner) -> Frozen {
         debug_assert!(fd.syncing.is_none(), "one txg syncs at a time");
         let mut layer = std::mem::take(&mut fd.open);
         layer.size = fd.size;
+        layer.policy = fd.policy;
         normalize(&mut layer, rs, inner);
         let layer = Arc::new(layer);
         fd.syncing = Some(layer.clone());

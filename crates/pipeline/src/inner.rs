@@ -52,8 +52,6 @@ pub struct Inner {
     pub ext_cache: ExtentCache,
     pub rec_cache: RecordCache,
     pub policy: RwLock<Policy>,
-    /// per-file overrides of `policy` (resolved properties, set by the fs core)
-    pub file_policy: RwLock<FxHashMap<Ino, Policy>>,
     pub workers: WorkerPool,
     pub opts: OpenOptions,
     pub closed: AtomicBool,
@@ -110,7 +108,6 @@ impl Inner {
             ext_cache: ExtentCache::new(1 << 18),
             rec_cache: RecordCache::new(opts.record_cache_bytes),
             policy: RwLock::new(Rank::Leaf, policy),
-            file_policy: RwLock::new(Rank::Leaf, FxHashMap::default()),
             workers,
             opts,
             closed: AtomicBool::new(false),
@@ -142,12 +139,6 @@ impl Inner {
     /// Turn early placement on or off for the txg starting now (or after a failed one).
     pub fn refresh_early_room(&self, failed: bool) {
         self.early.refresh_room(self.placeable_bytes(), self.opts.max_dirty_bytes, !self.read_only, failed);
-    }
-
-    /// The compression policy of `ino` (its own, else the pool's).
-    pub fn policy_of(&self, ino: Ino) -> Policy {
-        let pool = *self.policy.read();
-        self.file_policy.read().get(&ino).copied().unwrap_or(pool)
     }
 
     pub fn check_writable(&self) -> Result<()> {
