@@ -23,6 +23,7 @@
 mod accounting;
 mod alloc;
 mod caches;
+mod commit;
 mod compress;
 mod devq;
 mod dirty;
