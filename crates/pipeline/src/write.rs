@@ -6,7 +6,7 @@
 
 use crate::compress::Slot;
 use crate::dirty::RecordHome;
-use crate::dirty::{DataRec, FileRef, LayerView, Rec};
+use crate::dirty::{DataRec, FileRef, Layer, LayerView, Rec};
 use crate::early::{self, CallerResult};
 use crate::error::{EngineError, InvalidArg, Result};
 use crate::inner::Inner;
@@ -17,6 +17,7 @@ use crate::throttle;
 use crate::units::{checked_end, record_len_in_file, record_start_byte, records_for_size, MAX_FILE_SIZE};
 use squeezefs_meta::{keys, tables, Ino};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// Content of record `idx` below the open layer (syncing layer, else committed), as an
 /// owned buffer; `None` = hole. The open layer's truncation floor short-cuts truncated
@@ -58,6 +59,90 @@ enum Fill<'a> {
     Zeros,
 }
 
+/// A change of the byte range `[off, end)`: which records it touches and what goes in.
+struct Change<'a> {
+    off: u64,
+    end: u64,
+    rs: u64,
+    first: u64,
+    last: u64,
+    fill: Fill<'a>,
+}
+
+impl<'a> Change<'a> {
+    fn new(off: u64, end: u64, rs: u64, fill: Fill<'a>) -> Change<'a> {
+        Change { off, end, rs, first: off / rs, last: (end - 1) / rs, fill }
+    }
+
+    /// The change covers record `idx` whole (its old bytes are not needed).
+    fn covers(&self, idx: u64) -> bool {
+        let s = record_start_byte(idx, self.rs);
+        self.off <= s && self.end >= s + self.rs
+    }
+
+    /// The bytes `[a, b)` of record `idx` the change writes.
+    fn span(&self, idx: u64) -> (usize, usize) {
+        let rstart = record_start_byte(idx, self.rs);
+        ((self.off.max(rstart) - rstart) as usize, (self.end.min(rstart + self.rs) - rstart) as usize)
+    }
+
+    fn is_data(&self) -> bool {
+        matches!(self.fill, Fill::Data(..))
+    }
+}
+
+/// Records below the open layer that a change starts from (`None`: a hole), loaded at
+/// file generation `gen`.
+struct Loads {
+    gen: u64,
+    records: HashMap<u64, Option<Vec<u8>>>,
+}
+
+/// Load, outside the file lock, the records the change modifies in part that the open
+/// layer does not hold, and admit their copies; `None` if the file was retired meanwhile.
+fn load_below(inner: &Inner, ino: Ino, f: &FileRef, ch: &Change<'_>, charged: Option<u64>) -> Result<Option<Loads>> {
+    let (gen, need) = {
+        let fd = f.lock();
+        if fd.retired {
+            return Ok(None);
+        }
+        let need: Vec<u64> =
+            (ch.first..=ch.last).filter(|&i| !fd.open.recs.contains_key(&i) && !ch.covers(i)).collect();
+        (fd.gen, need)
+    };
+    let mut records = HashMap::new();
+    for idx in need {
+        records.insert(idx, lower_record(inner, ino, f, idx)?);
+    }
+    // a record changed in part is copied into the open txg whole and stored anew (the old
+    // copy is freed only by the commit): admission counts the copies too, or partial
+    // punches (charged nothing) across a full pool would be accepted and fail the txg in
+    // placement (tests/enospc.rs::partial_hole_punches_of_committed_records_are_charged_the_records_they_copy)
+    let copied: u64 = records.values().flatten().map(|b| b.len() as u64).sum();
+    if let Some(charged) = charged.filter(|_| copied > 0) {
+        reserve(inner, charged.saturating_add(copied))?;
+    }
+    Ok(Some(Loads { gen, records }))
+}
+
+/// What applying a change did: the open layer's buffers grew and shrank by these bytes;
+/// records it filled go to early compression; records the caller compressed went in packed.
+#[derive(Default)]
+struct Applied {
+    grown: u64,
+    freed: u64,
+    early: Vec<(Arc<Slot>, RecordHome)>,
+    any_packed: bool,
+}
+
+/// The engine, and how records a change fills start their early compression.
+struct ApplyCtx<'i> {
+    inner: &'i Inner,
+    policy: crate::policy::Policy,
+    streak: Arc<std::sync::atomic::AtomicU32>,
+    file: std::sync::Weak<crate::locks::Mutex<crate::dirty::FileData>>,
+}
+
 /// Apply `fill` to `[off, end)`. `Data` extends the size; `Zeros` (hole punching) never
 /// creates a buffer for a record that has no data. `packed`: whole records of `Data` the
 /// caller compressed already (caller-runs); they replace the record as they are.
@@ -72,188 +157,192 @@ fn apply(
     mut packed: BTreeMap<u64, CallerResult>,
     charged: Option<u64>,
 ) -> Result<()> {
-    let rs = inner.recordsize;
-    let first = off / rs;
-    let last = (end - 1) / rs;
-    let covers = |idx: u64| {
-        let s = record_start_byte(idx, rs);
-        off <= s && end >= s + rs
-    };
+    let ch = Change::new(off, end, inner.recordsize, fill);
     let mut f = inner.file_ref(ino)?;
-    loop {
-        let (gen, need) = {
-            let fd = f.lock();
-            if fd.retired {
-                drop(fd);
-                f = inner.file_ref(ino)?;
-                continue;
-            }
-            let need: Vec<u64> = (first..=last).filter(|&i| !fd.open.recs.contains_key(&i) && !covers(i)).collect();
-            (fd.gen, need)
-        };
-        let mut loaded: HashMap<u64, Option<Vec<u8>>> = HashMap::new();
-        for idx in need {
-            loaded.insert(idx, lower_record(inner, ino, &f, idx)?);
+    let mut loads = load_below(inner, ino, &f, &ch, charged)?;
+    let mut fd = f.lock();
+    // a truncation, punch or freeze since the loads (the file's `gen` moved), or the file's
+    // retirement, makes them stale: look the file up and load again
+    while fd.retired || loads.as_ref().is_none_or(|l| l.gen != fd.gen) {
+        drop(fd);
+        f = inner.file_ref(ino)?;
+        loads = load_below(inner, ino, &f, &ch, charged)?;
+        fd = f.lock();
+    }
+    let mut loaded = loads.map(|l| l.records).unwrap_or_default();
+    decode_packed_in_part(inner, &mut fd.open, &ch, &packed)?;
+    if let Fill::Data(_, Stated::Is(p)) = ch.fill {
+        fd.policy = p;
+    }
+    let ctx = ApplyCtx {
+        inner,
+        policy: fd.policy.unwrap_or_else(|| *inner.policy.read()),
+        streak: fd.streak.clone(),
+        file: Arc::downgrade(&f),
+    };
+    let mut applied = Applied::default();
+    for idx in ch.first..=ch.last {
+        let below = loaded.remove(&idx).flatten();
+        fill_record(&ctx, &mut fd.open, &ch, idx, packed.remove(&idx), below, &mut applied)?;
+    }
+    if ch.is_data() {
+        applied.grown += pad_touched(inner, &mut fd, &ch)?;
+    }
+    inner.acct.resize_layer(&mut fd.open.bytes, applied.grown, applied.freed);
+    if ch.is_data() {
+        fd.size = fd.size.max(end);
+    }
+    fd.open_dirty = true;
+    inner.dirty.mark_changed(ino);
+    if applied.any_packed {
+        fd.open.place_early(&inner.early, &inner.space, &inner.acct, inner.max_inline);
+    }
+    drop(fd);
+    if !applied.early.is_empty() {
+        let me = inner.self_arc();
+        for (s, home) in applied.early {
+            early::queue_background(&me, s, home);
         }
-        // a record changed in part is copied into the open txg whole and stored anew (the
-        // old copy is freed only by the commit): admission counts the copies too. Uncounted,
-        // punches (charged nothing) across a full pool were accepted and failed the txg in
-        // placement, suspending the pool
-        // (tests/enospc.rs::partial_hole_punches_of_committed_records_are_charged_the_records_they_copy),
-        // and a write's copy was seen only by the next write's admission
-        let copied: u64 = loaded.values().flatten().map(|b| b.len() as u64).sum();
-        if let Some(charged) = charged.filter(|_| copied > 0) {
-            reserve(inner, charged.saturating_add(copied))?;
-        }
-        let mut fd = f.lock();
-        if fd.retired || fd.gen != gen {
-            drop(fd);
-            f = inner.file_ref(ino)?;
+    }
+    Ok(())
+}
+
+/// Records held packed that the change modifies in part: decoded before anything changes,
+/// so a failed decode leaves the file as it was (decoding alone changes no byte and no
+/// accounting). Records the caller compressed whole are replaced, not decoded.
+fn decode_packed_in_part(
+    inner: &Inner,
+    open: &mut Layer,
+    ch: &Change<'_>,
+    packed: &BTreeMap<u64, CallerResult>,
+) -> Result<()> {
+    for idx in ch.first..=ch.last {
+        if matches!(packed.get(&idx), Some(CallerResult::Packed(_))) {
             continue;
         }
-        // records held packed that this change modifies in part: decoded before anything
-        // changes, so a failed decode leaves the file as it was (decoding alone changes no
-        // byte and no accounting)
-        for idx in first..=last {
-            if matches!(packed.get(&idx), Some(CallerResult::Packed(_))) {
-                continue; // replaced whole below
-            }
-            if let Some(Rec::Data(d)) = fd.open.recs.get_mut(&idx) {
-                if d.packed_rec().is_some() {
-                    d.buf_mut(inner.workspaces())?;
-                }
+        if let Some(Rec::Data(d)) = open.recs.get_mut(&idx) {
+            if d.packed_rec().is_some() {
+                d.buf_mut(inner.workspaces())?;
             }
         }
-        if let Fill::Data(_, Stated::Is(p)) = fill {
-            fd.policy = p;
-        }
-        let early_policy = fd.policy.unwrap_or_else(|| *inner.policy.read());
-        let mut grown: u64 = 0;
-        let mut freed: u64 = 0;
-        let mut early: Vec<(std::sync::Arc<Slot>, RecordHome)> = Vec::new();
-        let fd_streak = fd.streak.clone();
-        let mut any_packed = false;
-        for idx in first..=last {
-            let rstart = record_start_byte(idx, rs);
-            let a = (off.max(rstart) - rstart) as usize;
-            let b = (end.min(rstart + rs) - rstart) as usize;
-            let mut finished = None;
-            match packed.remove(&idx) {
-                Some(CallerResult::Finished(slot)) => finished = Some(slot),
-                Some(CallerResult::Packed(p)) => {
-                    // the whole record, compressed by the caller: replaces what was there
-                    any_packed = true;
-                    grown += p.logical as u64;
-                    let old = fd.open.recs.insert(idx, Rec::Data(DataRec::packed(p)));
-                    if let Some(Rec::Data(d)) = old {
-                        freed += d.len() as u64;
-                        if let Some(v) = d.into_vec() {
-                            inner.dirty.bufs.give(v);
-                        }
-                    }
-                    continue;
-                }
-                None => {}
-            }
-            let entry = match fd.open.recs.get_mut(&idx) {
-                Some(e) => e,
-                None => {
-                    let base = loaded.remove(&idx).flatten();
-                    if base.is_none() && matches!(fill, Fill::Zeros) {
-                        continue; // already a hole
-                    }
-                    // a write filling most of a fresh record gets a pooled full buffer
-                    let base = base.unwrap_or_else(|| {
-                        if (b - a) as u64 * 2 >= rs {
-                            inner.dirty.bufs.take()
-                        } else {
-                            Vec::new()
-                        }
-                    });
-                    grown += base.len() as u64;
-                    fd.open.recs.insert(idx, Rec::Data(DataRec::new(base)));
-                    fd.open.recs.get_mut(&idx).expect("just inserted")
-                }
-            };
-            if matches!(entry, Rec::Hole) {
-                if matches!(fill, Fill::Zeros) {
-                    continue;
-                }
-                *entry = Rec::Data(DataRec::default());
-            }
-            let Rec::Data(rec) = entry else { unreachable!() };
-            match fill {
-                Fill::Data(d, _) => {
-                    let was = rec.len();
-                    let buf = rec.buf_mut(inner.workspaces())?;
-                    let src = &d[(rstart + a as u64 - off) as usize..(rstart + b as u64 - off) as usize];
-                    if buf.len() <= a {
-                        // appending (the common case): one copy, no zero fill first
-                        grown += (b - buf.len()) as u64;
-                        buf.reserve(b - buf.len());
-                        buf.resize(a, 0);
-                        buf.extend_from_slice(src);
-                    } else {
-                        if buf.len() < b {
-                            grown += (b - buf.len()) as u64;
-                            buf.resize(b, 0);
-                        }
-                        buf[a..b].copy_from_slice(src);
-                    }
-                    if let Some(slot) = finished {
-                        // the caller compressed exactly these bytes (the write covers the
-                        // whole record): keep its result
-                        rec.set_early(slot);
-                    } else if was < rs as usize && buf.len() == rs as usize {
-                        // this write filled the record: compress it now (early.rs)
-                        let home = RecordHome { file: std::sync::Arc::downgrade(&f), idx };
-                        let shared = rec.shared().expect("buf_mut above made the record raw");
-                        let slot = Slot::new(shared, early_policy, fd_streak.clone(), &inner.acct);
-                        rec.set_early(slot.clone());
-                        early.push((slot, home));
-                    }
-                }
-                Fill::Zeros => {
-                    let hi = b.min(rec.len());
-                    if a < hi {
-                        rec.buf_mut(inner.workspaces())?[a..hi].fill(0);
-                    }
-                }
-            }
-        }
-        if matches!(fill, Fill::Data(..)) {
-            // records end at their logical length now, not at the quiesce (`normalize`), so
-            // the dirty bytes write admission compares with free space are the bytes the txg
-            // stores: the write's first and last records (a write into a hole or into a
-            // short committed record ends inside them) and the file's old last record
-            // when the write leaves a gap after it
-            let new_size = fd.size.max(end);
-            let old_last = (end > fd.size && fd.size > 0).then(|| (fd.size - 1) / rs);
-            let mut touched = vec![first, last];
-            touched.extend(old_last);
-            touched.dedup();
-            for idx in touched {
-                grown += pad_to_logical(inner, &mut fd.open, idx, new_size)?;
-            }
-        }
-        inner.acct.resize_layer(&mut fd.open.bytes, grown, freed);
-        if matches!(fill, Fill::Data(..)) {
-            fd.size = fd.size.max(end);
-        }
-        fd.open_dirty = true;
-        inner.dirty.mark_changed(ino);
-        if any_packed {
-            fd.open.place_early(&inner.early, &inner.space, &inner.acct, inner.max_inline);
-        }
-        drop(fd);
-        if !early.is_empty() {
-            let me = inner.self_arc();
-            for (s, home) in early {
-                early::queue_background(&me, s, home);
-            }
-        }
-        return Ok(());
     }
+    Ok(())
+}
+
+/// Apply the change to record `idx` of the open layer: `caller` is what caller-runs made
+/// of it (the whole record), `below` its content below the open layer if loaded.
+fn fill_record(
+    ctx: &ApplyCtx<'_>,
+    open: &mut Layer,
+    ch: &Change<'_>,
+    idx: u64,
+    caller: Option<CallerResult>,
+    below: Option<Vec<u8>>,
+    applied: &mut Applied,
+) -> Result<()> {
+    let inner = ctx.inner;
+    let (a, b) = ch.span(idx);
+    let finished = match caller {
+        Some(CallerResult::Packed(p)) => {
+            // the whole record, compressed by the caller: replaces what was there
+            applied.any_packed = true;
+            applied.grown += p.logical as u64;
+            if let Some(Rec::Data(d)) = open.recs.insert(idx, Rec::Data(DataRec::packed(p))) {
+                applied.freed += d.len() as u64;
+                if let Some(v) = d.into_vec() {
+                    inner.dirty.bufs.give(v);
+                }
+            }
+            return Ok(());
+        }
+        Some(CallerResult::Finished(slot)) => Some(slot),
+        None => None,
+    };
+    let zeros = matches!(ch.fill, Fill::Zeros);
+    let entry = match open.recs.entry(idx) {
+        std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+        // nothing there and nothing below: punching leaves the hole as it is
+        std::collections::btree_map::Entry::Vacant(_) if below.is_none() && zeros => return Ok(()),
+        std::collections::btree_map::Entry::Vacant(v) => {
+            // a write filling most of a fresh record gets a pooled full buffer
+            let base =
+                below.unwrap_or_else(|| if (b - a) as u64 * 2 >= ch.rs { inner.dirty.bufs.take() } else { Vec::new() });
+            applied.grown += base.len() as u64;
+            v.insert(Rec::Data(DataRec::new(base)))
+        }
+    };
+    if matches!(entry, Rec::Hole) {
+        if zeros {
+            return Ok(());
+        }
+        *entry = Rec::Data(DataRec::default());
+    }
+    let Rec::Data(rec) = entry else { unreachable!("a hole became data above") };
+    match ch.fill {
+        Fill::Data(d, _) => {
+            let was = rec.len();
+            let rstart = record_start_byte(idx, ch.rs);
+            let src = &d[(rstart + a as u64 - ch.off) as usize..(rstart + b as u64 - ch.off) as usize];
+            let buf = rec.buf_mut(inner.workspaces())?;
+            applied.grown += copy_into(buf, a, src) as u64;
+            let full = buf.len() == ch.rs as usize;
+            if let Some(slot) = finished {
+                // the caller compressed exactly these bytes (the write covers the whole
+                // record): keep its result
+                rec.set_early(slot);
+            } else if was < ch.rs as usize && full {
+                // this write filled the record: compress it now (early.rs)
+                let shared = rec.shared().expect("buf_mut above made the record raw");
+                let slot = Slot::new(shared, ctx.policy, ctx.streak.clone(), &inner.acct);
+                rec.set_early(slot.clone());
+                applied.early.push((slot, RecordHome { file: ctx.file.clone(), idx }));
+            }
+        }
+        Fill::Zeros => {
+            let hi = b.min(rec.len());
+            if a < hi {
+                rec.buf_mut(inner.workspaces())?[a..hi].fill(0);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Copy `src` into `buf` at `a`, zero-filling any gap before it; returns how many bytes
+/// `buf` grew.
+fn copy_into(buf: &mut Vec<u8>, a: usize, src: &[u8]) -> usize {
+    let b = a + src.len();
+    let was = buf.len();
+    if was <= a {
+        // appending (the common case): one copy, no zero fill first
+        buf.reserve(b - was);
+        buf.resize(a, 0);
+        buf.extend_from_slice(src);
+    } else {
+        if was < b {
+            buf.resize(b, 0);
+        }
+        buf[a..b].copy_from_slice(src);
+    }
+    buf.len() - was
+}
+
+/// Records end at their logical length now, not at the quiesce (`normalize`), so the dirty
+/// bytes write admission compares with free space are the bytes the txg stores: the
+/// write's first and last records (a write into a hole or into a short committed record
+/// ends inside them) and the file's old last record when the write leaves a gap after it.
+/// Returns the zeros added.
+fn pad_touched(inner: &Inner, fd: &mut crate::dirty::FileData, ch: &Change<'_>) -> Result<u64> {
+    let new_size = fd.size.max(ch.end);
+    let old_last = (ch.end > fd.size && fd.size > 0).then(|| (fd.size - 1) / ch.rs);
+    let mut touched = vec![ch.first, ch.last];
+    touched.extend(old_last);
+    touched.dedup();
+    let mut grown = 0;
+    for idx in touched {
+        grown += pad_to_logical(inner, &mut fd.open, idx, new_size)?;
+    }
+    Ok(grown)
 }
 
 /// Zeros appended to open record `idx` up to its logical length in a file of `size` bytes
