@@ -189,24 +189,86 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
     Ok(())
 }
 
+/// Open the pool in `pool`: its metadata store and superblock (`open_store`), each device
+/// with its header and free-space map (`open_device`), the inode counter; then the engine's
+/// shared state. `injected` devices (tests) stand in for the recorded device files.
 pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<Arc<Inner>> {
     let meta = pool.join(META_FILE);
     if !meta.exists() {
         return Err(PoolError::NotAPool { path: pool.to_path_buf() }.into());
     }
+    let (db, sb, read_only) = open_store(pool, &meta, opts.read_only)?;
+    // pools made before PACKED_BYTES keep packing at the sector: their free map and extent
+    // footprints are in whole sectors
+    let granule = if sb.features.incompat & Features::INCOMPAT_PACKED_BYTES != 0 { 1 } else { u64::from(sb.sector) };
+    let rx = db.begin_read()?;
+    let mut slots = Vec::new();
+    let mut images = Vec::new();
+    {
+        let at = DeviceOpen { pool, sb: &sb, opts, injected: injected.as_deref(), read_only, granule };
+        let dt = rx.open_table(tables::DEVICES)?;
+        let ft = rx.open_table(tables::FREE_SPACE)?;
+        for i in 0..sb.device_count {
+            let (slot, image) = at.open_device(i, &dt, &ft)?;
+            slots.push(slot);
+            images.push(image);
+        }
+    }
+    let (next_ino, inode_rows) = inode_counter(&rx, &sb)?;
+    drop(rx);
+    let space = Space::new(pool.to_path_buf(), slots, images, u64::from(sb.sector), granule, u64::from(sb.recordsize));
+    let inner = Inner::new(
+        pool.to_path_buf(),
+        db,
+        read_only,
+        u64::from(sb.sector),
+        granule,
+        u64::from(sb.recordsize),
+        u64::from(sb.max_inline),
+        space,
+        opts.clone(),
+        sb.txg,
+        next_ino,
+    )
+    .into_arc();
+    inner.ns.set_committed_inodes(inode_rows);
+    inner.space.refresh_host(&inner.meta_space);
+    inner.refresh_early_room(false);
+    Ok(inner)
+}
+
+/// The metadata store and its checked superblock; read-only when asked, or when the pool
+/// uses read-only-compatible features this build does not know.
+fn open_store(pool: &Path, meta: &Path, read_only: bool) -> Result<(MetaDb, Superblock, bool)> {
     let open_db = |read_only: bool| {
-        MetaDb::open(&meta, read_only).map_err(|e| match e {
+        MetaDb::open(meta, read_only).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => PoolError::AlreadyOpen { path: pool.to_path_buf() },
-            source => PoolError::OpenStore { path: meta.clone(), source },
+            source => PoolError::OpenStore { path: meta.to_path_buf(), source },
         })
     };
-    let mut db = open_db(opts.read_only)?;
-    let mut rx = db.begin_read()?;
+    let db = open_db(read_only)?;
     let sb = {
+        let rx = db.begin_read()?;
         let t = rx.open_table(tables::SUPERBLOCK)?;
         let v = t.get(0u8)?.ok_or(PoolError::NoSuperblock)?;
         Superblock::decode(v.value())?
     };
+    check_superblock(pool, &sb)?;
+    let ro_unknown = sb.features.unknown_ro_compat();
+    if ro_unknown == 0 || read_only {
+        return Ok((db, sb, read_only));
+    }
+    log::warn!(
+        "pool {} uses read-only-compatible features this build does not know ({ro_unknown:#x}); opening read-only",
+        pool.display()
+    );
+    // and the store too: this build must not write a pool it does not fully understand
+    drop(db); // the read-write handle holds redb's lock until dropped
+    Ok((open_db(true)?, sb, true))
+}
+
+/// A superblock this build can use: its geometry in range, no unknown incompatible feature.
+fn check_superblock(pool: &Path, sb: &Superblock) -> Result<()> {
     if !(sb.sector == 512 || sb.sector == 4096)
         || !sb.recordsize.is_power_of_two()
         || !(MIN_RECORDSIZE..=MAX_RECORDSIZE).contains(&sb.recordsize)
@@ -226,131 +288,114 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     if unknown != 0 {
         return Err(PoolError::UnknownFeatures { path: pool.to_path_buf(), flags: unknown }.into());
     }
-    let mut read_only = opts.read_only;
-    let ro_unknown = sb.features.unknown_ro_compat();
-    if ro_unknown != 0 && !read_only {
-        log::warn!(
-            "pool {} uses read-only-compatible features this build does not know ({ro_unknown:#x}); opening read-only",
-            pool.display()
-        );
-        read_only = true;
-        // and the store too: this build must not write a pool it does not fully understand
-        drop(rx);
-        drop(db); // the read-write handle holds redb's lock until dropped
-        db = open_db(true)?;
-        rx = db.begin_read()?;
+    Ok(())
+}
+
+/// What opening each device of a pool needs.
+struct DeviceOpen<'a> {
+    pool: &'a Path,
+    sb: &'a Superblock,
+    opts: &'a OpenOptions,
+    injected: Option<&'a [Arc<dyn Device>]>,
+    read_only: bool,
+    granule: u64,
+}
+
+type ReadTable<K, V> = redb::ReadOnlyTable<K, V>;
+
+impl DeviceOpen<'_> {
+    /// Device `i`: opened (or the injected object), its header checked against the pool,
+    /// its write queue started, and its space image from the free-space map.
+    fn open_device(
+        &self,
+        i: u32,
+        dt: &ReadTable<u32, &'static [u8]>,
+        ft: &ReadTable<&'static [u8], u64>,
+    ) -> Result<(DevSlot, DevSpace)> {
+        let sb = self.sb;
+        let rec = {
+            let v = dt.get(i)?.ok_or(PoolError::DeviceRecordMissing { index: i })?;
+            DeviceRecord::decode(v.value())?
+        };
+        let path = self.path_of(i, &rec);
+        let capacity = (rec.kind == DeviceKind::FixedFile).then_some(rec.capacity);
+        let injected = self.injected.and_then(|v| v.get(i as usize));
+        let host_path = (rec.kind == DeviceKind::GrowableFile && injected.is_none()).then(|| path.clone());
+        let d: Arc<dyn Device> = match injected {
+            Some(d) => d.clone(),
+            None => Arc::new(
+                FileDevice::open_with(&path, &FileDeviceOptions { read_only: self.read_only, create: false, capacity })
+                    .map_err(|source| PoolError::OpenPoolDevice { index: i, pool: self.pool.to_path_buf(), source })?,
+            ),
+        };
+        let h = read_header(&*d).map_err(PoolError::Header)?;
+        h.check(&path.display().to_string(), &PoolId(sb.pool_id), i).map_err(PoolError::Header)?;
+        if h.sector_size != sb.sector {
+            return Err(PoolError::SectorMismatch { path, device: h.sector_size, pool: sb.sector }.into());
+        }
+        let free = self.free_map(i, &rec, ft)?;
+        let cap = match rec.kind {
+            DeviceKind::GrowableFile => None,
+            _ => d.capacity(),
+        };
+        // records and free ranges lie below the allocation end: a device ending before it
+        // lost data, and new records placed past its end would fail their writes
+        if let Some(c) = cap.filter(|&c| c < rec.alloc_end) {
+            return Err(PoolError::DeviceShrank { path, len: c, alloc_end: rec.alloc_end }.into());
+        }
+        let image = DevSpace::new(DATA_START, rec.alloc_end, cap, free, u64::from(sb.sector), self.granule);
+        let slot = DevSlot { queue: DevQueue::start(d.clone(), i as usize), dev: d, host_path };
+        Ok((slot, image))
     }
-    let pool_id = PoolId(sb.pool_id);
-    // pools made before PACKED_BYTES keep packing at the sector: their free map and extent
-    // footprints are in whole sectors
-    let granule = if sb.features.incompat & Features::INCOMPAT_PACKED_BYTES != 0 { 1 } else { u64::from(sb.sector) };
-    let mut devs = Vec::new();
-    let mut space = Vec::new();
-    let mut host_paths = Vec::new();
-    {
-        let dt = rx.open_table(tables::DEVICES)?;
-        let ft = rx.open_table(tables::FREE_SPACE)?;
-        for i in 0..sb.device_count {
-            let rec = {
-                let v = dt.get(i)?.ok_or(PoolError::DeviceRecordMissing { index: i })?;
-                DeviceRecord::decode(v.value())?
-            };
-            let path = match opts.devices.get(i as usize) {
-                Some(p) => p.clone(),
-                None => {
-                    use std::os::unix::ffi::OsStrExt;
-                    let p = PathBuf::from(std::ffi::OsStr::from_bytes(&rec.path));
-                    if p.is_relative() {
-                        pool.join(p)
-                    } else {
-                        p
-                    }
-                }
-            };
-            let capacity = (rec.kind == DeviceKind::FixedFile).then_some(rec.capacity);
-            let injected_dev = injected.as_ref().and_then(|v| v.get(i as usize));
-            host_paths.push((rec.kind == DeviceKind::GrowableFile && injected_dev.is_none()).then(|| path.clone()));
-            let d: Arc<dyn Device> = match injected_dev {
-                Some(d) => d.clone(),
-                None => Arc::new(
-                    FileDevice::open_with(&path, &FileDeviceOptions { read_only, create: false, capacity })
-                        .map_err(|source| PoolError::OpenPoolDevice { index: i, pool: pool.to_path_buf(), source })?,
-                ),
-            };
-            let h = read_header(&*d).map_err(PoolError::Header)?;
-            h.check(&path.display().to_string(), &pool_id, i).map_err(PoolError::Header)?;
-            if h.sector_size != sb.sector {
-                return Err(
-                    PoolError::SectorMismatch { path: path.clone(), device: h.sector_size, pool: sb.sector }.into()
-                );
-            }
-            let lo = keys::dev_offset(i, 0);
-            let hi = keys::dev_offset(i, u64::MAX);
-            let mut free = BTreeMap::new();
-            for row in ft.range(&lo[..]..=&hi[..])? {
-                let (k, v) = row?;
-                if let Some((_, off)) = keys::split_dev_offset(k.value()) {
-                    let len = v.value();
-                    // a damaged row is left out of the maps (its space counts as allocated:
-                    // never handed out) and left in the store, where fsck reports it
-                    if !crate::alloc::range_inside(off, len, DATA_START, rec.alloc_end) {
-                        log::warn!(
-                            "{}: ignoring free-space row of device {i} at offset {off}, {len} bytes: outside \
-                             its data area [{DATA_START}, {}) (the metadata store is damaged; run fsck)",
-                            pool.display(),
-                            rec.alloc_end
-                        );
-                        continue;
-                    }
-                    free.insert(off, len);
-                }
-            }
-            let cap = match rec.kind {
-                DeviceKind::GrowableFile => None,
-                _ => d.capacity(),
-            };
-            // records and free ranges lie below the allocation end: a device ending before
-            // it lost data, and new records placed past its end would fail their writes
-            if let Some(c) = cap.filter(|&c| c < rec.alloc_end) {
-                return Err(PoolError::DeviceShrank { path: path.clone(), len: c, alloc_end: rec.alloc_end }.into());
-            }
-            space.push(DevSpace::new(DATA_START, rec.alloc_end, cap, free, u64::from(sb.sector), granule));
-            devs.push(d);
+
+    /// Where device `i` is: the path given at open, else the one recorded at mkfs (relative
+    /// to the pool directory).
+    fn path_of(&self, i: u32, rec: &DeviceRecord) -> PathBuf {
+        if let Some(p) = self.opts.devices.get(i as usize) {
+            return p.clone();
+        }
+        use std::os::unix::ffi::OsStrExt;
+        let p = PathBuf::from(std::ffi::OsStr::from_bytes(&rec.path));
+        if p.is_relative() {
+            self.pool.join(p)
+        } else {
+            p
         }
     }
-    let (next_ino, inode_rows) = {
-        use redb::ReadableTableMetadata;
-        let t = rx.open_table(tables::INODES)?;
-        let last = t.last()?.map(|(k, _)| k.value()).unwrap_or(0);
-        // numbers are handed out below u64::MAX (metatx.rs); a damaged row numbered u64::MAX
-        // leaves the counter exhausted (creates fail cleanly) and the pool open for fsck
-        let after_last = last.saturating_add(1);
-        (sb.next_ino.max(after_last), t.len()? as i64)
-    };
-    drop(rx);
-    let slots = devs
-        .into_iter()
-        .enumerate()
-        .zip(host_paths)
-        .map(|((i, dev), host_path)| DevSlot { queue: DevQueue::start(dev.clone(), i), dev, host_path })
-        .collect();
-    let space = Space::new(pool.to_path_buf(), slots, space, u64::from(sb.sector), granule, u64::from(sb.recordsize));
-    let inner = Inner::new(
-        pool.to_path_buf(),
-        db,
-        read_only,
-        u64::from(sb.sector),
-        granule,
-        u64::from(sb.recordsize),
-        u64::from(sb.max_inline),
-        space,
-        opts.clone(),
-        sb.txg,
-        next_ino,
-    )
-    .into_arc();
-    inner.ns.set_committed_inodes(inode_rows);
-    inner.space.refresh_host(&inner.meta_space);
-    inner.refresh_early_room(false);
-    Ok(inner)
+
+    /// Device `i`'s free ranges. A damaged row is left out (its space counts as allocated:
+    /// never handed out) and left in the store, where fsck reports it.
+    fn free_map(&self, i: u32, rec: &DeviceRecord, ft: &ReadTable<&'static [u8], u64>) -> Result<BTreeMap<u64, u64>> {
+        let lo = keys::dev_offset(i, 0);
+        let hi = keys::dev_offset(i, u64::MAX);
+        let mut free = BTreeMap::new();
+        for row in ft.range(&lo[..]..=&hi[..])? {
+            let (k, v) = row?;
+            let Some((_, off)) = keys::split_dev_offset(k.value()) else { continue };
+            let len = v.value();
+            if !crate::alloc::range_inside(off, len, DATA_START, rec.alloc_end) {
+                log::warn!(
+                    "{}: ignoring free-space row of device {i} at offset {off}, {len} bytes: outside \
+                     its data area [{DATA_START}, {}) (the metadata store is damaged; run fsck)",
+                    self.pool.display(),
+                    rec.alloc_end
+                );
+                continue;
+            }
+            free.insert(off, len);
+        }
+        Ok(free)
+    }
+}
+
+/// The next inode number and the inode count: the superblock's counter, unless the store
+/// holds a larger number (a stale superblock).
+fn inode_counter(rx: &redb::ReadTransaction, sb: &Superblock) -> Result<(u64, i64)> {
+    use redb::ReadableTableMetadata;
+    let t = rx.open_table(tables::INODES)?;
+    let last = t.last()?.map(|(k, _)| k.value()).unwrap_or(0);
+    // numbers are handed out below u64::MAX (metatx.rs); a damaged row numbered u64::MAX
+    // leaves the counter exhausted (creates fail cleanly) and the pool open for fsck
+    let after_last = last.saturating_add(1);
+    Ok((sb.next_ino.max(after_last), t.len()? as i64))
 }
