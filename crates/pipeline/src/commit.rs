@@ -30,7 +30,6 @@ use crate::units::{extent_footprint, granule_bytes};
 use redb::ReadableTable;
 use squeezefs_meta::{keys, tables, ExtentPtr, Ino, StoredRecord, Superblock};
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What the txg does to one record.
@@ -101,7 +100,7 @@ pub fn commit(
             }
         }
     }
-    write_superblock(&tx, txg, inner.next_ino.load(Ordering::Relaxed))?;
+    write_superblock(&tx, txg, inner.ns.next_ino())?;
     free_durable(&mut durable, &frees)?;
     write_space_map(&tx, &mut durable)?;
     tx.commit()?;

@@ -46,7 +46,7 @@
 //! it; its bytes count in the `backlog` until a worker runs it.
 
 use crate::accounting::{Accounting, Charge, Counter};
-use crate::locks::{Mutex, Rank};
+use crate::locks::{Mutex, Rank, RwLock};
 use crate::outbuf::OutPool;
 use crate::policy::{compress_record, Compressed, Policy, TRUST_AFTER};
 use crossbeam_channel::Sender;
@@ -54,6 +54,29 @@ use squeezefs_codec::{Codec, WorkspaceConfig, Workspaces};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
+
+/// The compress stage's state: the pool's compression policy (a file's own, when it has
+/// one, travels with its dirty data), the codecs, the queue of work.
+pub struct Compression<H> {
+    policy: RwLock<Policy>,
+    pub codecs: Codecs,
+    pub queue: CompressQueue<H>,
+}
+
+impl<H> Compression<H> {
+    pub fn new(policy: Policy, codecs: Codecs) -> Compression<H> {
+        Compression { policy: RwLock::new(Rank::Leaf, policy), codecs, queue: CompressQueue::default() }
+    }
+
+    /// The mount-wide policy (files without their own).
+    pub fn pool_policy(&self) -> Policy {
+        *self.policy.read()
+    }
+
+    pub fn set_pool_policy(&self, p: Policy) {
+        *self.policy.write() = p;
+    }
+}
 
 /// The compression contexts and output buffers: everything compressing a record needs.
 pub struct Codecs {

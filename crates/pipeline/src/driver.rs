@@ -53,7 +53,7 @@ impl TxgWork for Work<'_> {
     }
 
     fn txg_ended(&self) {
-        self.0.throttle_cv.notify_all();
+        self.0.throttle.wake_all();
     }
 }
 

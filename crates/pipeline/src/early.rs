@@ -58,13 +58,13 @@ pub const CALLER_RUNS_RECORDS_PER_WORKER: u64 = 8;
 
 /// Queue the background compression of a record filled in the open layer.
 pub fn queue_background(inner: &Arc<Inner>, slot: Arc<Slot>, home: RecordHome) {
-    inner.compress_q.push_background(slot, home);
+    inner.compress.queue.push_background(slot, home);
     submit(inner, 1);
 }
 
 /// Queue one claimed slot ahead of the background work (the sync stage wants it now).
 pub fn queue_urgent(inner: &Arc<Inner>, slot: Arc<Slot>) {
-    inner.compress_q.push_urgent([slot]);
+    inner.compress.queue.push_urgent([slot]);
     submit(inner, 1);
 }
 
@@ -75,7 +75,7 @@ pub fn queue_urgent_many(inner: &Arc<Inner>, slots: Vec<Arc<Slot>>) {
         return;
     }
     let jobs = slots.len().min(inner.workers.threads().max(1));
-    inner.compress_q.push_urgent(slots);
+    inner.compress.queue.push_urgent(slots);
     submit(inner, jobs);
 }
 
@@ -88,8 +88,8 @@ fn submit(inner: &Arc<Inner>, jobs: usize) {
 
 /// Run entries, urgent first, until the queue is empty (see the block comment).
 fn run_queue(inner: &Inner) {
-    while let Some((slot, home)) = inner.compress_q.pop() {
-        let ran = slot.run(&inner.codecs);
+    while let Some((slot, home)) = inner.compress.queue.pop() {
+        let ran = slot.run(&inner.compress.codecs);
         if ran.kick {
             inner.txg.kick();
         }
@@ -146,7 +146,7 @@ pub enum CallerResult {
 
 /// Caller-runs: compress one whole record on the calling thread, from the caller's bytes.
 pub fn compress_in_caller(inner: &Inner, data: &[u8], policy: Policy, streak: &AtomicU32) -> CallerResult {
-    let c = inner.codecs.compress(data, policy, streak);
+    let c = inner.compress.codecs.compress(data, policy, streak);
     let ready = inner.acct.charge(Counter::Ready, 0);
     if ready.add(data.len() as u64) >= EARLY_SYNC_BYTES {
         inner.txg.kick();
@@ -200,7 +200,7 @@ mod tests {
     }
 
     fn slot(inner: &Arc<Inner>, fill: u8, len: usize) -> Arc<Slot> {
-        let policy = *inner.policy.read();
+        let policy = inner.compress.pool_policy();
         Slot::new(Arc::new(vec![fill; len]), policy, Arc::default(), &inner.acct)
     }
 

@@ -1,24 +1,21 @@
 //! The engine's shared state (one `Arc<Inner>` held by the API, the txg driver and jobs).
 
 use crate::accounting::Accounting;
-use crate::caches::{ExtentCache, RecordCache};
-use crate::compress::{Codecs, CompressQueue};
+use crate::caches::ReadCaches;
+use crate::compress::{Codecs, Compression};
 use crate::dirty::{DirtyData, FileRef, RecordHome};
 use crate::early_place::EarlyPlacement;
 use crate::error::{EngineError, Result};
-use crate::locks::{Mutex, Rank, RwLock};
 use crate::options::OpenOptions;
 use crate::policy::Policy;
 use crate::space::Space;
+use crate::throttle::Throttle;
 use crate::txg::TxgCtl;
 use crate::workers::WorkerPool;
-use parking_lot::Condvar;
-use rustc_hash::FxHashMap;
 use squeezefs_codec::Workspaces;
 use squeezefs_meta::{tables, Ino, InodeAttr};
-use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 pub struct Inner {
@@ -39,33 +36,20 @@ pub struct Inner {
     pub acct: Arc<Accounting>,
     /// every file's dirty layers, the inodes changed in the open txg (dirty.rs)
     pub dirty: DirtyData,
-    /// compression contexts and output buffers (compress.rs)
-    pub codecs: Codecs,
-    /// compress tasks: the sync stage's before early compression (compress.rs, early.rs)
-    pub compress_q: CompressQueue<RecordHome>,
-    /// writers delayed at the dirty bound wait here; the commit stage notifies
-    pub throttle_lock: Mutex<()>,
-    pub throttle_cv: Condvar,
+    /// the compress stage: pool policy, codecs, queue (compress.rs, early.rs)
+    pub compress: Compression<RecordHome>,
+    /// writers delayed at the dirty bound wait here (throttle.rs)
+    pub throttle: Throttle,
     pub txg: TxgCtl,
     /// Metadata changes not yet in redb (nsdelta.rs).
     pub ns: crate::nsdelta::NsDelta,
-    pub ext_cache: ExtentCache,
-    pub rec_cache: RecordCache,
-    pub policy: RwLock<Policy>,
+    /// extent and record caches, read-ahead state (caches.rs)
+    pub cache: ReadCaches,
     pub workers: WorkerPool,
     pub opts: OpenOptions,
     pub closed: AtomicBool,
     /// room for metadata commits on the pool directory's filesystem (meta_space.rs)
     pub meta_space: crate::meta_space::MetaSpace,
-    /// sequential-read detection: inode → end of its last read
-    pub readahead: Mutex<FxHashMap<Ino, u64>>,
-    /// prefetches in flight (record keys), so one record is decoded once
-    pub prefetching: Mutex<HashSet<(u32, u64, u64)>>,
-    /// notified whenever a prefetch finishes
-    pub prefetch_cv: Condvar,
-    /// next inode number; persisted in the superblock at every txg commit (at open, the
-    /// largest inode number in the store + 1 wins over a stale superblock value)
-    pub next_ino: AtomicU64,
     me: OnceLock<Weak<Inner>>,
 }
 
@@ -82,7 +66,6 @@ impl Inner {
         space: Space,
         opts: OpenOptions,
         last_txg: u64,
-        next_ino: u64,
     ) -> Inner {
         let policy = Policy { spec: opts.compression, force: opts.force_compression };
         let pool_bytes = (64usize << 20).min(opts.max_dirty_bytes as usize / 4);
@@ -99,23 +82,15 @@ impl Inner {
             early: EarlyPlacement::new(granule),
             acct: Arc::default(),
             dirty: DirtyData::new(recordsize, pool_bytes),
-            codecs: Codecs::new(workers.threads(), sector, pool_bytes / 4),
-            compress_q: Default::default(),
-            throttle_lock: Mutex::new(Rank::Leaf, ()),
-            throttle_cv: Condvar::new(),
+            compress: Compression::new(policy, Codecs::new(workers.threads(), sector, pool_bytes / 4)),
+            throttle: Throttle::new(opts.max_dirty_bytes),
             txg: TxgCtl::new(last_txg),
             ns: Default::default(),
-            ext_cache: ExtentCache::new(1 << 18),
-            rec_cache: RecordCache::new(opts.record_cache_bytes),
-            policy: RwLock::new(Rank::Leaf, policy),
+            cache: ReadCaches::new(opts.record_cache_bytes),
             workers,
             opts,
             closed: AtomicBool::new(false),
             meta_space: Default::default(),
-            readahead: Mutex::new(Rank::Leaf, FxHashMap::default()),
-            prefetching: Mutex::new(Rank::Leaf, HashSet::new()),
-            prefetch_cv: Condvar::new(),
-            next_ino: AtomicU64::new(next_ino),
             me: OnceLock::new(),
         }
     }
@@ -133,7 +108,7 @@ impl Inner {
 
     /// Compression contexts, created on first use (compress.rs).
     pub fn workspaces(&self) -> &Workspaces {
-        self.codecs.workspaces()
+        self.compress.codecs.workspaces()
     }
 
     /// Turn early placement on or off for the txg starting now (or after a failed one).

@@ -196,7 +196,7 @@ impl Engine {
         self.bound_delta(rows)?;
         for ino in deleted {
             inner.dirty.files.purge(ino, &inner.acct);
-            inner.ext_cache.invalidate(ino, None);
+            inner.cache.extents.invalidate(ino, None);
         }
         Ok(v)
     }
@@ -467,12 +467,12 @@ impl Engine {
     /// Mount-wide compression for data written from now on (mount option / remount).
     /// `Spec::Auto` and `Spec::Qos` compress with zstd:3 until their controllers exist.
     pub fn set_compression(&self, spec: squeezefs_codec::Spec, force: bool) {
-        *self.inner.policy.write() = policy::Policy { spec, force };
+        self.inner.compress.set_pool_policy(policy::Policy { spec, force });
     }
 
     /// The mount-wide compression: (spec, force).
     pub fn compression(&self) -> (squeezefs_codec::Spec, bool) {
-        let p = *self.inner.policy.read();
+        let p = self.inner.compress.pool_policy();
         (p.spec, p.force)
     }
 
@@ -521,7 +521,7 @@ impl Engine {
     /// (calls, source bytes, CPU time inside the codec). All zeros before the first record
     /// is compressed.
     pub fn codec_stats(&self) -> squeezefs_codec::PoolStats {
-        self.inner.codecs.stats()
+        self.inner.compress.codecs.stats()
     }
 
     /// Verify every checksum (see scrub.rs).
@@ -555,7 +555,7 @@ impl Engine {
 
     /// Bytes of decoded records held in the read cache now.
     pub fn record_cache_bytes(&self) -> usize {
-        self.inner.rec_cache.bytes()
+        self.inner.cache.records.bytes()
     }
 
     /// Committed inode record: redb's, without the namespace delta (tests, fsck).

@@ -75,15 +75,7 @@ impl<'a> MetaTx<'a> {
     /// A fresh inode number (never handed out before in this pool's durable history; a
     /// transaction that aborts just skips its number).
     pub fn alloc_ino(&mut self) -> Result<Ino> {
-        // the counter stops at u64::MAX instead of wrapping: a wrapped counter handed out
-        // 0, 1 (the root) and then the numbers of live inodes
-        let ino = self
-            .inner
-            .next_ino
-            .fetch_update(std::sync::atomic::Ordering::Relaxed, std::sync::atomic::Ordering::Relaxed, |n| {
-                (n < u64::MAX).then(|| n + 1)
-            })
-            .map_err(|_| EngineError::InodesExhausted)?;
+        let ino = self.inner.ns.alloc_ino().ok_or(EngineError::InodesExhausted)?;
         self.fresh.push(ino);
         Ok(ino)
     }

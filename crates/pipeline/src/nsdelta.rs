@@ -46,6 +46,7 @@ use squeezefs_meta::{keys, tables, ExtentPtr, Ino, InodeAttr, StoredRecord};
 use std::collections::BTreeMap;
 use std::iter::Peekable;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A byte-keyed table's changes: value, or `None` for removed.
@@ -128,12 +129,16 @@ pub struct NsDelta {
     /// `open`; taken before `rows`.
     pub meta_lock: Mutex<()>,
     rows: RwLock<Generations>,
+    /// next inode number; persisted in the superblock at every txg commit (at open, the
+    /// largest inode number in the store + 1 wins over a stale superblock value)
+    next_ino: AtomicU64,
 }
 
 impl Default for NsDelta {
     fn default() -> Self {
         NsDelta {
             snap: SnapshotCache::default(),
+            next_ino: AtomicU64::new(squeezefs_meta::ROOT_INO + 1),
             meta_lock: Mutex::new(Rank::MetaWriters, ()),
             rows: RwLock::new(
                 Rank::NsRows,
@@ -213,9 +218,22 @@ impl NsDelta {
         g.committed_inodes + g.open.inode_count + g.committing.as_ref().map_or(0, |c| c.inode_count)
     }
 
-    /// At open: the inodes redb holds.
-    pub fn set_committed_inodes(&self, n: i64) {
+    /// At open: the inodes redb holds and the next inode number.
+    pub fn set_committed_inodes(&self, n: i64, next_ino: Ino) {
         self.rows.write().committed_inodes = n;
+        self.next_ino.store(next_ino, Ordering::Relaxed);
+    }
+
+    /// A fresh inode number, never handed out before in this pool's durable history;
+    /// `None` when they are exhausted. The counter stops at u64::MAX instead of wrapping:
+    /// a wrapped counter would hand out 0, 1 (the root) and then the numbers of live inodes.
+    pub fn alloc_ino(&self) -> Option<Ino> {
+        self.next_ino.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < u64::MAX).then(|| n + 1)).ok()
+    }
+
+    /// The next inode number (the commit persists it).
+    pub fn next_ino(&self) -> Ino {
+        self.next_ino.load(Ordering::Relaxed)
     }
 
     /// Rows of the byte-keyed `table` in `r`: `local` (a transaction's own changes, if any),

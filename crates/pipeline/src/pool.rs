@@ -228,10 +228,9 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         space,
         opts.clone(),
         sb.txg,
-        next_ino,
     )
     .into_arc();
-    inner.ns.set_committed_inodes(inode_rows);
+    inner.ns.set_committed_inodes(inode_rows, next_ino);
     inner.space.refresh_host(&inner.meta_space);
     inner.refresh_early_room(false);
     Ok(inner)

@@ -314,7 +314,7 @@ fn compress_records(
     jobs: &[(usize, u64)],
 ) -> crossbeam_channel::Receiver<CompressResult> {
     let (tx, rx) = crossbeam_channel::unbounded();
-    let global = *inner.policy.read();
+    let global = inner.compress.pool_policy();
     // per file: how many records in a row compressed (see policy::TRUST_AFTER)
     let streaks: Vec<Arc<AtomicU32>> = frozen.iter().map(|_| Arc::new(AtomicU32::new(0))).collect();
     let (mut reused, mut fresh, mut packed) = (0usize, 0usize, 0usize);
@@ -453,7 +453,7 @@ impl TxgSync<'_> {
 fn release_layers(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], blocks: &HashMap<Ino, u64>) {
     for (ino, layer) in frozen {
         // before the syncing layer disappears, so no reader sees a stale cached pointer
-        inner.ext_cache.invalidate(*ino, None);
+        inner.cache.extents.invalidate(*ino, None);
         if let Some(f) = inner.dirty.files.get(*ino) {
             let mut fd = f.lock();
             if fd.syncing.as_ref().is_some_and(|s| Arc::ptr_eq(s, layer)) {
@@ -468,5 +468,5 @@ fn release_layers(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], blocks: &HashMap<
     for (_, layer) in frozen {
         inner.acct.release_layer(&layer.bytes);
     }
-    inner.throttle_cv.notify_all();
+    inner.throttle.wake_all();
 }

@@ -13,7 +13,6 @@ use crate::inner::Inner;
 use crate::meta_space::{self, Decision};
 use crate::policy::Stated;
 use crate::read;
-use crate::throttle;
 use crate::units::{checked_end, record_len_in_file, record_start_byte, records_for_size, MAX_FILE_SIZE};
 use squeezefs_meta::{keys, tables, Ino};
 use std::collections::{BTreeMap, HashMap};
@@ -176,7 +175,7 @@ fn apply(
     }
     let ctx = ApplyCtx {
         inner,
-        policy: fd.policy.unwrap_or_else(|| *inner.policy.read()),
+        policy: fd.policy.unwrap_or_else(|| inner.compress.pool_policy()),
         streak: fd.streak.clone(),
         file: Arc::downgrade(&f),
     };
@@ -385,7 +384,7 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> 
         return Ok(());
     }
     let end = checked_end(off, data.len() as u64).ok_or_else(|| too_big(off, data.len() as u64))?;
-    throttle::delay(inner)?;
+    inner.throttle.delay(&inner.acct, &inner.txg)?;
     // the file now; a change meanwhile by another writer of the same file changes the
     // padding by at most a record, which the per-range record `placeable_bytes` keeps back
     let pad = {
@@ -406,7 +405,7 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> 
     let packed = caller_runs(inner, ino, off, data, stated)?;
     early::wait_backlog(inner);
     apply(inner, ino, off, end, Fill::Data(data, stated), packed, Some(data.len() as u64))?;
-    throttle::maybe_kick(inner);
+    inner.throttle.maybe_kick(&inner.acct, &inner.txg);
     Ok(())
 }
 
@@ -428,7 +427,7 @@ fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -
         Stated::Is(p) => p,
         Stated::Keep => own,
     };
-    let policy = own.unwrap_or_else(|| *inner.policy.read());
+    let policy = own.unwrap_or_else(|| inner.compress.pool_policy());
     if policy.codec().is_none() {
         return Ok(out);
     }
@@ -632,11 +631,11 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
             // so does a record retired between `file_ref` and the lock (a seek or a commit's
             // release retires clean records): markers put there would reach no reader and no
             // txg (tests/races.rs::punch_hole_racing_seek_is_not_lost)
-            let seen = inner.ext_cache.gen();
+            let seen = inner.cache.extents.gen();
             let mut lower: Vec<u64> = committed_indices(inner, ino, full_lo, full_hi)?;
             let f = inner.file_ref(ino)?;
             let mut fd = f.lock();
-            if fd.retired || inner.ext_cache.gen() != seen {
+            if fd.retired || inner.cache.extents.gen() != seen {
                 continue;
             }
             if let Some(s) = &fd.syncing {
