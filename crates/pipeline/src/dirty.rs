@@ -37,7 +37,7 @@ pub enum Rec {
 }
 
 /// The bytes of a dirty record, in one of two forms, plus, optionally, the
-/// early-compression slot started on exactly these bytes (early.rs).
+/// early-compression slot started on exactly these bytes (compress.rs, early.rs).
 ///
 /// Forms (`Body`):
 ///   RAW     the bytes themselves, in a record buffer;
@@ -207,8 +207,7 @@ pub struct Layer {
     /// places the layer's other records after them in it, then closes it. Locked only in
     /// the frozen layer (the open one is reached through the file lock, `get_mut`).
     pub early_run: Mutex<Option<EarlyRun>>,
-    /// records below this index were considered for early placement (early_place.rs
-    /// `place_in_order`)
+    /// records below this index were considered for early placement (`place_early`)
     pub early_next: u64,
     /// the file's compression when the layer was frozen (`FileData::policy`); `None`: the
     /// pool's

@@ -7,7 +7,7 @@
 //!   durable at the next txg commit; `fsync(ino)` returns only after a commit covering it.
 //! * The engine knows nothing of POSIX permissions; the fs core checks them.
 //!
-//! Durability model (DESIGN.md §10): every `meta_write` is one atomic change of the
+//! Durability model (docs/design.md §5): every `meta_write` is one atomic change of the
 //! in-memory namespace delta (nsdelta.rs; visible at once, no redb transaction); every txg
 //! ends with one durable redb commit that carries the txg's extent pointers, sizes and freed
 //! space and, with them, every namespace change made before it. A crash leaves the pool at the last

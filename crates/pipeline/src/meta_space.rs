@@ -12,7 +12,7 @@
 //!
 //! Figures (per pool, for the filesystem of the pool directory; none for a store in memory):
 //!   free       statvfs available bytes, refreshed at the start and the end of every txg sync
-//!              (Inner::refresh_host_free) — after a commit it holds what redb really took —
+//!              (space.rs `Space::refresh_host`) — after a commit it holds what redb really took —
 //!              and before a metadata change when older than `MAX_AGE`;
 //!   reserve    `reserve_for(total)`: 1/64 of the filesystem, within [1 MiB, 64 MiB] (btrfs
 //!              keeps a global metadata reserve for the same reason);

@@ -8,7 +8,7 @@ use std::time::Duration;
 pub const META_FILE: &str = "meta.redb";
 /// The pool's own growable device file, when mkfs names no device.
 pub const DEFAULT_DEVICE_FILE: &str = "data.0";
-/// Default record size: 128 KiB (DESIGN.md §2).
+/// Default record size: 128 KiB (docs/design.md §2).
 pub const DEFAULT_RECORDSIZE: u32 = 128 * 1024;
 /// Default largest stored size of a file kept inline in the metadata store.
 pub const DEFAULT_MAX_INLINE: u32 = 2048;
