@@ -299,7 +299,7 @@ fn serve(pool: &Path, mountpoint: &Path, cfg: &MountConfig, report: impl FnOnce(
         squeezefs_fuse::uring::transport()
     ));
     let served = session.run().context("serving FUSE requests");
-    // the session ran the flush at unmount (the adapter's destroy) before returning
+    // the session ran the flush at unmount before returning
     let flush = fs.shutdown_error();
     write_unmount_report(pool, flush.as_deref());
     served?;
@@ -327,11 +327,7 @@ fn write_unmount_report(pool: &Path, error: Option<&str>) {
     }
 }
 
-fn open_and_mount(
-    pool: &Path,
-    mountpoint: &Path,
-    cfg: &MountConfig,
-) -> Result<(squeezefs_fuse::Session<squeezefs_fuse::FuseFs>, Arc<Fs>)> {
+fn open_and_mount(pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> Result<(squeezefs_fuse::Session, Arc<Fs>)> {
     let engine = Engine::open(pool, &open_options(cfg)).with_context(|| format!("opening pool {}", pool.display()))?;
     if let Some(rs) = cfg.recordsize {
         let pool_rs = engine.info().recordsize;

@@ -39,10 +39,10 @@ pub mod xattr_names {
     pub use crate::usage::XATTR_USAGE as USAGE;
     pub use crate::xattr::{XATTR_EFFECTIVE as EFFECTIVE, XATTR_MOUNT as MOUNT, XATTR_REMOUNT as REMOUNT};
 }
-pub use squeezefs_pipeline::{FileKind, Ino, InodeAttr, StatFs, Timestamp, ROOT_INO};
+pub use squeezefs_pipeline::{EngineError, FileKind, Ino, InodeAttr, PanicSite, StatFs, Timestamp, ROOT_INO};
 
 use parking_lot::Mutex;
-use squeezefs_pipeline::{Engine, EngineError, MetaTx};
+use squeezefs_pipeline::{Engine, MetaTx};
 use std::sync::Arc;
 
 /// The filesystem core over one open engine.

@@ -1,14 +1,15 @@
 //! Establishing and tearing down the kernel mount.
 //!
 //! As root we call mount(2) ourselves with type `fuse.squeezefs` and the pool as source,
-//! so /proc/mounts reads `POOL MNT fuse.squeezefs ...` like any other filesystem; fuser
-//! then serves the /dev/fuse descriptor (`Session::from_fd`). Unprivileged users go
-//! through fusermount3 (fuser's `Session::new`).
-use crate::adapter::FuseFs;
+//! so /proc/mounts reads `POOL MNT fuse.squeezefs ...` like any other filesystem.
+//! Unprivileged users go through the setuid fusermount3 helper (fusermount.rs). Either way
+//! the /dev/fuse descriptor is then served by devfuse.rs (INIT, request threads) and, when
+//! the kernel agreed at INIT, by the io_uring queues (uring/).
+use crate::devfuse::{self, InitWants, Session};
 use crate::mount_config::{MountConfig, UringMode};
+use crate::opcore::OpCore;
 use crate::requests::RequestCounts;
-use crate::uring;
-use fuser::{Config, MountOption, Session, SessionACL};
+use crate::{abi, fusermount, uring};
 use squeezefs_fs::Fs;
 use std::ffi::CString;
 use std::io;
@@ -16,7 +17,6 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub const FS_TYPE: &str = "fuse.squeezefs";
@@ -34,16 +34,8 @@ fn cstring(p: &[u8]) -> io::Result<CString> {
     CString::new(p).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
 }
 
-fn session_config(cfg: &MountConfig) -> Config {
-    let mut c = Config::default();
-    c.acl = if cfg.allow_other { SessionACL::All } else { SessionACL::Owner };
-    c.n_threads = Some(n_threads());
-    c.clone_fd = true;
-    c
-}
-
 /// Mount `fs` on `mountpoint`; the returned session is live (INIT answered).
-pub fn mount(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Session<FuseFs>> {
+pub fn mount(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Session> {
     let s = mount_session(fs, pool, mountpoint, cfg)?;
     // INIT is answered, so the kernel will not lower the window again; nothing serves
     // requests yet, so the mount is found in mountinfo, never by touching its root
@@ -76,53 +68,47 @@ fn want_uring(cfg: &MountConfig) -> bool {
     }
 }
 
-fn mount_session(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Session<FuseFs>> {
+fn mount_session(fs: Arc<Fs>, pool: &Path, mountpoint: &Path, cfg: &MountConfig) -> io::Result<Session> {
     let root = unsafe { libc::geteuid() } == 0;
-    let granted = Arc::new(AtomicBool::new(root && want_uring(cfg)));
-    let requests = Arc::new(RequestCounts::default());
-    let adapter = FuseFs::new(fs.clone(), !cfg.read_only, granted.clone(), requests.clone());
+    let wants = InitWants { writeback: !cfg.read_only, uring: root && want_uring(cfg) };
+    let core = Arc::new(OpCore::new(fs, wants.writeback, Arc::new(RequestCounts::default())));
     let fsname = cfg.fsname.clone().unwrap_or_else(|| pool.display().to_string().replace(',', "_"));
-    if root {
-        let fd = mount_as_root(&fsname, mountpoint, cfg)?;
-        let ring_fd = fd.try_clone()?;
-        let session = Session::from_fd(adapter, fd, session_config(cfg).acl, session_config(cfg))?;
-        // INIT is answered: the kernel said whether it takes rings on this connection
-        if granted.load(Ordering::Relaxed) {
-            match uring::start(fs, ring_fd, !cfg.read_only, requests) {
-                Ok(n) => log::info!("serving FUSE requests over io_uring: {n} per-CPU queues"),
-                Err(e) => log::warn!("FUSE over io_uring did not start ({e}); serving /dev/fuse"),
-            }
+    let fd =
+        if root { mount_as_root(&fsname, mountpoint, cfg)? } else { mount_unprivileged(&fsname, mountpoint, cfg)? };
+    let granted = devfuse::handshake(&fd, wants)?;
+    // INIT is answered: the kernel said whether it takes rings on this connection
+    if granted & abi::init::OVER_IO_URING != 0 {
+        match fd.try_clone().and_then(|ring_fd| uring::start(core.clone(), ring_fd)) {
+            Ok(n) => log::info!("serving FUSE requests over io_uring: {n} per-CPU queues"),
+            Err(e) => log::warn!("FUSE over io_uring did not start ({e}); serving /dev/fuse"),
         }
-        Ok(session)
-    } else {
-        let mut c = session_config(cfg);
-        c.mount_options = vec![MountOption::FSName(fsname), MountOption::Subtype("squeezefs".into())];
-        if cfg.kernel_checks_permissions() {
-            c.mount_options.push(MountOption::DefaultPermissions);
-        }
-        if cfg.read_only {
-            c.mount_options.push(MountOption::RO);
-        }
-        if cfg.flags.noexec {
-            c.mount_options.push(MountOption::NoExec);
-        }
-        if cfg.flags.noatime {
-            c.mount_options.push(MountOption::NoAtime);
-        }
-        // asked-for durability must not be dropped on the fusermount path
-        if cfg.flags.sync {
-            c.mount_options.push(MountOption::Sync);
-        }
-        if cfg.flags.dirsync {
-            c.mount_options.push(MountOption::DirSync);
-        }
-        Session::new(adapter, mountpoint, &c).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("{e} (unprivileged mounts need read/write access to /dev/fuse and a setuid fusermount3)"),
-            )
-        })
     }
+    Ok(Session::new(fd, core, n_threads()))
+}
+
+/// Mount through fusermount3 with the options it understands.
+fn mount_unprivileged(fsname: &str, mountpoint: &Path, cfg: &MountConfig) -> io::Result<OwnedFd> {
+    let mut opts = vec![format!("fsname={fsname}"), "subtype=squeezefs".to_string()];
+    for (on, opt) in [
+        (cfg.allow_other, "allow_other"),
+        (cfg.kernel_checks_permissions(), "default_permissions"),
+        (cfg.read_only, "ro"),
+        (cfg.flags.noexec, "noexec"),
+        (cfg.flags.noatime, "noatime"),
+        // asked-for durability must not be dropped on the fusermount path
+        (cfg.flags.sync, "sync"),
+        (cfg.flags.dirsync, "dirsync"),
+    ] {
+        if on {
+            opts.push(opt.to_string());
+        }
+    }
+    fusermount::mount(mountpoint, &opts.join(",")).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("{e} (unprivileged mounts need read/write access to /dev/fuse and a setuid fusermount3)"),
+        )
+    })
 }
 
 fn mount_as_root(fsname: &str, mountpoint: &Path, cfg: &MountConfig) -> io::Result<OwnedFd> {

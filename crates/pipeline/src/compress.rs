@@ -21,6 +21,9 @@
 //!   RUNNING → DONE      the worker finishes and nobody claimed the slot;
 //!   RUNNING → TAKEN     the worker finishes and the sync stage claimed the slot meanwhile:
 //!                       the result goes straight to the sync stage's channel;
+//!   RUNNING → TAKEN     the compression panicked (fault.rs): no result exists; a claimed
+//!                       slot's channel sender is dropped unused, so the sync stage waiting
+//!                       for it fails its txg (the pool is suspended already);
 //!   DONE    → TAKEN     the sync stage claims the slot: it sends the result itself;
 //!   DONE    → TAKEN     (packing, early.rs) right after finishing a background job, the
 //!                       worker moves a Packed result into its record if the record still
@@ -280,8 +283,9 @@ impl Slot {
         }
     }
 
-    /// Run the job if it is still queued (called by a worker).
-    pub fn run(&self, codecs: &Codecs) -> Ran {
+    /// Run the job if it is still queued (called by a worker): `compress` compresses the
+    /// record's bytes with the slot's policy, or returns `None` when it panicked.
+    pub fn run(&self, compress: impl FnOnce(&[u8], Policy, &AtomicU32) -> Option<Compressed>) -> Ran {
         let job = {
             let mut g = self.st.lock();
             match std::mem::replace(&mut g.state, State::Running) {
@@ -293,13 +297,20 @@ impl Slot {
             }
         };
         let len = job.buf.len() as u64;
-        let c = codecs.compress(&job.buf, self.policy, &job.streak);
-        let packed = matches!(c, Compressed::Packed { .. });
+        let c = compress(&job.buf, self.policy, &job.streak);
+        let packed = matches!(c, Some(Compressed::Packed { .. }));
         // let go of the buffer before publishing: a writer or the buffer pool may then
         // own it alone again (no copy on write)
         drop(job);
         let mut g = self.st.lock();
         g.backlog.take();
+        let Some(c) = c else {
+            g.state = State::Taken;
+            let forward = g.forward.take();
+            drop(g);
+            drop(forward);
+            return Ran::default();
+        };
         match g.forward.take() {
             Some(f) => {
                 g.state = State::Taken;

@@ -3,14 +3,23 @@
 //! of sync.rs.
 
 use crate::dirty::{Layer, Rec};
+use crate::error::PanicSite;
+use crate::fault::Site;
 use crate::inner::Inner;
 use crate::txg::{Frozen, SyncFailure, TxgWork, SYNC_DIRTY_PERCENT};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The driver thread's body (one per writable engine).
+/// The driver thread's body (one per writable engine). A panic in it suspends the pool
+/// and ends the thread as an exit would, so waiters and `close` see an error instead of
+/// waiting for it forever (fault.rs).
 pub fn driver(inner: Arc<Inner>) {
-    crate::txg::drive(&inner.txg, &Work(&inner));
+    let run = std::panic::AssertUnwindSafe(|| crate::txg::drive(&inner.txg, &Work(&inner)));
+    if let Err(p) = std::panic::catch_unwind(run) {
+        inner.caught_panic(PanicSite::TxgDriver, &*p);
+        inner.txg.driver_died();
+        inner.throttle.wake_all();
+    }
 }
 
 struct Work<'a>(&'a Arc<Inner>);
@@ -46,6 +55,7 @@ impl TxgWork for Work<'_> {
 
     fn sync(&self, txg: u64, frozen: Frozen) -> Result<(), SyncFailure> {
         let inner = self.0;
+        inner.faults.hit(Site::TxgDriver);
         inner.dirty.set_syncing_files(frozen.len());
         let r = crate::sync::sync_txg(inner, txg, frozen);
         inner.dirty.set_syncing_files(0);

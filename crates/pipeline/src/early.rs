@@ -43,6 +43,8 @@
 use crate::accounting::{Counter, Event};
 use crate::compress::{Slot, EARLY_SYNC_BYTES};
 use crate::dirty::{PackedRec, Rec, RecordHome};
+use crate::error::PanicSite;
+use crate::fault::Site;
 use crate::inner::Inner;
 use crate::policy::{Compressed, Policy};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -89,7 +91,13 @@ fn submit(inner: &Arc<Inner>, jobs: usize) {
 /// Run entries, urgent first, until the queue is empty (see the block comment).
 fn run_queue(inner: &Inner) {
     while let Some((slot, home)) = inner.compress.queue.pop() {
-        let ran = slot.run(&inner.compress.codecs);
+        let ran = slot.run(|buf, policy, streak| {
+            let c = inner.catch(PanicSite::CompressJob, || {
+                inner.faults.hit(Site::CompressJob);
+                inner.compress.codecs.compress(buf, policy, streak)
+            });
+            c.ok()
+        });
         if ran.kick {
             inner.txg.kick();
         }
@@ -126,7 +134,7 @@ fn pack_into_record(inner: &Inner, slot: &Arc<Slot>, home: RecordHome) {
 /// Wait while too many records wait for early compression (see the block comment).
 pub fn wait_backlog(inner: &Inner) {
     let max = BACKLOG_RECORDS_PER_WORKER * inner.workers.threads() as u64 * inner.recordsize;
-    inner.acct.wait_backlog(max, || inner.closed.load(Ordering::Acquire));
+    inner.acct.wait_backlog(max, || inner.closed.load(Ordering::Acquire) || inner.txg.suspension().is_some());
 }
 
 /// Caller-runs (see the block comment): should a writer compress its whole records itself?

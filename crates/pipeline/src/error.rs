@@ -65,6 +65,10 @@ pub enum EngineError {
     /// The txg driver thread could not be started.
     #[error("cannot start the txg driver: {0}")]
     Spawn(#[source] std::io::Error),
+    /// A panic (a bug) was caught at an engine boundary (fault.rs); the pool is suspended.
+    /// `message` is what the panic said, the one text an error carries as it came.
+    #[error("panic in {site}: {message}")]
+    Panicked { site: PanicSite, message: Arc<str> },
     /// An engine invariant does not hold (a bug): the operation fails instead of storing
     /// something wrong.
     #[error("internal error: {0}")]
@@ -83,6 +87,9 @@ pub enum IoError {
     /// The device's writer thread is gone, so the write was never made.
     #[error("the device writer stopped")]
     WriterStopped,
+    /// The device's writer panicked while it held the write (fault.rs).
+    #[error("the device writer panicked")]
+    WriterPanicked,
 }
 
 impl IoError {
@@ -146,6 +153,8 @@ pub enum InvalidArg {
     InodeZero,
     #[error("mkfs_with_devices needs at least one device")]
     NoDevices,
+    #[error("no such panic site (sites: {sites})")]
+    UnknownPanicSite { sites: &'static str },
 }
 
 /// An engine invariant that did not hold.
@@ -154,6 +163,38 @@ pub enum InvalidArg {
 pub enum Internal {
     #[error("raw result for record {idx} that holds no raw bytes")]
     RawResultWithoutBytes { idx: u64 },
+    /// A compression job of the syncing txg ended without its result (it panicked).
+    #[error("a compression job ended without its result")]
+    CompressResultLost,
+    /// Decode jobs of a read ended without their result (they panicked).
+    #[error("{missing} of {expected} decode jobs ended without a result")]
+    DecodeResultsLost { missing: usize, expected: usize },
+}
+
+/// Where a panic was caught (fault.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PanicSite {
+    TxgDriver,
+    CompressJob,
+    DecodeJob,
+    PrefetchJob,
+    /// a FUSE request handler, for node `node` (crates/fuse)
+    Request {
+        node: u64,
+    },
+}
+
+impl std::fmt::Display for PanicSite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PanicSite::TxgDriver => write!(f, "the txg driver"),
+            PanicSite::CompressJob => write!(f, "a compression job"),
+            PanicSite::DecodeJob => write!(f, "a decode job"),
+            PanicSite::PrefetchJob => write!(f, "a prefetch job"),
+            PanicSite::Request { node } => write!(f, "the FUSE request handler (node {node})"),
+        }
+    }
 }
 
 /// Why a pool could not be created or opened.

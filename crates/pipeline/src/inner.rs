@@ -5,7 +5,9 @@ use crate::caches::ReadCaches;
 use crate::compress::{Codecs, Compression};
 use crate::dirty::{DirtyData, FileRef, RecordHome};
 use crate::early_place::EarlyPlacement;
-use crate::error::{EngineError, Result};
+use crate::error::{EngineError, PanicSite, Result};
+use crate::fault::Faults;
+use crate::locks::Mutex;
 use crate::options::OpenOptions;
 use crate::policy::Policy;
 use crate::space::Space;
@@ -50,7 +52,43 @@ pub struct Inner {
     pub closed: AtomicBool,
     /// room for metadata commits on the pool directory's filesystem (meta_space.rs)
     pub meta_space: crate::meta_space::MetaSpace,
+    /// panics armed for tests (fault.rs); shared with the device writers
+    pub faults: Arc<Faults>,
     me: OnceLock<Weak<Inner>>,
+    /// the last field, so it is dropped last: tells `Engine::drop` that everything else,
+    /// the metadata store included, is closed
+    pub released: ReleaseOnDrop,
+}
+
+/// Set once the engine's shared state is gone (the last `Arc<Inner>` dropped).
+#[derive(Default)]
+pub struct Released {
+    done: Mutex<bool>,
+    cv: parking_lot::Condvar,
+}
+
+impl Released {
+    /// Wait until released, at most until `deadline`; whether it was.
+    pub fn wait_until(&self, deadline: std::time::Instant) -> bool {
+        let mut done = self.done.lock();
+        while !*done {
+            if done.wait_until(&self.cv, deadline) {
+                return *done;
+            }
+        }
+        true
+    }
+}
+
+/// Sets its [`Released`] when dropped.
+#[derive(Default)]
+pub struct ReleaseOnDrop(pub Arc<Released>);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        *self.0.done.lock() = true;
+        self.0.cv.notify_all();
+    }
 }
 
 impl Inner {
@@ -66,6 +104,7 @@ impl Inner {
         space: Space,
         opts: OpenOptions,
         last_txg: u64,
+        faults: Arc<Faults>,
     ) -> Inner {
         let policy = Policy { spec: opts.compression, force: opts.force_compression };
         let pool_bytes = (64usize << 20).min(opts.max_dirty_bytes as usize / 4);
@@ -91,7 +130,9 @@ impl Inner {
             opts,
             closed: AtomicBool::new(false),
             meta_space: Default::default(),
+            faults,
             me: OnceLock::new(),
+            released: ReleaseOnDrop::default(),
         }
     }
 
@@ -100,6 +141,29 @@ impl Inner {
         let a = Arc::new(self);
         let _ = a.me.set(Arc::downgrade(&a));
         a
+    }
+
+    /// Stop changing the pool because of `cause` (see fault.rs): writes, syncs and fsyncs
+    /// fail from now on, and everyone waiting for the txg driver or for dirty memory wakes
+    /// up to see it. Returns the error they get.
+    pub fn suspend(&self, cause: EngineError) -> EngineError {
+        log::error!("{cause}; pool suspended at txg {} (changes after it are not saved)", self.txg.synced());
+        let cause = Arc::new(cause);
+        self.txg.suspend(cause.clone());
+        self.throttle.wake_all();
+        EngineError::Suspended(cause)
+    }
+
+    /// A panic caught in `site` (fault.rs): log it, suspend the pool, and the error for
+    /// whoever waited for the work.
+    pub fn caught_panic(&self, site: PanicSite, payload: &(dyn std::any::Any + Send)) -> EngineError {
+        let message = crate::fault::panic_message(payload).into();
+        self.suspend(EngineError::Panicked { site, message })
+    }
+
+    /// Run `f`, turning a panic in it into [`Inner::caught_panic`]'s error.
+    pub fn catch<T>(&self, site: PanicSite, f: impl FnOnce() -> T) -> Result<T> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| self.caught_panic(site, &*p))
     }
 
     pub fn self_arc(&self) -> Arc<Inner> {

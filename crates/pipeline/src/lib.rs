@@ -31,6 +31,9 @@ mod driver;
 mod early;
 mod early_place;
 mod error;
+mod fault;
+#[cfg(test)]
+mod fault_tests;
 pub mod fsck;
 mod inner;
 mod locks;
@@ -55,7 +58,7 @@ mod workers;
 mod write;
 
 pub use accounting::EarlyStats;
-pub use error::{Corruption, EngineError, Internal, InvalidArg, IoError, PoolError, Result};
+pub use error::{Corruption, EngineError, Internal, InvalidArg, IoError, PanicSite, PoolError, Result};
 pub use metatx::MetaTx;
 pub use options::{MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, META_FILE};
 pub use policy::ADAPTIVE_PLACEHOLDER;
@@ -101,7 +104,8 @@ pub struct PoolInfo {
 }
 
 pub struct Engine {
-    inner: Arc<Inner>,
+    /// taken only by `drop`, which then waits until every other holder let go
+    inner: std::mem::ManuallyDrop<Arc<Inner>>,
     driver: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -140,7 +144,26 @@ impl Engine {
                     .map_err(EngineError::Spawn)?,
             )
         };
-        Ok(Arc::new(Engine { inner, driver: Mutex::new(driver) }))
+        Ok(Arc::new(Engine { inner: std::mem::ManuallyDrop::new(inner), driver: Mutex::new(driver) }))
+    }
+
+    /// Stop changing the pool after a failure whose effect on the engine's state is unknown
+    /// (a panic caught at the FUSE edge): from now on writes, syncs and fsyncs fail with
+    /// `Suspended`; what the last commit made durable stays, and `close` still works.
+    pub fn suspend(&self, cause: EngineError) {
+        self.inner.suspend(cause);
+    }
+
+    /// Make the next pass through the named place panic once (fault.rs `Site` names:
+    /// compress, decode, device-write, txg). Test builds only.
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub fn inject_panic(&self, site: &str) -> Result<()> {
+        let s = fault::Site::ALL
+            .into_iter()
+            .find(|s| s.name() == site)
+            .ok_or(error::InvalidArg::UnknownPanicSite { sites: fault::Site::NAMES })?;
+        self.inner.faults.arm(s);
+        Ok(())
     }
 
     /// Flush everything and commit; the engine refuses work afterwards.
@@ -569,16 +592,20 @@ impl Engine {
 
 impl Drop for Engine {
     /// Without `close`: stop the driver without syncing (a crash of the data path), then
-    /// wait until no job holds the engine so the pool can be reopened at once.
+    /// wait until no job holds the engine (its shared state is released, the metadata store
+    /// closed) so the pool can be reopened at once.
     fn drop(&mut self) {
         if let Some(h) = self.driver.lock().take() {
             self.inner.txg.abandon();
             let _ = h.join();
         }
         self.inner.closed.store(true, Ordering::Release);
+        let released = self.inner.released.0.clone();
+        // SAFETY: `inner` is not used after this (we are in drop), and taken only here
+        drop(unsafe { std::mem::ManuallyDrop::take(&mut self.inner) });
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while Arc::strong_count(&self.inner) > 1 && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(1));
+        if !released.wait_until(deadline) {
+            log::warn!("engine dropped while a job still holds it after 10 s; the pool stays open until it ends");
         }
     }
 }

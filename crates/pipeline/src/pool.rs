@@ -202,10 +202,19 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     // footprints are in whole sectors
     let granule = if sb.features.incompat & Features::INCOMPAT_PACKED_BYTES != 0 { 1 } else { u64::from(sb.sector) };
     let rx = db.begin_read()?;
+    let faults = Arc::new(crate::fault::Faults::default());
     let mut slots = Vec::new();
     let mut images = Vec::new();
     {
-        let at = DeviceOpen { pool, sb: &sb, opts, injected: injected.as_deref(), read_only, granule };
+        let at = DeviceOpen {
+            pool,
+            sb: &sb,
+            opts,
+            injected: injected.as_deref(),
+            read_only,
+            granule,
+            faults: faults.clone(),
+        };
         let dt = rx.open_table(tables::DEVICES)?;
         let ft = rx.open_table(tables::FREE_SPACE)?;
         for i in 0..sb.device_count {
@@ -228,6 +237,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         space,
         opts.clone(),
         sb.txg,
+        faults,
     )
     .into_arc();
     inner.ns.set_committed_inodes(inode_rows, next_ino);
@@ -298,6 +308,8 @@ struct DeviceOpen<'a> {
     injected: Option<&'a [Arc<dyn Device>]>,
     read_only: bool,
     granule: u64,
+    /// panics armed for tests (fault.rs), shared by the engine and its device writers
+    faults: Arc<crate::fault::Faults>,
 }
 
 type ReadTable<K, V> = redb::ReadOnlyTable<K, V>;
@@ -343,7 +355,7 @@ impl DeviceOpen<'_> {
             return Err(PoolError::DeviceShrank { path, len: c, alloc_end: rec.alloc_end }.into());
         }
         let image = DevSpace::new(DATA_START, rec.alloc_end, cap, free, u64::from(sb.sector), self.granule);
-        let slot = DevSlot { queue: DevQueue::start(d.clone(), i as usize), dev: d, host_path };
+        let slot = DevSlot { queue: DevQueue::start(d.clone(), i as usize, self.faults.clone()), dev: d, host_path };
         Ok((slot, image))
     }
 

@@ -168,7 +168,12 @@ impl<'a> TxgSync<'a> {
         let mut waiting: BTreeMap<usize, Compressed> = BTreeMap::new();
         let mut next = 0usize;
         for _ in 0..self.jobs.len() {
-            let (li, idx, c) = results.recv().expect("compress workers alive");
+            // every job sends its result, except one that panicked (fault.rs): its sender
+            // is dropped unused, and once the others have sent, the channel ends
+            let Ok((li, idx, c)) = results.recv() else {
+                self.place_error.get_or_insert(EngineError::Internal(Internal::CompressResultLost));
+                break;
+            };
             if self.place_error.is_some() {
                 continue;
             }
@@ -227,8 +232,12 @@ impl<'a> TxgSync<'a> {
         self.inner.space.flush(&self.written)
     }
 
-    /// Stage 6 (commit.rs).
+    /// Stage 6 (commit.rs), unless the pool was suspended meanwhile (a panic elsewhere,
+    /// fault.rs): then nothing more becomes durable.
     fn commit(&mut self) -> Result<()> {
+        if let Some(e) = self.inner.txg.suspension() {
+            return Err(e);
+        }
         self.committing = true;
         let placed = std::mem::take(&mut self.placed);
         self.blocks = crate::commit::commit(self.inner, self.txg, &self.frozen, placed, &self.early_used)?;

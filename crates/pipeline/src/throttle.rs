@@ -76,6 +76,7 @@ impl Throttle {
     }
 
     pub fn wake_all(&self) {
+        let _g = self.lock.lock();
         self.cv.notify_all();
     }
 }

@@ -32,9 +32,11 @@
 //!   and writing them anew) and once more at shutdown; writes, syncs and fsyncs
 //!   get NoSpace meanwhile. Success → the txg is COMMITTED and the pool runs on:
 //!   another program filling a device's filesystem for a while loses nothing.
-//! * `SUSPENDED`: any other failure (device I/O error, a failed commit), or a stall still
-//!   failing at shutdown: nothing more is synced, every later write/fsync
-//!   reports the error.
+//! * `SUSPENDED`: any other failure (device I/O error, a failed commit), a stall still
+//!   failing at shutdown, or a panic anywhere in the engine or a request handler
+//!   (fault.rs; `TxgCtl::suspend`, from any thread, also in the middle of a
+//!   sync, which then fails before its commit stage): nothing more is synced,
+//!   every later write/fsync reports the error. Final: nothing leaves it.
 //!
 //! Tunables: `OpenOptions::txg_timeout`, `OpenOptions::max_dirty_bytes`,
 //! `SYNC_DIRTY_PERCENT` (20), `RETRY_INTERVAL` (1 s), the throttle in throttle.rs.
@@ -138,6 +140,35 @@ impl TxgCtl {
             Halt::Stalled(_) => crate::EngineError::NoSpace,
             Halt::Suspended(e) => crate::EngineError::Suspended(e.clone()),
         })
+    }
+
+    fn is_suspended(st: &TxgState) -> bool {
+        matches!(st.halt, Some(Halt::Suspended(_)))
+    }
+
+    /// The error of a SUSPENDED pool; `None` while running or STALLED.
+    pub fn suspension(&self) -> Option<crate::EngineError> {
+        let st = self.st.lock();
+        Self::is_suspended(&st).then(|| Self::halt_error(&st)).flatten()
+    }
+
+    /// → SUSPENDED with `cause` (from any state; a suspension already there keeps its
+    /// cause). A sync in flight fails before its commit stage; waiters wake up to the error.
+    pub fn suspend(&self, cause: Arc<crate::EngineError>) {
+        let mut st = self.st.lock();
+        if !Self::is_suspended(&st) {
+            st.halt = Some(Halt::Suspended(cause));
+        }
+        self.done.notify_all();
+        self.wake.notify_one();
+    }
+
+    /// The driver thread ended by a panic (driver.rs): waiters see `exited`.
+    pub fn driver_died(&self) {
+        let mut st = self.st.lock();
+        st.phase = Phase::Idle;
+        st.exited = true;
+        self.done.notify_all();
     }
 
     pub fn synced(&self) -> u64 {
@@ -322,7 +353,7 @@ impl TxgCtl {
             if st.abandon {
                 return Next::Exit;
             }
-            if stalled {
+            if stalled && matches!(st.halt, Some(Halt::Stalled(_))) {
                 // once more at shutdown, then give up (the pool is then SUSPENDED)
                 if st.shutdown {
                     if *final_try {
@@ -381,11 +412,15 @@ impl TxgCtl {
         let mut stalled = None;
         match r {
             Ok(()) => {
+                st.synced = txg;
+                // a suspension meanwhile stays (it failed no stage of this txg)
                 if matches!(st.halt, Some(Halt::Stalled(_))) {
                     log::warn!("txg {txg} committed after waiting for room; the pool runs again");
+                    st.halt = None;
                 }
-                st.synced = txg;
-                st.halt = None;
+            }
+            Err(SyncFailure { error, .. }) if Self::is_suspended(&st) => {
+                log::error!("txg {txg} failed, pool suspended at txg {}: {error}", st.synced);
             }
             Err(SyncFailure { error, retry: Some(frozen) }) => {
                 if !matches!(st.halt, Some(Halt::Stalled(_))) {
@@ -417,7 +452,7 @@ impl TxgCtl {
             work.before_exit();
         }
         let mut st = self.st.lock();
-        if let Some(txg) = stalled {
+        if let Some(txg) = stalled.filter(|_| matches!(st.halt, Some(Halt::Stalled(_)))) {
             // the last try failed too: the txg's changes are lost with the process
             if let Some(Halt::Stalled(e)) = st.halt.take() {
                 st.halt = Some(Halt::Suspended(e));

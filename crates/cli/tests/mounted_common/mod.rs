@@ -32,6 +32,26 @@ pub fn run_ok(args: &[&str]) {
     );
 }
 
+/// The request transport of every mount whose options name none: `uring=on` or `uring=off`
+/// from `SQUEEZEFS_TEST_URING` (scripts/test.sh runs the mounted tests once with each),
+/// the mount's default without it.
+pub const TRANSPORT_ENV: &str = "SQUEEZEFS_TEST_URING";
+
+fn with_test_transport(opts: &str) -> String {
+    let names_one = opts.split(',').any(|o| o.starts_with("uring="));
+    match std::env::var(TRANSPORT_ENV).as_deref() {
+        Ok(v @ ("on" | "off")) if !names_one => {
+            if opts.is_empty() {
+                format!("uring={v}")
+            } else {
+                format!("{opts},uring={v}")
+            }
+        }
+        Ok("on" | "off") | Err(_) => opts.to_string(),
+        Ok(other) => panic!("{TRANSPORT_ENV}={other}: use on or off"),
+    }
+}
+
 pub struct Mounted {
     pub dir: tempfile::TempDir,
     pub pool: PathBuf,
@@ -68,11 +88,12 @@ impl Mounted {
     }
 
     fn full_opts(&self) -> String {
-        match (self.allow_other, self.opts.is_empty()) {
+        let opts = with_test_transport(&self.opts);
+        match (self.allow_other, opts.is_empty()) {
             (true, true) => "allow_other".into(),
-            (true, false) => format!("allow_other,{}", self.opts),
+            (true, false) => format!("allow_other,{opts}"),
             (false, true) => "defaults".into(),
-            (false, false) => self.opts.clone(),
+            (false, false) => opts,
         }
     }
 
