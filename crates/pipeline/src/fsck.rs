@@ -40,13 +40,28 @@ impl FsckReport {
     }
 }
 
+/// Check the committed pool (see the block comment); a writable pool first commits what it
+/// holds, since the persisted space map matches the extents at commit points.
 pub fn fsck(inner: &Inner) -> Result<FsckReport> {
     if !inner.read_only && inner.txg.halt_cause().is_none() {
-        // the persisted space map matches the extents at commit points: get to one
         inner.txg.sync_and_wait(&inner.dirty)?;
     }
     let mut r = FsckReport::default();
     let rx = inner.db.begin_read()?;
+    let inodes = load_inodes(&rx, &mut r)?;
+    if !inodes.get(&ROOT_INO).is_some_and(|a| a.kind == FileKind::Dir) {
+        r.problems.push("root inode 1 is missing or not a directory".into());
+    }
+    let names = check_names(&rx, &inodes, &mut r)?;
+    check_links(&rx, &inodes, &names, &mut r)?;
+    let (mut per_dev, blocks) = check_extents(inner, &rx, &inodes, &mut r)?;
+    check_blocks(&inodes, &blocks, &mut r);
+    check_space(inner, &rx, &mut per_dev, &mut r)?;
+    Ok(r)
+}
+
+/// Every inode record that decodes.
+fn load_inodes(rx: &redb::ReadTransaction, r: &mut FsckReport) -> Result<BTreeMap<Ino, InodeAttr>> {
     let mut inodes: BTreeMap<Ino, InodeAttr> = BTreeMap::new();
     for row in rx.open_table(tables::INODES)?.iter()? {
         let (k, v) = row?;
@@ -58,10 +73,18 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
         }
     }
     r.inodes = inodes.len() as u64;
-    if !inodes.get(&ROOT_INO).is_some_and(|a| a.kind == FileKind::Dir) {
-        r.problems.push("root inode 1 is missing or not a directory".into());
-    }
-    // namespace
+    Ok(inodes)
+}
+
+/// Names counted per inode (`links`) and subdirectories per directory, from the dirents.
+struct Names {
+    links: HashMap<Ino, u32>,
+    subdirs: HashMap<Ino, u32>,
+}
+
+/// Dirents point to live inodes of the right kind; each dirent has its cookie row and vice
+/// versa.
+fn check_names(rx: &redb::ReadTransaction, inodes: &BTreeMap<Ino, InodeAttr>, r: &mut FsckReport) -> Result<Names> {
     let mut links: HashMap<Ino, u32> = HashMap::new();
     let mut subdirs: HashMap<Ino, u32> = HashMap::new();
     let mut cookies_seen: HashSet<(Ino, u64)> = HashSet::new();
@@ -111,6 +134,18 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
     for (dir, cookie) in cookies_seen {
         r.problems.push(format!("directory {dir}: an entry's cookie {cookie} has no listing row"));
     }
+    Ok(Names { links, subdirs })
+}
+
+/// Link counts match the names (directories: 2 + subdirectories); every inode is reachable
+/// or an orphan; symlinks have targets.
+fn check_links(
+    rx: &redb::ReadTransaction,
+    inodes: &BTreeMap<Ino, InodeAttr>,
+    names: &Names,
+    r: &mut FsckReport,
+) -> Result<()> {
+    let (links, subdirs) = (&names.links, &names.subdirs);
     let mut orphan_set = HashSet::new();
     for row in rx.open_table(tables::ORPHANS)?.iter()? {
         let ino = row?.0.value();
@@ -122,7 +157,7 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
         }
     }
     let symlinks = rx.open_table(tables::SYMLINKS)?;
-    for (ino, a) in &inodes {
+    for (ino, a) in inodes {
         let n = links.get(ino).copied().unwrap_or(0);
         if a.kind == FileKind::Dir {
             r.directories += 1;
@@ -150,7 +185,20 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
             r.problems.push(format!("symlink {ino} has no target"));
         }
     }
-    // extents and space
+    Ok(())
+}
+
+/// (offset, footprint, inode, birth txg) of every device extent, per device.
+type DeviceExtents = Vec<Vec<(u64, u64, Ino, u64)>>;
+
+/// Extents belong to an existing inode, lie below its size and on a sector in pools without
+/// byte packing; returns the device extents and the bytes each inode's extents occupy.
+fn check_extents(
+    inner: &Inner,
+    rx: &redb::ReadTransaction,
+    inodes: &BTreeMap<Ino, InodeAttr>,
+    r: &mut FsckReport,
+) -> Result<(DeviceExtents, HashMap<Ino, u64>)> {
     // per device: (offset, footprint, inode, birth txg) of every device extent
     let mut per_dev: Vec<Vec<(u64, u64, Ino, u64)>> = vec![Vec::new(); inner.space.devs().len()];
     let mut blocks: HashMap<Ino, u64> = HashMap::new();
@@ -197,12 +245,28 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
             }
         }
     }
-    for (ino, a) in &inodes {
+    Ok((per_dev, blocks))
+}
+
+/// Each inode's `blocks_bytes` equals the bytes of its extents.
+fn check_blocks(inodes: &BTreeMap<Ino, InodeAttr>, blocks: &HashMap<Ino, u64>, r: &mut FsckReport) {
+    for (ino, a) in inodes {
         let b = blocks.get(ino).copied().unwrap_or(0);
         if a.blocks_bytes != b {
             r.problems.push(format!("inode {ino}: blocks_bytes {} but its extents occupy {b}", a.blocks_bytes));
         }
     }
+}
+
+/// Per device: extents and free ranges lie in the data area below the allocation end,
+/// never overlap, leave no byte unaccounted (no leak); free ranges are merged; records of
+/// different txgs never share a sector.
+fn check_space(
+    inner: &Inner,
+    rx: &redb::ReadTransaction,
+    per_dev: &mut DeviceExtents,
+    r: &mut FsckReport,
+) -> Result<()> {
     let ft = rx.open_table(tables::FREE_SPACE)?;
     let dt = rx.open_table(tables::DEVICES)?;
     for (dev, exts) in per_dev.iter_mut().enumerate() {
@@ -276,5 +340,5 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
             ));
         }
     }
-    Ok(r)
+    Ok(())
 }
