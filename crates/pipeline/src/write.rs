@@ -489,96 +489,142 @@ fn meta_decision(inner: &Inner, len: u64) -> Decision {
     }
 }
 
+/// What `set_size` found under the file lock: the size grew (done), or it shrinks and the
+/// record the new size cuts in part was loaded from below at file generation `gen`, or
+/// the file was retired meanwhile.
+enum Resize {
+    Grown,
+    Shrink { gen: u64, loaded: Option<Vec<u8>> },
+    Retired,
+}
+
+impl Resize {
+    /// Still valid now that the file is locked again: the loads were made at its current
+    /// generation (a truncation, punch or freeze meanwhile makes them stale).
+    fn current(&self, fd: &crate::dirty::FileData) -> bool {
+        match self {
+            Resize::Grown => true,
+            Resize::Shrink { gen, .. } => !fd.retired && fd.gen == *gen,
+            Resize::Retired => false,
+        }
+    }
+}
+
 pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
     inner.check_writable()?;
     if size > MAX_FILE_SIZE {
         return Err(too_big(0, size));
     }
-    let rs = inner.recordsize;
     let mut f = inner.file_ref(ino)?;
-    loop {
-        let (gen, old) = {
-            let mut fd = f.lock();
-            if fd.retired {
-                drop(fd);
-                f = inner.file_ref(ino)?;
-                continue;
-            }
-            if size >= fd.size {
-                if size > fd.size {
-                    // the old last record is a whole record (or longer) now: padded at once,
-                    // and charged, like a write's (`pad_to_logical`)
-                    if fd.size > 0 {
-                        let idx = (fd.size - 1) / rs;
-                        let want = record_len_in_file(idx, size, rs);
-                        if let Some(Rec::Data(d)) = fd.open.recs.get(&idx) {
-                            if d.packed_rec().is_none() && (d.len() as u64) < want {
-                                reserve(inner, want - d.len() as u64)?;
-                            }
-                        }
-                        let grown = pad_to_logical(inner, &mut fd.open, idx, size)?;
-                        inner.acct.resize_layer(&mut fd.open.bytes, grown, 0);
-                    }
-                    fd.size = size;
-                    fd.open_dirty = true;
-                    inner.dirty.mark_changed(ino);
-                }
-                return Ok(());
-            }
-            (fd.gen, fd.size)
-        };
-        let _ = old;
-        let partial = (!size.is_multiple_of(rs)).then_some(size / rs);
-        let loaded = match partial {
-            Some(p) if !f.lock().open.recs.contains_key(&p) => lower_record(inner, ino, &f, p)?,
-            _ => None,
-        };
-        // the record cut in part is stored anew: charged like a partial write's copy (`apply`)
-        if let Some(b) = &loaded {
-            reserve(inner, b.len() as u64)?;
-        }
-        let mut fd = f.lock();
-        if fd.retired || fd.gen != gen {
-            drop(fd);
-            f = inner.file_ref(ino)?;
-            continue;
-        }
-        // the record cut in part is decoded first if held packed (see `apply`)
-        if let Some(Rec::Data(d)) = partial.and_then(|p| fd.open.recs.get_mut(&p)) {
-            if d.packed_rec().is_some() {
-                d.buf_mut(inner.workspaces())?;
-            }
-        }
-        let floor = records_for_size(size, rs);
-        let dropped: Vec<u64> = fd.open.recs.range(floor..).map(|(k, _)| *k).collect();
-        let mut freed = 0u64;
-        for k in dropped {
-            if let Some(Rec::Data(b)) = fd.open.recs.remove(&k) {
-                freed += b.len() as u64;
-            }
-        }
-        let mut grown = 0u64;
-        if let Some(p) = partial {
-            let keep = (size - record_start_byte(p, rs)) as usize;
-            if let (std::collections::btree_map::Entry::Vacant(v), Some(b)) = (fd.open.recs.entry(p), loaded) {
-                grown += b.len() as u64;
-                v.insert(Rec::Data(DataRec::new(b)));
-            }
-            if let Some(Rec::Data(b)) = fd.open.recs.get_mut(&p) {
-                if b.len() > keep {
-                    freed += (b.len() - keep) as u64;
-                    b.buf_mut(inner.workspaces())?.truncate(keep);
-                }
-            }
-        }
-        fd.open.trunc_floor = Some(fd.open.trunc_floor.map_or(floor, |f| f.min(floor)));
-        inner.acct.resize_layer(&mut fd.open.bytes, grown, freed);
-        fd.size = size;
-        fd.gen += 1;
-        fd.open_dirty = true;
-        inner.dirty.mark_changed(ino);
-        return Ok(());
+    let mut step = grow_or_load(inner, ino, &f, size)?;
+    let mut fd = f.lock();
+    while !step.current(&fd) {
+        drop(fd);
+        f = inner.file_ref(ino)?;
+        step = grow_or_load(inner, ino, &f, size)?;
+        fd = f.lock();
     }
+    match step {
+        Resize::Shrink { loaded, .. } => shrink(inner, ino, &mut fd, size, loaded),
+        _ => Ok(()),
+    }
+}
+
+/// Grow the file to `size` (done under the file lock), or, when it shrinks, load the
+/// record the new size cuts in part from below (outside the file lock) and admit its copy.
+fn grow_or_load(inner: &Inner, ino: Ino, f: &FileRef, size: u64) -> Result<Resize> {
+    let rs = inner.recordsize;
+    let gen = {
+        let mut fd = f.lock();
+        if fd.retired {
+            return Ok(Resize::Retired);
+        }
+        if size >= fd.size {
+            if size > fd.size {
+                grow(inner, ino, &mut fd, size)?;
+            }
+            return Ok(Resize::Grown);
+        }
+        fd.gen
+    };
+    let loaded = match partial_record(size, rs) {
+        Some(p) if !f.lock().open.recs.contains_key(&p) => lower_record(inner, ino, f, p)?,
+        _ => None,
+    };
+    // the record cut in part is stored anew: charged like a partial write's copy (`apply`)
+    if let Some(b) = &loaded {
+        reserve(inner, b.len() as u64)?;
+    }
+    Ok(Resize::Shrink { gen, loaded })
+}
+
+/// The record a file of `size` bytes ends inside (`None`: it ends on a record boundary).
+fn partial_record(size: u64, rs: u64) -> Option<u64> {
+    (!size.is_multiple_of(rs)).then_some(size / rs)
+}
+
+/// Grow the file to `size`: the old last record is a whole record (or longer) now, padded
+/// at once and charged, like a write's (`pad_to_logical`).
+fn grow(inner: &Inner, ino: Ino, fd: &mut crate::dirty::FileData, size: u64) -> Result<()> {
+    let rs = inner.recordsize;
+    if fd.size > 0 {
+        let idx = (fd.size - 1) / rs;
+        let want = record_len_in_file(idx, size, rs);
+        if let Some(Rec::Data(d)) = fd.open.recs.get(&idx) {
+            if d.packed_rec().is_none() && (d.len() as u64) < want {
+                reserve(inner, want - d.len() as u64)?;
+            }
+        }
+        let grown = pad_to_logical(inner, &mut fd.open, idx, size)?;
+        inner.acct.resize_layer(&mut fd.open.bytes, grown, 0);
+    }
+    fd.size = size;
+    fd.open_dirty = true;
+    inner.dirty.mark_changed(ino);
+    Ok(())
+}
+
+/// Shrink the file to `size`: records past it go (the truncation floor hides the layers
+/// below), the record it ends inside is cut (`loaded`: that record from below, when the open
+/// layer does not hold it).
+fn shrink(inner: &Inner, ino: Ino, fd: &mut crate::dirty::FileData, size: u64, loaded: Option<Vec<u8>>) -> Result<()> {
+    let rs = inner.recordsize;
+    let partial = partial_record(size, rs);
+    // the record cut in part is decoded first if held packed (see `apply`)
+    if let Some(Rec::Data(d)) = partial.and_then(|p| fd.open.recs.get_mut(&p)) {
+        if d.packed_rec().is_some() {
+            d.buf_mut(inner.workspaces())?;
+        }
+    }
+    let floor = records_for_size(size, rs);
+    let dropped: Vec<u64> = fd.open.recs.range(floor..).map(|(k, _)| *k).collect();
+    let mut freed = 0u64;
+    for k in dropped {
+        if let Some(Rec::Data(b)) = fd.open.recs.remove(&k) {
+            freed += b.len() as u64;
+        }
+    }
+    let mut grown = 0u64;
+    if let Some(p) = partial {
+        let keep = (size - record_start_byte(p, rs)) as usize;
+        if let (std::collections::btree_map::Entry::Vacant(v), Some(b)) = (fd.open.recs.entry(p), loaded) {
+            grown += b.len() as u64;
+            v.insert(Rec::Data(DataRec::new(b)));
+        }
+        if let Some(Rec::Data(b)) = fd.open.recs.get_mut(&p) {
+            if b.len() > keep {
+                freed += (b.len() - keep) as u64;
+                b.buf_mut(inner.workspaces())?.truncate(keep);
+            }
+        }
+    }
+    fd.open.trunc_floor = Some(fd.open.trunc_floor.map_or(floor, |f| f.min(floor)));
+    inner.acct.resize_layer(&mut fd.open.bytes, grown, freed);
+    fd.size = size;
+    fd.gen += 1;
+    fd.open_dirty = true;
+    inner.dirty.mark_changed(ino);
+    Ok(())
 }
 
 pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
