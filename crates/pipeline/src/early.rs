@@ -190,7 +190,7 @@ mod tests {
             compression: Spec::Fixed(squeezefs_codec::Codec::zstd(1).unwrap()),
             ..Default::default()
         };
-        let inner = crate::pool::open(&pool, &opts, None).unwrap();
+        let (inner, _lock) = crate::pool::open(&pool, &opts, None).unwrap();
         (dir, inner)
     }
 

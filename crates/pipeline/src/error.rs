@@ -219,6 +219,13 @@ pub enum PoolError {
     NotAPool { path: PathBuf },
     #[error("pool {} is already open (mounted or in use by another command)", path.display())]
     AlreadyOpen { path: PathBuf },
+    /// Another process has the pool open and is not closing it (a live mount, a command).
+    #[error("pool {} is already open ({}: mounted or in use by another command)", pool.display(), holder.describe())]
+    InUse { pool: PathBuf, holder: crate::pool_lock::Holder },
+    /// The process that had the pool open is closing it (a daemon flushing after its
+    /// unmount): opening it again succeeds once that process is done (pool_lock.rs).
+    #[error("pool {} is still open by {}, which is closing it (flushing after its unmount)", pool.display(), holder.describe())]
+    Closing { pool: PathBuf, holder: crate::pool_lock::Holder },
     #[error("cannot create {}: {source}", path.display())]
     CreateDir {
         path: PathBuf,

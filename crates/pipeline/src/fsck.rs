@@ -5,8 +5,13 @@
 //!   (never touching), every allocated byte belongs to an extent (no leak); in pools without
 //!   byte packing every extent starts on a sector; records sharing a sector were written by
 //!   one txg (alloc.rs: a torn write of a sector may only hurt an uncommitted run);
+//! * devices: the superblock, the `devices` table and every device header agree on the
+//!   number of devices; every device is long enough to hold the bytes its extents point to
+//!   (a growable device file truncated below its allocation end has lost them; open cannot
+//!   see that, only fixed devices have a recorded size);
 //! * extents: belong to an existing inode and lie below its size; the inode's
-//!   `blocks_bytes` equals the sum of its extents;
+//!   `blocks_bytes` equals the sum of its extents; no file is larger than
+//!   [`MAX_FILE_SIZE`];
 //! * namespace: dirents point to live inodes of the right kind, each dirent has its cookie
 //!   row and vice versa, link counts match the dirents (directories: 2 + subdirectories),
 //!   every inode is reachable or an orphan, symlinks have targets.
@@ -14,12 +19,14 @@
 use crate::error::Result;
 use crate::inner::Inner;
 use crate::units::extent_footprint;
-use crate::units::{record_len_in_file, records_for_size};
+use crate::units::{record_len_in_file, records_for_size, MAX_FILE_SIZE};
 use redb::ReadableTable;
 use serde::Serialize;
 use squeezefs_device::DATA_START;
 use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, decode_inode};
-use squeezefs_meta::{keys, tables, DeviceRecord, ExtentPtr, FileKind, Ino, InodeAttr, StoredRecord, ROOT_INO};
+use squeezefs_meta::{
+    keys, tables, DeviceRecord, ExtentPtr, FileKind, Ino, InodeAttr, StoredRecord, Superblock, ROOT_INO,
+};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -49,14 +56,15 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
     let mut r = FsckReport::default();
     let rx = inner.db.begin_read()?;
     let inodes = load_inodes(&rx, &mut r)?;
+    check_device_count(inner, &rx, &mut r)?;
     if !inodes.get(&ROOT_INO).is_some_and(|a| a.kind == FileKind::Dir) {
         r.problems.push("root inode 1 is missing or not a directory".into());
     }
     let names = check_names(&rx, &inodes, &mut r)?;
     check_links(&rx, &inodes, &names, &mut r)?;
-    let (mut per_dev, blocks) = check_extents(inner, &rx, &inodes, &mut r)?;
+    let (mut exts, blocks) = check_extents(inner, &rx, &inodes, &mut r)?;
     check_blocks(&inodes, &blocks, &mut r);
-    check_space(inner, &rx, &mut per_dev, &mut r)?;
+    check_space(inner, &rx, &mut exts, &mut r)?;
     Ok(r)
 }
 
@@ -73,6 +81,12 @@ fn load_inodes(rx: &redb::ReadTransaction, r: &mut FsckReport) -> Result<BTreeMa
         }
     }
     r.inodes = inodes.len() as u64;
+    for (ino, a) in &inodes {
+        if a.size > MAX_FILE_SIZE {
+            r.problems
+                .push(format!("inode {ino}: size {} is above the largest file size ({MAX_FILE_SIZE} bytes)", a.size));
+        }
+    }
     Ok(inodes)
 }
 
@@ -188,8 +202,13 @@ fn check_links(
     Ok(())
 }
 
-/// (offset, footprint, inode, birth txg) of every device extent, per device.
-type DeviceExtents = Vec<Vec<(u64, u64, Ino, u64)>>;
+/// What `check_extents` found on the devices, indexed by device.
+struct DeviceExtents {
+    /// per device: (offset, footprint, inode, birth txg) of every device extent
+    per_dev: Vec<Vec<(u64, u64, Ino, u64)>>,
+    /// per device: the end of the stored bytes that reach furthest, and whose they are
+    reach: Vec<Option<(u64, Ino)>>,
+}
 
 /// Extents belong to an existing inode, lie below its size and on a sector in pools without
 /// byte packing; returns the device extents and the bytes each inode's extents occupy.
@@ -201,6 +220,8 @@ fn check_extents(
 ) -> Result<(DeviceExtents, HashMap<Ino, u64>)> {
     // per device: (offset, footprint, inode, birth txg) of every device extent
     let mut per_dev: Vec<Vec<(u64, u64, Ino, u64)>> = vec![Vec::new(); inner.space.devs().len()];
+    // per device: the end of the stored bytes that reach furthest, and whose they are
+    let mut reach: Vec<Option<(u64, Ino)>> = vec![None; inner.space.devs().len()];
     let mut blocks: HashMap<Ino, u64> = HashMap::new();
     for row in rx.open_table(tables::EXTENTS)?.iter()? {
         let (k, v) = row?;
@@ -237,6 +258,11 @@ fn check_extents(
                     d.offset, d.dev, inner.granule
                 ));
             }
+            if let (Some(end), Some(slot)) = (d.offset.checked_add(u64::from(d.psize)), reach.get_mut(d.dev as usize)) {
+                if slot.is_none_or(|(e, _)| end > e) {
+                    *slot = Some((end, ino));
+                }
+            }
             match per_dev.get_mut(d.dev as usize) {
                 Some(v) => {
                     v.push((d.offset, crate::units::granule_bytes(u64::from(d.psize), inner.granule), ino, e.birth))
@@ -245,7 +271,7 @@ fn check_extents(
             }
         }
     }
-    Ok((per_dev, blocks))
+    Ok((DeviceExtents { per_dev, reach }, blocks))
 }
 
 /// Each inode's `blocks_bytes` equals the bytes of its extents.
@@ -264,12 +290,12 @@ fn check_blocks(inodes: &BTreeMap<Ino, InodeAttr>, blocks: &HashMap<Ino, u64>, r
 fn check_space(
     inner: &Inner,
     rx: &redb::ReadTransaction,
-    per_dev: &mut DeviceExtents,
+    exts_of: &mut DeviceExtents,
     r: &mut FsckReport,
 ) -> Result<()> {
     let ft = rx.open_table(tables::FREE_SPACE)?;
     let dt = rx.open_table(tables::DEVICES)?;
-    for (dev, exts) in per_dev.iter_mut().enumerate() {
+    for (dev, (exts, reach)) in exts_of.per_dev.iter_mut().zip(&exts_of.reach).enumerate() {
         let rec = match dt.get(dev as u32)? {
             Some(v) => DeviceRecord::decode(v.value())?,
             None => {
@@ -278,6 +304,16 @@ fn check_space(
             }
         };
         let end = rec.alloc_end;
+        let slot = &inner.space.devs()[dev];
+        let len = slot.dev.len();
+        if let Some((data_end, ino)) = (*reach).filter(|&(e, _)| e > len) {
+            r.problems.push(format!(
+                "device {dev} ({}) is {len} bytes, but the pool keeps data on it up to byte {data_end} (inode \
+                 {ino}; allocation end {end}): the device was truncated below its allocation end, and the \
+                 records past byte {len} are lost",
+                slot.dev.name()
+            ));
+        }
         let lo = keys::dev_offset(dev as u32, 0);
         let hi = keys::dev_offset(dev as u32, u64::MAX);
         // (offset, length, what, birth txg of an extent / None for a free range)
@@ -338,6 +374,34 @@ fn check_space(
                 "device {dev}: {} bytes at {cursor} below the allocation end are neither free nor used (leak)",
                 end - cursor
             ));
+        }
+    }
+    Ok(())
+}
+
+/// The superblock's device count against the `devices` table and every device header (open
+/// reads as many device rows as the superblock names and checks each header's pool and
+/// index, not its count).
+fn check_device_count(inner: &Inner, rx: &redb::ReadTransaction, r: &mut FsckReport) -> Result<()> {
+    use redb::ReadableTableMetadata;
+    let Some(v) = rx.open_table(tables::SUPERBLOCK)?.get(0u8)? else {
+        r.problems.push("the superblock is missing".into());
+        return Ok(());
+    };
+    let count = Superblock::decode(v.value())?.device_count;
+    let rows = rx.open_table(tables::DEVICES)?.len()?;
+    if rows != u64::from(count) {
+        r.problems.push(format!("the superblock names {count} devices but the devices table holds {rows}"));
+    }
+    for (i, slot) in inner.space.devs().iter().enumerate() {
+        match squeezefs_device::read_header(&*slot.dev) {
+            Ok(h) if h.device_count != count => r.problems.push(format!(
+                "device {i} ({}): its header says the pool has {} devices, the superblock says {count}",
+                slot.dev.name(),
+                h.device_count
+            )),
+            Ok(_) => {}
+            Err(e) => r.problems.push(format!("device {i} ({}): {e}", slot.dev.name())),
         }
     }
     Ok(())

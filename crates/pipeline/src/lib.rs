@@ -45,6 +45,7 @@ mod options;
 mod outbuf;
 mod policy;
 mod pool;
+pub mod pool_lock;
 mod read;
 pub mod scrub;
 mod snapshot;
@@ -107,6 +108,9 @@ pub struct Engine {
     /// taken only by `drop`, which then waits until every other holder let go
     inner: std::mem::ManuallyDrop<Arc<Inner>>,
     driver: Mutex<Option<JoinHandle<()>>>,
+    /// the pool's holder lock, given up when `close` begins (pool_lock.rs: the pool is then
+    /// CLOSING, and a new mount waits for it instead of refusing)
+    holder: Mutex<Option<pool_lock::PoolLock>>,
 }
 
 impl Engine {
@@ -123,6 +127,8 @@ impl Engine {
         pool::mkfs(pool, opts, Some(devices))
     }
 
+    /// Open a pool. Another process holding it gives [`PoolError::InUse`], or
+    /// [`PoolError::Closing`] while that process is closing it (try again shortly).
     pub fn open(pool: &Path, opts: &OpenOptions) -> Result<Arc<Engine>> {
         Self::start(pool::open(pool, opts, None)?)
     }
@@ -132,7 +138,16 @@ impl Engine {
         Self::start(pool::open(pool, opts, Some(devices))?)
     }
 
-    fn start(inner: Arc<Inner>) -> Result<Arc<Engine>> {
+    /// Record the mount this engine serves (device `MAJ:MIN` as mountinfo lists it, and its
+    /// path) in the pool's holder lock: once that mount is gone, a new mount of the pool
+    /// waits for this process to close it instead of refusing (pool_lock.rs).
+    pub fn record_mount(&self, dev: &str, mountpoint: &Path) {
+        if let Some(l) = &*self.holder.lock() {
+            l.record_mount(dev, mountpoint);
+        }
+    }
+
+    fn start((inner, holder): (Arc<Inner>, pool_lock::PoolLock)) -> Result<Arc<Engine>> {
         let driver = if inner.read_only {
             None
         } else {
@@ -144,7 +159,11 @@ impl Engine {
                     .map_err(EngineError::Spawn)?,
             )
         };
-        Ok(Arc::new(Engine { inner: std::mem::ManuallyDrop::new(inner), driver: Mutex::new(driver) }))
+        Ok(Arc::new(Engine {
+            inner: std::mem::ManuallyDrop::new(inner),
+            driver: Mutex::new(driver),
+            holder: Mutex::new(Some(holder)),
+        }))
     }
 
     /// Stop changing the pool after a failure whose effect on the engine's state is unknown
@@ -171,6 +190,8 @@ impl Engine {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // from here the pool is CLOSING: a mount of it waits for the store instead of refusing
+        drop(self.holder.lock().take());
         let mut r = Ok(());
         if let Some(h) = self.driver.lock().take() {
             self.inner.txg.shutdown();

@@ -11,6 +11,7 @@ use crate::options::{
     MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, MAX_RECORDSIZE, META_FILE,
     MIN_RECORDSIZE,
 };
+use crate::pool_lock::{PoolLock, Refusal};
 use crate::space::{DevSlot, Space};
 use redb::ReadableTable;
 use squeezefs_device::{
@@ -191,13 +192,19 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
 
 /// Open the pool in `pool`: its metadata store and superblock (`open_store`), each device
 /// with its header and free-space map (`open_device`), the inode counter; then the engine's
-/// shared state. `injected` devices (tests) stand in for the recorded device files.
-pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<Arc<Inner>> {
+/// shared state, and the lock that marks this process as the pool's holder (pool_lock.rs).
+/// `injected` devices (tests) stand in for the recorded device files.
+pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<(Arc<Inner>, PoolLock)> {
     let meta = pool.join(META_FILE);
     if !meta.exists() {
         return Err(PoolError::NotAPool { path: pool.to_path_buf() }.into());
     }
-    let (db, sb, read_only) = open_store(pool, &meta, opts.read_only)?;
+    let lock = PoolLock::acquire(pool, opts.read_only).map_err(|r| match r {
+        Refusal::InUse(holder) => PoolError::InUse { pool: pool.to_path_buf(), holder },
+        Refusal::Closing(holder) => PoolError::Closing { pool: pool.to_path_buf(), holder },
+    })?;
+    let (db, sb, read_only) = open_store(pool, &meta, opts.read_only, &lock)?;
+    lock.claim();
     // pools made before PACKED_BYTES keep packing at the sector: their free map and extent
     // footprints are in whole sectors
     let granule = if sb.features.incompat & Features::INCOMPAT_PACKED_BYTES != 0 { 1 } else { u64::from(sb.sector) };
@@ -243,14 +250,18 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     inner.ns.set_committed_inodes(inode_rows, next_ino);
     inner.space.refresh_host(&inner.meta_space);
     inner.refresh_early_room(false);
-    Ok(inner)
+    Ok((inner, lock))
 }
 
 /// The metadata store and its checked superblock; read-only when asked, or when the pool
 /// uses read-only-compatible features this build does not know.
-fn open_store(pool: &Path, meta: &Path, read_only: bool) -> Result<(MetaDb, Superblock, bool)> {
+fn open_store(pool: &Path, meta: &Path, read_only: bool, lock: &PoolLock) -> Result<(MetaDb, Superblock, bool)> {
     let open_db = |read_only: bool| {
         MetaDb::open(meta, read_only).map_err(|e| match e {
+            // holding the holder lock, a store still open is its previous holder's, closing
+            redb::DatabaseError::DatabaseAlreadyOpen if lock.is_held() => {
+                PoolError::Closing { pool: pool.to_path_buf(), holder: lock.previous_holder() }
+            }
             redb::DatabaseError::DatabaseAlreadyOpen => PoolError::AlreadyOpen { path: pool.to_path_buf() },
             source => PoolError::OpenStore { path: meta.to_path_buf(), source },
         })
