@@ -324,7 +324,8 @@ fn draw(ds: &str, cells: &BTreeMap<CellKey, Cell>, order: &[String], path: &Path
                 if pts.is_empty() {
                     continue;
                 }
-                let (colour, width) = if is_auto(s) { (RGBColor(220, 30, 30), 3) } else { (COLOURS[i % COLOURS.len()], 1) };
+                let (colour, width) =
+                    if is_auto(s) { (RGBColor(220, 30, 30), 3) } else { (COLOURS[i % COLOURS.len()], 1) };
                 chart
                     .draw_series(LineSeries::new(pts.clone(), colour.stroke_width(width)))
                     .map_err(err)?
@@ -401,7 +402,9 @@ mod tests {
         assert_eq!(r.dataset, "medium+cpu-hog");
         assert_eq!((r.cores, r.limit, r.spec.as_str()), (1, None, "auto"));
         assert_eq!((r.mb_s, r.ratio, r.load1), (200.0, 3.0, 3.5));
-        let e = parse_run(r#"{"dataset":"x","cores":1,"spec":"none","bytes":1,"seconds":0,"disk_bytes":1,"uncompressed_bytes":1}"#);
+        let e = parse_run(
+            r#"{"dataset":"x","cores":1,"spec":"none","bytes":1,"seconds":0,"disk_bytes":1,"uncompressed_bytes":1}"#,
+        );
         assert!(format!("{:#}", e.unwrap_err()).contains("seconds must be positive"));
     }
 

@@ -223,7 +223,7 @@ impl Reason {
             Reason::Incompressible,
         ]
         .into_iter()
-            .find(|r| r.name() == s)
+        .find(|r| r.name() == s)
     }
 }
 

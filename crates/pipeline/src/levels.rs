@@ -44,8 +44,8 @@ use squeezefs_codec::heuristic::{self, Verdict};
 use squeezefs_codec::{Algorithm, Codec, Spec};
 use squeezefs_control::cpu::process_cpu_ns;
 use squeezefs_control::{
-    AutoController, AutoInputs, CpuMeter, CpuSource, DeviceView, OverheadMeter, ProcStat, Reason, Sample,
-    TraceRow, TraceWriter, Tunables,
+    AutoController, AutoInputs, CpuMeter, CpuSource, DeviceView, OverheadMeter, ProcStat, Reason, Sample, TraceRow,
+    TraceWriter, Tunables,
 };
 use squeezefs_device::DeviceStats;
 use squeezefs_meta::Ino;
@@ -155,10 +155,10 @@ impl Levels {
         trace: Option<TraceWriter<std::fs::File>>,
     ) -> Levels {
         let src = ProcStat::new().map_err(|e| log::warn!("auto: the CPU meter is off ({e})")).ok();
-        let cpus = src.as_ref().map_or_else(
-            || std::thread::available_parallelism().map_or(1, |n| n.get()),
-            |s| s.cpus().len().max(1),
-        ) as f64;
+        let cpus = src
+            .as_ref()
+            .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |s| s.cpus().len().max(1))
+            as f64;
         Levels {
             start: Instant::now(),
             workers: workers.max(1),
@@ -168,10 +168,7 @@ impl Levels {
             tunables: Tunables::default(),
             meters: Meters {
                 next_ns: AtomicU64::new(0),
-                state: Mutex::new(
-                    Rank::Leaf,
-                    MeterState { src, cpu: CpuMeter::new(), overhead: OverheadMeter::new() },
-                ),
+                state: Mutex::new(Rank::Leaf, MeterState { src, cpu: CpuMeter::new(), overhead: OverheadMeter::new() }),
                 cores: AtomicU64::new(0),
                 overhead: AtomicU64::new(0),
                 cpus,
@@ -195,7 +192,8 @@ impl Levels {
     /// The codec for `rec` under `policy` (see the block comment).
     pub fn choose(&self, policy: Policy, rec: &RecordInfo) -> Choice {
         let at_secs = self.now_secs();
-        let plain = |codec: Codec, reason: Reason| Choice { codec, reason, queue_delay_secs: None, at_secs, auto: None };
+        let plain =
+            |codec: Codec, reason: Reason| Choice { codec, reason, queue_delay_secs: None, at_secs, auto: None };
         let fixed = match policy.spec {
             Spec::Off => return plain(Codec::NONE, Reason::Fixed),
             Spec::Fixed(c) if c.alg == Algorithm::None => return plain(Codec::NONE, Reason::Fixed),

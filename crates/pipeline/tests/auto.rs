@@ -49,12 +49,8 @@ fn logs(seed: u64, n: usize) -> Vec<u8> {
 
 fn open(pool: &Path, spec: &str, trace: &Path) -> std::sync::Arc<Engine> {
     Engine::mkfs(pool, &MkfsOptions::default()).unwrap();
-    let opts = OpenOptions {
-        compression: spec.parse().unwrap(),
-        workers: 2,
-        trace: Some(trace.to_path_buf()),
-        ..fast_opts()
-    };
+    let opts =
+        OpenOptions { compression: spec.parse().unwrap(), workers: 2, trace: Some(trace.to_path_buf()), ..fast_opts() };
     Engine::open(pool, &opts).unwrap()
 }
 
