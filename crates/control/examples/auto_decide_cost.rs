@@ -68,11 +68,30 @@ fn main() {
         })
         .map(|h| h.join().unwrap())
         .collect();
+    // decide alone (no measurement in between: the ladder is not rebuilt)
+    let dev = [DeviceView { queued_bytes: 8 << 20, throughput_bps: 100e6, free_bytes: u64::MAX }];
+    let t = Instant::now();
+    {
+        let mut c = ctl.lock().unwrap();
+        for i in 0..records {
+            let inp = AutoInputs {
+                now_secs: 5000.0 + i as f64 * 1e-3,
+                record_bytes: RECORD,
+                devices: &dev,
+                cores: 2.0,
+                workers: 2,
+                overhead_ns_per_byte: 1.0,
+                backlog: true,
+            };
+            std::hint::black_box(c.decide(&inp));
+        }
+    }
+    let decide_only = t.elapsed().as_nanos() as f64 / records as f64;
     let ladder: Vec<String> = ctl.lock().unwrap().ladder().iter().map(|(c, _, _)| c.to_string()).collect();
     let lz4 = RECORD as f64 * figures(Codec { alg: Algorithm::Lz4, level: 1 }).0;
     let zstd1 = RECORD as f64 * figures(Codec { alg: Algorithm::Zstd, level: 1 }).0;
     println!("ladder: {}", ladder.join(" < "));
-    println!("one thread:  {one:>7.0} ns per record (decide + observe)");
+    println!("one thread:  {one:>7.0} ns per record (decide + observe); decide alone {decide_only:.0} ns");
     println!("two threads: {:>7.0} / {:>7.0} ns per record each, sharing one mutex", two[0], two[1]);
     println!(
         "against the codec time of a 128 KiB record (nominal): lz4 {:.0} µs ({:.2}%), zstd:1 {:.0} µs ({:.2}%)",

@@ -278,6 +278,8 @@ pub struct AutoController {
     tun: Tunables,
     cands: Vec<Codec>,
     nominal: Vec<Point>,
+    /// ln of each candidate's nominal cost (estimates look for the nominally nearest rung)
+    nominal_ln_cost: Vec<f64>,
     meters: Vec<LevelMeter>,
     /// epoch in which each candidate was last measured (None: never)
     measured_epoch: Vec<Option<u32>>,
@@ -288,6 +290,11 @@ pub struct AutoController {
     epoch: u32,
     bytes: u64,
     ladder: Vec<Rung>,
+    /// the ladder's points, their costs and the indices of their lower hull (kept with it by
+    /// `rebuild`: `decide` needs them for every record)
+    ladder_pts: Vec<Point>,
+    ladder_costs: Vec<f64>,
+    ladder_hull: Vec<usize>,
     /// every candidate's point (measured or estimated) that saves enough, hull or not
     singles: Vec<(RungId, Point)>,
     dirty: bool,
@@ -320,6 +327,7 @@ impl AutoController {
     pub fn new(min: Codec, max: Codec, tun: Tunables) -> AutoController {
         let cands = candidates(min, max);
         let nominal: Vec<Point> = cands.iter().map(|c| Point::nominal(*c)).collect();
+        let nominal_ln_cost: Vec<f64> = nominal.iter().map(|p| p.cost.ln()).collect();
         let start_cost = Point::nominal(START).cost.ln();
         let probe = (0..cands.len())
             .min_by(|&a, &b| {
@@ -331,6 +339,7 @@ impl AutoController {
             tun,
             cands,
             nominal,
+            nominal_ln_cost,
             meters: vec![LevelMeter::new(); n],
             measured_epoch: vec![None; n],
             measured_at: vec![0; n],
@@ -338,6 +347,9 @@ impl AutoController {
             epoch: 0,
             bytes: 0,
             ladder: Vec::new(),
+            ladder_pts: Vec::new(),
+            ladder_costs: Vec::new(),
+            ladder_hull: Vec::new(),
             singles: Vec::new(),
             dirty: true,
             lo: (n > 0).then_some(probe),
@@ -407,11 +419,15 @@ impl AutoController {
     /// the fresh rung nominally nearest to it (cost by the measured/nominal cost ratio, the
     /// saving 1/s − 1 by the measured/nominal saving ratio).
     fn estimate(&self, i: usize) -> Point {
+        let fresh: Vec<usize> = (0..self.cands.len()).filter(|&j| self.fresh(j)).collect();
+        self.estimate_among(i, &fresh)
+    }
+
+    /// [`Self::estimate`] given the fresh candidates (`rebuild` lists them once for all).
+    fn estimate_among(&self, i: usize, fresh: &[usize]) -> Point {
         let nom = self.nominal[i];
-        let near = (0..self.cands.len()).filter(|&j| self.fresh(j)).min_by(|&a, &b| {
-            let d = |j: usize| (self.nominal[j].cost.ln() - nom.cost.ln()).abs();
-            d(a).total_cmp(&d(b))
-        });
+        let d = |j: usize| (self.nominal_ln_cost[j] - self.nominal_ln_cost[i]).abs();
+        let near = fresh.iter().copied().min_by(|&a, &b| d(a).total_cmp(&d(b)));
         let Some(j) = near else { return nom };
         let m = self.measured_point(j);
         let nj = self.nominal[j];
@@ -430,14 +446,16 @@ impl AutoController {
 
     fn rebuild(&mut self) {
         let limit = 1.0 - self.tun.min_gain;
+        // every candidate's point once: measured if fresh, else estimated from the fresh ones
+        let n = self.cands.len();
+        let is_fresh: Vec<bool> = (0..n).map(|i| self.fresh(i)).collect();
+        let fresh: Vec<usize> = (0..n).filter(|&i| is_fresh[i]).collect();
+        let confident: Vec<bool> = (0..n).map(|i| is_fresh[i] && self.confident(i)).collect();
+        let points: Vec<Point> =
+            (0..n).map(|i| if is_fresh[i] { self.measured_point(i) } else { self.estimate_among(i, &fresh) }).collect();
         // confident rungs: the hull of raw and their points that save enough
         let mut pts = vec![(None, Point::RAW)];
-        pts.extend(
-            (0..self.cands.len())
-                .filter(|&i| self.confident(i))
-                .map(|i| (Some(i), self.measured_point(i)))
-                .filter(|(_, p)| p.stored <= limit),
-        );
+        pts.extend((0..n).filter(|&i| confident[i]).map(|i| (Some(i), points[i])).filter(|(_, p)| p.stored <= limit));
         let just: Vec<Point> = pts.iter().map(|p| p.1).collect();
         let mut ladder: Vec<Rung> = lower_hull(&just)
             .into_iter()
@@ -445,20 +463,18 @@ impl AutoController {
             .collect();
         // the others wherever they fall: tentative ones (too few records) by their measurement,
         // unmeasured and stale ones by estimate; both are explored before the position uses them
-        for i in (0..self.cands.len()).filter(|&i| !self.confident(i)) {
-            let fresh = self.fresh(i);
-            let pt = if fresh { self.measured_point(i) } else { self.estimate(i) };
-            if pt.stored <= limit {
-                ladder.push(Rung { id: Some(i), pt, measured: fresh, confident: false });
+        for i in (0..n).filter(|&i| !confident[i]) {
+            if points[i].stored <= limit {
+                ladder.push(Rung { id: Some(i), pt: points[i], measured: is_fresh[i], confident: false });
             }
         }
         ladder.sort_by(|a, b| a.pt.cost.total_cmp(&b.pt.cost).then(b.confident.cmp(&a.confident)));
+        self.ladder_pts = ladder.iter().map(|r| r.pt).collect();
+        self.ladder_costs = self.ladder_pts.iter().map(|p| p.cost).collect();
+        self.ladder_hull = lower_hull(&self.ladder_pts);
         self.ladder = ladder;
         // every candidate as a single level, hull or not
-        self.singles = (0..self.cands.len())
-            .map(|i| (Some(i), if self.fresh(i) { self.measured_point(i) } else { self.estimate(i) }))
-            .filter(|(_, p)| p.stored <= limit)
-            .collect();
+        self.singles = (0..n).map(|i| (Some(i), points[i])).filter(|(_, p)| p.stored <= limit).collect();
         self.dirty = false;
     }
 
@@ -474,13 +490,12 @@ impl AutoController {
     /// The model's target on the ladder, or None without a device measurement.
     fn target(&self, n: f64, o: f64, dev_bps: Option<f64>) -> Option<Target> {
         let d = dev_bps.filter(|d| *d > 0.0 && d.is_finite())?;
-        let pts: Vec<Point> = self.ladder.iter().map(|r| r.pt).collect();
-        let costs: Vec<f64> = pts.iter().map(|p| p.cost).collect();
+        let (pts, costs) = (&self.ladder_pts, &self.ladder_costs);
         if n.is_nan() || n <= 0.0 {
             return Some(Target { k: 0, f: 0.0, cpu_bound: false, relevant: vec![] });
         }
         // the crossing on the hull of the whole ladder (estimates included)
-        let hull = lower_hull(&pts);
+        let hull = &self.ladder_hull;
         let ne = n * self.gain * 1e9; // input bytes per second per (ns/B)
         let surplus = |p: Point| ne * p.stored - d * (o + p.cost);
         let last = *hull.last().expect("raw is on every hull");
