@@ -99,8 +99,13 @@
 //!                               short of queue costs ratio (faster levels) while a long queue
 //!                               costs nothing but memory
 //!   min_gain 0.03               3% smaller than raw, or the rung is not worth CPU
-//!   confident_bytes 1 MiB       8 records of 128 KiB: measurement noise of a near-hull rung
-//!                               stays below its distance to the hull line
+//!   confident_bytes 256 KiB     2 records of 128 KiB. Real data changes every few MiB (the
+//!                               corpus alternates text, binaries, a database, XML): each
+//!                               change marks the rungs stale and the relevant ones are
+//!                               explored again, so with 8 records per rung a third to a half
+//!                               of all records were explorations (bench/auto-eval.sh traces,
+//!                               docs/benchmarks.md); 2 records still keep the simulation's
+//!                               noise (±15% cost, ±8% ratio) from reordering the hull
 //!   probe_bytes 64 MiB          ≤ 0.2% of the records probed on incompressible data
 //!   stale_bytes 1 GiB           rungs not used for that long are measured again before use
 //!   explore_timeout 1 s         an exploration whose result never came back is given up
@@ -152,7 +157,7 @@ impl Default for Tunables {
             gain_min: 0.25,
             gain_max: 4.0,
             min_gain: 0.03,
-            confident_bytes: 1 << 20,
+            confident_bytes: 256 << 10,
             probe_bytes: 64 << 20,
             stale_bytes: 1 << 30,
             explore_timeout_secs: 1.0,
