@@ -488,7 +488,7 @@ fn errno_parity_with_ext4() {
     let mut mismatches = Vec::new();
     // both request transports decode arguments and encode replies their own way
     for transport in ["uring=off", ""] {
-        let m = Mounted::new(transport);
+        let m = Mounted::new_as_given(transport);
         assert_transport(&m, transport);
         let host = tempfile::Builder::new().prefix("sqzref").tempdir_in("/tmp").unwrap();
         chmod(host.path(), 0o755);
@@ -772,7 +772,7 @@ fn fsync_is_durable_even_if_the_daemon_is_killed() {
     }
     // over io_uring, fsync runs on a helper thread and its reply goes back through the ring
     for transport in ["uring=off", ""] {
-        let mut m = Mounted::new(&format!("compress=zstd,{transport}"));
+        let mut m = Mounted::new_as_given(&format!("compress=zstd,{transport}"));
         assert_transport(&m, transport);
         let mut f = std::fs::File::create(m.path("durable")).unwrap();
         f.write_all(&vec![42u8; 1 << 20]).unwrap();
@@ -1126,7 +1126,7 @@ fn uring_and_dev_fuse_transports_serve_the_same_filesystem() {
     }
     let mut seen = Vec::new();
     for transport in ["uring=off", ""] {
-        let mut m = Mounted::new(&format!("compress=zstd:1,{transport}"));
+        let mut m = Mounted::new_as_given(&format!("compress=zstd:1,{transport}"));
         assert_transport(&m, transport);
         let r = m.path("t");
         std::fs::create_dir(&r).unwrap();
