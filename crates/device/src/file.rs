@@ -107,15 +107,11 @@ impl FileDevice {
         } else if ft.is_file() {
             (opts.capacity, false, meta.len())
         } else {
-            return Err(DeviceError::Other(format!(
-                "{name} is neither a regular file nor a block device; a device must be one of those"
-            )));
+            return Err(DeviceError::NotFileOrBlockDevice { path: name });
         };
         if let Some(cap) = capacity {
             if !block_device && len > cap {
-                return Err(DeviceError::Other(format!(
-                    "{name} holds {len} bytes, more than its fixed capacity of {cap} bytes"
-                )));
+                return Err(DeviceError::LargerThanCapacity { path: name, len, capacity: cap });
             }
         }
         Ok(Self {

@@ -35,8 +35,10 @@ pub enum DeviceError {
     },
     #[error("device {path} is full: {capacity} bytes")]
     Full { path: String, capacity: u64 },
-    #[error("{0}")]
-    Other(String),
+    #[error("{path} is neither a regular file nor a block device; a device must be one of those")]
+    NotFileOrBlockDevice { path: String },
+    #[error("{path} holds {len} bytes, more than its fixed capacity of {capacity} bytes")]
+    LargerThanCapacity { path: String, len: u64, capacity: u64 },
     #[error("read of {len} bytes at offset {offset} is past the end of {path} ({device_len} bytes)")]
     OutOfRange { path: String, offset: u64, len: u64, device_len: u64 },
 }

@@ -530,7 +530,7 @@ mod tests {
         assert_eq!(MountConfig::parse("remount,user_id"), Err(MountOptionError::MissingValue("user_id".into())));
     }
 
-    /// Found in review: `nodiratime` and `diratime` are separate mount flags;
+    /// `nodiratime` and `diratime` are separate mount flags;
     /// they never switch `noatime` off (checked: `mount -t tmpfs -o noatime,nodiratime`
     /// shows `noatime,nodiratime`, `-o noatime,diratime` shows `noatime`). The parser lets
     /// the last atime-ish word decide, so the common fstab `noatime,nodiratime` mounts with
@@ -545,7 +545,7 @@ mod tests {
         assert_eq!(c.per_mount_flags(&live), None, "remount,nodiratime must not clear noatime");
     }
 
-    /// Found in review: `nodiratime` was accepted and had no effect.
+    /// `nodiratime` was accepted and had no effect.
     #[test]
     fn nodiratime_reaches_the_config() {
         assert!(MountConfig::parse("relatime,nodiratime").unwrap().nodiratime);
