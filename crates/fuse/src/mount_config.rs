@@ -392,13 +392,14 @@ impl MountConfig {
         if !dir.is_dir() {
             return Err(bad(format!("{} is not a directory", dir.display())));
         }
-        if dir.starts_with(mountpoint) {
+        let path = dir.join(name);
+        // the mount point itself counts as on the mount: once mounted it is the mount's root
+        if path.starts_with(mountpoint) {
             return Err(bad(format!(
                 "the trace file must not be on the mount itself ({}); put it outside, e.g. in /var/tmp",
                 mountpoint.display()
             )));
         }
-        let path = dir.join(name);
         if path.is_dir() {
             return Err(bad(format!("{} is a directory", path.display())));
         }
