@@ -526,7 +526,7 @@ impl AutoController {
         let w = |p: Point| (ne / (o + p.cost).max(1e-9)).min(d / p.stored);
         let best = self.singles.iter().copied().fold((None, Point::RAW), |b, p| if w(p.1) > w(b.1) { p } else { b });
         let cpu_bound = best.1.cost > c_star;
-        let (k, f) = locate(&costs, if cpu_bound { best.1.cost } else { c_star });
+        let (k, f) = locate(costs, if cpu_bound { best.1.cost } else { c_star });
         if cpu_bound {
             relevant.extend(self.ladder.iter().position(|r| r.id == best.0));
         }
