@@ -15,7 +15,8 @@
 //! Writeback watcher (`Device::measure_drain`, which the engine's device queue calls): a
 //! thread per device file waits for each kicked range's writeback in turn
 //! (`SYNC_FILE_RANGE_WAIT_*`) and reports how long the device took for it — from the kick,
-//! or from the previous range's completion if later — to `DeviceStats::record_drain`. That is
+//! or from the previous range's completion if later — to `DeviceStats::record_drain`; a sync
+//! kicks the writes since the last kick first, so that they are timed too. That is
 //! the device's drain rate, where timing `write_at` measures the page cache. The kicked
 //! ranges whose writeback is not done form a window: past `WRITEBACK_WINDOW_BYTES` a write
 //! waits for the watcher, so a device slower than its writer holds up the writer (and the
@@ -249,25 +250,32 @@ impl FileDevice {
         self.len.fetch_max(end, Ordering::AcqRel);
         if self.power.is_none() {
             let kick = self.unkicked.lock().unwrap_or_else(|p| p.into_inner()).add(offset, end);
-            if let Some((off, len, bytes)) = kick {
-                use std::os::fd::AsRawFd;
-                // SAFETY: plain syscall on our own open descriptor; a failure only means
-                // the writeback starts at fdatasync, so the result is ignored.
-                unsafe {
-                    libc::sync_file_range(
-                        self.file.as_raw_fd(),
-                        off as libc::off64_t,
-                        len as libc::off64_t,
-                        libc::SYNC_FILE_RANGE_WRITE,
-                    );
-                }
+            if let Some(k) = kick {
+                self.kick(k);
                 if let Some(w) = self.watcher.get() {
-                    *w.window.lock() += len;
-                    if w.tx.send(((off, len, bytes), std::time::Instant::now())).is_err() {
-                        *w.window.lock() -= len;
-                    }
                     w.window.wait_room();
                 }
+            }
+        }
+    }
+
+    /// Start the writeback of a range, and have the watcher (if any) time it.
+    fn kick(&self, (off, len, bytes): Kick) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: plain syscall on our own open descriptor; a failure only means the
+        // writeback starts at fdatasync, so the result is ignored.
+        unsafe {
+            libc::sync_file_range(
+                self.file.as_raw_fd(),
+                off as libc::off64_t,
+                len as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+        if let Some(w) = self.watcher.get() {
+            *w.window.lock() += len;
+            if w.tx.send(((off, len, bytes), std::time::Instant::now())).is_err() {
+                *w.window.lock() -= len;
             }
         }
     }
@@ -400,6 +408,18 @@ impl Device for FileDevice {
     }
 
     fn sync(&self) -> Result<(), DeviceError> {
+        if self.watcher.get().is_some() {
+            // the writes since the last kick are timed too: a device that took less than a
+            // kick's worth between syncs (small txgs) is measured all the same
+            let tail = {
+                let mut u = self.unkicked.lock().unwrap_or_else(|p| p.into_inner());
+                let bytes = std::mem::take(&mut u.bytes);
+                (bytes > 0).then(|| (u.lo, u.hi - u.lo, bytes))
+            };
+            if let Some(k) = tail {
+                self.kick(k);
+            }
+        }
         match &self.power {
             Some(p) => p.sync(&self.file),
             None => self.file.sync_data(),
@@ -516,6 +536,17 @@ mod tests {
         }
         assert!(stats.throughput_bps() > 0.0, "no drain measured");
         assert_eq!(stats.snapshot().written_bytes, 0, "drain samples are not writes");
+        // less than a kick between syncs is measured too: the sync kicks it
+        let small = FileDevice::create(&dir.path().join("s"), None).unwrap();
+        let s2 = Arc::new(DeviceStats::new());
+        assert!(small.measure_drain(s2.clone()));
+        small.write_at(&chunk[..100 << 10], 0).unwrap();
+        small.sync().unwrap();
+        let t0 = std::time::Instant::now();
+        while s2.throughput_bps() <= 0.0 {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(30), "a synced tail was never measured");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         // the watcher ends with the device
         let w = dev.watcher.get().unwrap().window.clone();
         drop(dev);

@@ -81,7 +81,19 @@ fn auto_levels_come_from_the_ladder_and_incompressible_records_cost_no_cpu() {
     let rand = create(&e, "random");
     let text_data = logs(7, 24 * MIB);
     let rand_data = noise(3, 8 * MIB);
-    write_all(&e, text, &text_data);
+    // the first half, then until the device's drain rate is measured (the controller holds
+    // its starting level before), then the rest
+    let half = text_data.len() / 2;
+    write_all(&e, text, &text_data[..half]);
+    e.sync().unwrap();
+    let t0 = std::time::Instant::now();
+    while e.device_stats()[0].stats.throughput_bps <= 0.0 {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(30), "the device's drain rate never came");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    for (i, chunk) in text_data[half..].chunks(MIB).enumerate() {
+        e.write(text, (half + i * MIB) as u64, chunk).unwrap();
+    }
     write_all(&e, rand, &rand_data);
     e.sync().unwrap();
     assert_eq!(read_all(&e, text), text_data);
@@ -122,8 +134,11 @@ fn auto_levels_come_from_the_ladder_and_incompressible_records_cost_no_cpu() {
         assert_eq!(r.cpu_ns == 0, r.codec == Codec::NONE, "CPU is measured exactly when a codec ran: {r:?}");
         assert!(r.stored_bytes <= r.input_bytes);
     }
-    // before any device write was measured the controller holds its starting level; after,
-    // its model (or the guard on the queue) chooses, seeing the expected queue delay
+    // before any device write was measured the controller holds its starting level; once
+    // the device's drain rate is known (the second half), its model (or the guard on the
+    // queue) chooses, seeing the expected queue delay
+    let held = of(text).filter(|r| r.reason == Reason::Hold).count() as u64;
+    assert!(held <= records(half), "{held} records held after the device was measured");
     assert!(of(text).any(|r| matches!(r.reason, Reason::Model | Reason::Guard)), "no choice by the model");
     assert!(of(text).any(|r| r.queue_delay_secs.is_some()), "no queue delay seen");
     // incompressible records: raw at once, no codec run, no controller asked
