@@ -104,6 +104,7 @@ fn reason_style(r: Reason) -> (RGBColor, &'static str) {
         Reason::Probe => (RGBColor(150, 60, 170), "probe"),
         Reason::Hold => (RGBColor(120, 120, 120), "hold (nothing measured)"),
         Reason::Fixed => (RGBColor(40, 150, 70), "fixed level"),
+        Reason::Incompressible => (RGBColor(90, 60, 30), "raw (heuristic: incompressible)"),
     }
 }
 
@@ -204,7 +205,15 @@ fn draw(trace: &Trace, title: &str, path: &Path, size: (u32, u32)) -> Result<()>
             .disable_y_mesh()
             .draw()
             .map_err(err)?;
-        for reason in [Reason::Fixed, Reason::Hold, Reason::Model, Reason::Guard, Reason::Probe, Reason::Explore] {
+        for reason in [
+            Reason::Fixed,
+            Reason::Incompressible,
+            Reason::Hold,
+            Reason::Model,
+            Reason::Guard,
+            Reason::Probe,
+            Reason::Explore,
+        ] {
             let pts: Vec<(f64, f64)> = rows
                 .iter()
                 .filter(|r| r.reason == reason)

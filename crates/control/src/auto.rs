@@ -194,6 +194,9 @@ pub enum Reason {
     Hold,
     /// not chosen by auto (a fixed policy, in a trace)
     Fixed,
+    /// stored raw without compressing: the compressibility heuristic found nothing to gain
+    /// (chosen by the compress stage before any policy is asked)
+    Incompressible,
 }
 
 impl Reason {
@@ -205,13 +208,22 @@ impl Reason {
             Reason::Probe => "probe",
             Reason::Hold => "hold",
             Reason::Fixed => "fixed",
+            Reason::Incompressible => "incompressible",
         }
     }
 
     pub fn from_name(s: &str) -> Option<Reason> {
-        [Reason::Model, Reason::Guard, Reason::Explore, Reason::Probe, Reason::Hold, Reason::Fixed]
-            .into_iter()
-            .find(|r| r.name() == s)
+        [
+            Reason::Model,
+            Reason::Guard,
+            Reason::Explore,
+            Reason::Probe,
+            Reason::Hold,
+            Reason::Fixed,
+            Reason::Incompressible,
+        ]
+        .into_iter()
+        .find(|r| r.name() == s)
     }
 }
 

@@ -77,6 +77,13 @@ pub trait Device: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Measure the rate at which the device itself takes data — not the speed of handing
+    /// writes to a cache in front of it — into `stats` (`DeviceStats::record_drain`), from
+    /// now on; whether this device does. The default does not, and the caller's timing of
+    /// each write stays the measurement. [`FileDevice`] does (its writeback watcher).
+    fn measure_drain(&self, _stats: std::sync::Arc<DeviceStats>) -> bool {
+        false
+    }
 }
 
 /// Shared devices: the engine holds `Arc<dyn Device>`, tests keep a clone of an
@@ -106,6 +113,9 @@ impl<T: Device + ?Sized> Device for std::sync::Arc<T> {
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         (**self).discard(offset, len)
     }
+    fn measure_drain(&self, stats: std::sync::Arc<DeviceStats>) -> bool {
+        (**self).measure_drain(stats)
+    }
 }
 
 impl<T: Device + ?Sized> Device for Box<T> {
@@ -132,6 +142,9 @@ impl<T: Device + ?Sized> Device for Box<T> {
     }
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         (**self).discard(offset, len)
+    }
+    fn measure_drain(&self, stats: std::sync::Arc<DeviceStats>) -> bool {
+        (**self).measure_drain(stats)
     }
 }
 

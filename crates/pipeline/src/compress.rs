@@ -3,11 +3,12 @@
 //! worker ([`CompressQueue`]). Who creates slots and runs the queue is early.rs (records
 //! filled in the open txg, and caller-runs) and sync.rs (the records of the syncing txg).
 //!
-//! Per-record decision: every record is compressed by [`Codecs::compress`], given the
-//! policy of the file it belongs to (`Policy`: fixed, or adaptive) and what is known of the
-//! file so far (its streak). `policy::compress_record` makes the choice (codec, heuristic)
-//! and returns, with the result, the CPU time the codec took (`Workspaces::compress_measured`)
-//! — the measurement an adaptive controller is fed per record.
+//! Per-record decision: every record is compressed by [`Compression::compress`], given the
+//! file it belongs to, its policy (`Policy`: fixed, or adaptive) and what is known of the
+//! file so far (its streak): a zero test (a hole), then levels.rs `Levels::choose` (the
+//! decision point: heuristic, fixed codec, or the auto controller), the codec run by
+//! `policy::compress_with` (which measures the codec's CPU time), and `Levels::finish` (the
+//! controller fed the measurement, the trace row written).
 //!
 //! A `Slot` is one attempt to compress one record's exact bytes. States:
 //!   QUEUED   a queue entry for the slot waits; the slot holds the job (a shared handle on
@@ -49,26 +50,62 @@
 //! it; its bytes count in the `backlog` until a worker runs it.
 
 use crate::accounting::{Accounting, Charge, Counter};
+use crate::levels::{Levels, Outcome, RecordInfo};
 use crate::locks::{Mutex, Rank, RwLock};
 use crate::outbuf::OutPool;
-use crate::policy::{compress_record, Compressed, Policy, TRUST_AFTER};
+use crate::policy::{compress_with, raw_of, Compressed, Policy, TRUST_AFTER};
 use crossbeam_channel::Sender;
+use squeezefs_codec::heuristic::is_zeros;
 use squeezefs_codec::{Codec, WorkspaceConfig, Workspaces};
+use squeezefs_meta::Ino;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// The compress stage's state: the pool's compression policy (a file's own, when it has
-/// one, travels with its dirty data), the codecs, the queue of work.
+/// one, travels with its dirty data), the level decisions, the codecs, the queue of work.
 pub struct Compression<H> {
     policy: RwLock<Policy>,
+    pub levels: Levels,
     pub codecs: Codecs,
     pub queue: CompressQueue<H>,
 }
 
 impl<H> Compression<H> {
-    pub fn new(policy: Policy, codecs: Codecs) -> Compression<H> {
-        Compression { policy: RwLock::new(Rank::Leaf, policy), codecs, queue: CompressQueue::default() }
+    pub fn new(policy: Policy, levels: Levels, codecs: Codecs) -> Compression<H> {
+        Compression { policy: RwLock::new(Rank::Leaf, policy), levels, codecs, queue: CompressQueue::default() }
+    }
+
+    /// Compress one record of file `ino` whose `streak` records in a row compressed: the
+    /// one place a record's codec is decided and its compression measured (block comment).
+    /// `backlog`: more records wait for compression behind this one.
+    pub fn compress(&self, ino: Ino, data: &[u8], policy: Policy, streak: &AtomicU32, backlog: bool) -> Compressed {
+        if is_zeros(data) {
+            return Compressed::Zeros;
+        }
+        let trusted = policy.force || streak.load(Ordering::Relaxed) >= TRUST_AFTER;
+        let rec = RecordInfo { ino, data, trusted, backlog };
+        let choice = self.levels.choose(policy, &rec);
+        let (c, cpu_ns) = if choice.codec == Codec::NONE {
+            (raw_of(data), 0)
+        } else {
+            let (c, cpu_ns) = self.codecs.compress_with(data, choice.codec);
+            // the file's streak follows what its records do when compressed; a record stored
+            // raw by decision (auto's, the heuristic's) says nothing about that
+            match &c {
+                Compressed::Packed { .. } => {
+                    streak.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => streak.store(0, Ordering::Relaxed),
+            }
+            (c, cpu_ns)
+        };
+        let stored_bytes = match &c {
+            Compressed::Packed { bytes, .. } => bytes.len() as u64,
+            _ => data.len() as u64,
+        };
+        self.levels.finish(&rec, &choice, Outcome { stored_bytes, cpu_ns });
+        c
     }
 
     /// The mount-wide policy (files without their own).
@@ -113,19 +150,10 @@ impl Codecs {
         self.ws.get().map(Workspaces::stats).unwrap_or_default()
     }
 
-    /// Compress one record of a file whose `streak` records in a row compressed: the one
-    /// place a record's codec is decided and its compression measured (block comment).
-    pub fn compress(&self, data: &[u8], policy: Policy, streak: &AtomicU32) -> Compressed {
-        let trust = streak.load(Ordering::Relaxed) >= TRUST_AFTER;
-        let (c, _cost) = compress_record(data, policy, self.sector, trust, || self.workspaces(), &self.outs);
-        match &c {
-            Compressed::Packed { .. } => {
-                streak.fetch_add(1, Ordering::Relaxed);
-            }
-            Compressed::Raw { .. } => streak.store(0, Ordering::Relaxed),
-            Compressed::Zeros => {}
-        }
-        c
+    /// Compress `data` with `codec` (policy.rs `compress_with`): the result and the codec's
+    /// CPU nanoseconds.
+    pub fn compress_with(&self, data: &[u8], codec: Codec) -> (Compressed, u64) {
+        compress_with(data, codec, self.sector, || self.workspaces(), &self.outs)
     }
 }
 
@@ -167,6 +195,8 @@ pub struct Slot {
     st: Mutex<SlotState>,
     /// the policy the job compresses with: that of the write that filled the record
     pub policy: Policy,
+    /// the file the record belongs to
+    pub ino: Ino,
     acct: Arc<Accounting>,
 }
 
@@ -216,7 +246,13 @@ fn charge_of(c: &Compressed) -> u64 {
 
 impl Slot {
     /// A QUEUED slot compressing `buf`.
-    pub fn new(buf: Arc<Vec<u8>>, policy: Policy, streak: Arc<AtomicU32>, acct: &Arc<Accounting>) -> Arc<Slot> {
+    pub fn new(
+        buf: Arc<Vec<u8>>,
+        policy: Policy,
+        ino: Ino,
+        streak: Arc<AtomicU32>,
+        acct: &Arc<Accounting>,
+    ) -> Arc<Slot> {
         Arc::new(Slot {
             st: Mutex::new(
                 Rank::Slot,
@@ -229,13 +265,14 @@ impl Slot {
                 },
             ),
             policy,
+            ino,
             acct: acct.clone(),
         })
     }
 
     /// A slot DONE from the start (caller-runs computed `c` from the record's bytes, which
     /// `ready` already counts).
-    pub fn finished(c: Compressed, policy: Policy, ready: Charge, acct: &Arc<Accounting>) -> Arc<Slot> {
+    pub fn finished(c: Compressed, policy: Policy, ino: Ino, ready: Charge, acct: &Arc<Accounting>) -> Arc<Slot> {
         let dirty = Some(acct.charge(Counter::Dirty, charge_of(&c)));
         Arc::new(Slot {
             st: Mutex::new(
@@ -243,6 +280,7 @@ impl Slot {
                 SlotState { state: State::Done(c), forward: None, dirty, ready: Some(ready), backlog: None },
             ),
             policy,
+            ino,
             acct: acct.clone(),
         })
     }
@@ -284,8 +322,9 @@ impl Slot {
     }
 
     /// Run the job if it is still queued (called by a worker): `compress` compresses the
-    /// record's bytes with the slot's policy, or returns `None` when it panicked.
-    pub fn run(&self, compress: impl FnOnce(&[u8], Policy, &AtomicU32) -> Option<Compressed>) -> Ran {
+    /// record's bytes (of file `ino`) with the slot's policy, or returns `None` when it
+    /// panicked.
+    pub fn run(&self, compress: impl FnOnce(Ino, &[u8], Policy, &AtomicU32) -> Option<Compressed>) -> Ran {
         let job = {
             let mut g = self.st.lock();
             match std::mem::replace(&mut g.state, State::Running) {
@@ -297,7 +336,7 @@ impl Slot {
             }
         };
         let len = job.buf.len() as u64;
-        let c = compress(&job.buf, self.policy, &job.streak);
+        let c = compress(self.ino, &job.buf, self.policy, &job.streak);
         let packed = matches!(c, Some(Compressed::Packed { .. }));
         // let go of the buffer before publishing: a writer or the buffer pool may then
         // own it alone again (no copy on write)
@@ -355,6 +394,8 @@ impl Slot {
 /// entry's record lives.
 pub struct CompressQueue<H> {
     q: Mutex<Lists<H>>,
+    /// entries queued (both lists), readable without the lock
+    len: AtomicUsize,
 }
 
 struct Lists<H> {
@@ -364,7 +405,10 @@ struct Lists<H> {
 
 impl<H> Default for CompressQueue<H> {
     fn default() -> Self {
-        CompressQueue { q: Mutex::new(Rank::Leaf, Lists { urgent: VecDeque::new(), background: VecDeque::new() }) }
+        CompressQueue {
+            q: Mutex::new(Rank::Leaf, Lists { urgent: VecDeque::new(), background: VecDeque::new() }),
+            len: AtomicUsize::new(0),
+        }
     }
 }
 
@@ -378,16 +422,33 @@ impl<H> CompressQueue<H> {
             }
         }
         self.q.lock().background.push_back((slot, home));
+        self.len.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Queue urgent entries (the sync stage's records), ahead of every background entry.
     pub fn push_urgent(&self, slots: impl IntoIterator<Item = Arc<Slot>>) {
-        self.q.lock().urgent.extend(slots);
+        let mut q = self.q.lock();
+        let was = q.urgent.len();
+        q.urgent.extend(slots);
+        self.len.fetch_add(q.urgent.len() - was, Ordering::Relaxed);
     }
 
     /// The next entry to run: urgent first; a background entry comes with its home.
     pub fn pop(&self) -> Option<(Arc<Slot>, Option<H>)> {
         let mut q = self.q.lock();
-        q.urgent.pop_front().map(|s| (s, None)).or_else(|| q.background.pop_front().map(|(s, h)| (s, Some(h))))
+        let e = q.urgent.pop_front().map(|s| (s, None)).or_else(|| q.background.pop_front().map(|(s, h)| (s, Some(h))));
+        if e.is_some() {
+            self.len.fetch_sub(1, Ordering::Relaxed);
+        }
+        e
+    }
+
+    /// Entries waiting (a snapshot: others may push or pop meanwhile).
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }

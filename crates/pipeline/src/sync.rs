@@ -265,6 +265,11 @@ impl<'a> TxgSync<'a> {
         // what was given up during this txg and has been written by now (the ranges whose
         // write is still in flight wait for the next txg)
         inner.early.reclaim(&inner.space, false);
+        if inner.acct.dirty() == 0 && inner.compress.queue.is_empty() {
+            // nothing compressed waits for a device: the level decisions' count of pending
+            // bytes starts again from here (levels.rs)
+            inner.compress.levels.rebase();
+        }
         Ok(())
     }
 
@@ -358,7 +363,11 @@ fn compress_records(
         }
         fresh += 1;
         let Some(buf) = rec.shared() else { unreachable!("packed records were sent above") };
-        new_slots.push(Slot::new(buf, policy, streaks[li].clone(), &inner.acct).forward_to(tx.clone(), li, idx));
+        new_slots.push(Slot::new(buf, policy, frozen[li].0, streaks[li].clone(), &inner.acct).forward_to(
+            tx.clone(),
+            li,
+            idx,
+        ));
     }
     early::queue_urgent_many(inner, new_slots);
     log::trace!("compress: {packed} records held packed, {reused} compressed early, {fresh} now");
