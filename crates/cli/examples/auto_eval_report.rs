@@ -1,6 +1,6 @@
 //! Tables and figures of `bench/auto-eval.sh`: reads its results (JSON lines, one per
 //! timed write) and prints, per data set, the matrix of throughput and ratio per spec and
-//! the verdict on `compress=auto` against the targets of DESIGN §5; with `--png-dir` it
+//! the verdict on `compress=auto` against its three targets (below); with `--png-dir` it
 //! draws one PNG per data set (throughput and ratio against the device limit, per spec).
 //!
 //! ```text
