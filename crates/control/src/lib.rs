@@ -10,6 +10,7 @@ mod device_choice;
 pub mod ewma;
 pub mod ladder;
 pub mod measure;
+pub mod qos;
 pub mod trace;
 
 pub use auto::{AutoController, AutoInputs, Decision, Reason, Sample, Tunables};
