@@ -734,12 +734,16 @@ impl AutoController {
     /// stream) with `overhead_ns_per_byte` of other pipeline CPU still meets `rate_bps`
     /// input bytes per second, on this controller's ladder (estimates included).
     pub fn mix_for_rate(&mut self, cores: f64, overhead_ns_per_byte: f64, rate_bps: f64) -> Mix {
+        strongest_for_rate(&self.rate_hull(), cores, overhead_ns_per_byte, rate_bps)
+    }
+
+    /// The lower convex hull of the current ladder (estimates included), raw first, by rising
+    /// cost: the mixes a rate-driven choice (QoS) moves along.
+    pub fn rate_hull(&mut self) -> Vec<(Codec, Point)> {
         if self.dirty {
             self.rebuild();
         }
         let pts: Vec<Point> = self.ladder.iter().map(|r| r.pt).collect();
-        let hull: Vec<(Codec, Point)> =
-            lower_hull(&pts).into_iter().map(|k| (self.codec(self.ladder[k].id), self.ladder[k].pt)).collect();
-        strongest_for_rate(&hull, cores, overhead_ns_per_byte, rate_bps)
+        lower_hull(&pts).into_iter().map(|k| (self.codec(self.ladder[k].id), self.ladder[k].pt)).collect()
     }
 }
