@@ -104,6 +104,7 @@ fn reason_style(r: Reason) -> (RGBColor, &'static str) {
         Reason::Probe => (RGBColor(150, 60, 170), "probe"),
         Reason::Hold => (RGBColor(120, 120, 120), "hold (nothing measured)"),
         Reason::Fixed => (RGBColor(40, 150, 70), "fixed level"),
+        Reason::Qos => (RGBColor(0, 140, 140), "qos plan"),
     }
 }
 

@@ -194,6 +194,8 @@ pub enum Reason {
     Hold,
     /// not chosen by auto (a fixed policy, in a trace)
     Fixed,
+    /// chosen by the QoS plan of the record's tree (qos/levels.rs)
+    Qos,
 }
 
 impl Reason {
@@ -205,11 +207,12 @@ impl Reason {
             Reason::Probe => "probe",
             Reason::Hold => "hold",
             Reason::Fixed => "fixed",
+            Reason::Qos => "qos",
         }
     }
 
     pub fn from_name(s: &str) -> Option<Reason> {
-        [Reason::Model, Reason::Guard, Reason::Explore, Reason::Probe, Reason::Hold, Reason::Fixed]
+        [Reason::Model, Reason::Guard, Reason::Explore, Reason::Probe, Reason::Hold, Reason::Fixed, Reason::Qos]
             .into_iter()
             .find(|r| r.name() == s)
     }

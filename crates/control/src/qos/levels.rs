@@ -37,21 +37,30 @@
 //!   4. the device: Σ r_i s_i is what the trees send to the devices; above device_utilization
 //!      of the measured device throughput the rates cannot all be met (`device_short`). The
 //!      greedy already stores the least bytes the CPU allows, so no other plan would fit.
+//!   5. rates that do not fit (CPU or device short): the plan is for the largest common
+//!      fraction k of the rates that fits (`scale`; found by bisection: CPU and stored bytes
+//!      both fall with k). With one tree that is the level of the highest throughput the
+//!      machine can do, as auto would pick; with several, every tree gets the same fraction
+//!      of its target (the EDF scheduler serves them in proportion to their rates too).
 //!
 //! STATE (`QosLevels`, the part the pipeline holds): per tree an `AutoController` used as its
 //!   ladder and meters (fed with the tree's compressed records; its `decide` is not used),
 //!   the plan's mix and the dither accumulator spreading the mix's fraction over records.
-//!   Transitions: `observe` (a record of the tree was compressed), `replan` (every
+//!   A tree not planned yet compresses at START (zstd:1). Transitions: `observe` (a record of the tree was compressed), `replan` (every
 //!   replan_secs, and when a tree wakes up or a rate changes), `pick` (the next record's
 //!   level), `forget` (the tree lost its `qos`).
 //!
 //! TUNABLES (`LevelTunables`):
-//!   cpu_utilization 0.9     plan for 90% of the cores left: headroom for measurement noise
-//!                           and bursts, so planned rates are met rather than just reached
+//!   cpu_utilization 0.95    plan for 95% of the cores left: headroom for measurement noise
+//!                           and bursts (a lagging tree is caught up by the feedback below)
 //!   device_utilization 0.95 the share of the device throughput that counts as usable
 //!   min, max lz4:64, zstd:19 the ladder of every tree (a slow tree may use zstd:19)
 //!   replan_secs 0.1         how often the caller should replan (a tree's allotment changes
 //!                           within one admission realloc_secs)
+//!   catchup_secs 1.0        a tree whose compression lags its deadlines by L seconds (the
+//!                           scheduler's `lag`) is planned for rate × (1 + L / catchup_secs):
+//!                           cheaper levels until it has caught up. This corrects what the
+//!                           model gets wrong (cores or costs misjudged) from what happens
 //! ```
 
 use super::admission::TreeId;
@@ -59,6 +68,9 @@ use crate::auto::{AutoController, Sample, Tunables};
 use crate::ladder::{Mix, Point};
 use squeezefs_codec::{Algorithm, Codec};
 use std::collections::HashMap;
+
+/// The level of a tree's records before its first plan (auto's start: fast, and saving).
+pub const START: Codec = Codec { alg: Algorithm::Zstd, level: 1 };
 
 /// Share of the cores an idle tree's start level is planned on when the active trees use all.
 pub const IDLE_START_CORES: f64 = 0.05;
@@ -71,16 +83,18 @@ pub struct LevelTunables {
     pub min: Codec,
     pub max: Codec,
     pub replan_secs: f64,
+    pub catchup_secs: f64,
 }
 
 impl Default for LevelTunables {
     fn default() -> LevelTunables {
         LevelTunables {
-            cpu_utilization: 0.9,
+            cpu_utilization: 0.95,
             device_utilization: 0.95,
             min: squeezefs_codec::AUTO_DEFAULT_MIN,
             max: Codec { alg: Algorithm::Zstd, level: 19 },
             replan_secs: 0.1,
+            catchup_secs: 1.0,
         }
     }
 }
@@ -131,6 +145,9 @@ pub struct Plan {
     pub cpu_short: bool,
     /// the stored rate exceeds what the devices take
     pub device_short: bool,
+    /// the fraction of the rates the plan is for: 1 when they fit, else the largest common
+    /// fraction that fits (the levels for the most the machine can do)
+    pub scale: f64,
 }
 
 impl Plan {
@@ -158,6 +175,30 @@ fn positive(x: f64) -> bool {
 /// The plan (block comment, PLAN). `cores`: cores left for QoS compression; `device_bps`: the
 /// devices' measured write throughput in stored bytes/s, if known.
 pub fn plan(loads: &[TreeLoad], cores: f64, overhead_ns: f64, device_bps: Option<f64>, tun: &LevelTunables) -> Plan {
+    let full = plan_rates(loads, cores, overhead_ns, device_bps, tun);
+    if !full.cpu_short && !full.device_short {
+        return full;
+    }
+    // 5: the rates cannot all be met: plan for the largest common fraction of them that fits
+    // (the stored rate and the CPU both fall as the fraction does, so bisection finds it)
+    let scaled =
+        |k: f64| -> Vec<TreeLoad> { loads.iter().map(|l| TreeLoad { rate_bps: l.rate_bps * k, ..*l }).collect() };
+    let fits = |p: &Plan| !p.cpu_short && !p.device_short;
+    let (mut lo, mut hi) = (0.0, 1.0);
+    for _ in 0..40 {
+        let mid = 0.5 * (lo + hi);
+        if fits(&plan_rates(&scaled(mid), cores, overhead_ns, device_bps, tun)) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let mut p = plan_rates(&scaled(lo), cores, overhead_ns, device_bps, tun);
+    (p.scale, p.cpu_short, p.device_short) = (lo, full.cpu_short, full.device_short);
+    p
+}
+
+fn plan_rates(loads: &[TreeLoad], cores: f64, overhead_ns: f64, device_bps: Option<f64>, tun: &LevelTunables) -> Plan {
     let o = if overhead_ns.is_finite() { overhead_ns.max(0.0) } else { 0.0 };
     let budget = if positive(cores) { cores * tun.cpu_utilization.clamp(0.0, 1.0) * 1e9 } else { 0.0 };
     let rate = |l: &TreeLoad| if positive(l.rate_bps) { l.rate_bps } else { 0.0 };
@@ -254,7 +295,21 @@ pub fn plan(loads: &[TreeLoad], cores: f64, overhead_ns: f64, device_bps: Option
         trees.push(TreePlan { tree: l.tree, mix, cost_ns: p.cost, stored: p.stored, cores: r * (o + p.cost) / 1e9 });
     }
     let device_short = device_bps.is_some_and(|d| positive(d) && stored_bps > d * tun.device_utilization);
-    Plan { trees, cores_used, stored_bps, cpu_short, device_short }
+    Plan { trees, cores_used, stored_bps, cpu_short, device_short, scale: 1.0 }
+}
+
+/// What the pipeline knows about a tree when it replans.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TreeDemand {
+    pub tree: TreeId,
+    /// admission's expected rate (`Admission::expected_rate`), bytes/s
+    pub rate_bps: f64,
+    /// the tree's `qos` rate, bytes/s
+    pub qos_bps: f64,
+    /// how late its compression is (`CompressScheduler::lag`), seconds
+    pub lag_secs: f64,
+    /// most cores its compression may use (the compress workers)
+    pub max_cores: f64,
 }
 
 #[derive(Clone, Debug)]
@@ -284,8 +339,8 @@ impl QosLevels {
     fn tree(&mut self, tree: TreeId) -> &mut TreeLevel {
         let (min, max) = (self.tun.min, self.tun.max);
         self.trees.entry(tree).or_insert_with(|| {
-            let mut ctl = AutoController::new(min, max, Tunables::default());
-            let start = ctl.rate_hull().first().map_or(Codec::NONE, |h| h.0);
+            let ctl = AutoController::new(min, max, Tunables::default());
+            let start = if ctl.candidates().contains(&START) { START } else { ctl.candidates()[0] };
             TreeLevel { ctl, mix: Mix { lo: start, hi: start, frac: 0.0 }, acc: 0.0 }
         })
     }
@@ -296,19 +351,21 @@ impl QosLevels {
         self.tree(tree).ctl.observe(s);
     }
 
-    /// Recompute the plan for `loads` (tree, rate to plan for, its qos rate, most cores).
-    pub fn replan(
-        &mut self,
-        loads: &[(TreeId, f64, f64, f64)],
-        cores: f64,
-        overhead_ns: f64,
-        device_bps: Option<f64>,
-    ) -> &Plan {
-        let hulls: Vec<Vec<(Codec, Point)>> = loads.iter().map(|l| self.tree(l.0).ctl.rate_hull()).collect();
+    /// Recompute the plan for `loads`: `cores` left for QoS compression, pipeline overhead per
+    /// byte, the devices' write throughput if measured.
+    pub fn replan(&mut self, loads: &[TreeDemand], cores: f64, overhead_ns: f64, device_bps: Option<f64>) -> &Plan {
+        let hulls: Vec<Vec<(Codec, Point)>> = loads.iter().map(|l| self.tree(l.tree).ctl.rate_hull()).collect();
+        let catchup = self.tun.catchup_secs.max(1e-3);
         let tl: Vec<TreeLoad> = loads
             .iter()
             .zip(&hulls)
-            .map(|(l, h)| TreeLoad { tree: l.0, rate_bps: l.1, qos_bps: l.2, hull: h, max_cores: l.3 })
+            .map(|(l, h)| TreeLoad {
+                tree: l.tree,
+                rate_bps: l.rate_bps * (1.0 + l.lag_secs.max(0.0) / catchup),
+                qos_bps: l.qos_bps,
+                hull: h,
+                max_cores: l.max_cores,
+            })
             .collect();
         let p = plan(&tl, cores, overhead_ns, device_bps, &self.tun);
         for t in &p.trees {

@@ -5,5 +5,5 @@ pub mod levels;
 pub mod sched;
 
 pub use admission::{split, Admission, AdmissionTunables, Admit, Claim, QosError, TreeId, TreeInfo, NO_TREE};
-pub use levels::{plan, LevelTunables, Plan, QosLevels, TreeLoad, TreePlan};
+pub use levels::{plan, LevelTunables, Plan, QosLevels, TreeDemand, TreeLoad, TreePlan};
 pub use sched::{CompressScheduler, Job, SchedTunables};
