@@ -347,11 +347,19 @@ pub struct Admission {
     classes: HashMap<TreeId, Class>,
     /// the latest `now` seen
     now: f64,
+    /// allocations that were not periodic (see `changes`)
+    changes: u64,
 }
 
 impl Admission {
     pub fn new(tun: AdmissionTunables) -> Admission {
-        Admission { tun, classes: HashMap::new(), now: f64::NEG_INFINITY }
+        Admission { tun, classes: HashMap::new(), now: f64::NEG_INFINITY, changes: 0 }
+    }
+
+    /// Counts the allocations that were not periodic: a tree woke up or started waiting, or
+    /// the trees changed. A caller planning levels on the allotments replans when it moves.
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     pub fn tunables(&self) -> &AdmissionTunables {
@@ -427,6 +435,7 @@ impl Admission {
             }
         }
         let now = self.clock(now);
+        self.changes += 1;
         if self.classes.contains_key(&tree) {
             self.settle(tree, now);
             self.classes.get_mut(&tree).expect("checked").rate = rate_bps;
@@ -458,6 +467,7 @@ impl Admission {
             return Err(QosError::UnknownTree(tree));
         }
         let now = self.clock(now);
+        self.changes += 1;
         self.settle(tree, now);
         let gone = self.classes.remove(&tree).expect("checked");
         let parent = gone.parent;
@@ -507,6 +517,7 @@ impl Admission {
             }
         }
         let now = self.clock(now);
+        self.changes += 1;
         self.settle(tree, now);
         if let Some(p) = parent {
             self.settle(p, now);
@@ -604,6 +615,7 @@ impl Admission {
         }
         l.last_request = Some(now);
         if woke || now - self.classes[&top].realloc_at >= self.tun.realloc_secs {
+            self.changes += u64::from(woke);
             self.realloc(top, now);
         }
         let tun = &self.tun;
@@ -619,6 +631,7 @@ impl Admission {
         l.waits += 1;
         l.wait_until = Some(now);
         if first {
+            self.changes += 1;
             self.realloc(top, now);
         }
         let realloc_secs = self.tun.realloc_secs;
@@ -714,5 +727,23 @@ mod tests {
         assert_eq!(msg, "qos tree 5 cannot go under tree 6: 6 is inside it");
         // an unknown tree is not paced
         assert_eq!(a.admit(42, 1 << 30, 0.0), Admit::Go);
+    }
+
+    #[test]
+    fn changes_count_wakeups_waits_and_tree_changes_not_periodic_reallocs() {
+        let mut a = Admission::new(AdmissionTunables::default());
+        a.set_tree(1, None, 1e6, 0.0).unwrap();
+        let c0 = a.changes();
+        assert_eq!(a.admit(1, 1 << 20, 0.0), Admit::Go, "first request: woke up");
+        assert_eq!(a.changes(), c0 + 1);
+        assert!(matches!(a.admit(1, 1 << 20, 0.01), Admit::WaitUntil(_)), "first wait");
+        assert_eq!(a.changes(), c0 + 2);
+        // waiting on, with periodic reallocations: no change
+        for k in 1..5 {
+            let _ = a.admit(1, 1 << 20, 0.01 + 0.15 * k as f64);
+        }
+        assert_eq!(a.changes(), c0 + 2);
+        a.set_tree(2, Some(1), 1e5, 1.0).unwrap();
+        assert_eq!(a.changes(), c0 + 3);
     }
 }
