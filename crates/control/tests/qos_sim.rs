@@ -196,6 +196,7 @@ fn run(s: &Setup) -> Outcome {
         ((0.5 * rate) as u64).max(8 << 20)
     };
     let mut blocked: Vec<usize> = Vec::new();
+    let mut holding = vec![false; writers.len()];
     let mut workers: Vec<Option<(Rec, f64)>> = vec![None; s.workers];
     let mut device: VecDeque<Rec> = VecDeque::new();
     let mut writing: Option<(Rec, f64)> = None;
@@ -233,55 +234,54 @@ fn run(s: &Setup) -> Outcome {
             let Ev(_, _, w) = heap.pop().unwrap();
             let g = writers[w];
             let gr = &s.groups[g];
+            // as in the write path: admission first, then the tree's backlog and the dirty limit
+            // (a request admitted but held by them is not asked again)
+            if !holding[w] {
+                match adm.admit(gr.tree, REQ, t) {
+                    Admit::WaitUntil(u) => {
+                        heap.push(Ev(u, seq, w));
+                        seq += 1;
+                        continue;
+                    }
+                    Admit::Go => holding[w] = true,
+                }
+            }
             if *in_flight.get(&gr.tree).unwrap_or(&0) + REQ > limit(gr.tree) || dirty + REQ > dirty_max {
                 blocked.push(w);
                 continue;
             }
-            match adm.admit(gr.tree, REQ, t) {
-                Admit::WaitUntil(u) => heap.push(Ev(u, seq, w)),
-                Admit::Go => {
-                    out[g].admitted.push((t, REQ));
-                    for _ in 0..REQ / REC {
-                        let codec = gr.fixed.unwrap_or_else(|| levels.pick(gr.tree));
-                        let (mbs, ratio) = figures(gr.data, codec);
-                        let codec_ns = if codec.alg == Algorithm::None {
-                            0.0
-                        } else {
-                            1000.0 / mbs * REC as f64 * (1.0 + 0.15 * rng.next())
-                        };
-                        let ratio = 1.0 + (ratio - 1.0) * (1.0 + 0.08 * rng.next()).max(0.0);
-                        let mut stored = (REC as f64 / ratio).round() as u64;
-                        if stored + 512 > REC {
-                            stored = REC;
-                        }
-                        let r = Rec {
-                            decided: t,
-                            group: g,
-                            tree: gr.tree,
-                            codec,
-                            input: REC,
-                            stored,
-                            codec_ns: codec_ns as u64,
-                        };
-                        // the scheduler's cost estimate: the plan's for QoS trees, the codec's
-                        // nominal figure for fixed levels (what the pipeline knows)
-                        let est = match gr.fixed {
-                            Some(c) => squeezefs_codec::nominal::nominal(c).ns_per_byte() + s.overhead_ns,
-                            None => {
-                                levels.current().and_then(|p| p.get(gr.tree)).map_or(0.0, |p| p.cost_ns) + s.overhead_ns
-                            }
-                        };
-                        if s.edf {
-                            sched.push(gr.tree, REC, est * REC as f64, t, r);
-                        } else {
-                            fifo.push_back(r);
-                        }
-                        *in_flight.entry(gr.tree).or_insert(0) += REC;
-                        dirty += REC;
-                    }
-                    heap.push(Ev(t + gr.think, seq, w));
+            holding[w] = false;
+            out[g].admitted.push((t, REQ));
+            for _ in 0..REQ / REC {
+                let codec = gr.fixed.unwrap_or_else(|| levels.pick(gr.tree));
+                let (mbs, ratio) = figures(gr.data, codec);
+                let codec_ns = if codec.alg == Algorithm::None {
+                    0.0
+                } else {
+                    1000.0 / mbs * REC as f64 * (1.0 + 0.15 * rng.next())
+                };
+                let ratio = 1.0 + (ratio - 1.0) * (1.0 + 0.08 * rng.next()).max(0.0);
+                let mut stored = (REC as f64 / ratio).round() as u64;
+                if stored + 512 > REC {
+                    stored = REC;
                 }
+                let r =
+                    Rec { decided: t, group: g, tree: gr.tree, codec, input: REC, stored, codec_ns: codec_ns as u64 };
+                // the scheduler's cost estimate: the plan's for QoS trees, the codec's
+                // nominal figure for fixed levels (what the pipeline knows)
+                let est = match gr.fixed {
+                    Some(c) => squeezefs_codec::nominal::nominal(c).ns_per_byte() + s.overhead_ns,
+                    None => levels.current().and_then(|p| p.get(gr.tree)).map_or(0.0, |p| p.cost_ns) + s.overhead_ns,
+                };
+                if s.edf {
+                    sched.push(gr.tree, REC, est * REC as f64, t, r);
+                } else {
+                    fifo.push_back(r);
+                }
+                *in_flight.entry(gr.tree).or_insert(0) += REC;
+                dirty += REC;
             }
+            heap.push(Ev(t + gr.think, seq, w));
             seq += 1;
         }
         // idle workers take records
