@@ -21,6 +21,11 @@
 //!   nested guarantees scale with their parent's: a child of a class whose own guarantee was
 //!     scaled by k gets k × its nominal guarantee.
 //!
+//! LEAF STATES (what its demand is, below):
+//!   idle ──request──► unmeasured ──(a period of realloc_secs measured)──► measured
+//!   unmeasured/measured ──told to wait──► backlogged ──(its wait ended backlog_hold_secs
+//!   ago)──► measured;  any state ──(no request for idle_secs, none waiting)──► idle.
+//!
 //! ALLOCATION (recomputed every realloc_secs, and at once when a leaf wakes from idle or is
 //!   first told to wait): a leaf's *demand* is
 //!     idle       no request for idle_secs and none waiting: 0 (its guarantee is lent out);
