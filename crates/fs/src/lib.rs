@@ -2,7 +2,9 @@
 //!
 //! [`Fs`] mirrors the FUSE low-level operations (lookup/forget, getattr/setattr, mknod,
 //! mkdir, unlink, rmdir, symlink, rename, link, open/read/write/release, readdir, xattrs,
-//! fallocate, lseek, fsync, statfs) with inode numbers as handles. Semantics follow ext4
+//! fallocate, lseek, fsync, statfs, the chattr ioctls) with inode numbers as handles.
+//! Properties (props.rs) are xattrs it validates, inherited dynamically (inherit.rs); each
+//! write hands the engine its file's resolved compression. Semantics follow ext4
 //! (same errno for the same situation). Namespace changes and their checks run inside one
 //! engine metadata transaction, so a check and the change it guards are atomic; data goes
 //! straight to the engine without any fs-wide lock.
@@ -13,11 +15,14 @@ mod creds;
 mod data;
 mod dir;
 mod error;
+mod fileattr;
 mod handles;
+mod inherit;
 mod inodes;
 mod name;
 mod namespace;
 pub mod perm;
+pub mod props;
 pub mod time;
 pub mod usage;
 mod xattr;
@@ -32,7 +37,7 @@ pub use name::NAME_MAX;
 /// Names of the virtual extended attributes served by the fs core.
 pub mod xattr_names {
     pub use crate::usage::XATTR_USAGE as USAGE;
-    pub use crate::xattr::{XATTR_MOUNT as MOUNT, XATTR_REMOUNT as REMOUNT};
+    pub use crate::xattr::{XATTR_EFFECTIVE as EFFECTIVE, XATTR_MOUNT as MOUNT, XATTR_REMOUNT as REMOUNT};
 }
 pub use squeezefs_pipeline::{FileKind, Ino, InodeAttr, StatFs, Timestamp, ROOT_INO};
 
@@ -130,10 +135,19 @@ impl Fs {
     pub fn set_compression(&self, c: Compression) {
         self.engine.set_compression(c.spec, c.force);
         *self.compression.lock() = Some(c);
+        // what every inode inherits from the mount changed
+        self.inodes.bump_gen();
     }
 
     pub fn compression(&self) -> Option<Compression> {
         *self.compression.lock()
+    }
+
+    /// Make every cached property resolution stale, as a property change does (benchmarks:
+    /// the cost of resolving after a change; inherit.rs).
+    #[doc(hidden)]
+    pub fn invalidate_inheritance(&self) {
+        self.inodes.bump_gen();
     }
 
     /// Attributes as stat(2) shows them: the engine's, plus a symlink's size being the
@@ -252,6 +266,11 @@ impl Fs {
         self.inodes.add_lookup(ino, n);
     }
 
+    /// One kernel reference to a readdirplus entry of directory `dir` (not for `.`/`..`).
+    pub fn remember_entry(&self, dir: Ino, item: &DirItem) {
+        self.inodes.add_lookup_in(dir, item.ino, item.kind == FileKind::Dir);
+    }
+
     /// FUSE forget: the kernel dropped `n` references.
     pub fn forget(&self, ino: Ino, n: u64) {
         if self.inodes.forget(ino, n) == inodes::Drop::Unreferenced {
@@ -266,5 +285,7 @@ impl Fs {
     }
 }
 
+#[cfg(test)]
+mod props_tests;
 #[cfg(test)]
 mod tests;

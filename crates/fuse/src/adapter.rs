@@ -4,9 +4,9 @@ use crate::requests::{self, RequestCounts};
 use crate::uring::abi::op;
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use squeezefs_fs::{time, Creds, FileKind, Fs, FsError, InodeAttr, SetAttr, TimeSet};
 use std::ffi::OsStr;
@@ -540,7 +540,7 @@ impl Filesystem for FuseFs {
                 }
                 // the kernel counts a lookup for every entry it received except . and ..
                 if !dot {
-                    self.fs.remember(it.ino, 1);
+                    self.fs.remember_entry(ino.0, &it);
                 }
                 offset = it.next_offset;
             }
@@ -639,6 +639,25 @@ impl Filesystem for FuseFs {
     ) {
         self.requests.count(op::FALLOCATE);
         reply_empty(reply, self.fs.fallocate(&creds(req), ino.0, offset, length, mode));
+    }
+
+    /// chattr/lsattr (FS_IOC_GETFLAGS/SETFLAGS), answered by the core.
+    fn ioctl(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        self.requests.count(op::IOCTL);
+        match self.fs.ioctl(&creds(req), ino.0, cmd, in_data, out_size) {
+            Ok(data) => reply.ioctl(0, &data),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn lseek(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {

@@ -96,6 +96,7 @@ pub fn op_name(opcode: u32) -> String {
         op::ACCESS => "ACCESS",
         op::CREATE => "CREATE",
         op::DESTROY => "DESTROY",
+        op::IOCTL => "IOCTL",
         op::BATCH_FORGET => "BATCH_FORGET",
         op::FALLOCATE => "FALLOCATE",
         op::READDIRPLUS => "READDIRPLUS",

@@ -270,7 +270,7 @@ pub fn compress_in_caller(inner: &Inner, data: &[u8], policy: Policy, streak: &A
 
 pub struct Slot {
     st: Mutex<SlotState>,
-    /// the policy the job compresses with (a result under another policy is not reused)
+    /// the policy the job compresses with: that of the write that filled the record
     pub policy: Policy,
     dirty: Arc<AtomicU64>,
     counters: Arc<EarlyCounters>,

@@ -89,8 +89,6 @@ pub struct Inner {
     pub ext_cache: ExtentCache,
     pub rec_cache: RecordCache,
     pub policy: RwLock<Policy>,
-    /// per-file overrides of `policy` (resolved properties, set by the fs core)
-    pub file_policy: RwLock<FxHashMap<Ino, Policy>>,
     pub workers: WorkerPool,
     ws: OnceLock<Workspaces>,
     pub opts: OpenOptions,
@@ -166,7 +164,6 @@ impl Inner {
             ext_cache: ExtentCache::new(1 << 18),
             rec_cache: RecordCache::new(opts.record_cache_bytes),
             policy: RwLock::new(policy),
-            file_policy: RwLock::new(FxHashMap::default()),
             workers: WorkerPool::new(opts.workers, "sqz-work"),
             ws: OnceLock::new(),
             opts,
@@ -211,11 +208,6 @@ impl Inner {
                 ..Default::default()
             })
         })
-    }
-
-    /// The compression policy of `ino` (its own, else the pool's).
-    pub fn policy_of(&self, ino: Ino) -> Policy {
-        self.file_policy.read().get(&ino).copied().unwrap_or(*self.policy.read())
     }
 
     pub fn check_writable(&self) -> Result<()> {

@@ -212,7 +212,6 @@ impl Engine {
         drop(writer);
         self.bound_delta(rows)?;
         for ino in deleted {
-            inner.file_policy.write().remove(&ino);
             let b = inner.files.purge(ino);
             let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(b)));
             inner.ext_cache.invalidate(ino, None);
@@ -384,8 +383,26 @@ impl Engine {
     }
 
     /// Write `data` at `offset`, extending the size; may delay (throttle), never fails for load.
+    /// The file's data is compressed with the policy its last `write_with_compression`
+    /// stated while it has uncommitted data, else the pool's.
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
-        write::write(&self.inner, ino, offset, data)
+        write::write(&self.inner, ino, offset, data, policy::Stated::Keep)
+    }
+
+    /// `write`, stating the compression of the file's data from this write on: `Some((spec,
+    /// force))` (what the fs core resolved from the file's properties) or `None` (the pool's,
+    /// `set_compression`). A record is compressed with the policy of the write that filled
+    /// it (early compression) or, if none did, of the file's last write before its txg; the
+    /// engine keeps a file's policy only while the file has uncommitted data.
+    pub fn write_with_compression(
+        &self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        compression: Option<(squeezefs_codec::Spec, bool)>,
+    ) -> Result<()> {
+        let p = compression.map(|(spec, force)| policy::Policy { spec, force });
+        write::write(&self.inner, ino, offset, data, policy::Stated::Is(p))
     }
 
     /// Truncate up or down.
@@ -471,20 +488,10 @@ impl Engine {
         *self.inner.policy.write() = policy::Policy { spec, force };
     }
 
-    /// Compression of one file's data written from now on, overriding the mount-wide
-    /// setting (the fs core resolves inherited properties and sets them here; `None` goes
-    /// back to the mount-wide setting). Kept in memory only: properties are the persistent
-    /// source of truth.
-    pub fn set_file_compression(&self, ino: Ino, policy: Option<(squeezefs_codec::Spec, bool)>) {
-        let mut m = self.inner.file_policy.write();
-        match policy {
-            Some((spec, force)) => {
-                m.insert(ino, policy::Policy { spec, force });
-            }
-            None => {
-                m.remove(&ino);
-            }
-        }
+    /// The mount-wide compression: (spec, force).
+    pub fn compression(&self) -> (squeezefs_codec::Spec, bool) {
+        let p = *self.inner.policy.read();
+        (p.spec, p.force)
     }
 
     /// Inodes whose link count reached 0 while open, left over from a crash: the fs core

@@ -395,6 +395,7 @@ fn quiesce(inner: &Inner) -> Vec<(Ino, Arc<Layer>)> {
         debug_assert!(fd.syncing.is_none(), "one txg syncs at a time");
         let mut layer = std::mem::take(&mut fd.open);
         layer.size = fd.size;
+        layer.policy = fd.policy;
         normalize(&mut layer, rs, inner);
         let layer = Arc::new(layer);
         fd.syncing = Some(layer.clone());

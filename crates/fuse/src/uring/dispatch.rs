@@ -357,6 +357,23 @@ impl Dispatcher {
             }
             // only fuseblk mounts get DESTROY; the flush runs when the session ends anyway
             op::DESTROY => ok(0),
+            op::IOCTL => {
+                // fuse_ioctl_in: fh 0, flags 8, cmd 12, arg 16, in_size 24, out_size 28; the
+                // input follows in the payload; the reply is fuse_ioctl_out (16 bytes) + data
+                let cmd = abi::u32_at(op_in, 12);
+                let in_size = abi::u32_at(op_in, 24) as usize;
+                let out_size = abi::u32_at(op_in, 28);
+                let input = payload.get(..in_size.min(plen)).ok_or_else(|| err(libc::EINVAL))?.to_vec();
+                match fs.ioctl(&c, ino, cmd, &input, out_size) {
+                    Ok(data) if 16 + data.len() <= payload.len() => {
+                        payload[..16].fill(0);
+                        payload[16..16 + data.len()].copy_from_slice(&data);
+                        ok(16 + data.len())
+                    }
+                    Ok(_) => err(libc::E2BIG),
+                    Err(e) => fs_err(&e),
+                }
+            }
             _ => err(libc::ENOSYS),
         })
     }
@@ -392,7 +409,7 @@ impl Dispatcher {
                     abi::put_dirent(out, used + abi::ENTRY_OUT_LEN, it.ino, it.next_offset, dtype(it.kind), &it.name);
                     // the kernel counts a lookup for every entry it received except . and ..
                     if it.name != b"." && it.name != b".." {
-                        self.fs.remember(it.ino, 1);
+                        self.fs.remember_entry(dir, &it);
                     }
                 } else {
                     abi::put_dirent(out, used, it.ino, it.next_offset, dtype(it.kind), &it.name);
