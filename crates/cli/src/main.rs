@@ -12,6 +12,7 @@ mod cmd_scrub;
 mod cmd_stats;
 mod cmd_umount;
 mod mount_helper;
+mod open_pool;
 
 #[derive(Parser)]
 #[command(name = "squeezefs", version, about = "A transparently compressing FUSE filesystem")]

@@ -59,6 +59,8 @@ pub struct Fs {
     rename_lock: Mutex<()>,
     /// set when the flush at unmount failed (`shutdown`)
     shutdown_error: Mutex<Option<String>>,
+    /// how the mount receives requests, as the FUSE layer describes it (`set_transport`)
+    transport: Mutex<String>,
 }
 
 impl Fs {
@@ -78,6 +80,7 @@ impl Fs {
             atimes: atime::PendingAtimes::default(),
             rename_lock: Mutex::new(()),
             shutdown_error: Mutex::new(None),
+            transport: Mutex::new(String::new()),
         };
         if !fs.engine.read_only() && !fs.cfg.read_only {
             for ino in fs.engine.orphans()? {
@@ -129,6 +132,17 @@ impl Fs {
     /// Why the flush at unmount failed, if it did (`shutdown`).
     pub fn shutdown_error(&self) -> Option<String> {
         self.shutdown_error.lock().clone()
+    }
+
+    /// Record how the mount receives requests (the FUSE layer's one-line description, e.g.
+    /// `io_uring (2 per-CPU queues)` or `/dev/fuse (uring=off)`); `user.squeezefs.mount`
+    /// shows it as `transport=…`.
+    pub fn set_transport(&self, description: &str) {
+        *self.transport.lock() = description.replace('\n', " ");
+    }
+
+    pub fn transport(&self) -> String {
+        self.transport.lock().clone()
     }
 
     /// Change the mount-wide compression for data written from now on (remount).

@@ -13,7 +13,8 @@
 //!   on the root directory it first commits all dirty data (a sync);
 //! * `user.squeezefs.effective` (get, any file or directory): every property's effective
 //!   value and source (props.rs `encode_effective`), what `squeezefs prop get` shows;
-//! * `user.squeezefs.mount` (get, root directory): the mount's settings and daemon pid;
+//! * `user.squeezefs.mount` (get, root directory): the mount's settings, daemon pid and
+//!   request transport;
 //! * `trusted.squeezefs.remount` (set, root directory, root only): comma-separated
 //!   `compress=SPEC` or `compress-force=SPEC` (applied to data written from now on) and
 //!   `noatime` or `relatime` (reads from now on); what `squeezefs mount -o remount` sends.
@@ -143,6 +144,10 @@ impl Fs {
         s.push_str(if self.noatime() { "noatime\n" } else { "relatime\n" });
         if !self.cfg.check_permissions {
             s.push_str("default_permissions\n");
+        }
+        let transport = self.transport();
+        if !transport.is_empty() {
+            s.push_str(&format!("transport={transport}\n"));
         }
         s
     }

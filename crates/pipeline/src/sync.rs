@@ -91,7 +91,12 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
         let mut waiting: BTreeMap<usize, Compressed> = BTreeMap::new();
         let mut next = 0usize;
         for _ in 0..jobs.len() {
-            let (li, idx, c) = results.recv().expect("compress workers alive");
+            // every job sends its result, except one that panicked (fault.rs): its sender
+            // is dropped unused, and once the others have sent, the channel ends
+            let Ok((li, idx, c)) = results.recv() else {
+                first_err.get_or_insert(EngineError::Other("a compression job ended without its result".into()));
+                break;
+            };
             if first_err.is_some() {
                 continue; // drain the remaining results
             }
@@ -146,6 +151,10 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
         }
         flush(inner, &written)?;
         t_flushed = std::time::Instant::now();
+        // suspended meanwhile (a panic elsewhere, fault.rs): nothing more becomes durable
+        if let Some(e) = inner.txg.suspension() {
+            return Err(e);
+        }
         committing = true;
         commit(inner, txg, &frozen, placed, &early_used)
     })();

@@ -15,7 +15,7 @@
 //! * `WAITING`: a REGISTER or COMMIT_AND_FETCH command is with the kernel, which holds the
 //!   entry until a request for this CPU arrives;
 //! * `HANDLING`: its completion arrived with a request in the buffers; the thread runs it
-//!   through [`dispatch::Dispatcher`], writes the reply into the same buffers and submits
+//!   through the operation core ([`OpCore`]), writes the reply into the same buffers and submits
 //!   COMMIT_AND_FETCH with the request's commit id → `WAITING`;
 //! * `LENT`: a slow request runs on a helper thread; its reply comes back through the
 //!   queue's eventfd → COMMIT_AND_FETCH → `WAITING`;
@@ -25,7 +25,7 @@
 //!
 //! The kernel switches the connection to the rings once every CPU queue has an entry;
 //! until then (and for FORGET and INTERRUPT always) requests still come through /dev/fuse,
-//! which fuser keeps serving. Requests are handled in the ring thread, one at a time per
+//! which its threads keep serving (devfuse.rs). Requests are handled in the ring thread, one at a time per
 //! CPU, as libfuse does; requests that may wait long (fsync: a txg commit) are `LENT` to a
 //! helper thread, which hands the entry back through an eventfd the ring polls, so one
 //! process's fsync does not stall the other requests from its CPU.
@@ -45,14 +45,9 @@
 //!
 //! Tunables: `DEPTH` (entries per CPU), `PAYLOAD` (≥ the kernel's max payload: max_write /
 //! max_pages, 1 MiB here, or registration fails with EINVAL).
-pub mod abi;
-pub mod dispatch;
-
-use crate::adapter::MAX_WRITE;
-use crate::requests::RequestCounts;
-use dispatch::Dispatcher;
+use crate::abi::{self, op};
+use crate::opcore::{Handled, OpCore, MAX_WRITE};
 use io_uring::{opcode, squeue, types, IoUring};
-use squeezefs_fs::Fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
@@ -175,7 +170,7 @@ enum Sched {
     /// the callers), SCHED_OTHER while it handles requests
     WaitingIdle,
     /// SCHED_IDLE while it sleeps and while it handles short requests; SCHED_OTHER from a
-    /// request that carries real work (`dispatch::is_heavy`) until it sleeps again
+    /// request that carries real work (`is_heavy`) until it sleeps again
     Lazy,
 }
 
@@ -208,9 +203,9 @@ fn pin_to(cpu: usize) {
 /// Start one ring thread per CPU queue on the connection behind `fuse_fd` (INIT must be
 /// answered with FUSE_OVER_IO_URING). Returns the number of queues once every thread has
 /// registered its entries; on error the connection keeps using /dev/fuse.
-pub fn start(fs: Arc<Fs>, fuse_fd: OwnedFd, writeback: bool, requests: Arc<RequestCounts>) -> io::Result<usize> {
+pub fn start(core: Arc<OpCore>, fuse_fd: OwnedFd) -> io::Result<usize> {
     let fd = Arc::new(fuse_fd);
-    let disp = Arc::new(Dispatcher::new(fs, writeback, requests));
+    let disp = core;
     let queues = queue_count();
     let (tx, rx) = mpsc::channel();
     for qid in 0..queues {
@@ -254,7 +249,7 @@ unsafe impl Send for Lent {}
 struct Queue {
     ring: IoUring<squeue::Entry128>,
     ents: Vec<Entry>,
-    disp: Arc<Dispatcher>,
+    disp: Arc<OpCore>,
     fd: i32,
     qid: u16,
     wake: OwnedFd,
@@ -275,12 +270,7 @@ impl Drop for Queue {
     }
 }
 
-fn serve_queue(
-    qid: usize,
-    fd: &OwnedFd,
-    disp: &Arc<Dispatcher>,
-    started: &mpsc::Sender<io::Result<()>>,
-) -> io::Result<()> {
+fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<OpCore>, started: &mpsc::Sender<io::Result<()>>) -> io::Result<()> {
     pin_to(qid);
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     if efd < 0 {
@@ -403,23 +393,21 @@ impl Queue {
                 }
             }
         } else {
-            let h = abi::InHeader::parse(&e.header);
-            if dispatch::is_slow(h.opcode) && self.lend(idx) {
+            let opcode = abi::InHeader::parse(&e.header).opcode;
+            if is_slow(opcode) && self.lend(idx) {
                 return Ok(());
             }
-            if self.sched == Sched::Lazy
-                && dispatch::is_heavy(h.opcode, abi::u32_at(&self.ents[idx].header, abi::ENT_PAYLOAD_SZ))
-            {
+            if self.sched == Sched::Lazy && is_heavy(opcode, abi::u32_at(&self.ents[idx].header, abi::ENT_PAYLOAD_SZ)) {
                 self.set_idle(false);
             }
             let e = &mut self.ents[idx];
-            let r = run(&self.disp, &h, &mut e.header, &mut e.payload);
+            let r = run(&self.disp, &mut e.header, &mut e.payload);
             e.commit = true;
-            if let Some(ino) = r.atime_after {
+            if r.atime_after.is_some() {
                 let sqe = e.sqe(fd, qid, idx);
                 self.push(sqe)?;
                 self.ring.submit()?;
-                self.disp.after_read(ino);
+                self.disp.after_reply(r);
                 return Ok(());
             }
         }
@@ -441,8 +429,8 @@ impl Queue {
             // SAFETY: see `Lent`; the lengths are the boxes' own
             let header = unsafe { std::slice::from_raw_parts_mut(lent.header, abi::HEADER_LEN) };
             let payload = unsafe { std::slice::from_raw_parts_mut(lent.payload, lent.payload_cap) };
-            let h = abi::InHeader::parse(header);
-            run(&disp, &h, header, payload);
+            let r = run(&disp, header, payload);
+            disp.after_reply(r);
             let _ = done.send(lent.idx);
             let one = 1u64;
             unsafe { libc::write(wake, (&raw const one).cast(), 8) };
@@ -454,13 +442,43 @@ impl Queue {
     }
 }
 
-/// Run the request in an entry's buffers and leave the reply in them.
-fn run(disp: &Dispatcher, h: &abi::InHeader, header: &mut [u8], payload: &mut [u8]) -> dispatch::Handled {
-    let plen = abi::u32_at(header, abi::ENT_PAYLOAD_SZ) as usize;
-    let r = disp.handle(h, &header[abi::OP_IN..abi::OP_IN + abi::OP_IN_LEN], payload, plen);
-    abi::put_out_header(header, h.unique, r.error, r.len);
-    abi::put_u32(header, abi::ENT_PAYLOAD_SZ, r.len as u32);
-    r
+/// Requests that can wait for a txg commit (hundreds of ms under heavy writes): handled off
+/// the ring thread (`Queue::lend`).
+fn is_slow(opcode: u32) -> bool {
+    matches!(opcode, op::FSYNC | op::FSYNCDIR)
+}
+
+/// Requests that carry real work (decompression, copies of large payloads, listings): a
+/// ring thread handles them as SCHED_OTHER (`Sched::Lazy`). `payload` is the request's
+/// payload length.
+fn is_heavy(opcode: u32, payload: u32) -> bool {
+    match opcode {
+        op::READ | op::READDIR | op::READDIRPLUS | op::FALLOCATE => true,
+        op::WRITE => payload >= 32 * 1024,
+        _ => false,
+    }
+}
+
+/// Run the request in an entry's buffers through the core and leave the reply in them: the
+/// argument struct is in the header buffer's `op_in`, names and written data in the
+/// payload buffer, which then takes the reply body.
+fn run(core: &OpCore, header: &mut [u8], payload: &mut [u8]) -> Handled {
+    let h = abi::InHeader::parse(header);
+    let plen = (abi::u32_at(header, abi::ENT_PAYLOAD_SZ) as usize).min(payload.len());
+    let arg = &header[abi::OP_IN..abi::OP_IN + abi::OP_IN_LEN];
+    let handled = if abi::fills_reply_buffer(h.opcode) {
+        core.serve(&h, abi::decode(h.opcode, arg, &[]), payload)
+    } else {
+        core.serve(&h, abi::decode(h.opcode, arg, &payload[..plen]), &mut [])
+    };
+    let (error, len) = match handled.reply.encode(payload) {
+        Ok(n) => (0, n),
+        Err(e) => (-e, 0),
+    };
+    header[abi::IN_OUT..abi::IN_OUT + abi::OUT_HEADER_LEN].fill(0);
+    abi::put_out_header(header, abi::IN_OUT, h.unique, error, len);
+    abi::put_u32(header, abi::ENT_PAYLOAD_SZ, len as u32);
+    handled
 }
 
 #[cfg(test)]
