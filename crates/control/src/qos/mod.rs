@@ -40,21 +40,27 @@
 //!   `Fs::admit_write(ino, len, now) -> Admit` resolves the tree and calls Admission::admit.
 //!   Go: the caller goes on with `Fs::write` at once. WaitUntil(t): nothing was charged;
 //!   the caller must ask again at t, WITHOUT holding any lock and without sleeping on a
-//!   thread other requests need:
+//!   thread other requests need. The FUSE operation core (crates/fuse opcore.rs, shared by
+//!   both transports) asks admission before `fs.write` for Op::Write and answers a Wait
+//!   with a "deferred until t" outcome instead of a reply; each transport keeps the request
+//!   and serves others meanwhile:
 //!   * io_uring transport: requests are handled one at a time by the ring thread of each CPU,
 //!     so a paced WRITE is deferred, not slept on: its ring entry (whose payload already
 //!     holds the data: no copy) goes into the queue's deferred heap ordered by t, and the
 //!     ring arms one timeout (IORING_OP_TIMEOUT, absolute) for the earliest t. When it
-//!     fires the ring thread asks admission again for each due entry: Go → handled like any
-//!     WRITE (or lent to a helper thread as FSYNC is, mod.rs `Queue::lend`, if the dirty
+//!     fires the ring thread serves each due entry again: Go → handled like any WRITE (or
+//!     lent to a helper thread as FSYNC is, uring/mod.rs `Queue::lend`, if the dirty
 //!     throttle may block), the reply committed from that entry; Wait → back in the heap.
 //!     A deferred entry stays with its request until the reply, so the queue registers a
 //!     spare entry for each one deferred (up to a cap of DEPTH + 32 per queue, 1 MiB payload
 //!     each), keeping DEPTH entries free for the other trees' requests on that CPU.
-//!   * /dev/fuse transport (fuser threads): on Wait the adapter copies the payload (fuser
-//!     reuses its buffer) and hands (ino, offset, data, creds, ReplyWrite) to one pacer
-//!     thread per mount holding the same kind of heap; it asks again when due and writes and
-//!     replies itself. The fuser thread returns at once.
+//!   * /dev/fuse transport (devfuse.rs: threads each reading into one buffer): the thread
+//!     moves its buffer (holding the request: no copy) into a pacer heap shared by the
+//!     mount's threads and carries on with a spare buffer from a small pool; the pacer (one
+//!     thread per mount) serves due requests again and writes each reply to the descriptor
+//!     its request came from (a cloned descriptor answers only its own requests). With the
+//!     pool empty the thread waits for a buffer: more paced requests in flight than spare
+//!     buffers.
 //!   * the kernel writeback cache: a slow tree's paced flushes would keep its dirty pages in
 //!     the page cache, and the kernel's dirty limit is per mount (the FUSE bdi), so writers
 //!     of other trees would be throttled by balance_dirty_pages. Files in a QoS tree opened
