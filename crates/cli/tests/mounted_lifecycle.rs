@@ -27,7 +27,7 @@ fn the_default_mount_switches_fuse_over_io_uring_on() {
         return;
     }
     if !Path::new(ENABLE_URING).exists() {
-        let m = Mounted::new("");
+        let m = Mounted::new_as_given("");
         assert_transport(&m, "");
         assert!(mount_info(&m).contains("transport=/dev/fuse (this kernel has no FUSE over io_uring"));
         return;
@@ -36,7 +36,7 @@ fn the_default_mount_switches_fuse_over_io_uring_on() {
     // then this mount found Y and says nothing about switching; try again
     for attempt in 0..10 {
         std::fs::write(ENABLE_URING, b"N").unwrap();
-        let m = Mounted::new("");
+        let m = Mounted::new_as_given("");
         assert_transport(&m, "");
         assert_eq!(std::fs::read_to_string(ENABLE_URING).unwrap().trim(), "Y");
         let info = mount_info(&m);
@@ -159,7 +159,9 @@ fn a_pool_held_by_a_live_mount_is_refused_at_once() {
         let out = run(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} succeeded on a mounted pool");
-        assert!(t.elapsed() < Duration::from_secs(5), "{args:?} took {:?} to refuse", t.elapsed());
+        // a closing daemon is waited for up to 60 s: well under that means it did not wait,
+        // with room for a debug build starting on a loaded machine
+        assert!(t.elapsed() < Duration::from_secs(20), "{args:?} took {:?} to refuse", t.elapsed());
         assert!(stderr.contains("already open"), "{args:?}: {stderr}");
         assert!(stderr.contains(&format!("pid {pid}, mounted on {}", m.mnt.display())), "{args:?}: {stderr}");
         assert!(!stderr.contains("waiting"), "{args:?}: {stderr}");

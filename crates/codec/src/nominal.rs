@@ -4,7 +4,7 @@
 //! measured a codec on the data actually written. They are never used where a measurement
 //! exists.
 //!
-//! Anchors are the figures of DESIGN.md §11 (lz4 --fast=17, lz4, zstd --fast=5, zstd 1/3/9/15
+//! Anchors are the figures of docs/design.md §14 (lz4 --fast=17, lz4, zstd --fast=5, zstd 1/3/9/15
 //! on the Silesia subset); the other levels are interpolated between them, following the
 //! shape `squeezefs bench` shows on the corpus (ratios of neighbouring levels, the lz4
 //! acceleration and zstd negative-level curves). deflate is libdeflate's, lz4hc liblz4's.
@@ -34,7 +34,7 @@ impl Nominal {
     }
 }
 
-/// zstd levels 1..=22: MB/s and ratio (DESIGN.md §11 at 1, 3, 9, 15).
+/// zstd levels 1..=22: MB/s and ratio (docs/design.md §14 at 1, 3, 9, 15).
 const ZSTD_POSITIVE: [(f64, f64); 22] = [
     (358.0, 3.73),
     (300.0, 3.84),

@@ -1,4 +1,4 @@
-//! The auto controller (DESIGN.md §5): for each record, the level that keeps the devices busy
+//! The auto controller (docs/design.md §9): for each record, the level that keeps the devices busy
 //! with the strongest compression the CPU allows.
 //!
 //! ```text

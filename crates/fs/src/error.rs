@@ -119,6 +119,6 @@ mod tests {
         assert_eq!(FsError::from(meta_full).errno(), libc::ENOSPC);
         assert_eq!(FsError::from(EngineError::ReadOnly).errno(), libc::EROFS);
         assert_eq!(FsError::from(EngineError::Checksum { ino: 5, offset: 0 }).errno(), libc::EIO);
-        assert_eq!(FsError::from(EngineError::Other("x".into())).errno(), libc::EIO);
+        assert_eq!(FsError::from(EngineError::Aborted).errno(), libc::EIO);
     }
 }

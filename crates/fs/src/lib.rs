@@ -39,10 +39,10 @@ pub mod xattr_names {
     pub use crate::usage::XATTR_USAGE as USAGE;
     pub use crate::xattr::{XATTR_EFFECTIVE as EFFECTIVE, XATTR_MOUNT as MOUNT, XATTR_REMOUNT as REMOUNT};
 }
-pub use squeezefs_pipeline::{FileKind, Ino, InodeAttr, StatFs, Timestamp, ROOT_INO};
+pub use squeezefs_pipeline::{EngineError, FileKind, Ino, InodeAttr, PanicSite, StatFs, Timestamp, ROOT_INO};
 
 use parking_lot::Mutex;
-use squeezefs_pipeline::{Engine, EngineError, MetaTx};
+use squeezefs_pipeline::{Engine, MetaTx};
 use std::sync::Arc;
 
 /// The filesystem core over one open engine.
@@ -237,7 +237,7 @@ impl Fs {
             Err(FsError::Engine(e)) => Err(e),
             Err(e) => {
                 fs_err = Some(e);
-                Err(EngineError::Other("transaction aborted by a failed fs check".into()))
+                Err(EngineError::Aborted)
             }
         });
         match (r, fs_err) {

@@ -1,4 +1,4 @@
-//! Properties of files and directories (DESIGN.md §8): their names, the grammar of their
+//! Properties of files and directories (docs/design.md §10): their names, the grammar of their
 //! values, the canonical text a value is stored as, and which kinds of inode take them.
 //! Pure functions, no I/O; the CLI uses the same parser to refuse a bad value before it
 //! reaches the daemon, and the daemon refuses it again (EINVAL) whatever sent it.

@@ -18,7 +18,7 @@
 //! site names (crates/pipeline/src/fault.rs) arm a panic there.
 use crate::abi::{self, fattr, op, Attr, InHeader, Kstatfs, Op};
 use crate::requests::{self, RequestCounts};
-use squeezefs_fs::{Creds, FileKind, Fs, FsError, Ino, InodeAttr, SetAttr, TimeSet, Timestamp};
+use squeezefs_fs::{Creds, EngineError, FileKind, Fs, FsError, Ino, InodeAttr, PanicSite, SetAttr, TimeSet, Timestamp};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -346,13 +346,14 @@ impl OpCore {
         match std::panic::catch_unwind(run) {
             Ok(handled) => handled,
             Err(p) => {
-                let why = format!(
-                    "panic in the FUSE request handler ({} of node {}): {}",
+                let message = panic_message(&*p);
+                log::error!(
+                    "panic in the FUSE request handler ({} of node {}): {message}",
                     requests::op_name(h.opcode),
-                    h.nodeid,
-                    panic_message(&*p)
+                    h.nodeid
                 );
-                self.fs.engine().suspend(&why);
+                let site = PanicSite::Request { node: h.nodeid };
+                self.fs.engine().suspend(EngineError::Panicked { site, message: message.into() });
                 match h.opcode {
                     op::FORGET | op::BATCH_FORGET => Reply::None,
                     _ => Reply::Error(libc::EIO),

@@ -23,7 +23,7 @@
 //! hurt records of a txg that has not committed. A partial sector left free (a run's unused
 //! end, or a freed record beside live ones) is reused only once the whole sector is free.
 //!
-//! Two images per device (inner.rs, early_place.rs). The *live* image (`untracked`) is where
+//! Two images per device (space.rs, early_place.rs). The *live* image (`untracked`) is where
 //! every placement is taken: the syncing txg's run, and the runs of open layers placing
 //! records early (`alloc_in`, a run held by the layer). The *durable* image is what commits
 //! persist: a commit takes exactly the ranges its pointers refer to (`alloc_exact`) and

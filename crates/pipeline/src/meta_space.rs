@@ -12,7 +12,7 @@
 //!
 //! Figures (per pool, for the filesystem of the pool directory; none for a store in memory):
 //!   free       statvfs available bytes, refreshed at the start and the end of every txg sync
-//!              (Inner::refresh_host_free) — after a commit it holds what redb really took —
+//!              (space.rs `Space::refresh_host`) — after a commit it holds what redb really took —
 //!              and before a metadata change when older than `MAX_AGE`;
 //!   reserve    `reserve_for(total)`: 1/64 of the filesystem, within [1 MiB, 64 MiB] (btrfs
 //!              keeps a global metadata reserve for the same reason);
@@ -40,7 +40,7 @@
 //! Tunables: `RESERVE_MIN`, `RESERVE_MAX`, `RESERVE_SHARE`, `ROW_CHARGE`, `EXTENT_ROW_CHARGE`,
 //! `MAX_USUAL_CHARGE`, `MAX_AGE`.
 
-use parking_lot::Mutex;
+use crate::locks::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const RESERVE_MIN: u64 = 1 << 20;

@@ -4,13 +4,20 @@ use squeezefs_codec::Spec;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Default record size: 128 KiB (DESIGN.md §2).
+/// The metadata store's file in the pool directory.
+pub const META_FILE: &str = "meta.redb";
+/// The pool's own growable device file, when mkfs names no device.
+pub const DEFAULT_DEVICE_FILE: &str = "data.0";
+/// Default record size: 128 KiB (docs/design.md §2).
 pub const DEFAULT_RECORDSIZE: u32 = 128 * 1024;
 /// Default largest stored size of a file kept inline in the metadata store.
 pub const DEFAULT_MAX_INLINE: u32 = 2048;
 /// Record sizes accepted by mkfs: powers of two in this range.
 pub const MIN_RECORDSIZE: u32 = 4096;
 pub const MAX_RECORDSIZE: u32 = 1024 * 1024;
+/// Default of `OpenOptions::max_delta_rows`: rows of metadata changes held in memory
+/// (nsdelta.rs, ~200 B each) past which the txg driver is asked to commit.
+pub const DEFAULT_MAX_DELTA_ROWS: usize = 256 * 1024;
 
 #[derive(Clone, Debug, Default)]
 pub struct MkfsOptions {
@@ -63,7 +70,7 @@ impl Default for OpenOptions {
             workers: 0,
             record_cache_bytes: 64 * 1024 * 1024,
             devices: Vec::new(),
-            max_delta_rows: crate::nsdelta::MAX_OPEN_ROWS,
+            max_delta_rows: DEFAULT_MAX_DELTA_ROWS,
         }
     }
 }

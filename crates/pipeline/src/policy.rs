@@ -64,6 +64,8 @@ thread_local! {
 
 /// Heuristic, compression with early abort (output must save a sector), checksum of what
 /// will be stored. Never copies the raw record; the output goes into a buffer of `out`.
+/// Returns the result and the CPU nanoseconds the codec took (0 when no codec ran): what a
+/// per-record controller measures (compress.rs).
 pub fn compress_record<'a>(
     data: &[u8],
     policy: Policy,
@@ -71,11 +73,11 @@ pub fn compress_record<'a>(
     trust_streak: bool,
     ws: impl FnOnce() -> &'a Workspaces,
     out: &std::sync::Arc<OutPool>,
-) -> Compressed {
+) -> (Compressed, u64) {
     if is_zeros(data) {
-        return Compressed::Zeros;
+        return (Compressed::Zeros, 0);
     }
-    let raw = || Compressed::Raw { hash: xxh3_64(data) };
+    let raw = || (Compressed::Raw { hash: xxh3_64(data) }, 0);
     let Some(codec) = policy.codec() else { return raw() };
     // the sampler is skipped while the file's previous records kept compressing (the
     // codec's early abort still catches a record that does not save a sector)
@@ -96,20 +98,23 @@ pub fn compress_record<'a>(
         if s.len() < limit {
             s.resize(limit, 0);
         }
-        ws().compress(codec, data, &mut s[..limit]).map(|n| out.copy_of(&s[..n]))
+        let (r, cpu_ns) = ws().compress_measured(codec, data, &mut s[..limit]);
+        (r.map(|n| out.copy_of(&s[..n])), cpu_ns)
     });
-    match packed {
+    let (packed, cpu_ns) = packed;
+    let c = match packed {
         Ok(bytes) if saves_a_sector(bytes.len(), data.len(), sector) => {
             let hash = xxh3_64(&bytes);
             Compressed::Packed { codec, bytes: std::sync::Arc::new(bytes), hash }
         }
-        Ok(_) => raw(),
-        Err(squeezefs_codec::CodecError::DstTooSmall) => raw(),
+        Ok(_) => raw().0,
+        Err(squeezefs_codec::CodecError::DstTooSmall) => raw().0,
         Err(e) => {
             log::warn!("compression with {codec:?} failed ({e}); storing the record raw");
-            raw()
+            raw().0
         }
-    }
+    };
+    (c, cpu_ns)
 }
 
 #[cfg(test)]
@@ -121,9 +126,9 @@ mod tests {
         let p = Policy { spec: Spec::Off, force: false };
         let no_ws = || -> &'static Workspaces { unreachable!("off never compresses") };
         let out = OutPool::new(0);
-        assert!(matches!(compress_record(&[0u8; 4096], p, 512, false, no_ws, &out), Compressed::Zeros));
+        assert!(matches!(compress_record(&[0u8; 4096], p, 512, false, no_ws, &out).0, Compressed::Zeros));
         let data = vec![5u8; 4096];
-        match compress_record(&data, p, 512, false, no_ws, &out) {
+        match compress_record(&data, p, 512, false, no_ws, &out).0 {
             Compressed::Raw { hash } => assert_eq!(hash, xxh3_64(&data)),
             _ => panic!("expected raw"),
         }

@@ -4,7 +4,7 @@
 
 use crate::caches::RecordKey;
 use crate::dirty::{Layer, LayerView};
-use crate::error::{EngineError, Result};
+use crate::error::{Corruption, EngineError, Internal, PanicSite, Result};
 use crate::inner::Inner;
 use crate::units::{record_start_byte, records_for_size};
 use squeezefs_codec::Algorithm;
@@ -18,10 +18,10 @@ pub const PREFETCH_RECORDS: u64 = 16;
 
 /// Extent pointer of a committed record (cached).
 pub fn extent(inner: &Inner, ino: Ino, idx: u64) -> Result<Option<ExtentPtr>> {
-    if let Some(e) = inner.ext_cache.get(ino, idx) {
+    if let Some(e) = inner.cache.extents.get(ino, idx) {
         return Ok(e);
     }
-    let gen = inner.ext_cache.gen();
+    let gen = inner.cache.extents.gen();
     let rx = inner.db.begin_read()?;
     let t = rx.open_table(tables::EXTENTS)?;
     let k = keys::pair(ino, idx);
@@ -29,18 +29,18 @@ pub fn extent(inner: &Inner, ino: Ino, idx: u64) -> Result<Option<ExtentPtr>> {
         Some(v) => Some(ExtentPtr::decode(v.value())?),
         None => None,
     };
-    inner.ext_cache.insert(ino, idx, e.clone(), gen);
+    inner.cache.extents.insert(ino, idx, e.clone(), gen);
     Ok(e)
 }
 
 /// Extent pointers of several records of one file: cached ones from the cache, the others
 /// from one read transaction.
 pub fn extents_of(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Vec<Option<ExtentPtr>>> {
-    let mut out: Vec<Option<Option<ExtentPtr>>> = idxs.iter().map(|&i| inner.ext_cache.get(ino, i)).collect();
+    let mut out: Vec<Option<Option<ExtentPtr>>> = idxs.iter().map(|&i| inner.cache.extents.get(ino, i)).collect();
     if out.iter().all(Option::is_some) {
         return Ok(out.into_iter().map(Option::unwrap).collect());
     }
-    let gen = inner.ext_cache.gen();
+    let gen = inner.cache.extents.gen();
     let rx = inner.db.begin_read()?;
     let t = rx.open_table(tables::EXTENTS)?;
     for (slot, &idx) in out.iter_mut().zip(idxs) {
@@ -50,7 +50,7 @@ pub fn extents_of(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Vec<Option<Ex
                 Some(v) => Some(ExtentPtr::decode(v.value())?),
                 None => None,
             };
-            inner.ext_cache.insert(ino, idx, e.clone(), gen);
+            inner.cache.extents.insert(ino, idx, e.clone(), gen);
             *slot = Some(e);
         }
     }
@@ -76,18 +76,13 @@ fn record_key(e: &ExtentPtr) -> Option<RecordKey> {
 pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<u8>>> {
     let key = record_key(e);
     if let Some(k) = &key {
-        if let Some(v) = inner.rec_cache.get(k) {
+        if let Some(v) = inner.cache.records.get(k) {
             return Ok(v);
         }
-        // a prefetch is decoding this record right now (on a running worker, which never
-        // waits for anything): wait for it instead of decoding it twice. Queued prefetches
-        // are not in the set, so a worker never waits for a job queued behind itself.
-        let mut inflight = inner.prefetching.lock();
-        while inflight.contains(k) {
-            inner.prefetch_cv.wait_for(&mut inflight, std::time::Duration::from_millis(20));
-        }
-        drop(inflight);
-        if let Some(v) = inner.rec_cache.get(k) {
+        // a prefetch is decoding this record right now: wait for it instead of decoding it
+        // twice
+        inner.cache.wait_prefetch(k);
+        if let Some(v) = inner.cache.records.get(k) {
             return Ok(v);
         }
     }
@@ -97,11 +92,9 @@ pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<
 fn load_uncached(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, key: Option<RecordKey>) -> Result<Arc<Vec<u8>>> {
     let offset_in_file = record_start_byte(idx, inner.recordsize);
     if u64::from(e.logical) > inner.recordsize || e.psize() > inner.recordsize {
-        return Err(EngineError::Corrupt(format!(
-            "inode {ino} offset {offset_in_file}: extent of {} stored / {} logical bytes exceeds the record size",
-            e.psize(),
-            e.logical
-        )));
+        return Err(
+            Corruption::ExtentTooLarge { ino, offset: offset_in_file, stored: e.psize(), logical: e.logical }.into()
+        );
     }
     let out = match &e.stored {
         StoredRecord::Inline(v) => {
@@ -109,16 +102,12 @@ fn load_uncached(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, key: Option<R
             Arc::new(decode(inner, e, v, ino, offset_in_file)?)
         }
         StoredRecord::Device(d) => {
-            let dev = inner.devs.get(d.dev as usize).ok_or_else(|| {
-                EngineError::Corrupt(format!(
-                    "inode {ino} record {idx} points to device {} of {}",
-                    d.dev,
-                    inner.devs.len()
-                ))
+            let dev = inner.space.devs().get(d.dev as usize).ok_or_else(|| {
+                EngineError::from(Corruption::NoSuchDevice { ino, idx, dev: d.dev, devices: inner.space.devs().len() })
             })?;
             // read into a recycled buffer (read_exact_at fills all of it): a raw record is
             // then the decoded record itself, without a second buffer and copy
-            let mut buf = inner.rec_cache.take_buffer(d.psize as usize);
+            let mut buf = inner.cache.records.take_buffer(d.psize as usize);
             dev.dev.read_at(&mut buf, d.offset).map_err(|err| {
                 log::error!("read of inode {ino} at offset {offset_in_file} failed: {err}");
                 EngineError::from(err)
@@ -128,13 +117,13 @@ fn load_uncached(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, key: Option<R
                 Arc::new(buf)
             } else {
                 let out = decode(inner, e, &buf, ino, offset_in_file);
-                inner.rec_cache.give_buffer(buf);
+                inner.cache.records.give_buffer(buf);
                 Arc::new(out?)
             }
         }
     };
     if let Some(k) = key {
-        inner.rec_cache.insert(k, out.clone());
+        inner.cache.records.insert(k, out.clone());
     }
     Ok(out)
 }
@@ -156,27 +145,24 @@ fn verify(e: &ExtentPtr, stored: &[u8], ino: Ino, off: u64, place: &str) -> Resu
 
 fn decode(inner: &Inner, e: &ExtentPtr, stored: &[u8], ino: Ino, off: u64) -> Result<Vec<u8>> {
     let logical = e.logical as usize;
-    let alg = Algorithm::from_id(e.alg)
-        .ok_or_else(|| EngineError::Corrupt(format!("inode {ino} offset {off}: unknown algorithm id {}", e.alg)))?;
+    let alg = Algorithm::from_id(e.alg).ok_or(Corruption::UnknownAlgorithm { ino, offset: off, id: e.alg })?;
     if alg == Algorithm::None {
         if stored.len() != logical {
-            return Err(EngineError::Corrupt(format!(
-                "inode {ino} offset {off}: raw record of {} bytes, {logical} expected",
-                stored.len()
-            )));
+            return Err(Corruption::RawLength { ino, offset: off, got: stored.len(), want: logical }.into());
         }
-        let mut out = inner.rec_cache.take_buffer(logical);
+        let mut out = inner.cache.records.take_buffer(logical);
         out.copy_from_slice(stored);
         return Ok(out);
     }
     // every byte is overwritten: a short decode is an error below, and `out` is dropped
-    let mut out = inner.rec_cache.take_buffer(logical);
-    let n = inner
-        .workspaces()
-        .decompress(alg, stored, &mut out)
-        .map_err(|err| EngineError::Corrupt(format!("inode {ino} offset {off}: {err}")))?;
+    let mut out = inner.cache.records.take_buffer(logical);
+    let n = inner.workspaces().decompress(alg, stored, &mut out).map_err(|source| Corruption::Undecodable {
+        ino,
+        offset: off,
+        source,
+    })?;
     if n != logical {
-        return Err(EngineError::Corrupt(format!("inode {ino} offset {off}: decoded {n} bytes, {logical} expected")));
+        return Err(Corruption::DecodedLength { ino, offset: off, got: n, want: logical }.into());
     }
     Ok(out)
 }
@@ -196,7 +182,7 @@ enum Source {
 pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
     inner.check_open()?;
     let rs = inner.recordsize;
-    let f = inner.files.get(ino);
+    let f = inner.dirty.files.get(ino);
     let size = match &f {
         Some(f) => f.lock().size,
         None => inner.inode_record(ino)?.size,
@@ -286,7 +272,7 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
         // cache holds what it read), so their buffers go to the next decode rather than
         // pushing records still ahead of the reader out of the cache
         for k in finished {
-            inner.rec_cache.release(&k);
+            inner.cache.records.release(&k);
         }
     }
     Ok(n)
@@ -311,8 +297,10 @@ type Fetched = (Vec<Option<Arc<Vec<u8>>>>, Vec<Option<RecordKey>>);
 fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
     let exts = extents_of(inner, ino, idxs)?;
     let keys: Vec<Option<RecordKey>> = exts.iter().map(|e| e.as_ref().and_then(record_key)).collect();
-    let misses =
-        exts.iter().filter(|e| e.as_ref().and_then(record_key).is_some_and(|k| !inner.rec_cache.contains(&k))).count();
+    let misses = exts
+        .iter()
+        .filter(|e| e.as_ref().and_then(record_key).is_some_and(|k| !inner.cache.records.contains(&k)))
+        .count();
     if misses < 2 || inner.workers.threads() < 2 {
         let recs = idxs
             .iter()
@@ -333,7 +321,7 @@ fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
         let tx = tx.clone();
         let me = me.clone();
         inner.workers.execute(move || {
-            let r = me.catch("a decode job", || {
+            let r = me.catch(PanicSite::DecodeJob, || {
                 me.faults.hit(crate::fault::Site::DecodeJob);
                 load_retrying(&me, ino, i, e)
             });
@@ -355,10 +343,7 @@ fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
     }
     // a record without its result must not read as a hole
     if received < expected && err.is_none() {
-        err = Some(EngineError::Other(format!(
-            "{} of {expected} decode jobs ended without a result",
-            expected - received
-        )));
+        err = Some(EngineError::Internal(Internal::DecodeResultsLost { missing: expected - received, expected }));
     }
     match err {
         Some(e) => Err(e),
@@ -371,7 +356,7 @@ fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
 fn load_retrying(inner: &Inner, ino: Ino, idx: u64, e: ExtentPtr) -> Result<Arc<Vec<u8>>> {
     match load(inner, ino, idx, &e) {
         Err(EngineError::Checksum { .. }) => {
-            inner.ext_cache.invalidate(ino, Some(idx));
+            inner.cache.extents.invalidate(ino, Some(idx));
             match extent(inner, ino, idx)? {
                 Some(e2) if e2 != e => load(inner, ino, idx, &e2),
                 _ => load(inner, ino, idx, &e),
@@ -384,15 +369,7 @@ fn load_retrying(inner: &Inner, ino: Ino, idx: u64, e: ExtentPtr) -> Result<Arc<
 /// Sequential readers get the next records decoded in the background; returns whether this
 /// read was sequential.
 fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool) -> bool {
-    let sequential = {
-        let mut ra = inner.readahead.lock();
-        if ra.len() > 4096 {
-            ra.clear();
-        }
-        let seq = ra.get(&ino).is_some_and(|&e| e == off) || off == 0;
-        ra.insert(ino, end);
-        seq
-    };
+    let sequential = inner.cache.note_read(ino, off, end);
     if !sequential || !clean {
         return sequential;
     }
@@ -405,7 +382,7 @@ fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool
     for (idx, e) in idxs.into_iter().zip(exts) {
         let Some(e) = e else { continue };
         let Some(k) = record_key(&e) else { continue };
-        if inner.rec_cache.contains(&k) || inner.prefetching.lock().contains(&k) {
+        if inner.cache.records.contains(&k) || inner.cache.is_prefetching(&k) {
             continue;
         }
         let me = me.clone();
@@ -413,17 +390,16 @@ fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool
             // claim the record only once running: `load` waits for claimed records, and a
             // claim made at queue time let readers on the workers wait for a job queued
             // behind them (deadlock of every reader of the file, and of unmount)
-            if me.rec_cache.contains(&k) || !me.prefetching.lock().insert(k) {
+            if me.cache.records.contains(&k) || !me.cache.claim_prefetch(k) {
                 return;
             }
             let _claim = PrefetchClaim { inner: &me, key: k };
             // the reader got past this record while the job waited (it decoded the record
             // itself and dropped it behind): decoding it now would only refill the cache
-            let passed =
-                me.readahead.lock().get(&ino).is_some_and(|&pos| pos >= record_start_byte(idx + 1, me.recordsize));
+            let passed = me.cache.read_past(ino, record_start_byte(idx + 1, me.recordsize));
             if !passed {
                 // no reader waits for this result; a panic still suspends the pool
-                let _ = me.catch("a prefetch job", || load_uncached(&me, ino, idx, &e, Some(k)));
+                let _ = me.catch(PanicSite::PrefetchJob, || load_uncached(&me, ino, idx, &e, Some(k)));
             }
         });
     }
@@ -439,8 +415,7 @@ struct PrefetchClaim<'a> {
 
 impl Drop for PrefetchClaim<'_> {
     fn drop(&mut self) {
-        self.inner.prefetching.lock().remove(&self.key);
-        self.inner.prefetch_cv.notify_all();
+        self.inner.cache.end_prefetch(&self.key);
     }
 }
 
@@ -461,7 +436,7 @@ fn has_data(inner: &Inner, ino: Ino, idx: u64, open: Option<&Layer>, syncing: Op
 pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option<u64>> {
     inner.check_open()?;
     let rs = inner.recordsize;
-    let f = crate::write::file_ref(inner, ino)?;
+    let f = inner.file_ref(ino)?;
     // snapshot the layers (the open layer is copied as a set of indices only)
     let (size, open, syncing) = {
         let fd = f.lock();
@@ -487,7 +462,7 @@ pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option
         (fd.size, open, fd.syncing.clone())
     };
     drop(f);
-    inner.files.retire_if_clean(ino);
+    inner.dirty.files.retire_if_clean(ino);
     if off >= size {
         return Ok(None);
     }

@@ -83,8 +83,8 @@ pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> 
         let (device, device_offset, problem) = match &e.stored {
             StoredRecord::Inline(v) => (None, None, check(v, e.hash)),
             StoredRecord::Device(d) => {
-                let p = match inner.devs.get(d.dev as usize) {
-                    None => Some(format!("points to device {} of {}", d.dev, inner.devs.len())),
+                let p = match inner.space.devs().get(d.dev as usize) {
+                    None => Some(format!("points to device {} of {}", d.dev, inner.space.devs().len())),
                     // a corrupt size is not allocated: no record stores more than it holds
                     Some(_) if e.psize() > inner.recordsize || u64::from(e.logical) > inner.recordsize => {
                         Some(format!(

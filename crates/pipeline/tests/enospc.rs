@@ -247,9 +247,9 @@ impl Drop for Tmpfs {
 }
 
 /// Found in review: a pool on a growable device file. Write admission uses the host
-/// filesystem's free space, cached by `refresh_host_free`, which ran only at the start of a
+/// filesystem's free space, cached by `Space::refresh_host`, which ran only at the start of a
 /// txg's sync (and at open). After txg N had written its data, the cache still showed the
-/// space N took while `dirty_bytes` no longer counted N's bytes: the next writes were
+/// space N took while the dirty bytes no longer counted N's bytes: the next writes were
 /// admitted against space that was gone, and the txg that synced them failed on the host's
 /// ENOSPC and suspended the pool, instead of the write returning NoSpace.
 #[test]
@@ -691,7 +691,7 @@ fn a_txg_still_without_room_at_close_is_reported_lost() {
     let other = fill_host(&fs.0);
     assert!(matches!(e.sync(), Err(EngineError::NoSpace)));
     match e.close() {
-        Err(EngineError::Suspended(msg)) => assert!(msg.contains("no space"), "{msg}"),
+        Err(EngineError::Suspended(cause)) => assert!(matches!(*cause, EngineError::NoSpace), "{cause}"),
         other => panic!("close with the txg still waiting for room: {other:?}"),
     }
     drop(e);

@@ -59,6 +59,8 @@ pub struct Mounted {
     pub opts: String,
     /// mounted with allow_other (the default of these tests)
     pub allow_other: bool,
+    /// `SQUEEZEFS_TEST_URING` may add its `uring=` (false: `opts` exactly as given)
+    test_transport: bool,
     mounted: bool,
 }
 
@@ -66,29 +68,35 @@ impl Mounted {
     /// mkfs a fresh pool and mount it with `opts` (allow_other is always added so that
     /// tests can act as other users).
     pub fn new(opts: &str) -> Mounted {
-        Mounted::create(opts, true)
+        Mounted::create(opts, true, true)
+    }
+
+    /// Like `new` but the mount gets `opts` as given whatever `SQUEEZEFS_TEST_URING` says:
+    /// for tests of the default transport.
+    pub fn new_as_given(opts: &str) -> Mounted {
+        Mounted::create(opts, true, false)
     }
 
     /// Like `new` but without allow_other: only uid 0 processes reach the mount, and the
     /// daemon alone checks permissions.
     pub fn new_private(opts: &str) -> Mounted {
-        Mounted::create(opts, false)
+        Mounted::create(opts, false, true)
     }
 
-    fn create(opts: &str, allow_other: bool) -> Mounted {
+    fn create(opts: &str, allow_other: bool, test_transport: bool) -> Mounted {
         let dir = tempfile::Builder::new().prefix("sqzmnt").tempdir_in("/tmp").unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let pool = dir.path().join("pool");
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
         run_ok(&["mkfs", pool.to_str().unwrap()]);
-        let mut m = Mounted { dir, pool, mnt, opts: opts.to_string(), allow_other, mounted: false };
+        let mut m = Mounted { dir, pool, mnt, opts: opts.to_string(), allow_other, test_transport, mounted: false };
         m.mount();
         m
     }
 
     fn full_opts(&self) -> String {
-        let opts = with_test_transport(&self.opts);
+        let opts = if self.test_transport { with_test_transport(&self.opts) } else { self.opts.clone() };
         match (self.allow_other, opts.is_empty()) {
             (true, true) => "allow_other".into(),
             (true, false) => format!("allow_other,{opts}"),
