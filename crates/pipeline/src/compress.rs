@@ -4,10 +4,13 @@
 //! filled in the open txg, and caller-runs) and sync.rs (the records of the syncing txg).
 //!
 //! Per-record decision: every record is compressed by [`Codecs::compress`], given the
-//! policy of the file it belongs to (`Policy`: fixed, or adaptive) and what is known of the
-//! file so far (its streak). `policy::compress_record` makes the choice (codec, heuristic)
-//! and returns, with the result, the CPU time the codec took (`Workspaces::compress_measured`)
-//! — the measurement an adaptive controller is fed per record.
+//! policy of the file it belongs to (`Policy`: fixed, or adaptive, and its QoS tree) and
+//! what is known of the file so far (its streak). A record of a QoS tree gets the level its
+//! tree's plan picks (qos.rs `Qos::pick`) unless its spec stores raw; then
+//! `policy::compress_record` applies the codec (and the heuristic) and returns, with the
+//! result, the CPU time the codec took (`Workspaces::compress_measured`), which feeds the
+//! tree's meters and stats (`Qos::observe`) — the measurement an adaptive controller is fed
+//! per record.
 //!
 //! A `Slot` is one attempt to compress one record's exact bytes. States:
 //!   QUEUED   a queue entry for the slot waits; the slot holds the job (a shared handle on
@@ -43,17 +46,24 @@
 //!   - A slot's charges are changed under its lock, together with its state: a claim
 //!     never takes out bytes that the finishing job has not added yet.
 //!
-//! Queue: two FIFO lists, `urgent` (the sync stage's records) before `background` (early
-//! compression); `pop` takes urgent entries first. A background entry carries where its
-//! record lives (`H`, dirty.rs `RecordHome`), so that the worker can pack the result into
-//! it; its bytes count in the `backlog` until a worker runs it.
+//! Queue: `urgent` (the sync stage's records, FIFO) before `background` (early
+//! compression); `pop` takes urgent entries first. The background entries are scheduled
+//! per QoS tree (control::qos::sched `CompressScheduler`): each tree's records in order,
+//! QoS trees earliest deadline first with deadlines from their allotted rates, so a fast
+//! tree's records never wait behind a slow tree's expensive ones; records outside QoS trees
+//! in arrival order on the CPU the trees leave. A background entry carries where its record
+//! lives (`H`, dirty.rs `RecordHome`), so that the worker can pack the result into it; the
+//! bytes of one outside QoS trees count in the `backlog` until a worker runs it (a QoS
+//! tree's queued bytes are bounded per tree, qos.rs BACKLOG).
 
 use crate::accounting::{Accounting, Charge, Counter};
 use crate::locks::{Mutex, Rank, RwLock};
 use crate::outbuf::OutPool;
 use crate::policy::{compress_record, Compressed, Policy, TRUST_AFTER};
+use crate::qos::Qos;
 use crossbeam_channel::Sender;
-use squeezefs_codec::{Codec, WorkspaceConfig, Workspaces};
+use squeezefs_codec::{Codec, Spec, WorkspaceConfig, Workspaces};
+use squeezefs_control::qos::{CompressScheduler, SchedTunables, TreeId, NO_TREE};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -85,6 +95,8 @@ impl<H> Compression<H> {
 pub struct Codecs {
     ws: OnceLock<Workspaces>,
     outs: Arc<OutPool>,
+    /// QoS trees: the level of their records, their meters (qos.rs)
+    pub qos: Arc<Qos>,
     /// worker threads (sizes the contexts' memory bound)
     threads: usize,
     sector: usize,
@@ -92,8 +104,8 @@ pub struct Codecs {
 
 impl Codecs {
     /// `out_bytes`: idle compressed-output buffers kept for reuse (outbuf.rs).
-    pub fn new(threads: usize, sector: u64, out_bytes: usize) -> Codecs {
-        Codecs { ws: OnceLock::new(), outs: OutPool::new(out_bytes), threads, sector: sector as usize }
+    pub fn new(threads: usize, sector: u64, out_bytes: usize, qos: Arc<Qos>) -> Codecs {
+        Codecs { ws: OnceLock::new(), outs: OutPool::new(out_bytes), qos, threads, sector: sector as usize }
     }
 
     /// Compression contexts, created on first use (a pool that stores raw never needs them).
@@ -117,7 +129,24 @@ impl Codecs {
     /// place a record's codec is decided and its compression measured (block comment).
     pub fn compress(&self, data: &[u8], policy: Policy, streak: &AtomicU32) -> Compressed {
         let trust = streak.load(Ordering::Relaxed) >= TRUST_AFTER;
-        let (c, _cost) = compress_record(data, policy, self.sector, trust, || self.workspaces(), &self.outs);
+        // a QoS tree's record: its plan's level, unless the data is to be stored raw
+        let applied = match policy.codec() {
+            Some(_) if policy.tree != NO_TREE => Policy { spec: Spec::Fixed(self.qos.pick(policy.tree)), ..policy },
+            _ => policy,
+        };
+        let (c, cpu_ns) = compress_record(data, applied, self.sector, trust, || self.workspaces(), &self.outs);
+        let input = data.len() as u64;
+        match &c {
+            Compressed::Zeros => {}
+            Compressed::Packed { codec, bytes, .. } => {
+                self.qos.observe(policy.tree, Some(*codec), input, bytes.len() as u64, cpu_ns)
+            }
+            // the codec ran (and saved no sector) or the record went raw without it
+            Compressed::Raw { .. } => {
+                let ran = if cpu_ns > 0 { applied.codec() } else { None };
+                self.qos.observe(policy.tree, ran, input, input, cpu_ns)
+            }
+        }
         match &c {
             Compressed::Packed { .. } => {
                 streak.fetch_add(1, Ordering::Relaxed);
@@ -359,25 +388,39 @@ pub struct CompressQueue<H> {
 
 struct Lists<H> {
     urgent: VecDeque<Arc<Slot>>,
-    background: VecDeque<(Arc<Slot>, H)>,
+    background: CompressScheduler<(Arc<Slot>, H)>,
 }
 
 impl<H> Default for CompressQueue<H> {
     fn default() -> Self {
-        CompressQueue { q: Mutex::new(Rank::Leaf, Lists { urgent: VecDeque::new(), background: VecDeque::new() }) }
+        CompressQueue {
+            q: Mutex::new(
+                Rank::Leaf,
+                Lists { urgent: VecDeque::new(), background: CompressScheduler::new(SchedTunables::default()) },
+            ),
+        }
     }
 }
 
 impl<H> CompressQueue<H> {
-    /// Queue a background entry for `slot`; its bytes count in the backlog until it runs.
-    pub fn push_background(&self, slot: Arc<Slot>, home: H) {
-        {
+    /// Queue a background entry for `slot` at `now` (qos.rs clock), estimated to cost
+    /// `cost_ns` of codec CPU; outside QoS trees its bytes count in the backlog until it runs.
+    pub fn push_background(&self, slot: Arc<Slot>, home: H, now: f64, cost_ns: f64) {
+        let tree = slot.policy.tree;
+        let bytes = {
             let mut g = slot.st.lock();
-            if let State::Queued(j) = &g.state {
-                g.backlog = Some(slot.acct.charge(Counter::Backlog, j.buf.len() as u64));
+            match &g.state {
+                State::Queued(j) => {
+                    let len = j.buf.len() as u64;
+                    if tree == NO_TREE {
+                        g.backlog = Some(slot.acct.charge(Counter::Backlog, len));
+                    }
+                    len
+                }
+                _ => 0,
             }
-        }
-        self.q.lock().background.push_back((slot, home));
+        };
+        self.q.lock().background.push(tree, bytes, cost_ns, now, (slot, home));
     }
 
     /// Queue urgent entries (the sync stage's records), ahead of every background entry.
@@ -385,9 +428,30 @@ impl<H> CompressQueue<H> {
         self.q.lock().urgent.extend(slots);
     }
 
-    /// The next entry to run: urgent first; a background entry comes with its home.
-    pub fn pop(&self) -> Option<(Arc<Slot>, Option<H>)> {
+    /// The next entry to run at `now`: urgent first; a background entry comes with its home.
+    pub fn pop(&self, now: f64) -> Option<(Arc<Slot>, Option<H>)> {
         let mut q = self.q.lock();
-        q.urgent.pop_front().map(|s| (s, None)).or_else(|| q.background.pop_front().map(|(s, h)| (s, Some(h))))
+        if let Some(s) = q.urgent.pop_front() {
+            return Some((s, None));
+        }
+        q.background.pop(now).map(|j| (j.item.0, Some(j.item.1)))
+    }
+
+    /// Set each QoS tree's lane rate (its allotment, bytes/s; 0: the tree is gone or idle).
+    pub fn set_rates(&self, rates: &[(TreeId, f64)]) {
+        let mut q = self.q.lock();
+        for &(t, r) in rates {
+            q.background.set_rate(t, r);
+        }
+    }
+
+    /// How late `tree`'s oldest queued record is at `now`, seconds.
+    pub fn lag(&self, tree: TreeId, now: f64) -> f64 {
+        self.q.lock().background.lag(tree, now)
+    }
+
+    /// Bytes of `tree` queued in the background.
+    pub fn queued(&self, tree: TreeId) -> u64 {
+        self.q.lock().background.queued(tree).0
     }
 }

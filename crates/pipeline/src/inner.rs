@@ -40,6 +40,8 @@ pub struct Inner {
     pub dirty: DirtyData,
     /// the compress stage: pool policy, codecs, queue (compress.rs, early.rs)
     pub compress: Compression<RecordHome>,
+    /// QoS trees: admission, levels, stats (qos.rs); shared with the codecs
+    pub qos: Arc<crate::qos::Qos>,
     /// writers delayed at the dirty bound wait here (throttle.rs)
     pub throttle: Throttle,
     pub txg: TxgCtl,
@@ -106,7 +108,8 @@ impl Inner {
         last_txg: u64,
         faults: Arc<Faults>,
     ) -> Inner {
-        let policy = Policy { spec: opts.compression, force: opts.force_compression };
+        let policy = Policy { spec: opts.compression, force: opts.force_compression, tree: 0 };
+        let qos = Arc::new(crate::qos::Qos::default());
         let pool_bytes = (64usize << 20).min(opts.max_dirty_bytes as usize / 4);
         let workers = WorkerPool::new(opts.workers, "sqz-work");
         Inner {
@@ -121,7 +124,8 @@ impl Inner {
             early: EarlyPlacement::new(granule),
             acct: Arc::default(),
             dirty: DirtyData::new(recordsize, pool_bytes),
-            compress: Compression::new(policy, Codecs::new(workers.threads(), sector, pool_bytes / 4)),
+            compress: Compression::new(policy, Codecs::new(workers.threads(), sector, pool_bytes / 4, qos.clone())),
+            qos,
             throttle: Throttle::new(opts.max_dirty_bytes),
             txg: TxgCtl::new(last_txg),
             ns: Default::default(),

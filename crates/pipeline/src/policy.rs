@@ -1,10 +1,12 @@
 //! Compression policy and the per-record compress step (runs on a worker).
 //!
-//! A policy is a [`Spec`] plus `force`: the mount-wide one, or a file's own, which the fs
-//! core resolves from properties and states with each write (dirty.rs `FileData::policy`).
-//! `Spec::Auto` and `Spec::Qos` map to zstd:3 until the auto/qos controllers land (a later
-//! issue): they are accepted and stored, and data is compressed with the controllers'
-//! starting level.
+//! A policy is a [`Spec`] plus `force`, and the QoS tree the data belongs to: the
+//! mount-wide one, or a file's own, which the fs core resolves from properties and states
+//! with each write (dirty.rs `FileData::policy`). A record of a QoS tree (`tree` ≠
+//! `NO_TREE`) is compressed at the level the tree's plan picks (qos.rs), unless its spec
+//! stores raw (`none`): inside a QoS tree the rate decides the level. `Spec::Auto` and
+//! `Spec::Qos` outside QoS trees map to zstd:3 until the auto controller lands: they are
+//! accepted and stored, and data is compressed with the controller's starting level.
 
 use crate::outbuf::{OutBytes, OutPool};
 use squeezefs_codec::heuristic::{self, is_zeros};
@@ -15,6 +17,8 @@ use xxhash_rust::xxh3::xxh3_64;
 pub struct Policy {
     pub spec: Spec,
     pub force: bool,
+    /// the QoS tree of the data (`squeezefs_control::qos::NO_TREE`: none)
+    pub tree: u64,
 }
 
 /// What a write says about its file's compression (`FileData::policy`).
@@ -123,7 +127,7 @@ mod tests {
 
     #[test]
     fn off_policy_stores_raw_and_zeros_become_holes() {
-        let p = Policy { spec: Spec::Off, force: false };
+        let p = Policy { spec: Spec::Off, force: false, tree: 0 };
         let no_ws = || -> &'static Workspaces { unreachable!("off never compresses") };
         let out = OutPool::new(0);
         assert!(matches!(compress_record(&[0u8; 4096], p, 512, false, no_ws, &out).0, Compressed::Zeros));

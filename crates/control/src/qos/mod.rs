@@ -117,6 +117,6 @@ pub mod sched;
 pub mod stats;
 
 pub use admission::{split, Admission, AdmissionTunables, Admit, Claim, QosError, TreeId, TreeInfo, NO_TREE};
-pub use levels::{plan, LevelTunables, Plan, QosLevels, TreeDemand, TreeLoad, TreePlan};
+pub use levels::{plan, LevelTunables, Plan, QosLevels, TreeDemand, TreeLoad, TreePlan, START};
 pub use sched::{CompressScheduler, Job, SchedTunables};
 pub use stats::{StatsParseError, StatsRow, TreeStats, INTERVAL_SECS};

@@ -111,6 +111,18 @@ impl TreeStats {
     }
 }
 
+impl StatsRow {
+    /// This row with `levels` (codec, input, stored) as the tree's records written, and the
+    /// ratio they give: for callers that count the records apart from the admitted bytes.
+    pub fn with_levels(mut self, mut levels: Vec<(Codec, u64, u64)>) -> StatsRow {
+        levels.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.to_string().cmp(&b.0.to_string())));
+        let (input, stored) = levels.iter().fold((0u64, 0u64), |(i, s), l| (i + l.1, s + l.2));
+        self.ratio = if stored == 0 { 1.0 } else { input as f64 / stored as f64 };
+        self.levels = levels;
+        self
+    }
+}
+
 impl fmt::Display for StatsRow {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -231,6 +243,8 @@ mod tests {
         assert_eq!(e.to_string(), "qos stats field ratio: \"lots\" is not a number");
         let e = StatsRow::parse(&text.replace("zstd:8/2000/500", "zstd:99/2/1")).unwrap_err();
         assert!(e.to_string().contains("levels"), "{e}");
+        let again = TreeStats::new(0.0).row(42, 50e6, 45e6, 1.0).with_levels(vec![(Z8, 2000, 500), (Z9, 4000, 1000)]);
+        assert_eq!((again.levels, again.ratio), (r.levels.clone(), r.ratio), "with_levels sorts and sums");
         let empty = TreeStats::new(0.0).row(3, 1e6, 0.0, 0.0);
         assert_eq!(StatsRow::parse(&empty.to_string()).unwrap(), empty);
     }
