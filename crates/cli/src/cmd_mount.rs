@@ -87,7 +87,7 @@ fn log_event(msg: &str) {
 }
 
 /// `-o remount,...`: the per-mount flags (dev, suid, exec, atime) change in the kernel
-/// (`MS_REMOUNT | MS_BIND`), the compression and the atime mode go to the daemon serving
+/// (`MS_REMOUNT | MS_BIND`), the compression, `qos` and the atime mode go to the daemon serving
 /// `mountpoint`. Options fixed at mount time may be restated (mount(8) repeats the live
 /// ones) but not changed.
 fn remount(mountpoint: &Path, cfg: &MountConfig) -> Result<()> {
@@ -364,6 +364,7 @@ fn open_and_mount(
         read_only: cfg.read_only,
         check_permissions: !cfg.default_permissions,
         compression: cfg.compression,
+        qos: cfg.qos.flatten(),
         noatime: cfg.flags.noatime,
         nodiratime: cfg.nodiratime,
         dirsync: cfg.flags.dirsync,

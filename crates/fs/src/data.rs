@@ -6,6 +6,7 @@ use crate::error::{FsError, Result};
 use crate::handles::Handle;
 use crate::perm::{self, MAY_READ, MAY_WRITE};
 use crate::{inodes, time, Fs};
+use squeezefs_codec::{AUTO_DEFAULT_MAX, AUTO_DEFAULT_MIN};
 use squeezefs_pipeline::{FileKind, Ino, InodeAttr};
 
 pub const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
@@ -179,7 +180,12 @@ impl Fs {
         }
         let data = &data[..data.len().min((MAX_FILE_SIZE - offset).min(usize::MAX as u64) as usize)];
         // the file's compression from its properties: cached, no walk up the tree (inherit.rs)
-        let policy = self.write_policy(ino)?;
+        let mut policy = self.write_policy(ino)?;
+        if tree != squeezefs_pipeline::NO_TREE && policy.is_none() && self.compression().is_none() {
+            // nothing chose a compression (no property, no mount option): in a QoS tree the
+            // tree's rate does, on the adaptive ladder; an explicit `none` stores raw
+            policy = Some((squeezefs_codec::Spec::Auto { min: AUTO_DEFAULT_MIN, max: AUTO_DEFAULT_MAX }, false));
+        }
         self.engine.write_stated(ino, offset, data, policy, tree)?;
         if !from_page_cache {
             self.file_modified(c, ino)?;

@@ -94,9 +94,13 @@ fn one_tree_is_paced_to_its_rate_whatever_the_number_of_writers() {
         // every writer gets a turn: no writer shut out by the others
         assert!(got.iter().all(|&b| b > 0), "{got:?}");
     }
+    fs.sync().unwrap();
     let t = fs.qos_trees().unwrap().into_iter().find(|t| t.tree == tree).expect("the tree is known");
     assert_eq!(t.row.target_bps, 4e6);
     assert!(t.row.mean_bps > 0.0 && t.row.mean_bps < 4e6 * 1.2, "{:?}", t.row);
+    // with no compression chosen anywhere, the tree's records are compressed at its levels
+    assert!(t.row.ratio > 1.5, "{:?}", t.row);
+    assert!(t.row.levels.iter().all(|l| l.0.alg != squeezefs_codec::Algorithm::None), "{:?}", t.row.levels);
 }
 
 #[test]

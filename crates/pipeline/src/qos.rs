@@ -404,7 +404,7 @@ mod tests {
         let rates = q.replan(2, None, |_| 0.0);
         assert_eq!(rates.len(), 2);
         let r2 = rates.iter().find(|r| r.0 == 2).unwrap().1;
-        assert!(r2 >= 5e6 && r2 <= 20e6 * 1.0001, "{rates:?}");
+        assert!((5e6..=20e6 * 1.0001).contains(&r2), "{rates:?}");
         assert_ne!(q.pick(2).alg, Algorithm::None, "compressible by default: a level");
         assert!(q.cost_estimate(2, 1 << 17, None) > 0.0);
         assert!(q.backlog_bound(2) >= TREE_BACKLOG_MIN_BYTES);
