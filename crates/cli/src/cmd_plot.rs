@@ -105,6 +105,7 @@ fn reason_style(r: Reason) -> (RGBColor, &'static str) {
         Reason::Hold => (RGBColor(120, 120, 120), "hold (nothing measured)"),
         Reason::Fixed => (RGBColor(40, 150, 70), "fixed level"),
         Reason::Qos => (RGBColor(0, 140, 140), "qos plan"),
+        Reason::Incompressible => (RGBColor(90, 60, 30), "raw (heuristic: incompressible)"),
     }
 }
 
@@ -205,7 +206,15 @@ fn draw(trace: &Trace, title: &str, path: &Path, size: (u32, u32)) -> Result<()>
             .disable_y_mesh()
             .draw()
             .map_err(err)?;
-        for reason in [Reason::Fixed, Reason::Hold, Reason::Model, Reason::Guard, Reason::Probe, Reason::Explore] {
+        for reason in [
+            Reason::Fixed,
+            Reason::Incompressible,
+            Reason::Hold,
+            Reason::Model,
+            Reason::Guard,
+            Reason::Probe,
+            Reason::Explore,
+        ] {
             let pts: Vec<(f64, f64)> = rows
                 .iter()
                 .filter(|r| r.reason == reason)

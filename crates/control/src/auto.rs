@@ -196,6 +196,9 @@ pub enum Reason {
     Fixed,
     /// chosen by the QoS plan of the record's tree (qos/levels.rs)
     Qos,
+    /// stored raw without compressing: the compressibility heuristic found nothing to gain
+    /// (chosen by the compress stage before any policy is asked)
+    Incompressible,
 }
 
 impl Reason {
@@ -208,13 +211,23 @@ impl Reason {
             Reason::Hold => "hold",
             Reason::Fixed => "fixed",
             Reason::Qos => "qos",
+            Reason::Incompressible => "incompressible",
         }
     }
 
     pub fn from_name(s: &str) -> Option<Reason> {
-        [Reason::Model, Reason::Guard, Reason::Explore, Reason::Probe, Reason::Hold, Reason::Fixed, Reason::Qos]
-            .into_iter()
-            .find(|r| r.name() == s)
+        [
+            Reason::Model,
+            Reason::Guard,
+            Reason::Explore,
+            Reason::Probe,
+            Reason::Hold,
+            Reason::Fixed,
+            Reason::Qos,
+            Reason::Incompressible,
+        ]
+        .into_iter()
+        .find(|r| r.name() == s)
     }
 }
 

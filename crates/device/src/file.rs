@@ -10,7 +10,14 @@
 //! `WRITEBACK_KICK_BYTES` were written since the last kick, the written range gets
 //! `sync_file_range(SYNC_FILE_RANGE_WRITE)` (asynchronous; a hint — durability still comes
 //! only from `sync`), so the `fdatasync` before a commit waits for the tail, not for the
-//! whole txg. `write_vectored_at` writes a run of contiguous records with `pwritev` straight
+//! whole txg. The kicked ranges form a bounded *writeback window*: once more than
+//! `WRITEBACK_WINDOW_BYTES` were kicked and are not known to be on the device, a write waits
+//! for the oldest ranges' writeback to finish (`SYNC_FILE_RANGE_WAIT_*`). So the page cache
+//! holds at most about a window of this device's data in flight, and a device slower than
+//! its writer makes the writer wait for it, where it is measured: the engine's per-device
+//! queue and throughput figures (which the auto controller and device choice read) are
+//! then those of the device, not of the page cache. `sync` empties the window.
+//! `write_vectored_at` writes a run of contiguous records with `pwritev` straight
 //! from their buffers (the device queue's coalesced runs). The host filesystem running out of space (ENOSPC) while a
 //! growable file grows is reported as `Full` too, so the engine sees one "no space" error.
 
@@ -52,12 +59,19 @@ pub struct FileDevice {
 
 /// Start writeback after this many bytes written (see the module comment).
 pub const WRITEBACK_KICK_BYTES: u64 = 4 << 20;
+/// Kicked bytes whose writeback may be in flight before a write waits for the oldest
+/// (see the module comment): 8 kicks, enough to keep a fast device busy between waits.
+pub const WRITEBACK_WINDOW_BYTES: u64 = 32 << 20;
 
 #[derive(Default)]
 struct Unkicked {
     lo: u64,
     hi: u64,
     bytes: u64,
+    /// kicked ranges (offset, length) not known to be written back, oldest first
+    kicked: std::collections::VecDeque<(u64, u64)>,
+    /// their summed length
+    kicked_bytes: u64,
 }
 
 impl Unkicked {
@@ -74,7 +88,30 @@ impl Unkicked {
             return None;
         }
         self.bytes = 0;
-        Some((self.lo, self.hi - self.lo))
+        let r = (self.lo, self.hi - self.lo);
+        self.kicked.push_back(r);
+        self.kicked_bytes += r.1;
+        Some(r)
+    }
+
+    /// The oldest kicked ranges to wait for so that at most `WRITEBACK_WINDOW_BYTES` stay in
+    /// flight; they leave the window.
+    fn over_window(&mut self) -> Vec<(u64, u64)> {
+        let mut wait = Vec::new();
+        while self.kicked_bytes > WRITEBACK_WINDOW_BYTES {
+            let Some(r) = self.kicked.pop_front() else { break };
+            self.kicked_bytes -= r.1;
+            wait.push(r);
+        }
+        wait
+    }
+
+    /// The first `n` kicked ranges are on the device (a sync that began after they were
+    /// kicked completed).
+    fn synced(&mut self, n: usize) {
+        for r in self.kicked.drain(..n.min(self.kicked.len())) {
+            self.kicked_bytes -= r.1;
+        }
     }
 }
 
@@ -152,17 +189,31 @@ impl FileDevice {
     fn after_write(&self, offset: u64, end: u64) {
         self.len.fetch_max(end, Ordering::AcqRel);
         if self.power.is_none() {
-            let kick = self.unkicked.lock().unwrap_or_else(|p| p.into_inner()).add(offset, end);
+            let (kick, wait) = {
+                let mut u = self.unkicked.lock().unwrap_or_else(|p| p.into_inner());
+                let kick = u.add(offset, end);
+                (kick, u.over_window())
+            };
+            use std::os::fd::AsRawFd;
+            let fd = self.file.as_raw_fd();
             if let Some((off, len)) = kick {
-                use std::os::fd::AsRawFd;
                 // SAFETY: plain syscall on our own open descriptor; a failure only means
                 // the writeback starts at fdatasync, so the result is ignored.
                 unsafe {
+                    libc::sync_file_range(fd, off as libc::off64_t, len as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE);
+                }
+            }
+            for (off, len) in wait {
+                // SAFETY: as above. A failure (a writeback error) is reported by the next
+                // fdatasync, which durability depends on; the wait only paces the writer.
+                unsafe {
                     libc::sync_file_range(
-                        self.file.as_raw_fd(),
+                        fd,
                         off as libc::off64_t,
                         len as libc::off64_t,
-                        libc::SYNC_FILE_RANGE_WRITE,
+                        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                            | libc::SYNC_FILE_RANGE_WRITE
+                            | libc::SYNC_FILE_RANGE_WAIT_AFTER,
                     );
                 }
             }
@@ -297,11 +348,15 @@ impl Device for FileDevice {
     }
 
     fn sync(&self) -> Result<(), DeviceError> {
+        let kicked = self.unkicked.lock().unwrap_or_else(|p| p.into_inner()).kicked.len();
         match &self.power {
             Some(p) => p.sync(&self.file),
             None => self.file.sync_data(),
         }
-        .map_err(|e| self.io_err(e))
+        .map_err(|e| self.io_err(e))?;
+        // what was kicked before the sync began is on the device: out of the window
+        self.unkicked.lock().unwrap_or_else(|p| p.into_inner()).synced(kicked);
+        Ok(())
     }
 
     /// Punches the whole host pages inside the range out of a device *file* (the partial
@@ -374,6 +429,35 @@ mod tests {
             covered += len;
         }
         assert_eq!(covered + u.bytes, 64 * step);
+    }
+
+    #[test]
+    fn the_writeback_window_waits_for_the_oldest_kicks_and_a_sync_empties_it() {
+        let mut u = Unkicked::default();
+        let kicks = WRITEBACK_WINDOW_BYTES / WRITEBACK_KICK_BYTES;
+        let mut at = 0;
+        let mut kick = |u: &mut Unkicked| {
+            let r = u.add(at, at + WRITEBACK_KICK_BYTES);
+            at += WRITEBACK_KICK_BYTES;
+            r.expect("a kick per WRITEBACK_KICK_BYTES")
+        };
+        for _ in 0..kicks {
+            kick(&mut u);
+            assert!(u.over_window().is_empty(), "within the window nothing waits");
+        }
+        let first = u.kicked[0];
+        kick(&mut u);
+        assert_eq!(u.over_window(), vec![first], "one kick past the window: wait for the oldest");
+        assert_eq!(u.kicked_bytes, WRITEBACK_WINDOW_BYTES);
+        // a sync that began with 3 kicks in the window: those leave it, later ones stay
+        kick(&mut u);
+        let _ = u.over_window();
+        let n = u.kicked.len();
+        u.synced(3);
+        assert_eq!(u.kicked.len(), n - 3);
+        assert_eq!(u.kicked_bytes, (n as u64 - 3) * WRITEBACK_KICK_BYTES);
+        u.synced(usize::MAX);
+        assert_eq!((u.kicked.len(), u.kicked_bytes), (0, 0));
     }
 
     #[test]

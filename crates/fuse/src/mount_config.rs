@@ -9,7 +9,10 @@
 //!   `uring=auto|on|off` (the FUSE-over-io_uring transport, `crate::uring`; `mount::plan_uring`:
 //!   `auto` uses it for root mounts on kernels that have it, writing Y to the kernel's
 //!   `enable_uring` parameter when it is N, and falls back to /dev/fuse saying why; `on`
-//!   refuses to mount instead of falling back; `off` serves /dev/fuse only);
+//!   refuses to mount instead of falling back; `off` serves /dev/fuse only),
+//!   `trace=FILE` (one CSV row per record compressed, crates/control trace.rs; a relative
+//!   FILE is taken from the mounting process's directory, and FILE must lie in an existing
+//!   directory outside the mount itself: [`MountConfig::resolve_trace`]);
 //! * FUSE: `allow_other`, `default_permissions`, `fsname=NAME`;
 //! * generic (as in fstab): `ro`, `rw`, `defaults`, `dev`/`nodev`, `suid`/`nosuid`,
 //!   `exec`/`noexec`, `atime`/`noatime`/`relatime`/`strictatime`/`nodiratime`,
@@ -32,6 +35,7 @@
 //! single mount string naming both is a contradiction either reading accepts.
 use squeezefs_codec::Spec;
 use squeezefs_fs::Compression;
+use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct KernelFlags {
@@ -73,6 +77,8 @@ pub struct MountConfig {
     /// options fixed at mount time that this option string names (their values are in the
     /// fields above); a remount may only restate them (`check_remount`)
     pub restated: Restated,
+    /// `trace=FILE`: as given until [`MountConfig::resolve_trace`] makes it absolute
+    pub trace: Option<PathBuf>,
 }
 
 /// Which of the options that a remount cannot change an option string names.
@@ -123,7 +129,7 @@ const KERNEL_SET_OPTIONS: [&str; 5] = ["user_id", "group_id", "max_read", "blksi
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MountOptionError {
-    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, qos=RATE, recordsize=SIZE, uring=auto|on|off, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, diratime/nodiratime, sync/async, defaults, noauto, nofail, _netdev)")]
+    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, qos=RATE, recordsize=SIZE, uring=auto|on|off, trace=FILE, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, diratime/nodiratime, sync/async, defaults, noauto, nofail, _netdev)")]
     Unknown(String),
     #[error("mount option '{name}={value}': {reason}")]
     BadValue { name: String, value: String, reason: String },
@@ -238,6 +244,18 @@ impl MountConfig {
                             })
                         }
                     };
+                    changed_at_remount.push(name.into());
+                }
+                "trace" => {
+                    let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
+                    if v.is_empty() || v.ends_with('/') {
+                        return Err(MountOptionError::BadValue {
+                            name: name.into(),
+                            value: v.into(),
+                            reason: "expected the path of a file to write the trace to, e.g. /var/tmp/trace.csv".into(),
+                        });
+                    }
+                    c.trace = Some(PathBuf::from(v));
                     changed_at_remount.push(name.into());
                 }
                 "fsname" => {
@@ -378,6 +396,39 @@ impl MountConfig {
         (new != live.flags).then_some(new)
     }
 
+    /// Make `trace=FILE` absolute (relative to `cwd`) and check that it can be a trace file
+    /// of a mount on `mountpoint` (canonical): its directory exists, FILE is not a directory,
+    /// and it is not on the mount itself (the daemon would write every row through its own
+    /// FUSE mount, to itself).
+    pub fn resolve_trace(&mut self, cwd: &Path, mountpoint: &Path) -> Result<(), MountOptionError> {
+        let Some(given) = self.trace.clone() else { return Ok(()) };
+        let bad = |reason: String| MountOptionError::BadValue {
+            name: "trace".into(),
+            value: given.display().to_string(),
+            reason,
+        };
+        let path = cwd.join(&given);
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(bad("expected the path of a file".into()));
+        };
+        let dir = std::fs::canonicalize(dir).map_err(|e| bad(format!("its directory {}: {e}", dir.display())))?;
+        if !dir.is_dir() {
+            return Err(bad(format!("{} is not a directory", dir.display())));
+        }
+        if dir.starts_with(mountpoint) {
+            return Err(bad(format!(
+                "the trace file must not be on the mount itself ({}); put it outside, e.g. in /var/tmp",
+                mountpoint.display()
+            )));
+        }
+        let path = dir.join(name);
+        if path.is_dir() {
+            return Err(bad(format!("{} is a directory", path.display())));
+        }
+        self.trace = Some(path);
+        Ok(())
+    }
+
     /// The value sent to a live mount for `remount` (see squeezefs_fs xattr docs): the
     /// compression and the mount-wide `qos`, when named.
     pub fn remount_request(&self) -> Option<String> {
@@ -486,6 +537,40 @@ mod tests {
         assert!(matches!(MountConfig::parse("uring=yes"), Err(MountOptionError::BadValue { .. })));
         assert_eq!(MountConfig::parse("uring"), Err(MountOptionError::MissingValue("uring".into())));
         assert_eq!(MountConfig::parse("remount,uring=off"), Err(MountOptionError::NotRemountable("uring".into())));
+    }
+
+    #[test]
+    fn trace_names_a_file_outside_the_mount() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let mnt = root.join("mnt");
+        std::fs::create_dir_all(mnt.join("sub")).unwrap();
+        // relative to the mounting process's directory
+        let mut c = MountConfig::parse("compress=auto,trace=t.csv").unwrap();
+        assert_eq!(c.trace, Some(PathBuf::from("t.csv")));
+        c.resolve_trace(&root, &mnt).unwrap();
+        assert_eq!(c.trace, Some(root.join("t.csv")));
+        let refused = |opts: &str, want: &str| {
+            let e = match MountConfig::parse(opts) {
+                Err(e) => e,
+                Ok(mut c) => c.resolve_trace(&root, &mnt).unwrap_err(),
+            };
+            assert!(matches!(e, MountOptionError::BadValue { .. } | MountOptionError::MissingValue(_)), "{e}");
+            assert!(e.to_string().contains(want), "{opts}: {e} lacks {want:?}");
+        };
+        refused("trace", "needs a value");
+        refused("trace=", "path of a file");
+        refused("trace=dir/", "path of a file");
+        refused("trace=nowhere/t.csv", "its directory");
+        refused(&format!("trace={}", mnt.join("sub/t.csv").display()), "must not be on the mount itself");
+        refused(&format!("trace={}", mnt.display()), "must not be on the mount itself");
+        refused(&format!("trace={}", root.join("mnt/../mnt/t.csv").display()), "must not be on the mount itself");
+        std::fs::create_dir(root.join("d")).unwrap();
+        refused(&format!("trace={}", root.join("d").display()), "is a directory");
+        assert_eq!(
+            MountConfig::parse("remount,trace=/tmp/x.csv"),
+            Err(MountOptionError::NotRemountable("trace".into()))
+        );
     }
 
     #[test]

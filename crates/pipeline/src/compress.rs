@@ -3,14 +3,13 @@
 //! worker ([`CompressQueue`]). Who creates slots and runs the queue is early.rs (records
 //! filled in the open txg, and caller-runs) and sync.rs (the records of the syncing txg).
 //!
-//! Per-record decision: every record is compressed by [`Codecs::compress`], given the
-//! policy of the file it belongs to (`Policy`: fixed, or adaptive, and its QoS tree) and
-//! what is known of the file so far (its streak). A record of a QoS tree gets the level its
-//! tree's plan picks (qos.rs `Qos::pick`) unless its spec stores raw; then
-//! `policy::compress_record` applies the codec (and the heuristic) and returns, with the
-//! result, the CPU time the codec took (`Workspaces::compress_measured`), which feeds the
-//! tree's meters and stats (`Qos::observe`) — the measurement an adaptive controller is fed
-//! per record.
+//! Per-record decision: every record is compressed by [`Compression::compress`], given the
+//! file it belongs to, its policy (`Policy`: fixed, or adaptive) and what is known of the
+//! file so far (its streak): a zero test (a hole), then levels.rs `Levels::choose` (the
+//! decision point: heuristic, fixed codec, the auto controller, or for a record of a QoS
+//! tree its tree's plan), the codec run by `policy::compress_with` (which measures the
+//! codec's CPU time), and `Levels::finish` (the controller or the tree's meters fed the
+//! measurement, the trace row written).
 //!
 //! A `Slot` is one attempt to compress one record's exact bytes. States:
 //!   QUEUED   a queue entry for the slot waits; the slot holds the job (a shared handle on
@@ -57,28 +56,63 @@
 //! tree's queued bytes are bounded per tree, qos.rs BACKLOG).
 
 use crate::accounting::{Accounting, Charge, Counter};
+use crate::levels::{Levels, Outcome, RecordInfo};
 use crate::locks::{Mutex, Rank, RwLock};
 use crate::outbuf::OutPool;
-use crate::policy::{compress_record, Compressed, Policy, TRUST_AFTER};
-use crate::qos::Qos;
+use crate::policy::{compress_with, raw_of, Compressed, Policy, TRUST_AFTER};
 use crossbeam_channel::Sender;
-use squeezefs_codec::{Codec, Spec, WorkspaceConfig, Workspaces};
+use squeezefs_codec::heuristic::is_zeros;
+use squeezefs_codec::{Codec, WorkspaceConfig, Workspaces};
 use squeezefs_control::qos::{CompressScheduler, SchedTunables, TreeId, NO_TREE};
+use squeezefs_meta::Ino;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// The compress stage's state: the pool's compression policy (a file's own, when it has
-/// one, travels with its dirty data), the codecs, the queue of work.
+/// one, travels with its dirty data), the level decisions, the codecs, the queue of work.
 pub struct Compression<H> {
     policy: RwLock<Policy>,
+    pub levels: Levels,
     pub codecs: Codecs,
     pub queue: CompressQueue<H>,
 }
 
 impl<H> Compression<H> {
-    pub fn new(policy: Policy, codecs: Codecs) -> Compression<H> {
-        Compression { policy: RwLock::new(Rank::Leaf, policy), codecs, queue: CompressQueue::default() }
+    pub fn new(policy: Policy, levels: Levels, codecs: Codecs) -> Compression<H> {
+        Compression { policy: RwLock::new(Rank::Leaf, policy), levels, codecs, queue: CompressQueue::default() }
+    }
+
+    /// Compress one record of file `ino` whose `streak` records in a row compressed: the
+    /// one place a record's codec is decided and its compression measured (block comment).
+    /// `backlog`: more records wait for compression behind this one.
+    pub fn compress(&self, ino: Ino, data: &[u8], policy: Policy, streak: &AtomicU32, backlog: bool) -> Compressed {
+        if is_zeros(data) {
+            return Compressed::Zeros;
+        }
+        let trusted = policy.force || streak.load(Ordering::Relaxed) >= TRUST_AFTER;
+        let rec = RecordInfo { ino, data, trusted, backlog };
+        let choice = self.levels.choose(policy, &rec);
+        let (c, cpu_ns) = if choice.codec == Codec::NONE {
+            (raw_of(data), 0)
+        } else {
+            let (c, cpu_ns) = self.codecs.compress_with(data, choice.codec);
+            // the file's streak follows what its records do when compressed; a record stored
+            // raw by decision (auto's, the heuristic's) says nothing about that
+            match &c {
+                Compressed::Packed { .. } => {
+                    streak.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => streak.store(0, Ordering::Relaxed),
+            }
+            (c, cpu_ns)
+        };
+        let stored_bytes = match &c {
+            Compressed::Packed { bytes, .. } => bytes.len() as u64,
+            _ => data.len() as u64,
+        };
+        self.levels.finish(&rec, &choice, Outcome { stored_bytes, cpu_ns });
+        c
     }
 
     /// The mount-wide policy (files without their own).
@@ -95,8 +129,6 @@ impl<H> Compression<H> {
 pub struct Codecs {
     ws: OnceLock<Workspaces>,
     outs: Arc<OutPool>,
-    /// QoS trees: the level of their records, their meters (qos.rs)
-    pub qos: Arc<Qos>,
     /// worker threads (sizes the contexts' memory bound)
     threads: usize,
     sector: usize,
@@ -104,8 +136,8 @@ pub struct Codecs {
 
 impl Codecs {
     /// `out_bytes`: idle compressed-output buffers kept for reuse (outbuf.rs).
-    pub fn new(threads: usize, sector: u64, out_bytes: usize, qos: Arc<Qos>) -> Codecs {
-        Codecs { ws: OnceLock::new(), outs: OutPool::new(out_bytes), qos, threads, sector: sector as usize }
+    pub fn new(threads: usize, sector: u64, out_bytes: usize) -> Codecs {
+        Codecs { ws: OnceLock::new(), outs: OutPool::new(out_bytes), threads, sector: sector as usize }
     }
 
     /// Compression contexts, created on first use (a pool that stores raw never needs them).
@@ -125,36 +157,10 @@ impl Codecs {
         self.ws.get().map(Workspaces::stats).unwrap_or_default()
     }
 
-    /// Compress one record of a file whose `streak` records in a row compressed: the one
-    /// place a record's codec is decided and its compression measured (block comment).
-    pub fn compress(&self, data: &[u8], policy: Policy, streak: &AtomicU32) -> Compressed {
-        let trust = streak.load(Ordering::Relaxed) >= TRUST_AFTER;
-        // a QoS tree's record: its plan's level, unless the data is to be stored raw
-        let applied = match policy.codec() {
-            Some(_) if policy.tree != NO_TREE => Policy { spec: Spec::Fixed(self.qos.pick(policy.tree)), ..policy },
-            _ => policy,
-        };
-        let (c, cpu_ns) = compress_record(data, applied, self.sector, trust, || self.workspaces(), &self.outs);
-        let input = data.len() as u64;
-        match &c {
-            Compressed::Zeros => {}
-            Compressed::Packed { codec, bytes, .. } => {
-                self.qos.observe(policy.tree, Some(*codec), input, bytes.len() as u64, cpu_ns)
-            }
-            // the codec ran (and saved no sector) or the record went raw without it
-            Compressed::Raw { .. } => {
-                let ran = if cpu_ns > 0 { applied.codec() } else { None };
-                self.qos.observe(policy.tree, ran, input, input, cpu_ns)
-            }
-        }
-        match &c {
-            Compressed::Packed { .. } => {
-                streak.fetch_add(1, Ordering::Relaxed);
-            }
-            Compressed::Raw { .. } => streak.store(0, Ordering::Relaxed),
-            Compressed::Zeros => {}
-        }
-        c
+    /// Compress `data` with `codec` (policy.rs `compress_with`): the result and the codec's
+    /// CPU nanoseconds.
+    pub fn compress_with(&self, data: &[u8], codec: Codec) -> (Compressed, u64) {
+        compress_with(data, codec, self.sector, || self.workspaces(), &self.outs)
     }
 }
 
@@ -196,6 +202,8 @@ pub struct Slot {
     st: Mutex<SlotState>,
     /// the policy the job compresses with: that of the write that filled the record
     pub policy: Policy,
+    /// the file the record belongs to
+    pub ino: Ino,
     acct: Arc<Accounting>,
 }
 
@@ -245,7 +253,13 @@ fn charge_of(c: &Compressed) -> u64 {
 
 impl Slot {
     /// A QUEUED slot compressing `buf`.
-    pub fn new(buf: Arc<Vec<u8>>, policy: Policy, streak: Arc<AtomicU32>, acct: &Arc<Accounting>) -> Arc<Slot> {
+    pub fn new(
+        buf: Arc<Vec<u8>>,
+        policy: Policy,
+        ino: Ino,
+        streak: Arc<AtomicU32>,
+        acct: &Arc<Accounting>,
+    ) -> Arc<Slot> {
         Arc::new(Slot {
             st: Mutex::new(
                 Rank::Slot,
@@ -258,13 +272,14 @@ impl Slot {
                 },
             ),
             policy,
+            ino,
             acct: acct.clone(),
         })
     }
 
     /// A slot DONE from the start (caller-runs computed `c` from the record's bytes, which
     /// `ready` already counts).
-    pub fn finished(c: Compressed, policy: Policy, ready: Charge, acct: &Arc<Accounting>) -> Arc<Slot> {
+    pub fn finished(c: Compressed, policy: Policy, ino: Ino, ready: Charge, acct: &Arc<Accounting>) -> Arc<Slot> {
         let dirty = Some(acct.charge(Counter::Dirty, charge_of(&c)));
         Arc::new(Slot {
             st: Mutex::new(
@@ -272,6 +287,7 @@ impl Slot {
                 SlotState { state: State::Done(c), forward: None, dirty, ready: Some(ready), backlog: None },
             ),
             policy,
+            ino,
             acct: acct.clone(),
         })
     }
@@ -313,8 +329,9 @@ impl Slot {
     }
 
     /// Run the job if it is still queued (called by a worker): `compress` compresses the
-    /// record's bytes with the slot's policy, or returns `None` when it panicked.
-    pub fn run(&self, compress: impl FnOnce(&[u8], Policy, &AtomicU32) -> Option<Compressed>) -> Ran {
+    /// record's bytes (of file `ino`) with the slot's policy, or returns `None` when it
+    /// panicked.
+    pub fn run(&self, compress: impl FnOnce(Ino, &[u8], Policy, &AtomicU32) -> Option<Compressed>) -> Ran {
         let job = {
             let mut g = self.st.lock();
             match std::mem::replace(&mut g.state, State::Running) {
@@ -326,7 +343,7 @@ impl Slot {
             }
         };
         let len = job.buf.len() as u64;
-        let c = compress(&job.buf, self.policy, &job.streak);
+        let c = compress(self.ino, &job.buf, self.policy, &job.streak);
         let packed = matches!(c, Some(Compressed::Packed { .. }));
         // let go of the buffer before publishing: a writer or the buffer pool may then
         // own it alone again (no copy on write)
@@ -384,6 +401,8 @@ impl Slot {
 /// entry's record lives.
 pub struct CompressQueue<H> {
     q: Mutex<Lists<H>>,
+    /// entries queued (both lists), readable without the lock
+    len: AtomicUsize,
 }
 
 struct Lists<H> {
@@ -398,6 +417,7 @@ impl<H> Default for CompressQueue<H> {
                 Rank::Leaf,
                 Lists { urgent: VecDeque::new(), background: CompressScheduler::new(SchedTunables::default()) },
             ),
+            len: AtomicUsize::new(0),
         }
     }
 }
@@ -421,20 +441,28 @@ impl<H> CompressQueue<H> {
             }
         };
         self.q.lock().background.push(tree, bytes, cost_ns, now, (slot, home));
+        self.len.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Queue urgent entries (the sync stage's records), ahead of every background entry.
     pub fn push_urgent(&self, slots: impl IntoIterator<Item = Arc<Slot>>) {
-        self.q.lock().urgent.extend(slots);
+        let mut q = self.q.lock();
+        let was = q.urgent.len();
+        q.urgent.extend(slots);
+        self.len.fetch_add(q.urgent.len() - was, Ordering::Relaxed);
     }
 
     /// The next entry to run at `now`: urgent first; a background entry comes with its home.
     pub fn pop(&self, now: f64) -> Option<(Arc<Slot>, Option<H>)> {
         let mut q = self.q.lock();
-        if let Some(s) = q.urgent.pop_front() {
-            return Some((s, None));
+        let e = match q.urgent.pop_front() {
+            Some(s) => Some((s, None)),
+            None => q.background.pop(now).map(|j| (j.item.0, Some(j.item.1))),
+        };
+        if e.is_some() {
+            self.len.fetch_sub(1, Ordering::Relaxed);
         }
-        q.background.pop(now).map(|j| (j.item.0, Some(j.item.1)))
+        e
     }
 
     /// Set each QoS tree's lane rate (its allotment, bytes/s; 0: the tree is gone or idle).
@@ -453,5 +481,14 @@ impl<H> CompressQueue<H> {
     /// Bytes of `tree` queued in the background.
     pub fn queued(&self, tree: TreeId) -> u64 {
         self.q.lock().background.queued(tree).0
+    }
+
+    /// Entries waiting (a snapshot: others may push or pop meanwhile).
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }

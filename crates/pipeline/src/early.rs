@@ -47,6 +47,7 @@ use crate::error::PanicSite;
 use crate::fault::Site;
 use crate::inner::Inner;
 use crate::policy::{Compressed, Policy};
+use squeezefs_meta::Ino;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -62,7 +63,12 @@ pub const CALLER_RUNS_RECORDS_PER_WORKER: u64 = 8;
 pub fn queue_background(inner: &Arc<Inner>, slot: Arc<Slot>, home: RecordHome) {
     let p = slot.policy;
     let bytes = inner.recordsize;
-    let cost = inner.qos.cost_estimate(p.tree, bytes, p.codec());
+    let fallback = match p.spec {
+        squeezefs_codec::Spec::Fixed(c) => Some(c),
+        _ if p.stores_raw() => None,
+        _ => Some(crate::policy::ADAPTIVE_PLACEHOLDER),
+    };
+    let cost = inner.qos.cost_estimate(p.tree, bytes, fallback);
     inner.compress.queue.push_background(slot, home, inner.qos.now(), cost);
     submit(inner, 1);
 }
@@ -94,10 +100,11 @@ fn submit(inner: &Arc<Inner>, jobs: usize) {
 /// Run entries, urgent first, until the queue is empty (see the block comment).
 fn run_queue(inner: &Inner) {
     while let Some((slot, home)) = inner.compress.queue.pop(inner.qos.now()) {
-        let ran = slot.run(|buf, policy, streak| {
+        let ran = slot.run(|ino, buf, policy, streak| {
             let c = inner.catch(PanicSite::CompressJob, || {
                 inner.faults.hit(Site::CompressJob);
-                inner.compress.codecs.compress(buf, policy, streak)
+                let backlog = !inner.compress.queue.is_empty();
+                inner.compress.compress(ino, buf, policy, streak, backlog)
             });
             c.ok()
         });
@@ -167,8 +174,9 @@ pub enum CallerResult {
 }
 
 /// Caller-runs: compress one whole record on the calling thread, from the caller's bytes.
-pub fn compress_in_caller(inner: &Inner, data: &[u8], policy: Policy, streak: &AtomicU32) -> CallerResult {
-    let c = inner.compress.codecs.compress(data, policy, streak);
+pub fn compress_in_caller(inner: &Inner, ino: Ino, data: &[u8], policy: Policy, streak: &AtomicU32) -> CallerResult {
+    // the writer runs records itself because the queue is long: saturated by definition
+    let c = inner.compress.compress(ino, data, policy, streak, true);
     let ready = inner.acct.charge(Counter::Ready, 0);
     if ready.add(data.len() as u64) >= EARLY_SYNC_BYTES {
         inner.txg.kick();
@@ -186,7 +194,7 @@ pub fn compress_in_caller(inner: &Inner, data: &[u8], policy: Policy, streak: &A
             })
         }
         // the slot takes over the ready charge
-        other => CallerResult::Finished(Slot::finished(other, policy, ready, &inner.acct)),
+        other => CallerResult::Finished(Slot::finished(other, policy, ino, ready, &inner.acct)),
     }
 }
 
@@ -223,7 +231,7 @@ mod tests {
 
     fn slot(inner: &Arc<Inner>, fill: u8, len: usize) -> Arc<Slot> {
         let policy = inner.compress.pool_policy();
-        Slot::new(Arc::new(vec![fill; len]), policy, Arc::default(), &inner.acct)
+        Slot::new(Arc::new(vec![fill; len]), policy, 0, Arc::default(), &inner.acct)
     }
 
     #[test]

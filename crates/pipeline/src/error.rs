@@ -246,6 +246,13 @@ pub enum PoolError {
     },
     #[error("{} exists; use --force to overwrite it", path.display())]
     FileExists { path: PathBuf },
+    /// The trace file (`OpenOptions::trace`, mount option `trace=FILE`) cannot be created.
+    #[error("cannot create the trace file {}: {source}", path.display())]
+    Trace {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("device {} is not empty; use --force to overwrite it", path.display())]
     DeviceNotEmpty { path: PathBuf },
     #[error(

@@ -7,6 +7,7 @@ use crate::dirty::{DirtyData, FileRef, RecordHome};
 use crate::early_place::EarlyPlacement;
 use crate::error::{EngineError, PanicSite, Result};
 use crate::fault::Faults;
+use crate::levels::Levels;
 use crate::locks::Mutex;
 use crate::options::OpenOptions;
 use crate::policy::Policy;
@@ -107,11 +108,19 @@ impl Inner {
         opts: OpenOptions,
         last_txg: u64,
         faults: Arc<Faults>,
+        trace: Option<squeezefs_control::TraceWriter<std::fs::File>>,
     ) -> Inner {
         let policy = Policy { spec: opts.compression, force: opts.force_compression, tree: 0 };
         let qos = Arc::new(crate::qos::Qos::default());
         let pool_bytes = (64usize << 20).min(opts.max_dirty_bytes as usize / 4);
         let workers = WorkerPool::new(opts.workers, "sqz-work");
+        let levels = Levels::new(
+            workers.threads(),
+            space.devs().iter().map(|d| d.queue.stats.clone()).collect(),
+            space.room_hints(),
+            trace,
+        )
+        .with_qos(qos.clone());
         Inner {
             pool_dir,
             db,
@@ -124,7 +133,7 @@ impl Inner {
             early: EarlyPlacement::new(granule),
             acct: Arc::default(),
             dirty: DirtyData::new(recordsize, pool_bytes),
-            compress: Compression::new(policy, Codecs::new(workers.threads(), sector, pool_bytes / 4, qos.clone())),
+            compress: Compression::new(policy, levels, Codecs::new(workers.threads(), sector, pool_bytes / 4)),
             qos,
             throttle: Throttle::new(opts.max_dirty_bytes),
             txg: TxgCtl::new(last_txg),

@@ -36,6 +36,7 @@ mod fault;
 mod fault_tests;
 pub mod fsck;
 mod inner;
+mod levels;
 mod locks;
 mod meta_space;
 mod metadb;
@@ -203,6 +204,7 @@ impl Engine {
                 r = Err(EngineError::Suspended(cause));
             }
         }
+        self.inner.compress.levels.flush_trace();
         r
     }
 
@@ -537,7 +539,10 @@ impl Engine {
         if self.inner.read_only {
             return Ok(());
         }
-        self.inner.txg.sync_and_wait(&self.inner.dirty)
+        let r = self.inner.txg.sync_and_wait(&self.inner.dirty);
+        // the rows of everything synced are in the trace file too
+        self.inner.compress.levels.flush_trace();
+        r
     }
 
     pub fn statfs(&self) -> Result<StatFs> {
@@ -565,7 +570,8 @@ impl Engine {
     }
 
     /// Mount-wide compression for data written from now on (mount option / remount).
-    /// `Spec::Auto` and `Spec::Qos` compress with zstd:3 until their controllers exist.
+    /// `Spec::Auto` chooses per record (levels.rs); `Spec::Qos` compresses with zstd:3 until
+    /// the QoS plan chooses.
     pub fn set_compression(&self, spec: squeezefs_codec::Spec, force: bool) {
         self.inner.compress.set_pool_policy(policy::Policy { spec, force, tree: NO_TREE });
     }

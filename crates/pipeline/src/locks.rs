@@ -110,6 +110,19 @@ impl<T> Mutex<T> {
         MutexGuard { g: self.m.lock(), rank: self.rank }
     }
 
+    /// The lock if it is free now (the rank is checked as for `lock`: a try never waits,
+    /// but the order must still hold for the locks taken while holding it).
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        check::acquire(self.rank);
+        match self.m.try_lock() {
+            Some(g) => Some(MutexGuard { g, rank: self.rank }),
+            None => {
+                check::release(self.rank);
+                None
+            }
+        }
+    }
+
     /// The value, through exclusive access (no locking).
     pub fn get_mut(&mut self) -> &mut T {
         self.m.get_mut()

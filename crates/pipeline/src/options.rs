@@ -57,6 +57,9 @@ pub struct OpenOptions {
     /// Rows of metadata changes held in memory before a commit is asked for (nsdelta.rs;
     /// writers wait past four times this).
     pub max_delta_rows: usize,
+    /// Write one CSV row per record compressed to this file (mount option `trace=FILE`;
+    /// crates/control trace.rs has the format). Created (truncated) at open.
+    pub trace: Option<PathBuf>,
 }
 
 impl Default for OpenOptions {
@@ -71,6 +74,7 @@ impl Default for OpenOptions {
             record_cache_bytes: 64 * 1024 * 1024,
             devices: Vec::new(),
             max_delta_rows: DEFAULT_MAX_DELTA_ROWS,
+            trace: None,
         }
     }
 }

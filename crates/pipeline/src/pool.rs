@@ -233,6 +233,15 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     let (next_ino, inode_rows) = inode_counter(&rx, &sb)?;
     drop(rx);
     let space = Space::new(pool.to_path_buf(), slots, images, u64::from(sb.sector), granule, u64::from(sb.recordsize));
+    // the trace is created once the pool is known to open (a refused open leaves an old
+    // trace alone); a read-only open compresses nothing and traces nothing
+    let trace = match &opts.trace {
+        Some(path) if !read_only => Some(
+            squeezefs_control::TraceWriter::create(path, space.devs().len())
+                .map_err(|source| PoolError::Trace { path: path.clone(), source })?,
+        ),
+        _ => None,
+    };
     let inner = Inner::new(
         pool.to_path_buf(),
         db,
@@ -245,6 +254,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         opts.clone(),
         sb.txg,
         faults,
+        trace,
     )
     .into_arc();
     inner.ns.set_committed_inodes(inode_rows, next_ino);

@@ -16,18 +16,18 @@
 //!   Wait(instant): nothing was charged, ask again then. Never sleeps, holds one Leaf lock
 //!   for a few microseconds.
 //!
-//! LEVEL (per record, compress.rs `Codecs::compress`): a record of a tree gets
-//!   `QosLevels::pick(tree)`; after compressing, `observe` feeds the tree's meters (only its
-//!   own records: each tree's data compresses differently) and its stats (codec, input,
-//!   stored). Records outside QoS trees add their codec CPU to `unpaced_cpu_ns`: CPU the
-//!   QoS plan cannot count on.
+//! LEVEL (per record, levels.rs `Levels::choose`, the compress stage's decision point): a
+//!   record of a tree gets `QosLevels::pick(tree)`; after compressing, `observe` (from
+//!   `Levels::finish`) feeds the tree's meters (only its own records: each tree's data
+//!   compresses differently) and its stats (codec, input, stored). Records outside QoS trees
+//!   add their codec CPU to `unpaced_cpu_ns`: CPU the QoS plan cannot count on.
 //!
 //! REPLAN (the QoS thread, every `LevelTunables::replan_secs` while a tree exists): per tree
 //!   its demand (admission's allotment, its `qos` rate, how late its queued records are, the
 //!   compress workers as its core limit); cores for QoS = min(workers, cores the CPU meter
 //!   sees free for us) − the cores unpaced compression took over the last interval; the
-//!   pipeline overhead per byte (OverheadMeter: process CPU outside the codec per byte
-//!   compressed); the devices' summed write throughput. Then the plan's mixes are picked
+//!   pipeline overhead per byte (the CPU meter and the OverheadMeter are levels.rs's, which
+//!   auto uses too: `Levels::cpu_figures`); the devices' summed write throughput. Then the plan's mixes are picked
 //!   from, and the compress queue's lanes get the trees' allotments as their rates (EDF
 //!   deadlines, compress.rs).
 //!   States of the thread: not started (no tree yet) → running (started by the first
@@ -46,7 +46,6 @@
 
 use crate::locks::{Mutex, Rank};
 use squeezefs_codec::{Algorithm, Codec};
-use squeezefs_control::cpu::{process_cpu_ns, CpuMeter, CpuSource, OverheadMeter, ProcStat};
 use squeezefs_control::qos::{
     Admission, AdmissionTunables, Admit, LevelTunables, QosError, QosLevels, StatsRow, TreeDemand, TreeId, TreeInfo,
     TreeStats, NO_TREE,
@@ -92,9 +91,6 @@ struct LevelPart {
     written: HashMap<TreeId, Vec<(Codec, u64, u64)>>,
     /// per tree: codec ns per input byte of its planned mix (compress-queue cost estimates)
     cost: HashMap<TreeId, f64>,
-    cpu: CpuMeter,
-    proc: Option<ProcStat>,
-    overhead: OverheadMeter,
     /// (time, unpaced codec ns) at the last replan
     last: (f64, u64),
 }
@@ -109,9 +105,6 @@ pub struct Qos {
     thread_started: AtomicBool,
     /// codec CPU of records outside QoS trees, ns
     unpaced_cpu_ns: AtomicU64,
-    /// codec CPU and input bytes of every record compressed (the overhead meter's inputs)
-    codec_cpu_ns: AtomicU64,
-    input_bytes: AtomicU64,
 }
 
 impl Default for Qos {
@@ -135,21 +128,11 @@ impl Qos {
             adm: Mutex::new(Rank::Leaf, AdmPart { adm: Admission::new(adm), stats: HashMap::new() }),
             lv: Mutex::new(
                 Rank::Leaf,
-                LevelPart {
-                    levels: QosLevels::new(lv),
-                    written: HashMap::new(),
-                    cost: HashMap::new(),
-                    cpu: CpuMeter::new(),
-                    proc: None,
-                    overhead: OverheadMeter::new(),
-                    last: (0.0, 0),
-                },
+                LevelPart { levels: QosLevels::new(lv), written: HashMap::new(), cost: HashMap::new(), last: (0.0, 0) },
             ),
             any: AtomicBool::new(false),
             thread_started: AtomicBool::new(false),
             unpaced_cpu_ns: AtomicU64::new(0),
-            codec_cpu_ns: AtomicU64::new(0),
-            input_bytes: AtomicU64::new(0),
         }
     }
 
@@ -266,8 +249,6 @@ impl Qos {
     /// A record of `tree` was compressed with `codec` (`None`: stored raw without running a
     /// codec), `input` bytes stored as `stored`, the codec taking `cpu_ns`.
     pub fn observe(&self, tree: TreeId, codec: Option<Codec>, input: u64, stored: u64, cpu_ns: u64) {
-        self.codec_cpu_ns.fetch_add(cpu_ns, Ordering::Relaxed);
-        self.input_bytes.fetch_add(input, Ordering::Relaxed);
         if tree == NO_TREE {
             self.unpaced_cpu_ns.fetch_add(cpu_ns, Ordering::Relaxed);
             return;
@@ -287,10 +268,18 @@ impl Qos {
         }
     }
 
-    /// One replan (block comment, REPLAN): `workers` compress workers, `device_bps` the
-    /// devices' write throughput if measured, `lag` how late each tree's queued records
-    /// are. Returns each tree's allotment (the compress queue's lane rates).
-    pub fn replan(&self, workers: usize, device_bps: Option<f64>, lag: impl Fn(TreeId) -> f64) -> Vec<(TreeId, f64)> {
+    /// One replan (block comment, REPLAN): `workers` compress workers, `avail_cores` the
+    /// cores the CPU meter sees free for us, `overhead_ns` the pipeline CPU per input byte
+    /// outside the codec, `device_bps` the devices' write throughput if measured, `lag` how
+    /// late each tree's queued records are. Returns each tree's allotment (the compress
+    /// queue's lane rates).
+    pub fn replan(
+        &self,
+        workers: usize,
+        (avail_cores, overhead_ns): (f64, f64),
+        device_bps: Option<f64>,
+        lag: impl Fn(TreeId) -> f64,
+    ) -> Vec<(TreeId, f64)> {
         let now = self.now();
         let demands: Vec<TreeDemand> = {
             let g = self.adm.lock();
@@ -310,24 +299,13 @@ impl Qos {
         };
         let demands: Vec<TreeDemand> = demands.into_iter().map(|d| TreeDemand { lag_secs: lag(d.tree), ..d }).collect();
         let mut l = self.lv.lock();
-        if l.proc.is_none() {
-            l.proc = ProcStat::new().ok();
-        }
-        if let Some(s) = l.proc.as_mut().and_then(|p| p.sample().ok()) {
-            l.cpu.update(now, s);
-        }
-        l.overhead.update(
-            process_cpu_ns(),
-            self.codec_cpu_ns.load(Ordering::Relaxed),
-            self.input_bytes.load(Ordering::Relaxed),
-        );
         let unpaced = self.unpaced_cpu_ns.load(Ordering::Relaxed);
         let (t0, u0) = l.last;
         l.last = (now, unpaced);
         let unpaced_cores = if now > t0 { unpaced.saturating_sub(u0) as f64 / (now - t0) / 1e9 } else { 0.0 };
-        let avail = l.cpu.available_cores().unwrap_or(workers as f64);
+        let avail = if avail_cores > 0.0 { avail_cores } else { workers as f64 };
         let cores = (avail.min(workers as f64) - unpaced_cores).max(FLOOR_CORES);
-        let overhead = l.overhead.ns_per_byte().unwrap_or(0.0);
+        let overhead = if overhead_ns.is_finite() { overhead_ns.max(0.0) } else { 0.0 };
         let plan = l.levels.replan(&demands, cores, overhead, device_bps).clone();
         for p in &plan.trees {
             l.cost.insert(p.tree, p.cost_ns);
@@ -349,7 +327,8 @@ pub fn replan_loop(engine: std::sync::Weak<crate::inner::Inner>) {
             let q = &inner.qos;
             let device: f64 = inner.space.device_status().iter().map(|d| d.stats.throughput_bps).sum();
             let now = q.now();
-            let new = q.replan(inner.workers.threads(), (device > 0.0).then_some(device), |t| {
+            let cpu = inner.compress.levels.cpu_figures();
+            let new = q.replan(inner.workers.threads(), cpu, (device > 0.0).then_some(device), |t| {
                 inner.compress.queue.lag(t, now)
             });
             // trees gone since the last round lose their lanes' rates
@@ -401,7 +380,7 @@ mod tests {
         q.set_tree(1, None, 20e6).unwrap();
         q.set_tree(2, Some(1), 5e6).unwrap();
         assert_eq!(q.admit(2, 1 << 16), QosAdmit::Go);
-        let rates = q.replan(2, None, |_| 0.0);
+        let rates = q.replan(2, (2.0, 1.0), None, |_| 0.0);
         assert_eq!(rates.len(), 2);
         let r2 = rates.iter().find(|r| r.0 == 2).unwrap().1;
         assert!((5e6..=20e6 * 1.0001).contains(&r2), "{rates:?}");

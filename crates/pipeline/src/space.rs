@@ -80,6 +80,9 @@ pub struct Space {
     sector: u64,
     granule: u64,
     recordsize: u64,
+    /// per device: its room as the last `device_views` saw it, for readers that must not
+    /// take the live image's lock (the auto controller's inputs, levels.rs)
+    room_hint: Arc<[AtomicU64]>,
 }
 
 impl Space {
@@ -92,8 +95,13 @@ impl Space {
         granule: u64,
         recordsize: u64,
     ) -> Space {
+        let room_hint = images
+            .iter()
+            .map(|s| AtomicU64::new(s.free_bytes().map_or(u64::MAX, |f| f.saturating_add(s.run_room()))))
+            .collect();
         Space {
             devs,
+            room_hint,
             durable: Mutex::new(Rank::DurableSpace, images.clone()),
             live: Mutex::new(Rank::LiveSpace, images.into_iter().map(DevSpace::untracked).collect()),
             host: Mutex::new(Rank::HostSpace, Vec::new()),
@@ -242,6 +250,7 @@ impl Space {
     /// What device choice (crates/control) sees of each device: its queue and throughput, and
     /// its room = whole free sectors + what is left in its open run, or for a growable device
     /// `growable_room(index)` (the room of its host filesystem).
+    /// Each device's room is also kept as a hint ([`Space::room_hints`]).
     pub fn device_views(&self, live: &[DevSpace], growable_room: impl Fn(usize) -> u64) -> Vec<DeviceView> {
         self.devs
             .iter()
@@ -249,13 +258,16 @@ impl Space {
             .enumerate()
             .map(|(i, (d, s))| {
                 let st = d.queue.stats.snapshot();
-                DeviceView {
-                    queued_bytes: st.queued_bytes,
-                    throughput_bps: st.throughput_bps,
-                    free_bytes: s.free_bytes().map_or_else(|| growable_room(i), |f| f.saturating_add(s.run_room())),
-                }
+                let free_bytes = s.free_bytes().map_or_else(|| growable_room(i), |f| f.saturating_add(s.run_room()));
+                self.room_hint[i].store(free_bytes, Ordering::Relaxed);
+                DeviceView { queued_bytes: st.queued_bytes, throughput_bps: st.throughput_bps, free_bytes }
             })
             .collect()
+    }
+
+    /// Each device's room as the last placement saw it (lock-free; see `room_hint`).
+    pub fn room_hints(&self) -> Arc<[AtomicU64]> {
+        self.room_hint.clone()
     }
 
     /// Per-device queue, latency, throughput and space (for controllers and `stats`).

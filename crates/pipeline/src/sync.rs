@@ -358,7 +358,11 @@ fn compress_records(
         }
         fresh += 1;
         let Some(buf) = rec.shared() else { unreachable!("packed records were sent above") };
-        new_slots.push(Slot::new(buf, policy, streaks[li].clone(), &inner.acct).forward_to(tx.clone(), li, idx));
+        new_slots.push(Slot::new(buf, policy, frozen[li].0, streaks[li].clone(), &inner.acct).forward_to(
+            tx.clone(),
+            li,
+            idx,
+        ));
     }
     early::queue_urgent_many(inner, new_slots);
     log::trace!("compress: {packed} records held packed, {reused} compressed early, {fresh} now");

@@ -137,6 +137,7 @@ struct Applied {
 /// The engine, and how records a change fills start their early compression.
 struct ApplyCtx<'i> {
     inner: &'i Inner,
+    ino: Ino,
     policy: crate::policy::Policy,
     streak: Arc<std::sync::atomic::AtomicU32>,
     file: std::sync::Weak<crate::locks::Mutex<crate::dirty::FileData>>,
@@ -175,6 +176,7 @@ fn apply(
     }
     let ctx = ApplyCtx {
         inner,
+        ino,
         policy: fd.policy.unwrap_or_else(|| inner.compress.pool_policy()),
         streak: fd.streak.clone(),
         file: Arc::downgrade(&f),
@@ -292,7 +294,7 @@ fn fill_record(
             } else if was < ch.rs as usize && full {
                 // this write filled the record: compress it now (early.rs)
                 let shared = rec.shared().expect("buf_mut above made the record raw");
-                let slot = Slot::new(shared, ctx.policy, ctx.streak.clone(), &inner.acct);
+                let slot = Slot::new(shared, ctx.policy, ctx.ino, ctx.streak.clone(), &inner.acct);
                 rec.set_early(slot.clone());
                 applied.early.push((slot, RecordHome { file: ctx.file.clone(), idx }));
             }
@@ -431,7 +433,7 @@ fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -
     // a QoS tree's records go through the compress queue, which schedules them by their
     // tree's deadlines at its plan's levels (qos.rs); a writer stalled compressing them
     // would also stall whatever else its thread serves
-    if policy.codec().is_none() || policy.tree != squeezefs_control::qos::NO_TREE {
+    if policy.stores_raw() || policy.tree != squeezefs_control::qos::NO_TREE {
         return Ok(out);
     }
     for idx in first..end {
@@ -439,7 +441,7 @@ fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -
             break;
         }
         let at = (record_start_byte(idx, rs) - off) as usize;
-        out.insert(idx, early::compress_in_caller(inner, &data[at..at + rs as usize], policy, &streak));
+        out.insert(idx, early::compress_in_caller(inner, ino, &data[at..at + rs as usize], policy, &streak));
     }
     Ok(out)
 }
