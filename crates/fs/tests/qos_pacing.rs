@@ -200,3 +200,62 @@ fn readers_are_never_paced_and_clearing_qos_ends_the_pacing() {
     assert!(t0.elapsed() < Duration::from_secs(4), "8 MB after qos was cleared took {:?}", t0.elapsed());
     assert_eq!(fs.qos_tree(f).unwrap(), squeezefs_fs::NO_TREE);
 }
+
+/// Text of words drawn from a vocabulary with repeats at all distances: stronger levels
+/// find more of it (not just what an entropy coder gets).
+fn prose(len: usize, seed: u64) -> Vec<u8> {
+    const WORDS: [&str; 32] = [
+        "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "pack", "my", "box", "with", "five", "dozen",
+        "liquor", "jugs", "sphinx", "of", "black", "quartz", "judge", "vow", "how", "vexingly", "daft", "zebras",
+        "jump", "waltz", "nymph", "for", "quick", "jigs",
+    ];
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 16);
+    let mut line: Vec<u8> = Vec::new();
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if x % 5 == 0 && out.len() > 4096 {
+            // repeat an earlier stretch: matches far back reward deeper searches
+            let back = (x >> 8) as usize % out.len().min(1 << 20);
+            let n = 16 + (x >> 40) as usize % 48;
+            let start = out.len() - back.max(n);
+            let piece: Vec<u8> = out[start..start + n.min(back.max(n))].to_vec();
+            out.extend_from_slice(&piece);
+        } else {
+            line.clear();
+            line.extend_from_slice(WORDS[(x >> 3) as usize % 32].as_bytes());
+            line.push(if x % 11 == 0 { b'\n' } else { b' ' });
+            out.extend_from_slice(&line);
+        }
+    }
+    out.truncate(len);
+    out
+}
+
+/// The level choice: a slow tree's records get stronger levels than a tree asking for more
+/// than the machine compresses, on the same data.
+#[test]
+fn a_slow_tree_compresses_harder_than_a_fast_one() {
+    let (_d, fs) = fs_with(FsConfig::default());
+    let slow = mkdir(&fs, ROOT_INO, "slow", Some("3M"));
+    let fast = mkdir(&fs, ROOT_INO, "fast", Some("300M"));
+    let run = |dir: Ino, name: &str, secs: f64| {
+        let f = create(&fs, dir, name);
+        let buf = prose(1 << 20, 5);
+        let t0 = Instant::now();
+        let mut off = 0u64;
+        while t0.elapsed().as_secs_f64() < secs {
+            fs.write(&Creds::root(), f, off, &buf, false).unwrap();
+            off += buf.len() as u64;
+        }
+        fs.sync().unwrap();
+        fs.qos_trees().unwrap().into_iter().find(|t| t.tree == dir).unwrap().row
+    };
+    let s = run(slow, "s", 4.0);
+    let f = run(fast, "f", 2.0);
+    eprintln!("slow tree: ratio {:.3} levels {:?}", s.ratio, s.levels);
+    eprintln!("fast tree: ratio {:.3} levels {:?}", f.ratio, f.levels);
+    assert!(s.ratio > f.ratio * 1.05, "slow {:.3} vs fast {:.3}", s.ratio, f.ratio);
+}
