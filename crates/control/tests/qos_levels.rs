@@ -207,3 +207,30 @@ fn each_tree_is_planned_on_its_own_data() {
     q.forget(2);
     assert!(q.mix(2).is_none());
 }
+
+/// A tree whose writer pauses (idle for admission) keeps the mix it met its rate with: the
+/// idle start level assumes all the spare CPU, which a writer coming back does not have, and
+/// records compressed at it made the writer wait for its backlog, look idle again, and so on.
+#[test]
+fn a_tree_going_idle_keeps_its_active_mix() {
+    let mut q = QosLevels::new(LevelTunables::default());
+    let cands: Vec<Codec> = q.ladder(1).iter().map(|r| r.0).filter(|c| *c != Codec::NONE).collect();
+    for c in &cands {
+        for _ in 0..16 {
+            q.observe(1, &sample(Data::Medium, *c));
+            q.observe(2, &sample(Data::Medium, *c));
+        }
+    }
+    let d =
+        |tree, rate: f64| TreeDemand { tree, rate_bps: rate * MB, qos_bps: 50.0 * MB, lag_secs: 0.0, max_cores: 2.0 };
+    // both trees write at 50 MB/s: each gets its share of the CPU
+    let busy = q.replan(&[d(1, 50.0), d(2, 50.0)], 1.0, O, None).clone();
+    let mix1 = busy.get(1).unwrap().mix;
+    // tree 1 pauses: it keeps its mix, though alone tree 2 could now go stronger
+    let p = q.replan(&[d(1, 0.0), d(2, 50.0)], 1.0, O, None).clone();
+    assert_eq!(q.mix(1), Some(mix1), "{p:?}");
+    assert!(p.get(2).unwrap().cost_ns > busy.get(2).unwrap().cost_ns, "tree 2 takes the CPU: {p:?}");
+    // a tree never planned active starts at the idle start level of the plan
+    let p = q.replan(&[d(1, 0.0), d(2, 50.0), d(3, 0.0)], 1.0, O, None).clone();
+    assert_eq!(q.mix(3), Some(p.get(3).unwrap().mix));
+}

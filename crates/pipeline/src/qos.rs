@@ -23,8 +23,10 @@
 //!   add their codec CPU to `unpaced_cpu_ns`: CPU the QoS plan cannot count on.
 //!
 //! REPLAN (the QoS thread, every `LevelTunables::replan_secs` while a tree exists): per tree
-//!   its demand (admission's allotment, its `qos` rate, how late its queued records are, the
-//!   compress workers as its core limit); cores for QoS = min(workers, cores the CPU meter
+//!   its demand (admission's allotment — 0 only while admission finds it idle and none of
+//!   its records wait for compression: a writer held by its tree's backlog sends no request
+//!   but is not idle —, its `qos` rate, how late its queued records are, the compress
+//!   workers as its core limit); cores for QoS = min(workers, cores the CPU meter
 //!   sees free for us) − the cores unpaced compression took over the last interval; the
 //!   pipeline overhead per byte (the CPU meter and the OverheadMeter are levels.rs's, which
 //!   auto uses too: `Levels::cpu_figures`); the devices' summed write throughput. Then the plan's mixes are picked
@@ -271,14 +273,14 @@ impl Qos {
     /// One replan (block comment, REPLAN): `workers` compress workers, `avail_cores` the
     /// cores the CPU meter sees free for us, `overhead_ns` the pipeline CPU per input byte
     /// outside the codec, `device_bps` the devices' write throughput if measured, `lag` how
-    /// late each tree's queued records are. Returns each tree's allotment (the compress
-    /// queue's lane rates).
+    /// late each tree's queued records are and how many bytes of it are queued. Returns each
+    /// tree's allotment (the compress queue's lane rates).
     pub fn replan(
         &self,
         workers: usize,
         (avail_cores, overhead_ns): (f64, f64),
         device_bps: Option<f64>,
-        lag: impl Fn(TreeId) -> f64,
+        queue: impl Fn(TreeId) -> (f64, u64),
     ) -> Vec<(TreeId, f64)> {
         let now = self.now();
         let demands: Vec<TreeDemand> = {
@@ -287,17 +289,26 @@ impl Qos {
                 .keys()
                 .filter_map(|&tree| {
                     let info = g.adm.info(tree, now)?;
-                    Some(TreeDemand {
-                        tree,
-                        rate_bps: if info.idle { 0.0 } else { info.allocated_bps },
-                        qos_bps: info.rate_bps,
-                        lag_secs: 0.0,
-                        max_cores: workers as f64,
-                    })
+                    Some((
+                        info.idle,
+                        TreeDemand {
+                            tree,
+                            rate_bps: info.allocated_bps,
+                            qos_bps: info.rate_bps,
+                            lag_secs: 0.0,
+                            max_cores: workers as f64,
+                        },
+                    ))
                 })
-                .collect()
-        };
-        let demands: Vec<TreeDemand> = demands.into_iter().map(|d| TreeDemand { lag_secs: lag(d.tree), ..d }).collect();
+                .collect::<Vec<_>>()
+        }
+        .into_iter()
+        .map(|(idle, d)| {
+            let (lag_secs, queued) = queue(d.tree);
+            let rate_bps = if idle && queued == 0 { 0.0 } else { d.rate_bps };
+            TreeDemand { lag_secs, rate_bps, ..d }
+        })
+        .collect();
         let mut l = self.lv.lock();
         let unpaced = self.unpaced_cpu_ns.load(Ordering::Relaxed);
         let (t0, u0) = l.last;
@@ -329,7 +340,7 @@ pub fn replan_loop(engine: std::sync::Weak<crate::inner::Inner>) {
             let now = q.now();
             let cpu = inner.compress.levels.cpu_figures();
             let new = q.replan(inner.workers.threads(), cpu, (device > 0.0).then_some(device), |t| {
-                inner.compress.queue.lag(t, now)
+                (inner.compress.queue.lag(t, now), inner.compress.queue.queued(t))
             });
             // trees gone since the last round lose their lanes' rates
             let mut set: Vec<(TreeId, f64)> =
@@ -380,7 +391,7 @@ mod tests {
         q.set_tree(1, None, 20e6).unwrap();
         q.set_tree(2, Some(1), 5e6).unwrap();
         assert_eq!(q.admit(2, 1 << 16), QosAdmit::Go);
-        let rates = q.replan(2, (2.0, 1.0), None, |_| 0.0);
+        let rates = q.replan(2, (2.0, 1.0), None, |_| (0.0, 0));
         assert_eq!(rates.len(), 2);
         let r2 = rates.iter().find(|r| r.0 == 2).unwrap().1;
         assert!((5e6..=20e6 * 1.0001).contains(&r2), "{rates:?}");

@@ -32,8 +32,11 @@
 //!      tree compresses harder than a fast one when it has the CPU to itself, or when its
 //!      data gains more from stronger levels.
 //!   3. idle trees (r_i = 0) use no budget; they get the mix that would meet their `qos` rate
-//!      on the CPU left over (at least IDLE_START_CORES of the cores), so their first records after waking are compressed sensibly until
-//!      the next plan counts them.
+//!      on the CPU left over (at least IDLE_START_CORES of the cores), so their first records
+//!      after waking are compressed sensibly until the next plan counts them. A tree that was
+//!      planned active before keeps its last active mix instead (`QosLevels::replan`): a
+//!      writer pausing for a moment must not come back to a level chosen for a CPU it never
+//!      had to share.
 //!   4. the device: Σ r_i s_i is what the trees send to the devices; above device_utilization
 //!      of the measured device throughput the rates cannot all be met (`device_short`). The
 //!      greedy already stores the least bytes the CPU allows, so no other plan would fit.
@@ -317,6 +320,8 @@ struct TreeLevel {
     ctl: AutoController,
     mix: Mix,
     acc: f64,
+    /// a plan counted the tree active once (its mix is one it met its rate with)
+    was_active: bool,
 }
 
 /// Per-tree ladders and the current plan (block comment, STATE).
@@ -341,7 +346,7 @@ impl QosLevels {
         self.trees.entry(tree).or_insert_with(|| {
             let ctl = AutoController::new(min, max, Tunables::default());
             let start = if ctl.candidates().contains(&START) { START } else { ctl.candidates()[0] };
-            TreeLevel { ctl, mix: Mix { lo: start, hi: start, frac: 0.0 }, acc: 0.0 }
+            TreeLevel { ctl, mix: Mix { lo: start, hi: start, frac: 0.0 }, acc: 0.0, was_active: false }
         })
     }
 
@@ -368,9 +373,14 @@ impl QosLevels {
             })
             .collect();
         let p = plan(&tl, cores, overhead_ns, device_bps, &self.tun);
-        for t in &p.trees {
+        for (t, l) in p.trees.iter().zip(&tl) {
             let s = self.tree(t.tree);
-            s.mix = t.mix;
+            let active = l.rate_bps > 0.0;
+            // an idle tree that was active keeps its last active mix (PLAN step 3)
+            if active || !s.was_active {
+                s.mix = t.mix;
+            }
+            s.was_active |= active;
         }
         self.plan.insert(p)
     }
