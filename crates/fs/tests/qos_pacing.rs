@@ -216,7 +216,7 @@ fn prose(len: usize, seed: u64) -> Vec<u8> {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        if x % 5 == 0 && out.len() > 4096 {
+        if x.is_multiple_of(5) && out.len() > 4096 {
             // repeat an earlier stretch: matches far back reward deeper searches
             let back = (x >> 8) as usize % out.len().min(1 << 20);
             let n = 16 + (x >> 40) as usize % 48;
@@ -226,7 +226,7 @@ fn prose(len: usize, seed: u64) -> Vec<u8> {
         } else {
             line.clear();
             line.extend_from_slice(WORDS[(x >> 3) as usize % 32].as_bytes());
-            line.push(if x % 11 == 0 { b'\n' } else { b' ' });
+            line.push(if x.is_multiple_of(11) { b'\n' } else { b' ' });
             out.extend_from_slice(&line);
         }
     }
