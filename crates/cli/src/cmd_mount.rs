@@ -393,6 +393,9 @@ fn open_and_mount(
 
 fn open_options(cfg: &MountConfig) -> OpenOptions {
     let mut o = OpenOptions { read_only: cfg.read_only, trace: cfg.trace.clone(), ..OpenOptions::default() };
+    if let Some(b) = cfg.qos_burst {
+        o.qos_burst = b;
+    }
     if let Some(c) = cfg.compression {
         o.compression = c.spec;
         o.force_compression = c.force;

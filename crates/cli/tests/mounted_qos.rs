@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Admission's bucket depth, seconds (control::qos AdmissionTunables::burst_secs).
-const BURST_SECS: f64 = 0.1;
+const BURST_SECS: f64 = 0.25;
 const MIB: usize = 1 << 20;
 
 fn text(n: usize, seed: u64) -> Vec<u8> {

@@ -43,8 +43,8 @@ pub mod xattr_names {
     };
 }
 pub use squeezefs_pipeline::{
-    EngineError, FileKind, Ino, InodeAttr, PanicSite, QosStatsRow, QosTree, StatFs, Timestamp, TreeId, NO_TREE,
-    ROOT_INO,
+    EngineError, FileKind, Ino, InodeAttr, PanicSite, QosStatsRow, QosTree, StatFs, Timestamp, TreeId,
+    DEFAULT_QOS_BURST, NO_TREE, QOS_BURST_RANGE, ROOT_INO,
 };
 
 use parking_lot::Mutex;

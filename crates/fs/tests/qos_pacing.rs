@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Admission's bucket depth (AdmissionTunables::burst_secs).
-const BURST_SECS: f64 = 0.1;
+const BURST_SECS: f64 = 0.25;
 
 fn fs_with(cfg: FsConfig) -> (tempfile::TempDir, Arc<Fs>) {
     let dir = tempfile::tempdir().unwrap();

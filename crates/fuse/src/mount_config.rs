@@ -6,6 +6,9 @@
 //!   `qos=RATE` (also spelt `qos:RATE`, `qos-RATE`): the whole filesystem is a QoS tree
 //!   paced to RATE (the `qos` property's grammar, squeezefs_fs::props: `50` or `50M` =
 //!   50 MB/s, `1G`, `500K`, `64MiB`, `1048576B`; `qos=none` = no mount-wide target),
+//!   `qos-burst=DURATION` (every QoS tree's bucket depth: `250ms`, `0.5s`, `1`; seconds
+//!   when bare; 10 ms … 10 s; default 250 ms: how long a writer held up elsewhere keeps its
+//!   tree's rate, and the largest burst above it),
 //!   `uring=auto|on|off` (the FUSE-over-io_uring transport, `crate::uring`; `mount::plan_uring`:
 //!   `auto` uses it for root mounts on kernels that have it, writing Y to the kernel's
 //!   `enable_uring` parameter when it is N, and falls back to /dev/fuse saying why; `on`
@@ -62,6 +65,8 @@ pub struct MountConfig {
     /// `qos=`: `None` when the string does not name it, `Some(None)` for `qos=none`, else
     /// the mount-wide rate in bytes/s
     pub qos: Option<Option<u64>>,
+    /// `qos-burst=`: the QoS trees' bucket depth (the engine's default when `None`)
+    pub qos_burst: Option<std::time::Duration>,
     pub recordsize: Option<u32>,
     pub read_only: bool,
     pub allow_other: bool,
@@ -129,7 +134,7 @@ const KERNEL_SET_OPTIONS: [&str; 5] = ["user_id", "group_id", "max_read", "blksi
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MountOptionError {
-    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, qos=RATE, recordsize=SIZE, uring=auto|on|off, trace=FILE, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, diratime/nodiratime, sync/async, defaults, noauto, nofail, _netdev)")]
+    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, qos=RATE, qos-burst=DURATION, recordsize=SIZE, uring=auto|on|off, trace=FILE, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, diratime/nodiratime, sync/async, defaults, noauto, nofail, _netdev)")]
     Unknown(String),
     #[error("mount option '{name}={value}': {reason}")]
     BadValue { name: String, value: String, reason: String },
@@ -168,6 +173,27 @@ fn qos_rate(name: &str, v: &str) -> Result<Option<u64>, MountOptionError> {
         value: v.into(),
         reason: format!("{reason}; accepted: {}", squeezefs_fs::props::Prop::Qos.accepted()),
     })
+}
+
+/// `qos-burst=`: `250ms`, `0.5s`, `1` (seconds), within 10 ms … 10 s.
+fn qos_burst(name: &str, v: &str) -> Result<std::time::Duration, MountOptionError> {
+    let bad = |reason: &str| MountOptionError::BadValue {
+        name: name.into(),
+        value: v.into(),
+        reason: format!("{reason}; accepted: a duration from 10ms to 10s, e.g. 250ms, 0.5s or 1"),
+    };
+    let t = v.trim().to_ascii_lowercase();
+    let (num, scale) = match t.strip_suffix("ms") {
+        Some(n) => (n, 1e-3),
+        None => (t.strip_suffix('s').unwrap_or(&t), 1.0),
+    };
+    let secs = num.trim().parse::<f64>().ok().filter(|x| x.is_finite()).ok_or_else(|| bad("not a duration"))? * scale;
+    let range = squeezefs_fs::QOS_BURST_RANGE;
+    let d = std::time::Duration::try_from_secs_f64(secs).map_err(|_| bad("not a duration"))?;
+    if !range.contains(&d) {
+        return Err(bad("out of range"));
+    }
+    Ok(d)
 }
 
 fn spec(name: &str, v: &str) -> Result<Spec, MountOptionError> {
@@ -220,6 +246,11 @@ impl MountConfig {
                 "qos" => {
                     let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
                     c.qos = Some(qos_rate(name, v)?);
+                }
+                "qos-burst" => {
+                    let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
+                    c.qos_burst = Some(qos_burst(name, v)?);
+                    changed_at_remount.push(name.into());
                 }
                 "recordsize" => {
                     let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
@@ -415,7 +446,8 @@ impl MountConfig {
         if !dir.is_dir() {
             return Err(bad(format!("{} is not a directory", dir.display())));
         }
-        if dir.starts_with(mountpoint) {
+        // the mount point itself names the mount too (`trace=MNT`)
+        if dir.join(name).starts_with(mountpoint) {
             return Err(bad(format!(
                 "the trace file must not be on the mount itself ({}); put it outside, e.g. in /var/tmp",
                 mountpoint.display()
@@ -513,6 +545,23 @@ mod tests {
         ] {
             assert_eq!(MountConfig::parse(opts).unwrap().qos, Some(want), "{opts}");
         }
+        assert_eq!(
+            MountConfig::parse("qos-burst=250ms").unwrap().qos_burst,
+            Some(std::time::Duration::from_millis(250))
+        );
+        assert_eq!(
+            MountConfig::parse("qos-burst=0.5s").unwrap().qos_burst,
+            Some(std::time::Duration::from_millis(500))
+        );
+        assert_eq!(MountConfig::parse("qos-burst=2").unwrap().qos_burst, Some(std::time::Duration::from_secs(2)));
+        for bad in ["qos-burst=1ms", "qos-burst=11", "qos-burst=fast", "qos-burst=-1", "qos-burst=nan"] {
+            let msg = MountConfig::parse(bad).unwrap_err().to_string();
+            assert!(msg.contains("10ms to 10s"), "{bad}: {msg}");
+        }
+        assert_eq!(
+            MountConfig::parse("remount,qos-burst=1s"),
+            Err(MountOptionError::NotRemountable("qos-burst".into()))
+        );
         // the last one named wins, as for every option
         assert_eq!(MountConfig::parse("qos=10M,qos=none").unwrap().qos, Some(None));
         assert_eq!(MountConfig::parse("qos"), Err(MountOptionError::MissingValue("qos".into())));

@@ -111,7 +111,13 @@ impl Inner {
         trace: Option<squeezefs_control::TraceWriter<std::fs::File>>,
     ) -> Inner {
         let policy = Policy { spec: opts.compression, force: opts.force_compression, tree: 0 };
-        let qos = Arc::new(crate::qos::Qos::default());
+        let qos = Arc::new(crate::qos::Qos::new(
+            squeezefs_control::qos::AdmissionTunables {
+                burst_secs: opts.qos_burst.as_secs_f64(),
+                ..Default::default()
+            },
+            Default::default(),
+        ));
         let pool_bytes = (64usize << 20).min(opts.max_dirty_bytes as usize / 4);
         let workers = WorkerPool::new(opts.workers, "sqz-work");
         let levels = Levels::new(

@@ -63,7 +63,10 @@ mod write;
 pub use accounting::EarlyStats;
 pub use error::{Corruption, EngineError, Internal, InvalidArg, IoError, PanicSite, PoolError, Result};
 pub use metatx::MetaTx;
-pub use options::{MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, META_FILE};
+pub use options::{
+    MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_QOS_BURST, DEFAULT_RECORDSIZE,
+    META_FILE, QOS_BURST_RANGE,
+};
 pub use policy::ADAPTIVE_PLACEHOLDER;
 pub use pool::now;
 pub use qos::{QosAdmit, QosTree, TREE_BACKLOG_MIN_BYTES, TREE_BACKLOG_SECS};

@@ -76,8 +76,10 @@
 //! READS are never paced: only writes (data entering the dirty cache) are admitted.
 //!
 //! TUNABLES (`AdmissionTunables`):
-//!   burst_secs 0.1          bucket depth in seconds of rate: smooth pacing (a 1 MiB write at
-//!                           10 MB/s waits ~0.1 s) with a burst bound of 10% of a 1 s window
+//!   burst_secs 0.25         bucket depth in seconds of rate: credit a writer held up
+//!                           elsewhere (a txg's fdatasync on a busy disk) keeps, so a stall
+//!                           up to 0.25 s costs the tree no rate; bounds a burst to 2.5% of
+//!                           a 10 s window (squeezefs: mount option qos-burst=)
 //!   realloc_secs 0.1        demands are re-measured this often (and on wake-up/first wait)
 //!   demand_tau_secs 0.5     time constant of a leaf's admitted-rate average
 //!   backlog_hold_secs 0.3   a leaf stays unbounded this long after its last wait ended (the
@@ -113,7 +115,7 @@ pub struct AdmissionTunables {
 impl Default for AdmissionTunables {
     fn default() -> AdmissionTunables {
         AdmissionTunables {
-            burst_secs: 0.1,
+            burst_secs: 0.25,
             realloc_secs: 0.1,
             demand_tau_secs: 0.5,
             backlog_hold_secs: 0.3,
