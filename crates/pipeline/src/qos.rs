@@ -321,6 +321,25 @@ impl Qos {
         for p in &plan.trees {
             l.cost.insert(p.tree, p.cost_ns);
         }
+        log::debug!(
+            "qos replan: cores {cores:.2} (free {avail:.2}, outside trees {unpaced_cores:.2}) at {:.2}, overhead \
+             {overhead:.2} ns/B; {}",
+            l.levels.utilization(),
+            demands
+                .iter()
+                .zip(&plan.trees)
+                .map(|(d, p)| format!(
+                    "tree {} {:.1} MB/s lag {:.2} s: {} {:.2} {}",
+                    d.tree,
+                    d.rate_bps / 1e6,
+                    d.lag_secs,
+                    p.mix.lo,
+                    p.mix.frac,
+                    p.mix.hi
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
         demands.iter().map(|d| (d.tree, d.rate_bps)).collect()
     }
 }
