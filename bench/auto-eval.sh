@@ -123,8 +123,13 @@ COMMIT=$(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEA
 
 # ---- space -------------------------------------------------------------------------------
 # the loop device's backing file holds one run's data at most (discarded between runs);
-# room for the biggest (none on incompressible data) plus the pool's own overhead
+# room for the biggest (none on incompressible data) plus the pool's own overhead, and at
+# least 2 GiB: the engine places compressed records early (at once, not at their txg's sync)
+# only while the pool's room exceeds 4 × max_dirty (256 MiB) + 256 MiB (pipeline
+# early_place.rs); on a smaller device every level would be measured without it. The file
+# is sparse: it takes only what a run writes.
 DEV_BYTES=$(( (BYTES + BYTES / 5 + (256 << 20)) >> 20 << 20 ))
+[ "$DEV_BYTES" -ge $((2 << 30)) ] || DEV_BYTES=$((2 << 30))
 datasets_bytes=0
 for d in "${DATASET_LIST[@]}"; do
     [ -e "$DATA_DIR/$d-$SIZE.bin" ] || datasets_bytes=$((datasets_bytes + BYTES))

@@ -48,6 +48,8 @@ struct Run {
     mb_s: f64,
     ratio: f64,
     load1: f64,
+    /// the levels the data was stored with (`squeezefs stats` rows), by share of the data
+    levels: Vec<(String, f64)>,
 }
 
 fn parse_run(line: &str) -> Result<Run> {
@@ -73,7 +75,29 @@ fn parse_run(line: &str) -> Result<Run> {
         mb_s: n("bytes")? / seconds / 1e6,
         ratio: if disk > 0.0 { uncompressed / disk } else { 1.0 },
         load1: s("load").ok().and_then(|l| l.split_whitespace().next()?.parse().ok()).unwrap_or(f64::NAN),
+        levels: levels_of(&v),
     })
+}
+
+/// The `levels` rows of a result (`squeezefs stats --json` rows: `spec` and the uncompressed
+/// bytes), as (spec, share of the data in %), largest first.
+fn levels_of(v: &Value) -> Vec<(String, f64)> {
+    let Some(rows) = v.get("levels").and_then(Value::as_array) else { return Vec::new() };
+    let bytes = |r: &Value| r.get("uncompressed_bytes").and_then(Value::as_f64).unwrap_or(0.0);
+    let total: f64 = rows.iter().map(bytes).sum();
+    let mut out: Vec<(String, f64)> = rows
+        .iter()
+        .filter_map(|r| {
+            let name = r
+                .get("spec")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .or_else(|| Some(format!("{}:{}", r.get("algorithm")?.as_str()?, r.get("level")?.as_i64()?)))?;
+            (total > 0.0).then(|| (name, 100.0 * bytes(r) / total))
+        })
+        .collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -86,11 +110,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Median figures of one spec in one cell.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Figures {
     mb_s: f64,
     ratio: f64,
     runs: usize,
+    /// the levels of the run closest to the median throughput
+    levels: Vec<(String, f64)>,
 }
 
 /// Cell key: cores, then the limit with unthrottled last.
@@ -130,13 +156,15 @@ fn reduce(runs: &[Run]) -> BTreeMap<String, BTreeMap<CellKey, Cell>> {
     for ((ds, key, spec), rs) in raw {
         let cell = out.entry(ds).or_default().entry(key).or_default();
         cell.load1.extend(rs.iter().map(|r| r.load1).filter(|l| l.is_finite()));
+        let mb_s = median(rs.iter().map(|r| r.mb_s).collect());
+        let levels = rs
+            .iter()
+            .min_by(|a, b| (a.mb_s - mb_s).abs().total_cmp(&(b.mb_s - mb_s).abs()))
+            .map(|r| r.levels.clone())
+            .unwrap_or_default();
         cell.specs.insert(
             spec,
-            Figures {
-                mb_s: median(rs.iter().map(|r| r.mb_s).collect()),
-                ratio: median(rs.iter().map(|r| r.ratio).collect()),
-                runs: rs.len(),
-            },
+            Figures { mb_s, ratio: median(rs.iter().map(|r| r.ratio).collect()), runs: rs.len(), levels },
         );
     }
     out
@@ -156,11 +184,11 @@ fn best_fixed(specs: &BTreeMap<String, Figures>) -> Option<(&str, Figures)> {
     fixed()
         .filter(|(_, f)| f.mb_s >= fastest * (1.0 - TIE_BAND))
         .max_by(|a, b| a.1.ratio.total_cmp(&b.1.ratio))
-        .map(|(s, f)| (s.as_str(), *f))
+        .map(|(s, f)| (s.as_str(), f.clone()))
 }
 
 /// Targets auto misses in a cell: `thr`, `ratio`, `none` (see the module docs).
-fn misses(auto: Figures, best: Option<Figures>, none: Option<Figures>) -> Vec<&'static str> {
+fn misses(auto: &Figures, best: Option<&Figures>, none: Option<&Figures>) -> Vec<&'static str> {
     let mut m = Vec::new();
     if let Some(b) = best {
         if auto.mb_s < THROUGHPUT_SHARE * b.mb_s {
@@ -222,14 +250,16 @@ fn print_tables(ds: &str, cells: &BTreeMap<CellKey, Cell>, order: &[String]) {
         "targets: auto ≥ {THROUGHPUT_SHARE} × best fixed MB/s (thr), ratio ≥ best's × {:.2} (ratio), ≥ {THROUGHPUT_SHARE} × none (none)\n",
         1.0 - RATIO_SLACK
     );
-    println!("| cores | device MB/s | best fixed | MB/s | ratio | spec | MB/s | ratio | ÷ best | ÷ none | verdict |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| cores | device MB/s | best fixed | MB/s | ratio | spec | MB/s | ratio | ÷ best | ÷ none | verdict | levels auto stored with |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for ((cores, limit), cell) in cells {
         let best = best_fixed(&cell.specs);
-        let none = cell.specs.get("none").copied();
+        let none = cell.specs.get("none");
         for a in &autos {
-            let Some(af) = cell.specs.get(*a).copied() else { continue };
-            let m = misses(af, best.map(|b| b.1), none);
+            let Some(af) = cell.specs.get(*a) else { continue };
+            let m = misses(af, best.as_ref().map(|b| &b.1), none);
             let verdict = if best.is_none() && none.is_none() {
                 "no fixed spec ran".to_string()
             } else if m.is_empty() {
@@ -237,17 +267,19 @@ fn print_tables(ds: &str, cells: &BTreeMap<CellKey, Cell>, order: &[String]) {
             } else {
                 format!("**MISS** {}", m.join(","))
             };
-            let (bname, bmb, bratio) = best.map_or(("–".into(), "–".into(), "–".into()), |(n, f)| {
+            let (bname, bmb, bratio) = best.as_ref().map_or(("–".into(), "–".into(), "–".into()), |(n, f)| {
                 (n.to_string(), format!("{:.0}", f.mb_s), format!("{:.2}", f.ratio))
             });
-            let share = |o: Option<Figures>| o.map_or("–".into(), |o| format!("{:.2}", af.mb_s / o.mb_s));
+            let share = |o: Option<&Figures>| o.map_or("–".into(), |o| format!("{:.2}", af.mb_s / o.mb_s));
+            let levels: Vec<String> = af.levels.iter().take(4).map(|(n, p)| format!("{n} {p:.0}%")).collect();
             println!(
-                "| {cores} | {} | {bname} | {bmb} | {bratio} | {a} | {:.0} | {:.2} | {} | {} | {verdict} |",
+                "| {cores} | {} | {bname} | {bmb} | {bratio} | {a} | {:.0} | {:.2} | {} | {} | {verdict} | {} |",
                 limit.label(),
                 af.mb_s,
                 af.ratio,
-                share(best.map(|b| b.1)),
-                share(none)
+                share(best.as_ref().map(|b| &b.1)),
+                share(none),
+                levels.join(", ")
             );
         }
     }
@@ -389,7 +421,7 @@ mod tests {
     use super::*;
 
     fn fig(mb_s: f64, ratio: f64) -> Figures {
-        Figures { mb_s, ratio, runs: 1 }
+        Figures { mb_s, ratio, runs: 1, levels: Vec::new() }
     }
 
     #[test]
@@ -402,6 +434,13 @@ mod tests {
         assert_eq!(r.dataset, "medium+cpu-hog");
         assert_eq!((r.cores, r.limit, r.spec.as_str()), (1, None, "auto"));
         assert_eq!((r.mb_s, r.ratio, r.load1), (200.0, 3.0, 3.5));
+        assert!(r.levels.is_empty());
+        let r = parse_run(
+            r#"{"dataset":"m","cores":2,"spec":"auto","bytes":1,"seconds":1,"disk_bytes":1,"uncompressed_bytes":1,
+                "levels":[{"spec":"zstd:1","uncompressed_bytes":100},{"algorithm":"zstd","level":3,"uncompressed_bytes":300}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.levels, [("zstd:3".to_string(), 75.0), ("zstd:1".to_string(), 25.0)]);
         let e = parse_run(
             r#"{"dataset":"x","cores":1,"spec":"none","bytes":1,"seconds":0,"disk_bytes":1,"uncompressed_bytes":1}"#,
         );
@@ -424,13 +463,13 @@ mod tests {
 
     #[test]
     fn each_target_is_missed_on_its_own() {
-        let best = Some(fig(100.0, 3.0));
-        let none = Some(fig(50.0, 1.0));
-        assert!(misses(fig(95.0, 2.94), best, none).is_empty());
-        assert_eq!(misses(fig(94.9, 3.0), best, none), ["thr"]);
-        assert_eq!(misses(fig(100.0, 2.93), best, none), ["ratio"]);
-        assert_eq!(misses(fig(40.0, 3.0), Some(fig(40.0, 3.0)), none), ["none"]);
-        assert_eq!(misses(fig(10.0, 1.0), best, none), ["thr", "ratio", "none"]);
+        let (b, n) = (fig(100.0, 3.0), fig(50.0, 1.0));
+        let (best, none) = (Some(&b), Some(&n));
+        assert!(misses(&fig(95.0, 2.94), best, none).is_empty());
+        assert_eq!(misses(&fig(94.9, 3.0), best, none), ["thr"]);
+        assert_eq!(misses(&fig(100.0, 2.93), best, none), ["ratio"]);
+        assert_eq!(misses(&fig(40.0, 3.0), Some(&fig(40.0, 3.0)), none), ["none"]);
+        assert_eq!(misses(&fig(10.0, 1.0), best, none), ["thr", "ratio", "none"]);
     }
 
     #[test]
@@ -443,12 +482,17 @@ mod tests {
             mb_s,
             ratio: 2.0,
             load1: 1.0,
+            levels: vec![("lz4".into(), mb_s)],
         };
         let runs = [run(None, 300.0), run(Some(25), 20.0), run(Some(25), 24.0), run(Some(25), 30.0)];
         let cells = &reduce(&runs)["d"];
         let keys: Vec<_> = cells.keys().copied().collect();
         assert_eq!(keys, [(2, LimitKey::Mbs(25)), (2, LimitKey::Unthrottled)]);
-        assert_eq!(cells[&(2, LimitKey::Mbs(25))].specs["lz4"], Figures { mb_s: 24.0, ratio: 2.0, runs: 3 });
+        let median_run_levels = vec![("lz4".to_string(), 24.0)];
+        assert_eq!(
+            cells[&(2, LimitKey::Mbs(25))].specs["lz4"],
+            Figures { mb_s: 24.0, ratio: 2.0, runs: 3, levels: median_run_levels }
+        );
         assert_eq!(median(vec![1.0, 4.0]), 2.5);
     }
 }

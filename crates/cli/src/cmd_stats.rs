@@ -1,17 +1,20 @@
 //! `squeezefs stats PATH [--json]`: compsize-like usage of a file, a tree or a mount.
 //!
 //! The daemon answers the virtual xattr `user.squeezefs.usage` on every file with its
-//! rows (algorithm, level, disk, uncompressed, referenced); this command walks the tree
-//! (staying on PATH's filesystem, counting hard-linked files once), sums per
-//! algorithm:level and prints the totals. For a directory it then shows the directory's
-//! effective properties (what new files below it get; `squeezefs prop get`).
+//! rows (algorithm, level, disk, uncompressed, referenced) from its extents, which record
+//! the codec each record was stored with; this command walks the tree (staying on PATH's
+//! filesystem, counting hard-linked files once), sums per level and prints the totals, each
+//! level with its share of the uncompressed data. Under `compress=auto` these rows are the
+//! levels auto chose for the file or tree and how much data each got. For a directory it
+//! then shows the directory's effective properties (what new files below it get;
+//! `squeezefs prop get`).
 //!
 //! QoS trees: every directory under PATH holding `qos` (and the mount's root under a
 //! `qos=` mount) answers `user.squeezefs.qos-stats` with its line (control::qos::stats
 //! TEXT); the command lists them: target, allotment, achieved throughput over the last
 //! 10 s and since the tree was first seen, ratio of its records and the levels chosen.
 use anyhow::{bail, Context, Result};
-use squeezefs_codec::Algorithm;
+use squeezefs_codec::{Algorithm, Codec};
 use squeezefs_fs::{usage, xattr_names, QosStatsRow};
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::CString;
@@ -153,11 +156,21 @@ impl Walk {
     }
 }
 
-fn alg_name(id: u8, level: i32) -> String {
+/// The level as a compression spec (`lz4:fast=32`, `zstd:-5`, `none`).
+fn level_name(id: u8, level: i32) -> String {
     match Algorithm::from_id(id) {
         Some(Algorithm::None) => "none".into(),
-        Some(a) => format!("{}:{level}", a.name()),
+        Some(alg) => Codec { alg, level }.to_string(),
         None => format!("alg{id}:{level}"),
+    }
+}
+
+/// `part` of `whole` in percent, one decimal.
+fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        (part as f64 * 1000.0 / whole as f64).round() / 10.0
     }
 }
 
@@ -213,6 +226,8 @@ pub fn run(args: StatsArgs) -> Result<()> {
                 serde_json::json!({
                     "algorithm": Algorithm::from_id(*id).map_or("unknown", |a| a.name()),
                     "level": level,
+                    "spec": level_name(*id, *level),
+                    "share_percent": share(s.uncompressed, total.uncompressed),
                     "disk_bytes": s.disk,
                     "uncompressed_bytes": s.uncompressed,
                     "referenced_bytes": s.referenced,
@@ -243,20 +258,24 @@ pub fn run(args: StatsArgs) -> Result<()> {
     }
     println!("Mount {} ({compression})", root.display());
     println!("Processed {} files.", w.files);
-    println!("{:<12} {:>5} {:>12} {:>12} {:>12}", "Type", "Perc", "Disk Usage", "Uncompressed", "Referenced");
+    println!(
+        "{:<14} {:>5} {:>12} {:>12} {:>12} {:>7}",
+        "Type", "Perc", "Disk Usage", "Uncompressed", "Referenced", "Share"
+    );
     let line = |name: &str, s: &Sums| {
         println!(
-            "{:<12} {:>4}% {:>12} {:>12} {:>12}",
+            "{:<14} {:>4}% {:>12} {:>12} {:>12} {:>6.1}%",
             name,
             s.percent(),
             human(s.disk),
             human(s.uncompressed),
-            human(s.referenced)
+            human(s.referenced),
+            share(s.uncompressed, total.uncompressed)
         )
     };
     line("TOTAL", &total);
     for ((id, level), s) in &w.rows {
-        line(&alg_name(*id, *level), s);
+        line(&level_name(*id, *level), s);
     }
     if !w.trees.is_empty() {
         println!("QoS trees (MB/s; achieved over the last 10 s and since the tree was first seen):");

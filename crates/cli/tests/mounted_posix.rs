@@ -488,7 +488,7 @@ fn errno_parity_with_ext4() {
     let mut mismatches = Vec::new();
     // both request transports decode arguments and encode replies their own way
     for transport in ["uring=off", ""] {
-        let m = Mounted::new(transport);
+        let m = Mounted::new_as_given(transport);
         assert_transport(&m, transport);
         let host = tempfile::Builder::new().prefix("sqzref").tempdir_in("/tmp").unwrap();
         chmod(host.path(), 0o755);
@@ -772,7 +772,7 @@ fn fsync_is_durable_even_if_the_daemon_is_killed() {
     }
     // over io_uring, fsync runs on a helper thread and its reply goes back through the ring
     for transport in ["uring=off", ""] {
-        let mut m = Mounted::new(&format!("compress=zstd,{transport}"));
+        let mut m = Mounted::new_as_given(&format!("compress=zstd,{transport}"));
         assert_transport(&m, transport);
         let mut f = std::fs::File::create(m.path("durable")).unwrap();
         f.write_all(&vec![42u8; 1 << 20]).unwrap();
@@ -803,7 +803,7 @@ fn kill_daemon_and_remount(m: &mut Mounted) {
     m.mount();
 }
 
-/// Found in review: the FUSE kernel module sets `dirsync`/`sync` on its superblock but syncs
+/// The FUSE kernel module sets `dirsync`/`sync` on its superblock but syncs
 /// no directory operation (ext4 commits its journal before a create or rename returns under
 /// either). The daemon ignored both flags: names made under them were lost to a crash up to
 /// `txg_timeout` later. Under `sync` the kernel follows each data write with an fsync, and
@@ -1126,7 +1126,7 @@ fn uring_and_dev_fuse_transports_serve_the_same_filesystem() {
     }
     let mut seen = Vec::new();
     for transport in ["uring=off", ""] {
-        let mut m = Mounted::new(&format!("compress=zstd:1,{transport}"));
+        let mut m = Mounted::new_as_given(&format!("compress=zstd:1,{transport}"));
         assert_transport(&m, transport);
         let r = m.path("t");
         std::fs::create_dir(&r).unwrap();
@@ -1351,7 +1351,7 @@ fn a_pool_mounts_again_right_after_umount_returns() {
     }
 }
 
-/// Found in review: `squeezefs stats` on a file another process is still writing showed
+/// `squeezefs stats` on a file another process is still writing showed
 /// 0 bytes. With the writeback cache the kernel holds the written pages until writeback or
 /// close; the daemon's commit on the root's usage read cannot see them, so the command must
 /// have the kernel write them back first (syncfs) for "everything written so far" to hold.
@@ -1415,7 +1415,7 @@ fn noise(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Found in review: with the pool directory's filesystem full, new names made the txg's
+/// With the pool directory's filesystem full, new names made the txg's
 /// metadata commit fail; the pool was suspended (every call failed until a remount, and the
 /// names created since the last commit were gone). Through a mount: creates get ENOSPC,
 /// deletions go through and make room, unmount flushes cleanly and the names are kept.
@@ -1502,7 +1502,7 @@ fn full_pool_filesystem_gives_enospc_and_deletions_make_room() {
     run_ok(&["fsck", pool_s]);
 }
 
-/// Found in review: when the flush at unmount failed (here: another program filled the
+/// When the flush at unmount failed (here: another program filled the
 /// device's filesystem after the write was accepted, so the txg could not place it), the
 /// daemon logged the error and `squeezefs umount` still exited 0: the data was lost without
 /// a word to the caller. Now umount fails and says the flush failed.

@@ -365,7 +365,7 @@ fn reftest(codec: &str, transport: &str) {
     if !can_mount() {
         return;
     }
-    let mounted = RefCell::new(Mounted::new(&format!("compress-force={codec},{transport}")));
+    let mounted = RefCell::new(Mounted::new_as_given(&format!("compress-force={codec},{transport}")));
     assert_transport(&mounted.borrow(), transport);
     let host = tempfile::Builder::new().prefix("sqzref").tempdir_in("/tmp").unwrap();
     let cases: u32 = std::env::var("SQUEEZEFS_REFTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48);

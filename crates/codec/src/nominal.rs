@@ -102,13 +102,14 @@ fn row(table: &[(f64, f64)], level: i32) -> Nominal {
 pub fn nominal(codec: Codec) -> Nominal {
     match codec.alg {
         Algorithm::None => Nominal { compress_mb_s: f64::INFINITY, ratio: 1.0 },
-        // lz4: 665 MB/s and 2.55 at acceleration 1, 1118 MB/s and 1.92 at 17 (§11); speed grows
+        // lz4: 665 MB/s and 2.55 at acceleration 1, 1118 MB/s and 1.92 at 17 (docs/design.md §14); speed grows
         // linearly with the acceleration, the gain (ratio - 1) shrinks exponentially
         Algorithm::Lz4 => {
             let a = codec.level.max(1) as f64 - 1.0;
             Nominal { compress_mb_s: 665.0 * (1.0 + 0.0426 * a), ratio: 1.0 + 1.55 * (-0.0297 * a).exp() }
         }
-        // zstd negative levels: 430 MB/s and 3.2 at -1, 520 MB/s and 2.46 at -5 (§11)
+        // zstd negative levels: 520 MB/s and 2.46 at -5 (docs/design.md §14), 430 MB/s and 3.2 at
+        // -1 (placed between -5 and level 1)
         Algorithm::Zstd if codec.level < 0 => {
             let n = (-(codec.level as f64)) - 1.0;
             Nominal { compress_mb_s: 430.0 * (1.0 + 0.0523 * n), ratio: 1.0 + 2.2 * (-0.1025 * n).exp() }

@@ -10,19 +10,24 @@
 //! `WRITEBACK_KICK_BYTES` were written since the last kick, the written range gets
 //! `sync_file_range(SYNC_FILE_RANGE_WRITE)` (asynchronous; a hint — durability still comes
 //! only from `sync`), so the `fdatasync` before a commit waits for the tail, not for the
-//! whole txg. The kicked ranges form a bounded *writeback window*: once more than
-//! `WRITEBACK_WINDOW_BYTES` were kicked and are not known to be on the device, a write waits
-//! for the oldest ranges' writeback to finish (`SYNC_FILE_RANGE_WAIT_*`). So the page cache
-//! holds at most about a window of this device's data in flight, and a device slower than
-//! its writer makes the writer wait for it, where it is measured: the engine's per-device
-//! queue and throughput figures (which the auto controller and device choice read) are
-//! then those of the device, not of the page cache. `sync` empties the window.
+//! whole txg.
+//!
+//! Writeback watcher (`Device::measure_drain`, which the engine's device queue calls): a
+//! thread per device file waits for each kicked range's writeback in turn
+//! (`SYNC_FILE_RANGE_WAIT_*`) and reports how long the device took for it — from the kick,
+//! or from the previous range's completion if later — to `DeviceStats::record_drain`. That is
+//! the device's drain rate, where timing `write_at` measures the page cache. The kicked
+//! ranges whose writeback is not done form a window: past `WRITEBACK_WINDOW_BYTES` a write
+//! waits for the watcher, so a device slower than its writer holds up the writer (and the
+//! engine's queue for the device grows) instead of the page cache filling with its data.
+//! Without a watcher (tools, tests using the file directly) kicks are hints only.
+//!
 //! `write_vectored_at` writes a run of contiguous records with `pwritev` straight
 //! from their buffers (the device queue's coalesced runs). The host filesystem running out of space (ENOSPC) while a
 //! growable file grows is reported as `Full` too, so the engine sees one "no space" error.
 
 use crate::power_loss::{recorder_for, PowerLoss};
-use crate::{end_offset, Device, DeviceError};
+use crate::{end_offset, Device, DeviceError, DeviceStats};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt};
@@ -53,30 +58,33 @@ pub struct FileDevice {
     power: Option<Arc<PowerLoss>>,
     /// Range written since the last writeback kick.
     unkicked: std::sync::Mutex<Unkicked>,
+    /// The writeback watcher, once `measure_drain` started it.
+    watcher: std::sync::OnceLock<Watcher>,
     /// The host filesystem refused a hole punch (EOPNOTSUPP): `discard` does nothing.
     no_punch: AtomicBool,
 }
 
 /// Start writeback after this many bytes written (see the module comment).
 pub const WRITEBACK_KICK_BYTES: u64 = 4 << 20;
-/// Kicked bytes whose writeback may be in flight before a write waits for the oldest
-/// (see the module comment): 8 kicks, enough to keep a fast device busy between waits.
-pub const WRITEBACK_WINDOW_BYTES: u64 = 32 << 20;
+/// Kicked bytes whose writeback may be unfinished before a write waits (see the module
+/// comment): two kicks, so the device always has one range to work on while the watcher
+/// waits for the other.
+pub const WRITEBACK_WINDOW_BYTES: u64 = 2 * WRITEBACK_KICK_BYTES;
 
 #[derive(Default)]
 struct Unkicked {
     lo: u64,
     hi: u64,
     bytes: u64,
-    /// kicked ranges (offset, length) not known to be written back, oldest first
-    kicked: std::collections::VecDeque<(u64, u64)>,
-    /// their summed length
-    kicked_bytes: u64,
 }
+
+/// A range to write back: offset, length, and the bytes written into it since the last kick
+/// (fewer than its length when the writes left gaps).
+type Kick = (u64, u64, u64);
 
 impl Unkicked {
     /// Add a write of `len` bytes at `offset`; the range to kick when enough accumulated.
-    fn add(&mut self, offset: u64, end: u64) -> Option<(u64, u64)> {
+    fn add(&mut self, offset: u64, end: u64) -> Option<Kick> {
         if self.bytes == 0 {
             (self.lo, self.hi) = (offset, end);
         } else {
@@ -87,31 +95,85 @@ impl Unkicked {
         if self.bytes < WRITEBACK_KICK_BYTES {
             return None;
         }
-        self.bytes = 0;
-        let r = (self.lo, self.hi - self.lo);
-        self.kicked.push_back(r);
-        self.kicked_bytes += r.1;
-        Some(r)
+        let bytes = std::mem::take(&mut self.bytes);
+        Some((self.lo, self.hi - self.lo, bytes))
+    }
+}
+
+/// The writeback watcher's end of the window (see the module comment).
+struct Watcher {
+    tx: std::sync::mpsc::Sender<(Kick, std::time::Instant)>,
+    window: Arc<Window>,
+}
+
+#[derive(Default)]
+struct Window {
+    /// bytes kicked whose writeback the watcher has not seen finish
+    bytes: std::sync::Mutex<u64>,
+    finished: std::sync::Condvar,
+    /// the watcher thread ended: nobody will shrink the window any more
+    gone: AtomicBool,
+}
+
+impl Window {
+    fn lock(&self) -> std::sync::MutexGuard<'_, u64> {
+        self.bytes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The oldest kicked ranges to wait for so that at most `WRITEBACK_WINDOW_BYTES` stay in
-    /// flight; they leave the window.
-    fn over_window(&mut self) -> Vec<(u64, u64)> {
-        let mut wait = Vec::new();
-        while self.kicked_bytes > WRITEBACK_WINDOW_BYTES {
-            let Some(r) = self.kicked.pop_front() else { break };
-            self.kicked_bytes -= r.1;
-            wait.push(r);
+    /// Wait until at most `WRITEBACK_WINDOW_BYTES` are in flight (or the watcher is gone).
+    fn wait_room(&self) {
+        let mut b = self.lock();
+        while *b > WRITEBACK_WINDOW_BYTES && !self.gone.load(Ordering::Acquire) {
+            b = self
+                .finished
+                .wait_timeout(b, std::time::Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
-        wait
     }
+}
 
-    /// The first `n` kicked ranges are on the device (a sync that began after they were
-    /// kicked completed).
-    fn synced(&mut self, n: usize) {
-        for r in self.kicked.drain(..n.min(self.kicked.len())) {
-            self.kicked_bytes -= r.1;
+/// Marks the window's watcher gone when its thread ends, however it ends.
+struct Gone(Arc<Window>);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        self.0.gone.store(true, Ordering::Release);
+        self.0.finished.notify_all();
+    }
+}
+
+/// The watcher thread: each kicked range in turn, its writeback waited for and timed.
+fn watch(
+    file: File,
+    rx: std::sync::mpsc::Receiver<(Kick, std::time::Instant)>,
+    window: Arc<Window>,
+    stats: Arc<DeviceStats>,
+) {
+    use std::os::fd::AsRawFd;
+    let _gone = Gone(window.clone());
+    let mut prev: Option<std::time::Instant> = None;
+    for ((off, len, bytes), kicked) in rx {
+        // SAFETY: plain syscall on our own descriptor. A failure (a writeback error) is
+        // reported by the next fdatasync, which durability depends on; here it only ends
+        // this range's wait.
+        unsafe {
+            libc::sync_file_range(
+                file.as_raw_fd(),
+                off as libc::off64_t,
+                len as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+            );
         }
+        let done = std::time::Instant::now();
+        // the device worked on this range from its kick, or from the previous range's end
+        // if that came later (one range after the other); a range a sync wrote back with
+        // the previous one finishes at once, and the previous one's time covered both
+        let from = prev.map_or(kicked, |p| p.max(kicked));
+        stats.record_drain(bytes, done.saturating_duration_since(from));
+        prev = Some(done);
+        *window.lock() -= len;
+        window.finished.notify_all();
     }
 }
 
@@ -144,15 +206,11 @@ impl FileDevice {
         } else if ft.is_file() {
             (opts.capacity, false, meta.len())
         } else {
-            return Err(DeviceError::Other(format!(
-                "{name} is neither a regular file nor a block device; a device must be one of those"
-            )));
+            return Err(DeviceError::NotFileOrBlockDevice { path: name });
         };
         if let Some(cap) = capacity {
             if !block_device && len > cap {
-                return Err(DeviceError::Other(format!(
-                    "{name} holds {len} bytes, more than its fixed capacity of {cap} bytes"
-                )));
+                return Err(DeviceError::LargerThanCapacity { path: name, len, capacity: cap });
             }
         }
         Ok(Self {
@@ -163,6 +221,7 @@ impl FileDevice {
             len: AtomicU64::new(len),
             power: recorder_for(path),
             unkicked: Default::default(),
+            watcher: std::sync::OnceLock::new(),
             no_punch: AtomicBool::new(false),
         })
     }
@@ -189,32 +248,25 @@ impl FileDevice {
     fn after_write(&self, offset: u64, end: u64) {
         self.len.fetch_max(end, Ordering::AcqRel);
         if self.power.is_none() {
-            let (kick, wait) = {
-                let mut u = self.unkicked.lock().unwrap_or_else(|p| p.into_inner());
-                let kick = u.add(offset, end);
-                (kick, u.over_window())
-            };
-            use std::os::fd::AsRawFd;
-            let fd = self.file.as_raw_fd();
-            if let Some((off, len)) = kick {
+            let kick = self.unkicked.lock().unwrap_or_else(|p| p.into_inner()).add(offset, end);
+            if let Some((off, len, bytes)) = kick {
+                use std::os::fd::AsRawFd;
                 // SAFETY: plain syscall on our own open descriptor; a failure only means
                 // the writeback starts at fdatasync, so the result is ignored.
                 unsafe {
-                    libc::sync_file_range(fd, off as libc::off64_t, len as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE);
-                }
-            }
-            for (off, len) in wait {
-                // SAFETY: as above. A failure (a writeback error) is reported by the next
-                // fdatasync, which durability depends on; the wait only paces the writer.
-                unsafe {
                     libc::sync_file_range(
-                        fd,
+                        self.file.as_raw_fd(),
                         off as libc::off64_t,
                         len as libc::off64_t,
-                        libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                            | libc::SYNC_FILE_RANGE_WRITE
-                            | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                        libc::SYNC_FILE_RANGE_WRITE,
                     );
+                }
+                if let Some(w) = self.watcher.get() {
+                    *w.window.lock() += len;
+                    if w.tx.send(((off, len, bytes), std::time::Instant::now())).is_err() {
+                        *w.window.lock() -= len;
+                    }
+                    w.window.wait_room();
                 }
             }
         }
@@ -348,15 +400,25 @@ impl Device for FileDevice {
     }
 
     fn sync(&self) -> Result<(), DeviceError> {
-        let kicked = self.unkicked.lock().unwrap_or_else(|p| p.into_inner()).kicked.len();
         match &self.power {
             Some(p) => p.sync(&self.file),
             None => self.file.sync_data(),
         }
-        .map_err(|e| self.io_err(e))?;
-        // what was kicked before the sync began is on the device: out of the window
-        self.unkicked.lock().unwrap_or_else(|p| p.into_inner()).synced(kicked);
-        Ok(())
+        .map_err(|e| self.io_err(e))
+    }
+
+    fn measure_drain(&self, stats: Arc<DeviceStats>) -> bool {
+        if self.power.is_some() {
+            // the power-loss recorder models writes only: no writeback to watch
+            return false;
+        }
+        let Ok(file) = self.file.try_clone() else { return false };
+        let window = Arc::new(Window::default());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let w = window.clone();
+        let spawned =
+            std::thread::Builder::new().name("sqz-writeback".into()).spawn(move || watch(file, rx, w, stats)).is_ok();
+        spawned && self.watcher.set(Watcher { tx, window }).is_ok()
     }
 
     /// Punches the whole host pages inside the range out of a device *file* (the partial
@@ -423,8 +485,9 @@ mod tests {
         let per_kick = WRITEBACK_KICK_BYTES.div_ceil(step);
         assert_eq!(kicked.len() as u64, 64 / per_kick);
         let mut covered = 0;
-        for (off, len) in &kicked {
+        for (off, len, bytes) in &kicked {
             assert_eq!(*len, per_kick * step, "a kick spans exactly its writes");
+            assert_eq!(bytes, len, "no gaps between them");
             assert_eq!(off % step, 0);
             covered += len;
         }
@@ -432,32 +495,35 @@ mod tests {
     }
 
     #[test]
-    fn the_writeback_window_waits_for_the_oldest_kicks_and_a_sync_empties_it() {
-        let mut u = Unkicked::default();
-        let kicks = WRITEBACK_WINDOW_BYTES / WRITEBACK_KICK_BYTES;
-        let mut at = 0;
-        let mut kick = |u: &mut Unkicked| {
-            let r = u.add(at, at + WRITEBACK_KICK_BYTES);
-            at += WRITEBACK_KICK_BYTES;
-            r.expect("a kick per WRITEBACK_KICK_BYTES")
-        };
-        for _ in 0..kicks {
-            kick(&mut u);
-            assert!(u.over_window().is_empty(), "within the window nothing waits");
+    fn the_watcher_measures_the_drain_and_bounds_the_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = FileDevice::create(&dir.path().join("d"), None).unwrap();
+        let stats = Arc::new(DeviceStats::new());
+        assert!(dev.measure_drain(stats.clone()));
+        let chunk = vec![7u8; 1 << 20];
+        for i in 0..40u64 {
+            dev.write_at(&chunk, i << 20).unwrap();
+            let in_flight = *dev.watcher.get().unwrap().window.lock();
+            assert!(in_flight <= WRITEBACK_WINDOW_BYTES, "{in_flight} bytes in flight after a write");
         }
-        let first = u.kicked[0];
-        kick(&mut u);
-        assert_eq!(u.over_window(), vec![first], "one kick past the window: wait for the oldest");
-        assert_eq!(u.kicked_bytes, WRITEBACK_WINDOW_BYTES);
-        // a sync that began with 3 kicks in the window: those leave it, later ones stay
-        kick(&mut u);
-        let _ = u.over_window();
-        let n = u.kicked.len();
-        u.synced(3);
-        assert_eq!(u.kicked.len(), n - 3);
-        assert_eq!(u.kicked_bytes, (n as u64 - 3) * WRITEBACK_KICK_BYTES);
-        u.synced(usize::MAX);
-        assert_eq!((u.kicked.len(), u.kicked_bytes), (0, 0));
+        dev.sync().unwrap();
+        // every kick's writeback finishes and is measured (a rate, whatever the host's speed)
+        let w = &dev.watcher.get().unwrap().window;
+        let t0 = std::time::Instant::now();
+        while *w.lock() > 0 {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(30), "kicked writeback never finished");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(stats.throughput_bps() > 0.0, "no drain measured");
+        assert_eq!(stats.snapshot().written_bytes, 0, "drain samples are not writes");
+        // the watcher ends with the device
+        let w = dev.watcher.get().unwrap().window.clone();
+        drop(dev);
+        let t0 = std::time::Instant::now();
+        while !w.gone.load(Ordering::Acquire) {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(30), "the watcher outlived its device");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     #[test]

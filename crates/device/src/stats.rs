@@ -18,6 +18,11 @@
 //!   smaller window. The first measurement sets the average; writes of zero bytes or zero
 //!   duration are ignored (thesis eq. 5.2 ignores zero samples too).
 //!
+//!   When the device measures its own drain rate (`Device::measure_drain`: a device file
+//!   behind the page cache, whose writes return long before the data is on the device),
+//!   that rate is the average instead: `record_drain` feeds it the same way, and the
+//!   writes' own timing no longer does.
+//!
 //! All fields are atomics: writers update without locks; readers may see one update late.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +39,8 @@ pub struct DeviceStats {
     /// 0.0 = not measured yet.
     secs_per_byte_bits: AtomicU64,
     written_total: AtomicU64,
+    /// the throughput comes from `record_drain`, not from the writes' timing
+    drain_measured: std::sync::atomic::AtomicBool,
 }
 
 /// A consistent-enough copy of the statistics for a controller.
@@ -64,6 +71,28 @@ impl DeviceStats {
     pub fn record_write(&self, bytes: u64, duration: Duration) {
         self.last_latency_ns.store(duration_to_nanos(duration), Ordering::Relaxed);
         self.written_total.fetch_add(bytes, Ordering::Relaxed);
+        if !self.drain_measured.load(Ordering::Relaxed) {
+            self.average(bytes, duration);
+        }
+    }
+
+    /// The device measures its drain rate (`Device::measure_drain` said so): the writes'
+    /// timing, which measures the cache in front of it, stops feeding the throughput, which
+    /// stays unmeasured (0) until the first `record_drain`.
+    pub fn drain_measured_by_device(&self) {
+        if !self.drain_measured.swap(true, Ordering::Relaxed) {
+            self.secs_per_byte_bits.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The device took `bytes` in `duration` of its own work (see the module comment): from
+    /// the first call on, the throughput average is of these.
+    pub fn record_drain(&self, bytes: u64, duration: Duration) {
+        self.drain_measured_by_device();
+        self.average(bytes, duration);
+    }
+
+    fn average(&self, bytes: u64, duration: Duration) {
         let Some(sample) = throughput_bps(bytes, duration) else {
             return;
         };
@@ -170,6 +199,25 @@ mod tests {
         }
         let t = s.throughput_bps();
         assert!(t > 20e6 && t < 25e6, "{t}");
+    }
+
+    #[test]
+    fn a_measured_drain_replaces_the_timing_of_writes() {
+        let s = DeviceStats::new();
+        // writes into a cache: 1 GB/s
+        s.record_write(16 * MIB, Duration::from_secs_f64(16.0 * MIB as f64 / 1e9));
+        assert!(s.throughput_bps() > 9e8);
+        // once the device says it measures its drain, the cache's speed is no figure
+        let d = DeviceStats::new();
+        d.drain_measured_by_device();
+        d.record_write(16 * MIB, Duration::from_millis(16));
+        assert_eq!(d.throughput_bps(), 0.0, "unmeasured until the first drain sample");
+        // the device drains 25 MB/s: that is the throughput from the first drain sample on
+        s.record_drain(4 * MIB, Duration::from_secs_f64(4.0 * MIB as f64 / 25e6));
+        assert!((s.throughput_bps() - 25e6).abs() < 1.0, "{}", s.throughput_bps());
+        s.record_write(16 * MIB, Duration::from_millis(1));
+        assert!((s.throughput_bps() - 25e6).abs() < 1.0, "fast writes no longer count");
+        assert_eq!(s.snapshot().written_bytes, 32 * MIB, "written bytes still count");
     }
 
     #[test]

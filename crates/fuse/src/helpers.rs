@@ -97,6 +97,11 @@ impl Helpers {
 }
 
 fn helper(shared: &Shared, first: Option<Job>) {
+    // a thread inherits its creator's scheduling class, and a ring thread may run
+    // SCHED_FIFO while it waits (uring/mod.rs): a helper's requests run as everyone's do
+    let p = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain syscall on the calling thread with a valid sched_param
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &p) };
     if let Some(j) = first {
         j();
     }

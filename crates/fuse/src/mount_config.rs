@@ -446,14 +446,14 @@ impl MountConfig {
         if !dir.is_dir() {
             return Err(bad(format!("{} is not a directory", dir.display())));
         }
-        // the mount point itself names the mount too (`trace=MNT`)
-        if dir.join(name).starts_with(mountpoint) {
+        let path = dir.join(name);
+        // the mount point itself counts as on the mount: once mounted it is the mount's root
+        if path.starts_with(mountpoint) {
             return Err(bad(format!(
                 "the trace file must not be on the mount itself ({}); put it outside, e.g. in /var/tmp",
                 mountpoint.display()
             )));
         }
-        let path = dir.join(name);
         if path.is_dir() {
             return Err(bad(format!("{} is a directory", path.display())));
         }
@@ -725,7 +725,7 @@ mod tests {
         assert_eq!(MountConfig::parse("remount,user_id"), Err(MountOptionError::MissingValue("user_id".into())));
     }
 
-    /// Found in review: `nodiratime` and `diratime` are separate mount flags;
+    /// `nodiratime` and `diratime` are separate mount flags;
     /// they never switch `noatime` off (checked: `mount -t tmpfs -o noatime,nodiratime`
     /// shows `noatime,nodiratime`, `-o noatime,diratime` shows `noatime`). The parser lets
     /// the last atime-ish word decide, so the common fstab `noatime,nodiratime` mounts with
@@ -740,7 +740,7 @@ mod tests {
         assert_eq!(c.per_mount_flags(&live), None, "remount,nodiratime must not clear noatime");
     }
 
-    /// Found in review: `nodiratime` was accepted and had no effect.
+    /// `nodiratime` was accepted and had no effect.
     #[test]
     fn nodiratime_reaches_the_config() {
         assert!(MountConfig::parse("relatime,nodiratime").unwrap().nodiratime);

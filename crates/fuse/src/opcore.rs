@@ -177,7 +177,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
 
 /// typed error → errno, logging the errors that mean damage or an engine failure
 pub fn errno(e: &FsError) -> i32 {
-    if matches!(e, FsError::Corrupt(_) | FsError::Engine(_)) {
+    if matches!(e, FsError::Corrupt { .. } | FsError::Engine(_)) {
         log::error!("{e}");
     }
     e.errno()

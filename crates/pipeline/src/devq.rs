@@ -95,6 +95,11 @@ pub struct DevQueue {
 impl DevQueue {
     pub fn start(dev: Arc<dyn Device>, index: usize, faults: Arc<Faults>) -> DevQueue {
         let stats = Arc::new(DeviceStats::new());
+        // a device that measures how fast it takes data (a device file: its writeback) feeds
+        // the throughput figure itself; otherwise the writes' timing below does
+        if dev.measure_drain(stats.clone()) {
+            stats.drain_measured_by_device();
+        }
         let (tx, rx) = unbounded();
         let st = stats.clone();
         let thread = std::thread::Builder::new()

@@ -177,7 +177,7 @@ fn check_links(
             r.directories += 1;
             // an rmdir'ed directory the kernel still referenced stays as an orphan (no name,
             // link count 0) until its last reference goes, or until the next open after a
-            // crash (tests/orphan_dir.rs in the fs crate)
+            // crash
             if n == 0 && a.nlink == 0 && orphan_set.contains(ino) {
                 continue;
             }

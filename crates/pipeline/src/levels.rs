@@ -28,8 +28,18 @@
 //!   every record → one trace row when the engine traces (`OpenOptions::trace`).
 //!
 //! Inputs gathered for auto, without taking any lock of the engine's state:
-//!   devices   per device: queued bytes and averaged write throughput (the device writers'
-//!             DeviceStats atomics), room (a hint space.rs refreshes at every placement)
+//!   devices   per device: averaged throughput (DeviceStats: the device's drain rate, which
+//!             its writeback watcher measures, device file.rs), room (a hint space.rs
+//!             refreshes at every placement), and queued bytes: its write queue, plus an even
+//!             share of the bytes compressed (or decided raw) and not yet handed to any
+//!             device. The thesis's queue is what left the compressor and waits for a
+//!             device; here records wait in memory for their txg too (raw ones always: only
+//!             compressed records are placed early), and a queue that left them out would
+//!             look empty whenever auto chose raw, and the guard would keep choosing raw.
+//!             Pending = stored bytes of records finished − bytes the devices wrote, both
+//!             counted from the last moment the engine held no dirty data (`rebase`), so
+//!             that records that never reach a device (overwritten, stored inline) do not
+//!             count for ever.
 //!   cores     CpuMeter over /proc/stat (cores not taken by other processes), and
 //!   overhead  OverheadMeter (process CPU − codec CPU per input byte): both sampled at most
 //!             every METER_PERIOD by whichever deciding thread comes first; the others use
@@ -144,11 +154,18 @@ pub struct Levels {
     /// input bytes of every record decided, and codec CPU of every call (OverheadMeter)
     input_bytes: AtomicU64,
     codec_ns: AtomicU64,
+    /// stored bytes of every record finished; and, at the last `rebase`, that figure and the
+    /// bytes the devices had written (pending bytes, block comment)
+    stored_bytes: AtomicU64,
+    base_stored: AtomicU64,
+    base_written: AtomicU64,
     trace: Option<Mutex<Tracer>>,
     /// a trace write failed: tracing stopped (logged once)
     trace_failed: AtomicBool,
     /// QoS trees: their levels and meters (qos.rs)
     qos: Arc<Qos>,
+    /// nanoseconds since start when the next debug line of auto's inputs is due
+    next_debug_ns: AtomicU64,
 }
 
 thread_local! {
@@ -186,9 +203,13 @@ impl Levels {
             },
             input_bytes: AtomicU64::new(0),
             codec_ns: AtomicU64::new(0),
+            stored_bytes: AtomicU64::new(0),
+            base_stored: AtomicU64::new(0),
+            base_written: AtomicU64::new(0),
             trace: trace.map(|out| Mutex::new(Rank::Leaf, Tracer { out, last_flush: Instant::now() })),
             trace_failed: AtomicBool::new(false),
             qos: Arc::new(Qos::default()),
+            next_debug_ns: AtomicU64::new(0),
         }
     }
 
@@ -250,7 +271,26 @@ impl Levels {
                 overhead_ns_per_byte: overhead,
                 backlog: rec.backlog,
             };
-            auto.ctl.lock().decide(&inputs)
+            let mut ctl = auto.ctl.lock();
+            let d = ctl.decide(&inputs);
+            if log::log_enabled!(log::Level::Debug) && self.debug_due(at_secs) {
+                let ladder: Vec<String> = ctl
+                    .ladder()
+                    .iter()
+                    .map(|(c, p, m)| format!("{c}{}({:.2}ns,{:.3})", if *m { "" } else { "?" }, p.cost, p.stored))
+                    .collect();
+                log::debug!(
+                    "auto {}: cores {cores:.2}, overhead {overhead:.2} ns/B, devices {:?}, backlog {}, gain {:.2} → {} ({}); ladder {}",
+                    policy.spec,
+                    v.iter().map(|d| (d.queued_bytes, (d.throughput_bps / 1e6).round())).collect::<Vec<_>>(),
+                    rec.backlog,
+                    ctl.gain(),
+                    d.codec,
+                    d.reason.name(),
+                    ladder.join(" ")
+                );
+            }
+            d
         });
         Choice { codec: d.codec, reason: d.reason, queue_delay_secs: d.queue_delay_secs, at_secs, auto: Some(i), tree }
     }
@@ -259,6 +299,7 @@ impl Levels {
     pub fn finish(&self, rec: &RecordInfo, choice: &Choice, outcome: Outcome) {
         let input = rec.data.len() as u64;
         self.input_bytes.fetch_add(input, Ordering::Relaxed);
+        self.stored_bytes.fetch_add(outcome.stored_bytes, Ordering::Relaxed);
         if outcome.cpu_ns > 0 {
             self.codec_ns.fetch_add(outcome.cpu_ns, Ordering::Relaxed);
         }
@@ -297,14 +338,46 @@ impl Levels {
         (autos.len() - 1, a)
     }
 
-    /// Every device's view now: queue and throughput from its statistics, room from the hint.
+    /// Whether a debug line of auto's inputs is due (one every half second).
+    fn debug_due(&self, now_secs: f64) -> bool {
+        let now = (now_secs * 1e9) as u64;
+        let due = self.next_debug_ns.load(Ordering::Relaxed);
+        now >= due
+            && self.next_debug_ns.compare_exchange(due, now + 500_000_000, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
+    /// Every device's view now: throughput from its statistics, room from the hint, queue
+    /// from both and the pending bytes (block comment).
     fn views_into(&self, v: &mut Vec<DeviceView>) {
         v.clear();
-        v.extend(self.devices.iter().zip(self.room.iter()).map(|(s, r)| DeviceView {
-            queued_bytes: s.queued_bytes(),
-            throughput_bps: s.throughput_bps(),
-            free_bytes: r.load(Ordering::Relaxed),
+        let mut written = 0u64;
+        v.extend(self.devices.iter().zip(self.room.iter()).map(|(s, r)| {
+            let st = s.snapshot();
+            written = written.saturating_add(st.written_bytes);
+            DeviceView {
+                queued_bytes: st.queued_bytes,
+                throughput_bps: st.throughput_bps,
+                free_bytes: r.load(Ordering::Relaxed),
+            }
         }));
+        let queued: u64 = v.iter().map(|d| d.queued_bytes).sum();
+        let share = self.pending_bytes(written).saturating_sub(queued) / v.len().max(1) as u64;
+        for d in v.iter_mut() {
+            d.queued_bytes = d.queued_bytes.saturating_add(share);
+        }
+    }
+
+    /// Stored bytes finished and not yet written by a device, given the bytes written now.
+    fn pending_bytes(&self, written: u64) -> u64 {
+        let stored = self.stored_bytes.load(Ordering::Relaxed).saturating_sub(self.base_stored.load(Ordering::Relaxed));
+        stored.saturating_sub(written.saturating_sub(self.base_written.load(Ordering::Relaxed)))
+    }
+
+    /// The engine holds no dirty data: count pending bytes from here (block comment).
+    pub fn rebase(&self) {
+        let written = self.devices.iter().map(|s| s.snapshot().written_bytes).fold(0u64, u64::saturating_add);
+        self.base_written.store(written, Ordering::Relaxed);
+        self.base_stored.store(self.stored_bytes.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// (available cores, pipeline overhead ns per byte), sampling the meters when due.
@@ -341,7 +414,12 @@ impl Levels {
 
     fn trace_row(&self, rec: &RecordInfo, choice: &Choice, outcome: Outcome) {
         let Some(t) = &self.trace else { return };
-        let queued: Vec<u64> = self.devices.iter().map(|s| s.queued_bytes()).collect();
+        // the queues as the controller sees them (with the pending bytes)
+        let queued: Vec<u64> = VIEWS.with(|v| {
+            let mut v = v.borrow_mut();
+            self.views_into(&mut v);
+            v.iter().map(|d| d.queued_bytes).collect()
+        });
         let row = TraceRow {
             time_s: choice.at_secs,
             inode: rec.ino,

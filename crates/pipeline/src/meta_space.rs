@@ -4,11 +4,10 @@
 //! commit takes host space for every leaf it touches (and for inline data of small files).
 //! If the host filesystem under the pool directory is full, that commit fails, redb refuses
 //! every later transaction until the store is reopened (`PreviousIo`), and the pool is
-//! suspended: the open txg's acknowledged changes are lost to the next open. Found in review:
-//! a pool on a 16 MiB filesystem filled with data, then 1 000 creates suspended it
-//! (tests/enospc.rs::metadata_ops_on_a_full_host_filesystem_get_no_space_not_a_suspended_pool).
-//! So changes are admitted only while the commit that will carry them has room, as data
-//! writes are (write.rs `reserve`).
+//! suspended: the open txg's acknowledged changes are lost to the next open (a pool on a
+//! 16 MiB filesystem filled with data takes only about 1 000 creates to get there). So
+//! changes are admitted only while the commit that will carry them has room, as data writes
+//! are (write.rs `reserve`).
 //!
 //! Figures (per pool, for the filesystem of the pool directory; none for a store in memory):
 //!   free       statvfs available bytes, refreshed at the start and the end of every txg sync

@@ -34,8 +34,8 @@ use std::sync::Arc;
 /// times the daemon handed out (CREATE, SETATTR) equal that tick, `file_update_time` finds
 /// nothing to change and leaves the inode clean, so the next `fchown`/`fchmod`/close sends
 /// no SETATTR to flush the times back: one round trip less per file a `tar xf` creates
-/// (10 → 9, docs/benchmarks.md). A precise stamp always differed from the tick, and could
-/// even be later than the kernel's next stamp of the same file, so mtime ran backwards.
+/// (10 → 9). A precise stamp always differs from the tick, and can even be later than the
+/// kernel's next stamp of the same file, which would make mtime run backwards.
 pub fn now() -> Timestamp {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec to the pointer it is given; CLOCK_REALTIME_COARSE
@@ -117,8 +117,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
         devs.push((Arc::new(d), recorded, kind));
     }
     // only now that every device opened and passed its checks: an old pool is replaced by
-    // --force, not destroyed by a mistyped --device (tests/checking_tools.rs::
-    // a_failed_mkfs_force_does_not_destroy_the_existing_pool)
+    // --force, not destroyed by a mistyped --device
     if meta.exists() {
         std::fs::remove_file(&meta).map_err(|source| PoolError::Remove { path: meta.clone(), source })?;
     }

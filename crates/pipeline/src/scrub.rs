@@ -47,7 +47,6 @@ pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> 
         let (k, v) = row?;
         let Some((ino, idx)) = keys::unpair(k.value()) else { continue };
         // a pointer that does not decode is damage of its file, not the end of the scrub
-        // (tests/checking_tools.rs::one_corrupt_extent_row_does_not_abort_scrub)
         match ExtentPtr::decode(v.value()) {
             Ok(e) => {
                 total += e.psize();

@@ -265,6 +265,11 @@ impl<'a> TxgSync<'a> {
         // what was given up during this txg and has been written by now (the ranges whose
         // write is still in flight wait for the next txg)
         inner.early.reclaim(&inner.space, false);
+        if inner.acct.dirty() == 0 && inner.compress.queue.is_empty() {
+            // nothing compressed waits for a device: the level decisions' count of pending
+            // bytes starts again from here (levels.rs)
+            inner.compress.levels.rebase();
+        }
         Ok(())
     }
 

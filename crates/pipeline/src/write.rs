@@ -116,7 +116,7 @@ fn load_below(inner: &Inner, ino: Ino, f: &FileRef, ch: &Change<'_>, charged: Op
     // a record changed in part is copied into the open txg whole and stored anew (the old
     // copy is freed only by the commit): admission counts the copies too, or partial
     // punches (charged nothing) across a full pool would be accepted and fail the txg in
-    // placement (tests/enospc.rs::partial_hole_punches_of_committed_records_are_charged_the_records_they_copy)
+    // placement
     let copied: u64 = records.values().flatten().map(|b| b.len() as u64).sum();
     if let Some(charged) = charged.filter(|_| copied > 0) {
         reserve(inner, charged.saturating_add(copied))?;
@@ -464,8 +464,8 @@ fn too_big(off: u64, len: u64) -> EngineError {
 /// granule, which in pools made before PACKED_BYTES is the sector: there a record of 513
 /// bytes takes 1024. Only a file's last record is short (the others hold `recordsize`, a
 /// whole number of sectors), so the rounding is at most granule − 1 per file in the open
-/// txg and again per file in the syncing one; uncounted, it let twice the room be accepted
-/// (tests/enospc.rs::old_pool_write_admission_counts_sector_footprints).
+/// txg and again per file in the syncing one; uncounted, it would let twice the room be
+/// accepted.
 fn reserve(inner: &Inner, len: u64) -> Result<()> {
     // the syncing txg's records already placed are in both the dirty bytes and the devices'
     // used space: counted once (accounting.rs `dirty_unplaced`)
@@ -689,7 +689,7 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
             // the scan and the lock (it bumps the extent-cache generation) means a rescan, and
             // so does a record retired between `file_ref` and the lock (a seek or a commit's
             // release retires clean records): markers put there would reach no reader and no
-            // txg (tests/races.rs::punch_hole_racing_seek_is_not_lost)
+            // txg
             let seen = inner.cache.extents.gen();
             let mut lower: Vec<u64> = committed_indices(inner, ino, full_lo, full_hi)?;
             let f = inner.file_ref(ino)?;

@@ -47,6 +47,24 @@
 //! each here), so it happens only for such requests, not for the many short metadata
 //! requests of e.g. an extract (`Sched::Lazy`).
 //!
+//! Contention: SCHED_IDLE has a price when no CPU is idle. A woken SCHED_IDLE thread waits
+//! behind every other runnable task of its CPU (other programs, our own compression
+//! workers), and the caller waits on it for each of the eight synchronous requests of a
+//! created file: with other jobs keeping both CPUs busy a full Linux extract took 2–3× as
+//! long as btrfs', against 1.2–1.3× with ring threads that preempt (docs/benchmarks.md).
+//! When every CPU is busy the caller has no idle CPU to be woken onto either, so the
+//! placement argument above no longer holds. Hence `Sched::Adaptive`, the default, with two
+//! states per ring thread, switched at its next sleep:
+//! * QUIET (some CPU had idle time): as `Lazy`;
+//! * BUSY (no CPU had): SCHED_FIFO priority 1 while it sleeps and handles short requests,
+//!   so a request is served as soon as it arrives; SCHED_OTHER for requests with real work,
+//!   as above, so a large read never holds a CPU against everyone else.
+//!
+//! QUIET → BUSY when the share of idle CPU time over the last `contention::PERIOD` (100 ms,
+//! all CPUs, /proc/stat) falls below `BUSY_BELOW` (10%); BUSY → QUIET above `QUIET_ABOVE`
+//! (25%). SCHED_FIFO needs CAP_SYS_NICE (root mounts have it); where the kernel refuses it
+//! the thread stays QUIET.
+//!
 //! Tunables: `DEPTH` (entries per CPU), `MAX_ENTRIES` (with spares for lent entries),
 //! `PAYLOAD` (≥ the kernel's max payload: max_write / max_pages, 1 MiB here, or registration
 //! fails with EINVAL).
@@ -166,9 +184,14 @@ fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
 }
 
 /// How a ring thread presents itself to the scheduler (`SQUEEZEFS_URING_SCHED` overrides
-/// the default for experiments: `normal`, `idle`, `waiting-idle`, `lazy`).
+/// the default for experiments: `normal`, `idle`, `waiting-idle`, `lazy`, `fifo`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Sched {
+    /// `Lazy` while some CPU has idle time, `Fifo` while none has (module comment)
+    Adaptive,
+    /// SCHED_FIFO priority 1 while it sleeps and handles short requests, SCHED_OTHER from
+    /// a request that carries real work until it sleeps again
+    Fifo,
     /// SCHED_OTHER throughout
     Normal,
     /// SCHED_IDLE throughout
@@ -184,16 +207,43 @@ enum Sched {
 fn sched_mode() -> Sched {
     match std::env::var("SQUEEZEFS_URING_SCHED").as_deref() {
         Ok("normal") => Sched::Normal,
+        Ok("fifo") => Sched::Fifo,
+        Ok("lazy") => Sched::Lazy,
         Ok("idle") => Sched::Idle,
         Ok("waiting-idle") => Sched::WaitingIdle,
-        _ => Sched::Lazy,
+        _ => Sched::Adaptive,
     }
 }
 
-fn set_policy(idle: bool) {
-    let p = libc::sched_param { sched_priority: 0 };
-    let policy = if idle { libc::SCHED_IDLE } else { libc::SCHED_OTHER };
-    unsafe { libc::sched_setscheduler(0, policy, &p) };
+/// A ring thread's scheduling class.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Policy {
+    Other,
+    Idle,
+    Fifo,
+}
+
+/// Switch the calling thread to `p`; false when the kernel refused (SCHED_FIFO needs
+/// CAP_SYS_NICE).
+fn set_policy(p: Policy) -> bool {
+    let (policy, priority) = match p {
+        Policy::Other => (libc::SCHED_OTHER, 0),
+        Policy::Idle => (libc::SCHED_IDLE, 0),
+        Policy::Fifo => (libc::SCHED_FIFO, 1),
+    };
+    let param = libc::sched_param { sched_priority: priority };
+    // SAFETY: plain syscall on the calling thread with a valid parameter block
+    unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
+}
+
+/// The class a ring thread of mode `sched` sleeps in (and handles short requests in), with
+/// every CPU busy or not, and SCHED_FIFO allowed or not.
+fn waiting_policy(sched: Sched, busy: bool, fifo_allowed: bool) -> Policy {
+    match sched {
+        Sched::Fifo | Sched::Adaptive if fifo_allowed && (busy || sched == Sched::Fifo) => Policy::Fifo,
+        Sched::Normal => Policy::Other,
+        _ => Policy::Idle,
+    }
 }
 
 /// Pin the calling thread to `cpu` (the queue's CPU); best effort.
@@ -263,8 +313,11 @@ struct Queue {
     done_tx: mpsc::Sender<usize>,
     done_rx: mpsc::Receiver<usize>,
     sched: Sched,
-    /// the thread runs SCHED_IDLE now
-    idle_now: bool,
+    /// the thread's scheduling class now
+    policy: Policy,
+    /// the kernel refused SCHED_FIFO once (no CAP_SYS_NICE): `Fifo` and `Adaptive` then
+    /// behave as `Lazy`
+    fifo_refused: bool,
 }
 
 impl Drop for Queue {
@@ -295,7 +348,8 @@ fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<OpCore>, started: &mpsc::Sen
         done_tx,
         done_rx,
         sched: sched_mode(),
-        idle_now: false,
+        policy: Policy::Other,
+        fifo_refused: false,
     };
     for i in 0..DEPTH {
         // SAFETY: the SQE points at the entry's iovec and buffers, which live in `q.ents`
@@ -316,16 +370,15 @@ fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<OpCore>, started: &mpsc::Sen
     }
     let _ = started.send(Ok(()));
     let sched = q.sched;
-    if sched == Sched::Idle {
-        q.set_idle(true);
+    if sched == Sched::Adaptive {
+        contention::start();
     }
     loop {
-        if matches!(sched, Sched::WaitingIdle | Sched::Lazy) {
-            q.set_idle(true);
-        }
+        let p = waiting_policy(sched, contention::busy(), !q.fifo_refused);
+        q.set_policy(p);
         let waited = q.ring.submit_and_wait(1);
         if sched == Sched::WaitingIdle {
-            q.set_idle(false);
+            q.set_policy(Policy::Other);
         }
         match waited {
             Ok(_) => {}
@@ -344,10 +397,18 @@ fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<OpCore>, started: &mpsc::Sen
 }
 
 impl Queue {
-    fn set_idle(&mut self, idle: bool) {
-        if self.idle_now != idle {
-            set_policy(idle);
-            self.idle_now = idle;
+    fn set_policy(&mut self, p: Policy) {
+        if self.policy != p {
+            if set_policy(p) {
+                self.policy = p;
+            } else if p == Policy::Fifo {
+                log::info!(
+                    "uring queue {}: SCHED_FIFO refused ({}); staying SCHED_IDLE while waiting",
+                    self.qid,
+                    io::Error::last_os_error()
+                );
+                self.fifo_refused = true;
+            }
         }
     }
 
@@ -406,8 +467,10 @@ impl Queue {
                 self.add_spare()?;
                 return Ok(());
             }
-            if self.sched == Sched::Lazy && is_heavy(opcode, abi::u32_at(&self.ents[idx].header, abi::ENT_PAYLOAD_SZ)) {
-                self.set_idle(false);
+            if matches!(self.sched, Sched::Lazy | Sched::Fifo | Sched::Adaptive)
+                && is_heavy(opcode, abi::u32_at(&self.ents[idx].header, abi::ENT_PAYLOAD_SZ))
+            {
+                self.set_policy(Policy::Other);
             }
             let e = &mut self.ents[idx];
             let r = run(&self.disp, &mut e.header, &mut e.payload);
@@ -498,9 +561,104 @@ fn run(core: &OpCore, header: &mut [u8], payload: &mut [u8]) -> Handled {
     handled
 }
 
+/// Whether every CPU is busy: the share of idle time of all CPUs over the last `PERIOD`,
+/// from /proc/stat, read by one sampler thread per process (module comment: QUIET / BUSY).
+mod contention {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Once;
+    use std::time::Duration;
+
+    static BUSY: AtomicBool = AtomicBool::new(false);
+    static START: Once = Once::new();
+    /// QUIET → BUSY below this share of idle time
+    const BUSY_BELOW: f64 = 0.10;
+    /// BUSY → QUIET above this share
+    const QUIET_ABOVE: f64 = 0.25;
+    pub const PERIOD: Duration = Duration::from_millis(100);
+
+    pub fn busy() -> bool {
+        BUSY.load(Ordering::Relaxed)
+    }
+
+    /// The next state from the current one and the idle share of the last period.
+    pub fn next_busy(busy: bool, idle_share: f64) -> bool {
+        if busy {
+            idle_share <= QUIET_ABOVE
+        } else {
+            idle_share < BUSY_BELOW
+        }
+    }
+
+    /// Start the sampler (once per process; it runs for the life of the process).
+    pub fn start() {
+        START.call_once(|| {
+            let sampler = std::thread::Builder::new().name("sqz-cpu-busy".into()).spawn(|| {
+                let read = || std::fs::read_to_string("/proc/stat").ok().and_then(|t| parse(&t));
+                let mut last = read();
+                loop {
+                    std::thread::sleep(PERIOD);
+                    let now = read();
+                    if let (Some((i0, t0)), Some((i1, t1))) = (last, now) {
+                        if t1 > t0 {
+                            let share = i1.saturating_sub(i0) as f64 / (t1 - t0) as f64;
+                            BUSY.store(next_busy(busy(), share), Ordering::Relaxed);
+                        }
+                    }
+                    last = now;
+                }
+            });
+            if let Err(e) = sampler {
+                log::info!("no CPU sampler ({e}): ring threads stay SCHED_IDLE while they wait");
+            }
+        });
+    }
+
+    /// (idle + iowait, total) jiffies of all CPUs from /proc/stat's `cpu` line (total: user
+    /// to steal, the first eight fields).
+    pub fn parse(stat: &str) -> Option<(u64, u64)> {
+        let line = stat.lines().next()?.strip_prefix("cpu ")?;
+        let v: Vec<u64> = line.split_whitespace().map_while(|x| x.parse().ok()).collect();
+        let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+        Some((idle, v.iter().take(8).sum()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_threads_sleep_fifo_only_when_every_cpu_is_busy_and_fifo_is_allowed() {
+        use Policy::*;
+        for busy in [false, true] {
+            for allowed in [false, true] {
+                let want_fifo = busy && allowed;
+                assert_eq!(waiting_policy(Sched::Adaptive, busy, allowed), if want_fifo { Fifo } else { Idle });
+                assert_eq!(waiting_policy(Sched::Lazy, busy, allowed), Idle);
+                assert_eq!(waiting_policy(Sched::Normal, busy, allowed), Other);
+                assert_eq!(waiting_policy(Sched::Fifo, busy, allowed), if allowed { Fifo } else { Idle });
+            }
+        }
+    }
+
+    #[test]
+    fn contention_switches_with_hysteresis() {
+        use contention::next_busy;
+        assert!(!next_busy(false, 0.5));
+        assert!(!next_busy(false, 0.15), "between the thresholds: stays quiet");
+        assert!(next_busy(false, 0.05));
+        assert!(next_busy(true, 0.15), "between the thresholds: stays busy");
+        assert!(next_busy(true, 0.0));
+        assert!(!next_busy(true, 0.30));
+    }
+
+    #[test]
+    fn proc_stat_gives_idle_and_total_jiffies() {
+        let text = "cpu  100 5 50 800 20 1 2 3 0 0\ncpu0 50 2 25 400 10 0 1 1 0 0\n";
+        assert_eq!(contention::parse(text), Some((820, 981)));
+        assert_eq!(contention::parse("intr 1 2\n"), None);
+        assert_eq!(contention::parse(""), None);
+    }
 
     #[test]
     fn possible_cpu_lists_give_the_queue_count() {
