@@ -183,7 +183,8 @@ impl Fs {
         let mut policy = self.write_policy(ino)?;
         if tree != squeezefs_pipeline::NO_TREE && policy.is_none() && self.compression().is_none() {
             // nothing chose a compression (no property, no mount option): in a QoS tree the
-            // tree's rate does, on the adaptive ladder; an explicit `none` stores raw
+            // tree's rate does, on the adaptive ladder; a fixed compression chosen anywhere
+            // (`none` included) is kept
             policy = Some((squeezefs_codec::Spec::Auto { min: AUTO_DEFAULT_MIN, max: AUTO_DEFAULT_MAX }, false));
         }
         self.engine.write_stated(ino, offset, data, policy, tree)?;

@@ -262,3 +262,20 @@ fn a_slow_tree_compresses_harder_than_a_fast_one() {
     eprintln!("fast tree: ratio {:.3} levels {:?}", f.ratio, f.levels);
     assert!(s.ratio > f.ratio * 1.05, "slow {:.3} vs fast {:.3}", s.ratio, f.ratio);
 }
+
+/// A fixed compression chosen for a tree (here on the tree itself) is kept: the tree's
+/// writes are paced, its records stored with that codec, not the plan's.
+#[test]
+fn a_fixed_compression_in_a_tree_is_kept_and_paced() {
+    let (_d, fs) = fs_with(FsConfig::default());
+    let tree = mkdir(&fs, ROOT_INO, "t", Some("4M"));
+    fs.setxattr(&Creds::root(), tree, b"user.squeezefs.compression", b"lz4", 0).unwrap();
+    let t0 = Instant::now();
+    let total: u64 = write_until(&fs, tree, "w", 2, 128 << 10, t0 + Duration::from_secs(2)).iter().sum();
+    let took = t0.elapsed().as_secs_f64();
+    assert!((total as f64) <= most(4e6, took, 1, 128 << 10, 2), "{total} bytes in {took:.2} s");
+    fs.sync().unwrap();
+    let t = fs.qos_trees().unwrap().into_iter().find(|t| t.tree == tree).unwrap();
+    let lz4: squeezefs_codec::Codec = "lz4".parse().unwrap();
+    assert!(t.row.levels.iter().all(|l| l.0 == lz4), "{:?}", t.row.levels);
+}

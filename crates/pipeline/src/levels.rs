@@ -13,8 +13,9 @@
 //!     file's records keep
 //!     compressing: the streak)
 //!   fixed codec                    → that codec, why `fixed`
-//!   a QoS tree's record             → the level its tree's plan picks (qos.rs `Qos::pick`:
-//!     (`policy.tree` ≠ NO_TREE)        inside a tree the rate decides), why `qos`
+//!   a QoS tree's record under an    → the level its tree's plan picks (qos.rs `Qos::pick`:
+//!     adaptive spec (`auto`, `qos:N`;  the rate decides), why `qos`; under a fixed spec the
+//!     `policy.tree` ≠ NO_TREE)         tree's records keep that codec (paced all the same)
 //!   auto:MIN..MAX                  → the engine's auto controller for that range decides
 //!                                    (crates/control auto.rs, pure) from the inputs below;
 //!                                    its answer may be raw (`Codec::NONE`)
@@ -245,13 +246,15 @@ impl Levels {
             Spec::Fixed(c) if c.alg == Algorithm::None => return plain(Codec::NONE, Reason::Fixed),
             Spec::Fixed(c) => Some(c),
             Spec::Auto { .. } => None,
-            // the QoS plan's level choice is not wired yet (issue 24)
-            _ => Some(ADAPTIVE_PLACEHOLDER),
+            // `qos:N` as a spec paces nothing (the property and mount option make trees)
+            _ if tree == NO_TREE => Some(ADAPTIVE_PLACEHOLDER),
+            _ => None,
         };
         if !rec.trusted && heuristic::assess(rec.data) != Verdict::Compressible {
             return plain(Codec::NONE, Reason::Incompressible);
         }
-        if tree != NO_TREE {
+        // an adaptive spec inside a QoS tree: the tree's plan chooses
+        if tree != NO_TREE && fixed.is_none() {
             return plain(self.qos.pick(tree), Reason::Qos);
         }
         if let Some(c) = fixed {

@@ -4,8 +4,9 @@
 //! A policy is a [`Spec`] plus `force`, and the QoS tree the data belongs to: the
 //! mount-wide one, or a file's own, which the fs core resolves from properties and states
 //! with each write (dirty.rs `FileData::policy`). Which codec a record gets under its
-//! policy is levels.rs's decision (for a QoS tree's record, `tree` ≠ `NO_TREE`, its tree's
-//! plan: qos.rs); this module only compresses with it ([`compress_with`]).
+//! policy is levels.rs's decision (for a QoS tree's record, `tree` ≠ `NO_TREE`, under an
+//! adaptive spec: its tree's plan, qos.rs); this module only compresses with it
+//! ([`compress_with`]).
 
 use crate::outbuf::{OutBytes, OutPool};
 use squeezefs_codec::{saves_a_sector, Algorithm, Codec, Spec, Workspaces};

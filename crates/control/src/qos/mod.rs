@@ -36,8 +36,9 @@
 //!   their buffer to a helper thread, io_uring queues lend the ring entry to one and
 //!   register a spare entry. Reads never ask admission.
 //!
-//! RECORDS (pipeline): a record carries its tree in its policy; the compress stage's
-//!   decision point (levels.rs) gives it `QosLevels::pick(tree)` and feeds the tree's
+//! RECORDS (pipeline): a record carries its tree in its policy; under an adaptive spec
+//!   (or none chosen anywhere) the compress stage's decision point (levels.rs) gives it
+//!   `QosLevels::pick(tree)` (a fixed spec keeps its codec), and feeds the tree's
 //!   meters with its measured CPU and stored bytes (only the tree's own records: each
 //!   tree's data compresses differently); the background compress queue is a
 //!   CompressScheduler (EDF per tree); a tree's writer waits only for its own tree's
