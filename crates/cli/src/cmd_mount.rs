@@ -90,7 +90,7 @@ fn log_event(msg: &str) {
 }
 
 /// `-o remount,...`: the per-mount flags (dev, suid, exec, atime) change in the kernel
-/// (`MS_REMOUNT | MS_BIND`), the compression and the atime mode go to the daemon serving
+/// (`MS_REMOUNT | MS_BIND`), the compression, `qos` and the atime mode go to the daemon serving
 /// `mountpoint`. Options fixed at mount time may be restated (mount(8) repeats the live
 /// ones) but not changed.
 fn remount(mountpoint: &Path, cfg: &MountConfig) -> Result<()> {
@@ -367,6 +367,7 @@ fn open_and_mount(
         read_only: cfg.read_only,
         check_permissions: !cfg.default_permissions,
         compression: cfg.compression,
+        qos: cfg.qos.flatten(),
         noatime: cfg.flags.noatime,
         nodiratime: cfg.nodiratime,
         dirsync: cfg.flags.dirsync,
@@ -392,6 +393,9 @@ fn open_and_mount(
 
 fn open_options(cfg: &MountConfig) -> OpenOptions {
     let mut o = OpenOptions { read_only: cfg.read_only, trace: cfg.trace.clone(), ..OpenOptions::default() };
+    if let Some(b) = cfg.qos_burst {
+        o.qos_burst = b;
+    }
     if let Some(c) = cfg.compression {
         o.compression = c.spec;
         o.force_compression = c.force;

@@ -199,6 +199,8 @@ pub enum Reason {
     Hold,
     /// not chosen by auto (a fixed policy, in a trace)
     Fixed,
+    /// chosen by the QoS plan of the record's tree (qos/levels.rs)
+    Qos,
     /// stored raw without compressing: the compressibility heuristic found nothing to gain
     /// (chosen by the compress stage before any policy is asked)
     Incompressible,
@@ -213,6 +215,7 @@ impl Reason {
             Reason::Probe => "probe",
             Reason::Hold => "hold",
             Reason::Fixed => "fixed",
+            Reason::Qos => "qos",
             Reason::Incompressible => "incompressible",
         }
     }
@@ -225,6 +228,7 @@ impl Reason {
             Reason::Probe,
             Reason::Hold,
             Reason::Fixed,
+            Reason::Qos,
             Reason::Incompressible,
         ]
         .into_iter()
@@ -766,12 +770,16 @@ impl AutoController {
     /// stream) with `overhead_ns_per_byte` of other pipeline CPU still meets `rate_bps`
     /// input bytes per second, on this controller's ladder (estimates included).
     pub fn mix_for_rate(&mut self, cores: f64, overhead_ns_per_byte: f64, rate_bps: f64) -> Mix {
+        strongest_for_rate(&self.rate_hull(), cores, overhead_ns_per_byte, rate_bps)
+    }
+
+    /// The lower convex hull of the current ladder (estimates included), raw first, by rising
+    /// cost: the mixes a rate-driven choice (QoS) moves along.
+    pub fn rate_hull(&mut self) -> Vec<(Codec, Point)> {
         if self.dirty {
             self.rebuild();
         }
         let pts: Vec<Point> = self.ladder.iter().map(|r| r.pt).collect();
-        let hull: Vec<(Codec, Point)> =
-            lower_hull(&pts).into_iter().map(|k| (self.codec(self.ladder[k].id), self.ladder[k].pt)).collect();
-        strongest_for_rate(&hull, cores, overhead_ns_per_byte, rate_bps)
+        lower_hull(&pts).into_iter().map(|k| (self.codec(self.ladder[k].id), self.ladder[k].pt)).collect()
     }
 }

@@ -74,7 +74,10 @@ impl Fs {
                 force,
                 (Value::Size(self.engine.info().recordsize), Source::Default),
                 (Value::Spec(Spec::Off), Source::Default),
-                (Value::Rate(None), Source::Default),
+                match self.mount_qos() {
+                    Some(r) => (Value::Rate(Some(r)), Source::Mount),
+                    None => (Value::Rate(None), Source::Default),
+                },
             ],
         }
     }

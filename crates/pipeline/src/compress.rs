@@ -6,9 +6,10 @@
 //! Per-record decision: every record is compressed by [`Compression::compress`], given the
 //! file it belongs to, its policy (`Policy`: fixed, or adaptive) and what is known of the
 //! file so far (its streak): a zero test (a hole), then levels.rs `Levels::choose` (the
-//! decision point: heuristic, fixed codec, or the auto controller), the codec run by
-//! `policy::compress_with` (which measures the codec's CPU time), and `Levels::finish` (the
-//! controller fed the measurement, the trace row written).
+//! decision point: heuristic, fixed codec, the auto controller, or for a record of a QoS
+//! tree its tree's plan), the codec run by `policy::compress_with` (which measures the
+//! codec's CPU time), and `Levels::finish` (the controller or the tree's meters fed the
+//! measurement, the trace row written).
 //!
 //! A `Slot` is one attempt to compress one record's exact bytes. States:
 //!   QUEUED   a queue entry for the slot waits; the slot holds the job (a shared handle on
@@ -44,10 +45,15 @@
 //!   - A slot's charges are changed under its lock, together with its state: a claim
 //!     never takes out bytes that the finishing job has not added yet.
 //!
-//! Queue: two FIFO lists, `urgent` (the sync stage's records) before `background` (early
-//! compression); `pop` takes urgent entries first. A background entry carries where its
-//! record lives (`H`, dirty.rs `RecordHome`), so that the worker can pack the result into
-//! it; its bytes count in the `backlog` until a worker runs it.
+//! Queue: `urgent` (the sync stage's records, FIFO) before `background` (early
+//! compression); `pop` takes urgent entries first. The background entries are scheduled
+//! per QoS tree (control::qos::sched `CompressScheduler`): each tree's records in order,
+//! QoS trees earliest deadline first with deadlines from their allotted rates, so a fast
+//! tree's records never wait behind a slow tree's expensive ones; records outside QoS trees
+//! in arrival order on the CPU the trees leave. A background entry carries where its record
+//! lives (`H`, dirty.rs `RecordHome`), so that the worker can pack the result into it; the
+//! bytes of one outside QoS trees count in the `backlog` until a worker runs it (a QoS
+//! tree's queued bytes are bounded per tree, qos.rs BACKLOG).
 
 use crate::accounting::{Accounting, Charge, Counter};
 use crate::levels::{Levels, Outcome, RecordInfo};
@@ -57,6 +63,7 @@ use crate::policy::{compress_with, raw_of, Compressed, Policy, TRUST_AFTER};
 use crossbeam_channel::Sender;
 use squeezefs_codec::heuristic::is_zeros;
 use squeezefs_codec::{Codec, WorkspaceConfig, Workspaces};
+use squeezefs_control::qos::{CompressScheduler, SchedTunables, TreeId, NO_TREE};
 use squeezefs_meta::Ino;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -400,28 +407,40 @@ pub struct CompressQueue<H> {
 
 struct Lists<H> {
     urgent: VecDeque<Arc<Slot>>,
-    background: VecDeque<(Arc<Slot>, H)>,
+    background: CompressScheduler<(Arc<Slot>, H)>,
 }
 
 impl<H> Default for CompressQueue<H> {
     fn default() -> Self {
         CompressQueue {
-            q: Mutex::new(Rank::Leaf, Lists { urgent: VecDeque::new(), background: VecDeque::new() }),
+            q: Mutex::new(
+                Rank::Leaf,
+                Lists { urgent: VecDeque::new(), background: CompressScheduler::new(SchedTunables::default()) },
+            ),
             len: AtomicUsize::new(0),
         }
     }
 }
 
 impl<H> CompressQueue<H> {
-    /// Queue a background entry for `slot`; its bytes count in the backlog until it runs.
-    pub fn push_background(&self, slot: Arc<Slot>, home: H) {
-        {
+    /// Queue a background entry for `slot` at `now` (qos.rs clock), estimated to cost
+    /// `cost_ns` of codec CPU; outside QoS trees its bytes count in the backlog until it runs.
+    pub fn push_background(&self, slot: Arc<Slot>, home: H, now: f64, cost_ns: f64) {
+        let tree = slot.policy.tree;
+        let bytes = {
             let mut g = slot.st.lock();
-            if let State::Queued(j) = &g.state {
-                g.backlog = Some(slot.acct.charge(Counter::Backlog, j.buf.len() as u64));
+            match &g.state {
+                State::Queued(j) => {
+                    let len = j.buf.len() as u64;
+                    if tree == NO_TREE {
+                        g.backlog = Some(slot.acct.charge(Counter::Backlog, len));
+                    }
+                    len
+                }
+                _ => 0,
             }
-        }
-        self.q.lock().background.push_back((slot, home));
+        };
+        self.q.lock().background.push(tree, bytes, cost_ns, now, (slot, home));
         self.len.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -433,14 +452,35 @@ impl<H> CompressQueue<H> {
         self.len.fetch_add(q.urgent.len() - was, Ordering::Relaxed);
     }
 
-    /// The next entry to run: urgent first; a background entry comes with its home.
-    pub fn pop(&self) -> Option<(Arc<Slot>, Option<H>)> {
+    /// The next entry to run at `now`: urgent first; a background entry comes with its home.
+    pub fn pop(&self, now: f64) -> Option<(Arc<Slot>, Option<H>)> {
         let mut q = self.q.lock();
-        let e = q.urgent.pop_front().map(|s| (s, None)).or_else(|| q.background.pop_front().map(|(s, h)| (s, Some(h))));
+        let e = match q.urgent.pop_front() {
+            Some(s) => Some((s, None)),
+            None => q.background.pop(now).map(|j| (j.item.0, Some(j.item.1))),
+        };
         if e.is_some() {
             self.len.fetch_sub(1, Ordering::Relaxed);
         }
         e
+    }
+
+    /// Set each QoS tree's lane rate (its allotment, bytes/s; 0: the tree is gone or idle).
+    pub fn set_rates(&self, rates: &[(TreeId, f64)]) {
+        let mut q = self.q.lock();
+        for &(t, r) in rates {
+            q.background.set_rate(t, r);
+        }
+    }
+
+    /// How late `tree`'s oldest queued record is at `now`, seconds.
+    pub fn lag(&self, tree: TreeId, now: f64) -> f64 {
+        self.q.lock().background.lag(tree, now)
+    }
+
+    /// Bytes of `tree` queued in the background.
+    pub fn queued(&self, tree: TreeId) -> u64 {
+        self.q.lock().background.queued(tree).0
     }
 
     /// Entries waiting (a snapshot: others may push or pop meanwhile).

@@ -61,7 +61,15 @@ pub const CALLER_RUNS_RECORDS_PER_WORKER: u64 = 8;
 
 /// Queue the background compression of a record filled in the open layer.
 pub fn queue_background(inner: &Arc<Inner>, slot: Arc<Slot>, home: RecordHome) {
-    inner.compress.queue.push_background(slot, home);
+    let p = slot.policy;
+    let bytes = inner.recordsize;
+    let fallback = match p.spec {
+        squeezefs_codec::Spec::Fixed(c) => Some(c),
+        _ if p.stores_raw() => None,
+        _ => Some(crate::policy::ADAPTIVE_PLACEHOLDER),
+    };
+    let cost = inner.qos.cost_estimate(p.tree, bytes, fallback);
+    inner.compress.queue.push_background(slot, home, inner.qos.now(), cost);
     submit(inner, 1);
 }
 
@@ -91,7 +99,7 @@ fn submit(inner: &Arc<Inner>, jobs: usize) {
 
 /// Run entries, urgent first, until the queue is empty (see the block comment).
 fn run_queue(inner: &Inner) {
-    while let Some((slot, home)) = inner.compress.queue.pop() {
+    while let Some((slot, home)) = inner.compress.queue.pop(inner.qos.now()) {
         let ran = slot.run(|ino, buf, policy, streak| {
             let c = inner.catch(PanicSite::CompressJob, || {
                 inner.faults.hit(Site::CompressJob);
@@ -133,10 +141,21 @@ fn pack_into_record(inner: &Inner, slot: &Arc<Slot>, home: RecordHome) {
     }
 }
 
-/// Wait while too many records wait for early compression (see the block comment).
-pub fn wait_backlog(inner: &Inner) {
+/// Wait while too many records wait for early compression (see the block comment): for a
+/// write into QoS tree `tree`, that tree's own records (qos.rs BACKLOG), else the records
+/// outside QoS trees.
+pub fn wait_backlog(inner: &Inner, tree: u64) {
+    let give_up = || inner.closed.load(Ordering::Acquire) || inner.txg.suspension().is_some();
+    if tree != squeezefs_control::qos::NO_TREE {
+        let max = inner.qos.backlog_bound(tree);
+        // the tree's lane drains at its rate: a short poll, no wake-up plumbing per lane
+        while inner.compress.queue.queued(tree) > max && !give_up() {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        return;
+    }
     let max = BACKLOG_RECORDS_PER_WORKER * inner.workers.threads() as u64 * inner.recordsize;
-    inner.acct.wait_backlog(max, || inner.closed.load(Ordering::Acquire) || inner.txg.suspension().is_some());
+    inner.acct.wait_backlog(max, give_up);
 }
 
 /// Caller-runs (see the block comment): should a writer compress its whole records itself?
@@ -281,7 +300,7 @@ mod tests {
                 s
             })
             .collect();
-        wait_backlog(&inner);
+        wait_backlog(&inner, 0);
         assert!(inner.acct.backlog() <= max, "wait_backlog returned above the bound");
         wait_until(|| slots.iter().all(|s| s.is_done()));
         assert_eq!(inner.acct.backlog(), 0);

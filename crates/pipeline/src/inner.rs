@@ -41,6 +41,8 @@ pub struct Inner {
     pub dirty: DirtyData,
     /// the compress stage: pool policy, codecs, queue (compress.rs, early.rs)
     pub compress: Compression<RecordHome>,
+    /// QoS trees: admission, levels, stats (qos.rs); shared with the codecs
+    pub qos: Arc<crate::qos::Qos>,
     /// writers delayed at the dirty bound wait here (throttle.rs)
     pub throttle: Throttle,
     pub txg: TxgCtl,
@@ -108,7 +110,14 @@ impl Inner {
         faults: Arc<Faults>,
         trace: Option<squeezefs_control::TraceWriter<std::fs::File>>,
     ) -> Inner {
-        let policy = Policy { spec: opts.compression, force: opts.force_compression };
+        let policy = Policy { spec: opts.compression, force: opts.force_compression, tree: 0 };
+        let qos = Arc::new(crate::qos::Qos::new(
+            squeezefs_control::qos::AdmissionTunables {
+                burst_secs: opts.qos_burst.as_secs_f64(),
+                ..Default::default()
+            },
+            Default::default(),
+        ));
         let pool_bytes = (64usize << 20).min(opts.max_dirty_bytes as usize / 4);
         let workers = WorkerPool::new(opts.workers, "sqz-work");
         let levels = Levels::new(
@@ -116,7 +125,8 @@ impl Inner {
             space.devs().iter().map(|d| d.queue.stats.clone()).collect(),
             space.room_hints(),
             trace,
-        );
+        )
+        .with_qos(qos.clone());
         Inner {
             pool_dir,
             db,
@@ -130,6 +140,7 @@ impl Inner {
             acct: Arc::default(),
             dirty: DirtyData::new(recordsize, pool_bytes),
             compress: Compression::new(policy, levels, Codecs::new(workers.threads(), sector, pool_bytes / 4)),
+            qos,
             throttle: Throttle::new(opts.max_dirty_bytes),
             txg: TxgCtl::new(last_txg),
             ns: Default::default(),

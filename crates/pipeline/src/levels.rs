@@ -13,13 +13,19 @@
 //!     file's records keep
 //!     compressing: the streak)
 //!   fixed codec                    → that codec, why `fixed`
+//!   a QoS tree's record under an    → the level its tree's plan picks (qos.rs `Qos::pick`:
+//!     adaptive spec (`auto`, `qos:N`;  the rate decides), why `qos`; under a fixed spec the
+//!     `policy.tree` ≠ NO_TREE)         tree's records keep that codec (paced all the same)
 //!   auto:MIN..MAX                  → the engine's auto controller for that range decides
 //!                                    (crates/control auto.rs, pure) from the inputs below;
 //!                                    its answer may be raw (`Codec::NONE`)
-//!   qos:N                          → zstd:3 until the QoS plan is wired here (issue 24)
+//!   qos:N (as a spec, outside a     → zstd:3 (the `qos` property or mount option makes a
+//!     QoS tree)                       tree; the spec alone paces nothing)
 //! finish(record, choice, outcome):
 //!   an auto choice that ran a codec → the controller's `observe` (codec CPU time of the call,
 //!     stored bytes: the input size when the output did not save a sector);
+//!   a QoS tree's record → its tree's meters and stats (`Qos::observe`); any other record's
+//!     codec CPU counts as CPU the QoS plan cannot use;
 //!   every record → one trace row when the engine traces (`OpenOptions::trace`).
 //!
 //! Inputs gathered for auto, without taking any lock of the engine's state:
@@ -50,9 +56,11 @@
 
 use crate::locks::{Mutex, Rank, RwLock};
 use crate::policy::{Policy, ADAPTIVE_PLACEHOLDER};
+use crate::qos::Qos;
 use squeezefs_codec::heuristic::{self, Verdict};
 use squeezefs_codec::{Algorithm, Codec, Spec};
 use squeezefs_control::cpu::process_cpu_ns;
+use squeezefs_control::qos::{TreeId, NO_TREE};
 use squeezefs_control::{
     AutoController, AutoInputs, CpuMeter, CpuSource, DeviceView, OverheadMeter, ProcStat, Reason, Sample, TraceRow,
     TraceWriter, Tunables,
@@ -93,6 +101,8 @@ pub struct Choice {
     pub at_secs: f64,
     /// the auto controller that chose (index into `Levels::autos`)
     auto: Option<usize>,
+    /// the record's QoS tree (NO_TREE: none)
+    tree: TreeId,
 }
 
 /// What compressing a record with its choice gave.
@@ -153,6 +163,8 @@ pub struct Levels {
     trace: Option<Mutex<Tracer>>,
     /// a trace write failed: tracing stopped (logged once)
     trace_failed: AtomicBool,
+    /// QoS trees: their levels and meters (qos.rs)
+    qos: Arc<Qos>,
     /// nanoseconds since start when the next debug line of auto's inputs is due
     next_debug_ns: AtomicU64,
 }
@@ -197,8 +209,21 @@ impl Levels {
             base_written: AtomicU64::new(0),
             trace: trace.map(|out| Mutex::new(Rank::Leaf, Tracer { out, last_flush: Instant::now() })),
             trace_failed: AtomicBool::new(false),
+            qos: Arc::new(Qos::default()),
             next_debug_ns: AtomicU64::new(0),
         }
+    }
+
+    /// The same decisions, with the engine's QoS trees in `qos`.
+    pub fn with_qos(mut self, qos: Arc<Qos>) -> Levels {
+        self.qos = qos;
+        self
+    }
+
+    /// (cores available to us, pipeline overhead ns per input byte) now, sampling the
+    /// meters when due: what the QoS plan is made on too (qos.rs REPLAN).
+    pub fn cpu_figures(&self) -> (f64, f64) {
+        self.meters(self.now_secs())
     }
 
     /// Seconds since the engine started.
@@ -213,18 +238,24 @@ impl Levels {
     /// The codec for `rec` under `policy` (see the block comment).
     pub fn choose(&self, policy: Policy, rec: &RecordInfo) -> Choice {
         let at_secs = self.now_secs();
+        let tree = policy.tree;
         let plain =
-            |codec: Codec, reason: Reason| Choice { codec, reason, queue_delay_secs: None, at_secs, auto: None };
+            |codec: Codec, reason: Reason| Choice { codec, reason, queue_delay_secs: None, at_secs, auto: None, tree };
         let fixed = match policy.spec {
             Spec::Off => return plain(Codec::NONE, Reason::Fixed),
             Spec::Fixed(c) if c.alg == Algorithm::None => return plain(Codec::NONE, Reason::Fixed),
             Spec::Fixed(c) => Some(c),
             Spec::Auto { .. } => None,
-            // the QoS plan's level choice is not wired yet (issue 24)
-            _ => Some(ADAPTIVE_PLACEHOLDER),
+            // `qos:N` as a spec paces nothing (the property and mount option make trees)
+            _ if tree == NO_TREE => Some(ADAPTIVE_PLACEHOLDER),
+            _ => None,
         };
         if !rec.trusted && heuristic::assess(rec.data) != Verdict::Compressible {
             return plain(Codec::NONE, Reason::Incompressible);
+        }
+        // an adaptive spec inside a QoS tree: the tree's plan chooses
+        if tree != NO_TREE && fixed.is_none() {
+            return plain(self.qos.pick(tree), Reason::Qos);
         }
         if let Some(c) = fixed {
             return plain(c, Reason::Fixed);
@@ -264,7 +295,7 @@ impl Levels {
             }
             d
         });
-        Choice { codec: d.codec, reason: d.reason, queue_delay_secs: d.queue_delay_secs, at_secs, auto: Some(i) }
+        Choice { codec: d.codec, reason: d.reason, queue_delay_secs: d.queue_delay_secs, at_secs, auto: Some(i), tree }
     }
 
     /// `rec` was compressed (or stored raw) as `choice` said, with `outcome`.
@@ -286,6 +317,10 @@ impl Levels {
                 });
             }
         }
+        // a tree's record feeds its meters and stats; any other counts as CPU the QoS
+        // plan cannot use (qos.rs)
+        let ran = (choice.codec != Codec::NONE && outcome.cpu_ns > 0).then_some(choice.codec);
+        self.qos.observe(choice.tree, ran, input, outcome.stored_bytes.min(input), outcome.cpu_ns);
         if self.tracing() {
             self.trace_row(rec, choice, outcome);
         }
@@ -391,7 +426,7 @@ impl Levels {
         let row = TraceRow {
             time_s: choice.at_secs,
             inode: rec.ino,
-            tree: 0,
+            tree: choice.tree,
             codec: choice.codec,
             reason: choice.reason,
             input_bytes: rec.data.len() as u64,

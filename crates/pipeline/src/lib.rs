@@ -47,6 +47,7 @@ mod outbuf;
 mod policy;
 mod pool;
 pub mod pool_lock;
+mod qos;
 mod read;
 pub mod scrub;
 mod snapshot;
@@ -62,11 +63,16 @@ mod write;
 pub use accounting::EarlyStats;
 pub use error::{Corruption, EngineError, Internal, InvalidArg, IoError, PanicSite, PoolError, Result};
 pub use metatx::MetaTx;
-pub use options::{MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, META_FILE};
+pub use options::{
+    MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_QOS_BURST, DEFAULT_RECORDSIZE,
+    META_FILE, QOS_BURST_RANGE,
+};
 pub use policy::ADAPTIVE_PLACEHOLDER;
 pub use pool::now;
+pub use qos::{QosAdmit, QosTree, TREE_BACKLOG_MIN_BYTES, TREE_BACKLOG_SECS};
 pub use read::PREFETCH_RECORDS;
 pub use space::DeviceStatus;
+pub use squeezefs_control::qos::{QosError, StatsRow as QosStatsRow, TreeId, TreeInfo, NO_TREE};
 pub use squeezefs_device::{Device, DeviceStatsSnapshot};
 pub use squeezefs_meta::{DeviceExtent, ExtentPtr, StoredRecord};
 pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
@@ -429,8 +435,61 @@ impl Engine {
         data: &[u8],
         compression: Option<(squeezefs_codec::Spec, bool)>,
     ) -> Result<()> {
-        let p = compression.map(|(spec, force)| policy::Policy { spec, force });
+        self.write_stated(ino, offset, data, compression, NO_TREE)
+    }
+
+    /// `write_with_compression` of data in QoS tree `tree` (`NO_TREE`: none): its records
+    /// are compressed at the tree's levels and scheduled by its deadlines (qos.rs). The
+    /// caller asked admission first ([`Engine::qos_admit`]); this does not pace.
+    pub fn write_stated(
+        &self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        compression: Option<(squeezefs_codec::Spec, bool)>,
+        tree: TreeId,
+    ) -> Result<()> {
+        let p = match (compression, tree) {
+            (Some((spec, force)), _) => Some(policy::Policy { spec, force, tree }),
+            (None, NO_TREE) => None,
+            // the pool's compression, for data of a tree (the tree has to travel with it)
+            (None, _) => Some(policy::Policy { tree, ..self.inner.compress.pool_policy() }),
+        };
         write::write(&self.inner, ino, offset, data, policy::Stated::Is(p))
+    }
+
+    /// Create or change QoS tree `tree` (a directory's inode number) with `rate_bps` under
+    /// `parent` (the tree of the nearest ancestor directory holding `qos`, if any).
+    pub fn qos_set_tree(
+        &self,
+        tree: TreeId,
+        parent: Option<TreeId>,
+        rate_bps: f64,
+    ) -> std::result::Result<(), QosError> {
+        if self.inner.qos.set_tree(tree, parent, rate_bps)? {
+            let weak = Arc::downgrade(&self.inner);
+            if let Err(e) = std::thread::Builder::new().name("sqz-qos".into()).spawn(move || qos::replan_loop(weak)) {
+                // admission still paces; the levels stay at the start level
+                log::error!("starting the QoS level thread: {e}; QoS trees keep their start level");
+            }
+        }
+        Ok(())
+    }
+
+    /// QoS tree `tree` is gone (its directory lost `qos`).
+    pub fn qos_remove_tree(&self, tree: TreeId) -> std::result::Result<(), QosError> {
+        self.inner.qos.remove_tree(tree)
+    }
+
+    /// May `bytes` be written into QoS tree `tree` now? `Wait(t)`: nothing was charged, ask
+    /// again at `t` (holding no lock meanwhile). Never sleeps.
+    pub fn qos_admit(&self, tree: TreeId, bytes: u64) -> QosAdmit {
+        self.inner.qos.admit(tree, bytes)
+    }
+
+    /// The QoS trees: admission state and stats line of each.
+    pub fn qos_trees(&self) -> Vec<QosTree> {
+        self.inner.qos.trees()
     }
 
     /// Truncate up or down.
@@ -517,7 +576,7 @@ impl Engine {
     /// `Spec::Auto` chooses per record (levels.rs); `Spec::Qos` compresses with zstd:3 until
     /// the QoS plan chooses.
     pub fn set_compression(&self, spec: squeezefs_codec::Spec, force: bool) {
-        self.inner.compress.set_pool_policy(policy::Policy { spec, force });
+        self.inner.compress.set_pool_policy(policy::Policy { spec, force, tree: NO_TREE });
     }
 
     /// The mount-wide compression: (spec, force).

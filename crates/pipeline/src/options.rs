@@ -18,6 +18,10 @@ pub const MAX_RECORDSIZE: u32 = 1024 * 1024;
 /// Default of `OpenOptions::max_delta_rows`: rows of metadata changes held in memory
 /// (nsdelta.rs, ~200 B each) past which the txg driver is asked to commit.
 pub const DEFAULT_MAX_DELTA_ROWS: usize = 256 * 1024;
+/// Default of `OpenOptions::qos_burst` (control::qos admission.rs TUNABLES).
+pub const DEFAULT_QOS_BURST: Duration = Duration::from_millis(250);
+/// The range `qos-burst=` accepts.
+pub const QOS_BURST_RANGE: std::ops::RangeInclusive<Duration> = Duration::from_millis(10)..=Duration::from_secs(10);
 
 #[derive(Clone, Debug, Default)]
 pub struct MkfsOptions {
@@ -60,6 +64,9 @@ pub struct OpenOptions {
     /// Write one CSV row per record compressed to this file (mount option `trace=FILE`;
     /// crates/control trace.rs has the format). Created (truncated) at open.
     pub trace: Option<PathBuf>,
+    /// QoS trees' bucket depth, seconds of their rate (mount option `qos-burst=`;
+    /// control::qos AdmissionTunables::burst_secs)
+    pub qos_burst: Duration,
 }
 
 impl Default for OpenOptions {
@@ -75,6 +82,7 @@ impl Default for OpenOptions {
             devices: Vec::new(),
             max_delta_rows: DEFAULT_MAX_DELTA_ROWS,
             trace: None,
+            qos_burst: DEFAULT_QOS_BURST,
         }
     }
 }

@@ -1,10 +1,12 @@
 //! Compression policy and the compression of one record with a chosen codec (runs on a
 //! worker, or on a writer in caller-runs).
 //!
-//! A policy is a [`Spec`] plus `force`: the mount-wide one, or a file's own, which the fs
-//! core resolves from properties and states with each write (dirty.rs `FileData::policy`).
-//! Which codec a record gets under its policy is levels.rs's decision; this module only
-//! compresses with it ([`compress_with`]).
+//! A policy is a [`Spec`] plus `force`, and the QoS tree the data belongs to: the
+//! mount-wide one, or a file's own, which the fs core resolves from properties and states
+//! with each write (dirty.rs `FileData::policy`). Which codec a record gets under its
+//! policy is levels.rs's decision (for a QoS tree's record, `tree` ≠ `NO_TREE`, under an
+//! adaptive spec: its tree's plan, qos.rs); this module only compresses with it
+//! ([`compress_with`]).
 
 use crate::outbuf::{OutBytes, OutPool};
 use squeezefs_codec::{saves_a_sector, Algorithm, Codec, Spec, Workspaces};
@@ -14,6 +16,8 @@ use xxhash_rust::xxh3::xxh3_64;
 pub struct Policy {
     pub spec: Spec,
     pub force: bool,
+    /// the QoS tree of the data (`squeezefs_control::qos::NO_TREE`: none)
+    pub tree: u64,
 }
 
 /// What a write says about its file's compression (`FileData::policy`).
@@ -139,8 +143,8 @@ mod tests {
             Compressed::Raw { hash } => assert_eq!(hash, xxh3_64(&noise)),
             _ => panic!("noise does not compress"),
         }
-        assert!(Policy { spec: Spec::Off, force: false }.stores_raw());
-        assert!(Policy { spec: Spec::Fixed(Codec::NONE), force: true }.stores_raw());
-        assert!(!Policy { spec: "auto".parse().unwrap(), force: false }.stores_raw());
+        assert!(Policy { spec: Spec::Off, force: false, tree: 0 }.stores_raw());
+        assert!(Policy { spec: Spec::Fixed(Codec::NONE), force: true, tree: 0 }.stores_raw());
+        assert!(!Policy { spec: "auto".parse().unwrap(), force: false, tree: 0 }.stores_raw());
     }
 }

@@ -405,7 +405,7 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> 
     }
     reserve(inner, len)?;
     let packed = caller_runs(inner, ino, off, data, stated)?;
-    early::wait_backlog(inner);
+    early::wait_backlog(inner, stated_tree(inner, ino, stated)?);
     apply(inner, ino, off, end, Fill::Data(data, stated), packed, Some(data.len() as u64))?;
     inner.throttle.maybe_kick(&inner.acct, &inner.txg);
     Ok(())
@@ -430,7 +430,10 @@ fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -
         Stated::Keep => own,
     };
     let policy = own.unwrap_or_else(|| inner.compress.pool_policy());
-    if policy.stores_raw() {
+    // a QoS tree's records go through the compress queue, which schedules them by their
+    // tree's deadlines at its plan's levels (qos.rs); a writer stalled compressing them
+    // would also stall whatever else its thread serves
+    if policy.stores_raw() || policy.tree != squeezefs_control::qos::NO_TREE {
         return Ok(out);
     }
     for idx in first..end {
@@ -441,6 +444,14 @@ fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -
         out.insert(idx, early::compress_in_caller(inner, ino, &data[at..at + rs as usize], policy, &streak));
     }
     Ok(out)
+}
+
+/// The QoS tree of a write's data: the one it states, else the file's.
+fn stated_tree(inner: &Inner, ino: Ino, stated: Stated) -> Result<u64> {
+    Ok(match stated {
+        Stated::Is(p) => p.map_or(0, |p| p.tree),
+        Stated::Keep => inner.file_ref(ino)?.lock().policy.map_or(0, |p| p.tree),
+    })
 }
 
 fn too_big(off: u64, len: u64) -> EngineError {
