@@ -30,7 +30,8 @@ pub struct MountArgs {
     pub pool: PathBuf,
     /// Directory to mount it on
     pub mountpoint: PathBuf,
-    /// Options, comma-separated: compress=SPEC, compress-force=SPEC, recordsize=SIZE, ro,
+    /// Options, comma-separated: compress=SPEC, compress-force=SPEC, recordsize=SIZE (of
+    /// files created where no directory sets the recordsize property), ro,
     /// allow_other, default_permissions, remount, uring=auto|on|off (auto, the default: FUSE
     /// over io_uring for root mounts, switching the kernel's enable_uring parameter on when
     /// it is off; off: /dev/fuse), trace=FILE (one CSV row per record compressed, for
@@ -353,21 +354,12 @@ fn open_and_mount(
 ) -> Result<(squeezefs_fuse::Session, Arc<Fs>, mount::Transport)> {
     let engine = crate::open_pool::open_waiting(pool, &open_options(cfg), std::time::Duration::from_secs(wait))
         .with_context(|| format!("opening pool {}", pool.display()))?;
-    if let Some(rs) = cfg.recordsize {
-        let pool_rs = engine.info().recordsize;
-        if rs != pool_rs {
-            let _ = engine.close();
-            bail!(
-                "recordsize={rs}: this pool's record size is {pool_rs} (set at mkfs); a different \
-                 record size per mount is not supported by the engine yet"
-            );
-        }
-    }
     let fs_cfg = FsConfig {
         read_only: cfg.read_only,
         check_permissions: !cfg.default_permissions,
         compression: cfg.compression,
         qos: cfg.qos.flatten(),
+        recordsize: cfg.recordsize,
         noatime: cfg.flags.noatime,
         nodiratime: cfg.nodiratime,
         dirsync: cfg.flags.dirsync,

@@ -27,7 +27,8 @@ Properties (a file without its own value inherits its nearest ancestor directory
 mount option's, then the default; a change applies to data written afterwards):
   compression             compression spec: zstd:9, zstd-fast-5, gzip-6, lz4, lz4hc:9, none, ...
   compress-force          on | off: compress every record, skipping the compressibility check
-  recordsize              4K ... 1M, power of two (stored; takes effect in a later release)
+  recordsize              4K ... 1M, power of two: record size of files created afterwards; a
+                          file's own is fixed once it holds data (get shows its records' size)
   background_compression  fixed codec or none (stored; takes effect in a later release)
   qos                     directories only: 50 (MB/s), 50M, 1G, 500K, none (stored; takes effect in a later release)
 
@@ -153,12 +154,44 @@ fn set(path: &Path, assignments: &[String]) -> Result<()> {
         props::check_kind(prop, kind).map_err(|e| anyhow!("{}: {e}", path.display()))?;
         todo.push((prop, v));
     }
+    for (prop, v) in &todo {
+        if let (Prop::Recordsize, FileKind::File, Some(v)) = (prop, kind, v) {
+            recordsize_settable(path, &m, *v)?;
+        }
+    }
     for (prop, v) in todo {
         let text = v.map_or_else(|| "none".to_string(), |v| v.to_string());
-        set_xattr(path, prop.xattr(), text.as_bytes())
-            .map_err(|e| xattr_error(path, &format!("setting {prop}={text} on"), e))?;
+        set_xattr(path, prop.xattr(), text.as_bytes()).map_err(|e| match (prop, e.raw_os_error()) {
+            // the file got data since the check above
+            (Prop::Recordsize, Some(libc::EINVAL)) if kind == FileKind::File => anyhow!(
+                "setting recordsize={text} on {}: refused, the file holds data (a file's record size is fixed once \
+                 it has data)",
+                path.display()
+            ),
+            _ => xattr_error(path, &format!("setting {prop}={text} on"), e),
+        })?;
     }
     Ok(())
+}
+
+/// A regular file's record size changes only while it is empty (crates/fs xattr.rs
+/// `refix_record_size`): refuse, with the file's record size, before anything is set.
+fn recordsize_settable(path: &Path, m: &std::fs::Metadata, v: props::Value) -> Result<()> {
+    if m.len() == 0 {
+        return Ok(());
+    }
+    let rows = effective_rows(path, &[Prop::Recordsize], &HashMap::new())?;
+    let now = rows.first().map(|r| r.value.clone()).unwrap_or_default();
+    if now == v.to_string() {
+        return Ok(());
+    }
+    bail!(
+        "{}: cannot set recordsize={v}: the file holds {} bytes stored in {now} records, and a file's record \
+         size is fixed once it has data. Set recordsize on the directory before creating files there, or copy \
+         the file into a directory whose recordsize is {v}.",
+        path.display(),
+        m.len()
+    )
 }
 
 /// Directories above `path` (itself included) by (device, inode), to name the ancestor a
@@ -193,6 +226,7 @@ impl Row {
             (Source::Inherited(ino), None) => format!("inherited from inode {ino}"),
             (Source::Mount, _) => "mount option".into(),
             (Source::Default, _) => "default".into(),
+            (Source::Fixed, _) => "fixed (the file's records, since it was created)".into(),
         }
     }
 
@@ -202,6 +236,7 @@ impl Row {
             Source::Inherited(_) => "inherited",
             Source::Mount => "mount option",
             Source::Default => "default",
+            Source::Fixed => "fixed",
         };
         serde_json::json!({
             "path": self.path.display().to_string(),

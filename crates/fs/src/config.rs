@@ -18,6 +18,9 @@ pub struct FsConfig {
     /// `qos=`: the whole filesystem is a QoS tree paced to this many bytes/s (what the root
     /// directory inherits when it has no `qos` of its own)
     pub qos: Option<u64>,
+    /// `recordsize=`: the record size of files created where no directory sets
+    /// `recordsize` (what the root inherits); `None`: the pool's (set at mkfs)
+    pub recordsize: Option<u32>,
     /// `noatime`: reads never update atime (the daemon, not the kernel, keeps atime for a
     /// FUSE mount, so the mount flag alone does not stop the updates)
     pub noatime: bool,
@@ -39,6 +42,7 @@ impl Default for FsConfig {
             check_permissions: true,
             compression: None,
             qos: None,
+            recordsize: None,
             noatime: false,
             nodiratime: false,
             dirsync: false,

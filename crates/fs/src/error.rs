@@ -51,6 +51,13 @@ pub enum FsError {
     Busy,
     #[error("{0}")]
     Property(#[from] crate::props::PropError),
+    /// A regular file's `recordsize` cannot change while it holds data.
+    #[error(
+        "the file holds data ({size} bytes in records of {recordsize} bytes): a file's record size is fixed \
+         once it has data; set recordsize on the directory before creating files there, or copy the file \
+         into a directory with the record size wanted"
+    )]
+    RecordsizeFixed { size: u64, recordsize: u64 },
     #[error("inappropriate ioctl for device")]
     NoTty,
     #[error("checksum mismatch: inode {ino} at offset {offset}")]
@@ -67,6 +74,9 @@ impl From<EngineError> for FsError {
             EngineError::NoSpace | EngineError::NoMetaSpace { .. } => FsError::NoSpace,
             EngineError::ReadOnly => FsError::ReadOnly,
             EngineError::Checksum { ino, offset } => FsError::Corrupt { ino, offset },
+            EngineError::Invalid(squeezefs_pipeline::InvalidArg::RecordSizeOfFileWithData {
+                size, recordsize, ..
+            }) => FsError::RecordsizeFixed { size, recordsize },
             other => FsError::Engine(other),
         }
     }
@@ -85,7 +95,7 @@ impl FsError {
             FsError::Perm => libc::EPERM,
             FsError::NameTooLong => libc::ENAMETOOLONG,
             FsError::Loop => libc::ELOOP,
-            FsError::Invalid(_) | FsError::Property(_) => libc::EINVAL,
+            FsError::Invalid(_) | FsError::Property(_) | FsError::RecordsizeFixed { .. } => libc::EINVAL,
             FsError::NoTty => libc::ENOTTY,
             FsError::ReadOnly => libc::EROFS,
             FsError::NoSpace => libc::ENOSPC,

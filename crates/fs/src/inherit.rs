@@ -72,7 +72,10 @@ impl Fs {
             values: [
                 compression,
                 force,
-                (Value::Size(self.engine.info().recordsize), Source::Default),
+                match self.cfg.recordsize {
+                    Some(b) => (Value::Size(b), Source::Mount),
+                    None => (Value::Size(self.engine.info().recordsize), Source::Default),
+                },
                 (Value::Spec(Spec::Off), Source::Default),
                 match self.mount_qos() {
                     Some(r) => (Value::Rate(Some(r)), Source::Mount),
@@ -179,8 +182,38 @@ impl Fs {
     }
 
     /// Effective properties of `ino`, for `user.squeezefs.effective` and `squeezefs prop get`.
+    /// A regular file's `recordsize` is the size of its records (the engine's): shown with
+    /// the source it resolves to while that matches, else as `Fixed` (the file got it when it
+    /// was created and keeps it, as ZFS files keep their block size when the dataset's
+    /// `recordsize` changes).
     pub fn effective(&self, ino: Ino) -> Result<Effective> {
-        Ok(self.resolve(ino)?.eff)
+        let mut eff = self.resolve(ino)?.eff;
+        if self.engine.getattr(ino)?.kind == squeezefs_pipeline::FileKind::File {
+            let actual = Value::Size(self.engine.record_size(ino)?);
+            if eff.get(Prop::Recordsize).0 != actual {
+                eff.values[Prop::Recordsize.index()] = (actual, Source::Fixed);
+            }
+        }
+        Ok(eff)
+    }
+
+    /// The values `ino` inherits (what it has without values of its own): its parent
+    /// directory's effective values, or the mount's for the root and for an inode whose
+    /// parent is not known.
+    pub(crate) fn inherited_effective(&self, ino: Ino) -> Result<Effective> {
+        match self.inodes.parent(ino) {
+            Some(p) if p != ino => Ok(self.resolve(p)?.eff.inherited_from(p)),
+            _ => Ok(self.mount_level()),
+        }
+    }
+
+    /// The record size a file created in directory `dir` gets: `dir`'s effective
+    /// `recordsize` (cached resolution: no walk up the tree while it is current).
+    pub(crate) fn new_file_record_size(&self, dir: Ino) -> Result<u32> {
+        match self.resolve(dir)?.eff.get(Prop::Recordsize).0 {
+            Value::Size(b) => Ok(b),
+            _ => Ok(self.engine.info().recordsize),
+        }
     }
 
     /// After an inode moved from directory `from` to `to`: if what it inherits changed,

@@ -109,6 +109,11 @@ impl Fs {
         name::check_new(name)?;
         self.check_writable()?;
         let now = time::now();
+        // a regular file's record size is fixed now: its directory's effective `recordsize`
+        let record_size = match kind {
+            FileKind::File => Some(self.new_file_record_size(parent)?),
+            _ => None,
+        };
         let attr = self.tx(|tx| {
             // VFS order: search permission, name taken (EEXIST), then may_create
             let mut pa = dir_attr(tx, parent)?;
@@ -145,6 +150,9 @@ impl Fs {
                 ..InodeAttr::new(ino, kind, mode, c.uid, gid, now)
             };
             tx.put_inode(&attr)?;
+            if let Some(rs) = record_size {
+                tx.set_record_size(ino, u64::from(rs))?;
+            }
             if let Some(t) = target {
                 tx.set_symlink_target(ino, t)?;
             }

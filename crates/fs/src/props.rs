@@ -99,7 +99,7 @@ impl Prop {
         match self {
             Prop::Compression => "codec and level of data written from now on",
             Prop::CompressForce => "compress every record, skipping the compressibility check",
-            Prop::Recordsize => "record size of files created from now on (stored; takes effect in a later release)",
+            Prop::Recordsize => "record size of files created from now on (a file's own is fixed once it holds data)",
             Prop::BackgroundCompression => {
                 "codec that idle-time rewriting converts data to (stored; takes effect in a later release)"
             }
@@ -338,9 +338,13 @@ pub enum Source {
     Local,
     /// set on this ancestor directory
     Inherited(squeezefs_pipeline::Ino),
-    /// the mount's option (`compress=`, `compress-force=`)
+    /// the mount's option (`compress=`, `compress-force=`, `recordsize=`, `qos=`)
     Mount,
     Default,
+    /// `recordsize` of a regular file whose records have another size than it would get
+    /// now: the size it was given when it was created (or last emptied and set), which its
+    /// data keeps (inherit.rs `effective`)
+    Fixed,
 }
 
 /// Effective values of every property of one inode, with their sources.
@@ -392,8 +396,8 @@ impl Effective {
 }
 
 /// Text of the `user.squeezefs.effective` virtual attribute: a header line, then one line
-/// per property, `NAME<TAB>VALUE<TAB>SOURCE` with SOURCE `local`, `inherited INO`, `mount`
-/// or `default`.
+/// per property, `NAME<TAB>VALUE<TAB>SOURCE` with SOURCE `local`, `inherited INO`, `mount`,
+/// `default` or (a file's `recordsize` only) `fixed`.
 pub const EFFECTIVE_HEADER: &str = "squeezefs-props 1";
 
 pub fn encode_effective(e: &Effective) -> Vec<u8> {
@@ -406,6 +410,7 @@ pub fn encode_effective(e: &Effective) -> Vec<u8> {
             Source::Inherited(ino) => format!("inherited {ino}"),
             Source::Mount => "mount".to_string(),
             Source::Default => "default".to_string(),
+            Source::Fixed => "fixed".to_string(),
         };
         s.push_str(&format!("{}\t{v}\t{src}\n", p.name()));
     }
@@ -441,6 +446,7 @@ pub fn decode_effective(bytes: &[u8]) -> Result<Vec<(Prop, String, Source)>, Eff
                 "local" => Source::Local,
                 "mount" => Source::Mount,
                 "default" => Source::Default,
+                "fixed" => Source::Fixed,
                 s => Source::Inherited(s.strip_prefix("inherited ").and_then(|n| n.parse().ok()).ok_or_else(bad)?),
             };
             Ok((prop, f[1].to_string(), src))

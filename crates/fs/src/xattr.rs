@@ -228,17 +228,27 @@ impl Fs {
         let ns = namespace(name)?;
         self.check_writable()?;
         let now = time::now();
-        self.tx(|tx| {
-            let mut a = tx.get_inode(ino)?;
-            self.check_xattr(&a, c, ns, true)?;
-            match tx.remove_xattr(ino, name) {
-                Ok(()) => {}
-                Err(squeezefs_pipeline::EngineError::NoEntry) => return Err(FsError::NoXattr),
-                Err(e) => return Err(e.into()),
-            }
-            a.ctime = now;
-            tx.put_inode(&a)?;
-            Ok(())
+        let prop = Prop::from_xattr(name);
+        let inherited = match prop {
+            Some(Prop::Recordsize) => Some(self.inherited_effective(ino)?),
+            _ => None,
+        };
+        self.retry_after_sync(|| {
+            self.tx(|tx| {
+                let mut a = tx.get_inode(ino)?;
+                self.check_xattr(&a, c, ns, true)?;
+                match tx.remove_xattr(ino, name) {
+                    Ok(()) => {}
+                    Err(squeezefs_pipeline::EngineError::NoEntry) => return Err(FsError::NoXattr),
+                    Err(e) => return Err(e.into()),
+                }
+                if let Some(eff) = &inherited {
+                    self.refix_record_size(tx, &a, None, eff)?;
+                }
+                a.ctime = now;
+                tx.put_inode(&a)?;
+                Ok(())
+            })
         })?;
         if Prop::from_xattr(name).is_some() {
             self.property_changed(ino);
@@ -259,32 +269,85 @@ impl Fs {
         self.check_writable()?;
         let name = prop.xattr().as_bytes();
         let now = time::now();
-        let changed = self.tx(|tx| {
-            let mut a = tx.get_inode(ino)?;
-            if let Some(c) = c {
-                self.check_xattr(&a, c, Ns::User, true)?;
-            }
-            props::check_kind(prop, a.kind)?;
-            let exists = tx.get_xattr(ino, name)?.is_some();
-            if flags & XATTR_CREATE != 0 && exists {
-                return Err(FsError::Exists);
-            }
-            if flags & XATTR_REPLACE != 0 && !exists {
-                return Err(FsError::NoXattr);
-            }
-            match value {
-                Some(v) => tx.set_xattr(ino, name, v.to_string().as_bytes())?,
-                None if exists => tx.remove_xattr(ino, name)?,
-                None => return Ok(false), // `qos=none` where none is set: nothing changes
-            }
-            a.ctime = now;
-            tx.put_inode(&a)?;
-            Ok(true)
+        let inherited = match prop {
+            Prop::Recordsize => Some(self.inherited_effective(ino)?),
+            _ => None,
+        };
+        let changed = self.retry_after_sync(|| {
+            self.tx(|tx| {
+                let mut a = tx.get_inode(ino)?;
+                if let Some(c) = c {
+                    self.check_xattr(&a, c, Ns::User, true)?;
+                }
+                props::check_kind(prop, a.kind)?;
+                let exists = tx.get_xattr(ino, name)?.is_some();
+                if flags & XATTR_CREATE != 0 && exists {
+                    return Err(FsError::Exists);
+                }
+                if flags & XATTR_REPLACE != 0 && !exists {
+                    return Err(FsError::NoXattr);
+                }
+                if let Some(eff) = &inherited {
+                    self.refix_record_size(tx, &a, value, eff)?;
+                }
+                match value {
+                    Some(v) => tx.set_xattr(ino, name, v.to_string().as_bytes())?,
+                    None if exists => tx.remove_xattr(ino, name)?,
+                    None => return Ok(false), // `qos=none` where none is set: nothing changes
+                }
+                a.ctime = now;
+                tx.put_inode(&a)?;
+                Ok(true)
+            })
         })?;
         if changed {
             self.property_changed(ino);
         }
         self.attrsync()
+    }
+
+    /// A regular file's `recordsize` becomes `value` (`None`: what it inherits, `inherited`):
+    /// its records take that size while it is empty. A file holding data keeps its records:
+    /// setting another value is refused (`RecordsizeFixed`), dropping its own value leaves
+    /// the records as they are (`prop get` shows their size as `fixed`). Directories only
+    /// store the value (for files created below them later).
+    fn refix_record_size(
+        &self,
+        tx: &mut squeezefs_pipeline::MetaTx<'_>,
+        a: &InodeAttr,
+        value: Option<Value>,
+        inherited: &props::Effective,
+    ) -> Result<()> {
+        if a.kind != FileKind::File {
+            return Ok(());
+        }
+        let want = match value.unwrap_or(inherited.get(Prop::Recordsize).0) {
+            Value::Size(b) => u64::from(b),
+            _ => return Err(FsError::Invalid("recordsize takes a size")),
+        };
+        let now = tx.record_size(a.ino)?;
+        if want == now {
+            return Ok(());
+        }
+        if a.size > 0 {
+            return match value {
+                Some(_) => Err(FsError::RecordsizeFixed { size: a.size, recordsize: now }),
+                None => Ok(()),
+            };
+        }
+        Ok(tx.set_record_size(a.ino, want)?)
+    }
+
+    /// Run `f`; when it fails because an emptied file's old records still wait for a commit
+    /// (`RecordSizeBusy`), sync and run it once more.
+    fn retry_after_sync<T>(&self, f: impl Fn() -> Result<T>) -> Result<T> {
+        match f() {
+            Err(FsError::Engine(squeezefs_pipeline::EngineError::RecordSizeBusy { .. })) => {
+                self.engine.sync()?;
+                f()
+            }
+            r => r,
+        }
     }
 
     /// A property of `ino` changed: its own values are read again when needed, and what it

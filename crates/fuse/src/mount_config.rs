@@ -2,7 +2,8 @@
 //!
 //! Accepted (anything else is refused before anything is mounted):
 //! * squeezefs: `compress=SPEC`, `compress-force=SPEC` (codec spec grammar),
-//!   `recordsize=SIZE` (power of two, 4K..1M), `remount`,
+//!   `recordsize=SIZE` (power of two, 4K..1M: the record size of files created where no
+//!   directory sets the `recordsize` property; default the pool's), `remount`,
 //!   `qos=RATE` (also spelt `qos:RATE`, `qos-RATE`): the whole filesystem is a QoS tree
 //!   paced to RATE (the `qos` property's grammar, squeezefs_fs::props: `50` or `50M` =
 //!   50 MB/s, `1G`, `500K`, `64MiB`, `1048576B`; `qos=none` = no mount-wide target),
@@ -67,6 +68,7 @@ pub struct MountConfig {
     pub qos: Option<Option<u64>>,
     /// `qos-burst=`: the QoS trees' bucket depth (the engine's default when `None`)
     pub qos_burst: Option<std::time::Duration>,
+    /// `recordsize=`: the record size of new files where no directory sets `recordsize`
     pub recordsize: Option<u32>,
     pub read_only: bool,
     pub allow_other: bool,

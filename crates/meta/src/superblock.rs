@@ -25,15 +25,25 @@ impl Features {
     /// Records of one txg packed at byte granularity inside runs of whole sectors (an
     /// extent's offset need not be sector-aligned; its footprint is its stored length).
     pub const INCOMPAT_PACKED_BYTES: u64 = 1 << 2;
+    /// Files may have their own record size (rows of the `recordsizes` table): offsets of
+    /// such a file map to records of that size, not the superblock's. Not set by mkfs: the
+    /// commit that writes the pool's first such row sets it, so a pool whose files all use
+    /// the superblock's record size stays readable by builds that predate it.
+    pub const INCOMPAT_RECORDSIZES: u64 = 1 << 5;
 
     pub const KNOWN_COMPAT: u64 = 0;
     pub const KNOWN_RO_COMPAT: u64 = 0;
-    pub const KNOWN_INCOMPAT: u64 =
+    pub const KNOWN_INCOMPAT: u64 = Self::INCOMPAT_INLINE_DATA
+        | Self::INCOMPAT_PACKED_SECTORS
+        | Self::INCOMPAT_PACKED_BYTES
+        | Self::INCOMPAT_RECORDSIZES;
+    /// Incompatible features mkfs sets; the others are set when first used.
+    pub const MKFS_INCOMPAT: u64 =
         Self::INCOMPAT_INLINE_DATA | Self::INCOMPAT_PACKED_SECTORS | Self::INCOMPAT_PACKED_BYTES;
 
     /// What this build writes at mkfs.
     pub fn current() -> Features {
-        Features { compat: 0, ro_compat: 0, incompat: Self::KNOWN_INCOMPAT }
+        Features { compat: 0, ro_compat: 0, incompat: Self::MKFS_INCOMPAT }
     }
     pub fn unknown_incompat(&self) -> u64 {
         self.incompat & !Self::KNOWN_INCOMPAT

@@ -27,3 +27,8 @@ pub const EXTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("extents
 /// (device u32 BE ‖ offset u64 BE) → length (u64): free ranges below the device's
 /// allocation end. Everything from the allocation end on is free too.
 pub const FREE_SPACE: TableDefinition<&[u8], u64> = TableDefinition::new("free_space");
+/// ino (u64) → the file's record size in bytes (u32, a power of two from 4 KiB to 1 MiB):
+/// only for regular files whose record size differs from the superblock's. A pool with a
+/// row has `INCOMPAT_RECORDSIZES`; a pool made before it may lack the table (none of its
+/// files has a record size of its own).
+pub const RECORDSIZES: TableDefinition<u64, u32> = TableDefinition::new("recordsizes");

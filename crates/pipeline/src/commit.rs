@@ -11,7 +11,8 @@
 //! 3. `nsdelta::apply` — those changes, first, so the layers below see which inodes exist.
 //! 4. `write_file` per frozen layer — truncations, holes and new extents; the replaced
 //!    extents are freed; a file deleted meanwhile keeps nothing (its new records are freed).
-//! 5. `write_superblock` — txg number and inode counter.
+//! 5. `write_superblock` — txg number and inode counter (and `INCOMPAT_RECORDSIZES` with the
+//!    pool's first `recordsizes` row).
 //! 6. `free_durable` and `write_space_map` — the frees go into the durable image and the
 //!    changed free-space rows and allocation ends into the store.
 //! 7. commit (fdatasync of the store), then `after_commit`: early placements kept become
@@ -82,8 +83,11 @@ pub fn commit(
     let delta = take_namespace(inner);
     let mut frees = Frees::default();
     let tx = inner.db.begin_write()?;
+    let recordsizes_on = inner.recordsizes_on.load(std::sync::atomic::Ordering::Acquire);
+    let mut first_recordsize = false;
     if let Some(d) = &delta {
-        crate::nsdelta::apply(&tx, d, granule, &mut frees.replaced)?;
+        let wrote = crate::nsdelta::apply(&tx, d, granule, &mut frees.replaced, recordsizes_on)?;
+        first_recordsize = wrote && !recordsizes_on;
     }
     let mut by_layer: Vec<Vec<Placed>> = (0..frozen.len()).map(|_| Vec::new()).collect();
     for p in placed {
@@ -100,11 +104,14 @@ pub fn commit(
             }
         }
     }
-    write_superblock(&tx, txg, inner.ns.next_ino())?;
+    write_superblock(&tx, txg, inner.ns.next_ino(), first_recordsize)?;
     free_durable(&mut durable, &frees)?;
     write_space_map(&tx, &mut durable)?;
     tx.commit()?;
     drop(durable);
+    if first_recordsize {
+        inner.recordsizes_on.store(true, std::sync::atomic::Ordering::Release);
+    }
     after_commit(inner, early_used, delta.is_some(), frees);
     Ok(blocks)
 }
@@ -223,8 +230,11 @@ impl FileCommit<'_> {
     }
 }
 
-/// Part 5: the txg number and the inode counter.
-fn write_superblock(tx: &redb::WriteTransaction, txg: u64, next_ino: u64) -> Result<()> {
+/// Part 5: the txg number and the inode counter; `recordsizes`: this commit writes the pool's
+/// first `recordsizes` row, so the superblock gets `INCOMPAT_RECORDSIZES` in the same
+/// transaction (a build that does not know per-file record sizes must refuse the pool, or
+/// it would read such a file's records at the wrong offsets).
+fn write_superblock(tx: &redb::WriteTransaction, txg: u64, next_ino: u64, recordsizes: bool) -> Result<()> {
     let mut sbt = tx.open_table(tables::SUPERBLOCK)?;
     let mut sb = {
         let v = sbt.get(0u8)?.ok_or(Corruption::SuperblockMissing)?;
@@ -232,6 +242,9 @@ fn write_superblock(tx: &redb::WriteTransaction, txg: u64, next_ino: u64) -> Res
     };
     sb.txg = txg;
     sb.next_ino = sb.next_ino.max(next_ino);
+    if recordsizes {
+        sb.features.incompat |= squeezefs_meta::Features::INCOMPAT_RECORDSIZES;
+    }
     sbt.insert(0u8, &sb.encode()[..])?;
     Ok(())
 }

@@ -125,9 +125,24 @@ impl<H> Compression<H> {
     }
 }
 
+/// Block sizes of the compression-context pools: a record goes to the smallest that holds
+/// it. Records up to 128 KiB share the first (their contexts are sized and their zstd
+/// parameters tuned for it, as before files had record sizes of their own); each longer
+/// record size gets its own pool, sized for it, so a 1 MiB record is compressed with a
+/// window over the whole record and no 128 KiB record pays for a 1 MiB context.
+pub const CONTEXT_BLOCKS: [usize; 4] = [128 << 10, 256 << 10, 512 << 10, 1 << 20];
+
+/// Index in [`CONTEXT_BLOCKS`] of the pool for a record of `len` bytes (the last pool for
+/// anything longer, which the codec then refuses and the record is stored raw).
+pub fn context_class(len: usize) -> usize {
+    CONTEXT_BLOCKS.iter().position(|&b| len <= b).unwrap_or(CONTEXT_BLOCKS.len() - 1)
+}
+
 /// The compression contexts and output buffers: everything compressing a record needs.
 pub struct Codecs {
-    ws: OnceLock<Workspaces>,
+    /// one pool of contexts per block size ([`CONTEXT_BLOCKS`]), each created on first use;
+    /// the first also serves every decode (decoding contexts do not depend on block sizes)
+    ws: [OnceLock<Workspaces>; CONTEXT_BLOCKS.len()],
     outs: Arc<OutPool>,
     /// worker threads (sizes the contexts' memory bound)
     threads: usize,
@@ -137,30 +152,54 @@ pub struct Codecs {
 impl Codecs {
     /// `out_bytes`: idle compressed-output buffers kept for reuse (outbuf.rs).
     pub fn new(threads: usize, sector: u64, out_bytes: usize) -> Codecs {
-        Codecs { ws: OnceLock::new(), outs: OutPool::new(out_bytes), threads, sector: sector as usize }
+        Codecs { ws: Default::default(), outs: OutPool::new(out_bytes), threads, sector: sector as usize }
     }
 
-    /// Compression contexts, created on first use (a pool that stores raw never needs them).
-    pub fn workspaces(&self) -> &Workspaces {
-        self.ws.get_or_init(|| {
+    /// The pool of [`CONTEXT_BLOCKS`]`[class]`, created on first use (a pool that stores raw
+    /// never needs one). Each pool has the whole memory bound: a mount writing records of
+    /// several sizes above 128 KiB at once may hold up to one bound per size.
+    fn pool(&self, class: usize) -> &Workspaces {
+        self.ws[class].get_or_init(|| {
             let workers = self.threads.max(1);
             Workspaces::new(WorkspaceConfig {
                 max_bytes: (64usize << 20).max(workers * (8 << 20)),
                 idle_timeout: std::time::Duration::from_secs(60),
-                ..Default::default()
+                block_size: CONTEXT_BLOCKS[class],
             })
         })
     }
 
-    /// Figures of the compression contexts, without creating them.
-    pub fn stats(&self) -> squeezefs_codec::PoolStats {
-        self.ws.get().map(Workspaces::stats).unwrap_or_default()
+    /// Contexts for decoding (and for compressing records up to 128 KiB).
+    pub fn workspaces(&self) -> &Workspaces {
+        self.pool(0)
     }
 
-    /// Compress `data` with `codec` (policy.rs `compress_with`): the result and the codec's
-    /// CPU nanoseconds.
+    /// Figures of the compression contexts (every pool's summed), without creating them.
+    pub fn stats(&self) -> squeezefs_codec::PoolStats {
+        let mut total = squeezefs_codec::PoolStats::default();
+        for s in self.ws.iter().filter_map(OnceLock::get).map(Workspaces::stats) {
+            total.max_bytes += s.max_bytes;
+            total.reserve_bytes += s.reserve_bytes;
+            total.used_bytes += s.used_bytes;
+            total.live_bytes += s.live_bytes;
+            total.peak_live_bytes += s.peak_live_bytes;
+            total.idle += s.idle;
+            total.busy += s.busy;
+            total.created += s.created;
+            total.reclaimed += s.reclaimed;
+            total.reserve_lends += s.reserve_lends;
+            total.waits += s.waits;
+            total.compress_calls += s.compress_calls;
+            total.compress_src_bytes += s.compress_src_bytes;
+            total.compress_cpu_ns += s.compress_cpu_ns;
+        }
+        total
+    }
+
+    /// Compress `data` with `codec` (policy.rs `compress_with`), with the contexts of its
+    /// size class: the result and the codec's CPU nanoseconds.
     pub fn compress_with(&self, data: &[u8], codec: Codec) -> (Compressed, u64) {
-        compress_with(data, codec, self.sector, || self.workspaces(), &self.outs)
+        compress_with(data, codec, self.sector, || self.pool(context_class(data.len())), &self.outs)
     }
 }
 
@@ -490,5 +529,26 @@ impl<H> CompressQueue<H> {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_record_size_gets_the_smallest_context_pool_that_holds_it() {
+        for shift in 12..=20u32 {
+            let rs = 1usize << shift;
+            for len in [1, rs / 2 + 1, rs - 1, rs] {
+                let c = context_class(len);
+                assert!(len <= CONTEXT_BLOCKS[c], "{len} bytes in a {} pool", CONTEXT_BLOCKS[c]);
+                assert!(c == 0 || len > CONTEXT_BLOCKS[c - 1], "{len} bytes fit a smaller pool than {c}");
+            }
+        }
+        assert_eq!(context_class(128 << 10), 0);
+        assert_eq!(context_class((128 << 10) + 1), 1);
+        assert_eq!(context_class(1 << 20), CONTEXT_BLOCKS.len() - 1);
+        assert_eq!(CONTEXT_BLOCKS[CONTEXT_BLOCKS.len() - 1], crate::options::MAX_RECORDSIZE as usize);
     }
 }

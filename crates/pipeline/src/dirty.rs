@@ -212,6 +212,9 @@ pub struct Layer {
     /// the file's compression when the layer was frozen (`FileData::policy`); `None`: the
     /// pool's
     pub policy: Option<Policy>,
+    /// The file's record size (bytes) when the layer was frozen (`FileData::rs`; 0 in an
+    /// open layer, which the file's own field describes).
+    pub rs: u64,
 }
 
 /// What a layer says about one record.
@@ -234,6 +237,7 @@ impl Default for Layer {
             early_run: Mutex::new(Rank::FrozenRun, None),
             early_next: 0,
             policy: None,
+            rs: 0,
         }
     }
 }
@@ -318,11 +322,17 @@ pub struct FileData {
     /// (`Engine::write_with_compression`); `None`: the pool's. Dropped with the FileData
     /// once the file is clean, so the engine keeps no per-file state beyond dirty files.
     pub policy: Option<Policy>,
+    /// The file's record size in bytes (its `recordsizes` row, else the pool's), read once
+    /// when the FileData is made, so no write looks it up. It changes only while the file
+    /// holds no data anywhere (metatx.rs `set_record_size`), under this lock, with `gen`
+    /// bumped: a write that computed its records with the old size redoes them.
+    pub rs: u64,
 }
 
 impl FileData {
-    pub fn new(size: u64, committed_blocks: u64) -> FileData {
+    pub fn new(size: u64, committed_blocks: u64, rs: u64) -> FileData {
         FileData {
+            rs,
             size,
             open: Layer::default(),
             open_dirty: false,
@@ -373,18 +383,29 @@ impl FileTable {
         self.shard(ino).lock().get(&ino).cloned()
     }
 
-    /// The FileData of `ino`, created with `init()` (size, blocks) if absent. `init` runs
-    /// under the shard lock so that no commit can slip between reading the committed size
-    /// and publishing the FileData.
-    pub fn get_or_create<E>(&self, ino: Ino, init: impl FnOnce() -> Result<(u64, u64), E>) -> Result<FileRef, E> {
+    /// The FileData of `ino`, created with `init()` (size, blocks, record size) if absent.
+    /// `init` runs under the shard lock so that no commit can slip between reading the
+    /// committed size and publishing the FileData.
+    pub fn get_or_create<E>(&self, ino: Ino, init: impl FnOnce() -> Result<(u64, u64, u64), E>) -> Result<FileRef, E> {
+        self.with_file(ino, init, |f| f.clone())
+    }
+
+    /// Run `f` on `ino`'s FileData (created with `init()` if absent) while holding its
+    /// shard lock: nobody can create, retire or purge that FileData meanwhile.
+    pub fn with_file<T, E>(
+        &self,
+        ino: Ino,
+        init: impl FnOnce() -> Result<(u64, u64, u64), E>,
+        f: impl FnOnce(&FileRef) -> T,
+    ) -> Result<T, E> {
         let mut m = self.shard(ino).lock();
-        if let Some(f) = m.get(&ino) {
-            return Ok(f.clone());
+        if let Some(fr) = m.get(&ino) {
+            return Ok(f(fr));
         }
-        let (size, blocks) = init()?;
-        let f = Arc::new(Mutex::new(Rank::File, FileData::new(size, blocks)));
-        m.insert(ino, f.clone());
-        Ok(f)
+        let (size, blocks, rs) = init()?;
+        let fr = Arc::new(Mutex::new(Rank::File, FileData::new(size, blocks, rs)));
+        m.insert(ino, fr.clone());
+        Ok(f(&fr))
     }
 
     /// Drop `ino`'s FileData if it is clean (called after a commit). Takes the shard lock,
@@ -438,12 +459,12 @@ pub struct DirtyData {
 
 impl DirtyData {
     /// `buf_bytes`: full-record buffers kept for reuse.
-    pub fn new(recordsize: u64, buf_bytes: usize) -> DirtyData {
+    pub fn new(buf_bytes: usize) -> DirtyData {
         DirtyData {
             files: FileTable::default(),
             changed: Mutex::new(Rank::DirtySet, FxHashSet::default()),
             syncing_files: AtomicU64::new(0),
-            bufs: BufPool::new(recordsize as usize, buf_bytes),
+            bufs: BufPool::new(buf_bytes),
         }
     }
 
@@ -483,39 +504,61 @@ impl DirtyData {
 
 /// Record buffers of committed txgs kept for reuse: a full-record buffer taken from here is
 /// already mapped, so filling it costs one copy and no page faults (glibc serves 128 KiB
-/// allocations with fresh mmaps). Only full-capacity buffers are pooled, up to `max_bytes`.
+/// allocations with fresh mmaps). Buffers are kept per record size (files differ: each
+/// buffer's capacity is one record of its file), only at exactly a supported record size's
+/// capacity, up to `max_bytes` in all; a size that runs out takes a spare of another size
+/// out of the pool first, so the bound holds whatever mix of sizes is written.
 pub struct BufPool {
-    bufs: Mutex<Vec<Vec<u8>>>,
-    record: usize,
-    max_bufs: usize,
+    bufs: Mutex<PooledBufs>,
+    max_bytes: usize,
+}
+
+#[derive(Default)]
+struct PooledBufs {
+    /// record size → buffers of that capacity
+    by_size: BTreeMap<usize, Vec<Vec<u8>>>,
+    bytes: usize,
 }
 
 impl BufPool {
-    pub fn new(record: usize, max_bytes: usize) -> BufPool {
-        BufPool { bufs: Mutex::new(Rank::Leaf, Vec::new()), record, max_bufs: max_bytes / record.max(1) }
+    pub fn new(max_bytes: usize) -> BufPool {
+        BufPool { bufs: Mutex::new(Rank::Leaf, PooledBufs::default()), max_bytes }
     }
 
-    /// An empty buffer with room for one record.
-    pub fn take(&self) -> Vec<u8> {
-        match self.bufs.lock().pop() {
+    /// An empty buffer with room for one record of `record` bytes.
+    pub fn take(&self, record: usize) -> Vec<u8> {
+        let mut p = self.bufs.lock();
+        match p.by_size.get_mut(&record).and_then(Vec::pop) {
             Some(mut b) => {
+                p.bytes -= record;
+                drop(p);
                 b.clear();
                 b
             }
-            None => Vec::with_capacity(self.record),
+            None => {
+                drop(p);
+                Vec::with_capacity(record)
+            }
         }
     }
 
     pub fn give(&self, b: Vec<u8>) {
-        if b.capacity() != self.record {
+        let cap = b.capacity();
+        if !crate::options::recordsize_supported(cap as u64) {
             return;
         }
-        let mut bufs = self.bufs.lock();
-        if bufs.len() < self.max_bufs {
-            bufs.push(b);
+        let mut p = self.bufs.lock();
+        // room for it: buffers of other sizes go first (the sizes in use change over time)
+        while p.bytes + cap > self.max_bytes {
+            let Some((&size, v)) = p.by_size.iter_mut().find(|(&s, v)| s != cap && !v.is_empty()) else { break };
+            v.pop();
+            p.bytes -= size;
+        }
+        if p.bytes + cap <= self.max_bytes {
+            p.bytes += cap;
+            p.by_size.entry(cap).or_default().push(b);
         }
     }
-
     /// Return the buffers of a layer nobody else references.
     pub fn give_layer(&self, layer: Layer) {
         for (_, r) in layer.recs {

@@ -70,7 +70,6 @@ impl TxgWork for Work<'_> {
 /// QUIESCING: freeze the open layer of every dirty file into its syncing layer.
 fn quiesce(inner: &Inner) -> Frozen {
     let inos = inner.dirty.take_changed();
-    let rs = inner.recordsize;
     let mut out = Vec::with_capacity(inos.len());
     for ino in inos {
         let Some(f) = inner.dirty.files.get(ino) else { continue };
@@ -82,7 +81,8 @@ fn quiesce(inner: &Inner) -> Frozen {
         let mut layer = std::mem::take(&mut fd.open);
         layer.size = fd.size;
         layer.policy = fd.policy;
-        normalize(&mut layer, rs, inner);
+        layer.rs = fd.rs;
+        normalize(&mut layer, inner);
         let layer = Arc::new(layer);
         fd.syncing = Some(layer.clone());
         fd.open_dirty = false;
@@ -95,8 +95,8 @@ fn quiesce(inner: &Inner) -> Frozen {
 }
 
 /// Give every data record exactly its logical length (zeros after a short buffer).
-fn normalize(layer: &mut Layer, rs: u64, inner: &Inner) {
-    let size = layer.size;
+fn normalize(layer: &mut Layer, inner: &Inner) {
+    let (size, rs) = (layer.size, layer.rs);
     let (mut grown, mut freed) = (0u64, 0u64);
     for (&idx, rec) in layer.recs.iter_mut() {
         if let Rec::Data(d) = rec {

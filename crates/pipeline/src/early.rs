@@ -59,10 +59,9 @@ pub const BACKLOG_RECORDS_PER_WORKER: u64 = 64;
 /// neither side idles (with 3 threads on 2 cores each runs at the same share).
 pub const CALLER_RUNS_RECORDS_PER_WORKER: u64 = 8;
 
-/// Queue the background compression of a record filled in the open layer.
-pub fn queue_background(inner: &Arc<Inner>, slot: Arc<Slot>, home: RecordHome) {
+/// Queue the background compression of a record of `bytes` bytes filled in the open layer.
+pub fn queue_background(inner: &Arc<Inner>, slot: Arc<Slot>, home: RecordHome, bytes: u64) {
     let p = slot.policy;
-    let bytes = inner.recordsize;
     let fallback = match p.spec {
         squeezefs_codec::Spec::Fixed(c) => Some(c),
         _ if p.stores_raw() => None,
@@ -143,8 +142,8 @@ fn pack_into_record(inner: &Inner, slot: &Arc<Slot>, home: RecordHome) {
 
 /// Wait while too many records wait for early compression (see the block comment): for a
 /// write into QoS tree `tree`, that tree's own records (qos.rs BACKLOG), else the records
-/// outside QoS trees.
-pub fn wait_backlog(inner: &Inner, tree: u64) {
+/// outside QoS trees, counted in records of the writer's file (`rs` bytes).
+pub fn wait_backlog(inner: &Inner, tree: u64, rs: u64) {
     let give_up = || inner.closed.load(Ordering::Acquire) || inner.txg.suspension().is_some();
     if tree != squeezefs_control::qos::NO_TREE {
         let max = inner.qos.backlog_bound(tree);
@@ -154,13 +153,14 @@ pub fn wait_backlog(inner: &Inner, tree: u64) {
         }
         return;
     }
-    let max = BACKLOG_RECORDS_PER_WORKER * inner.workers.threads() as u64 * inner.recordsize;
+    let max = BACKLOG_RECORDS_PER_WORKER * inner.workers.threads() as u64 * rs;
     inner.acct.wait_backlog(max, give_up);
 }
 
-/// Caller-runs (see the block comment): should a writer compress its whole records itself?
-pub fn caller_should_run(inner: &Inner) -> bool {
-    let over = CALLER_RUNS_RECORDS_PER_WORKER * inner.workers.threads() as u64 * inner.recordsize;
+/// Caller-runs (see the block comment): should a writer of a file of `rs`-byte records
+/// compress its whole records itself?
+pub fn caller_should_run(inner: &Inner, rs: u64) -> bool {
+    let over = CALLER_RUNS_RECORDS_PER_WORKER * inner.workers.threads() as u64 * rs;
     inner.acct.backlog() > over
 }
 
@@ -239,7 +239,7 @@ mod tests {
         let (_d, inner) = test_inner();
         let before = inner.acct.dirty();
         let s = slot(&inner, 7, 128 << 10);
-        queue_background(&inner, s.clone(), nowhere());
+        queue_background(&inner, s.clone(), nowhere(), 128 << 10);
         wait_until(|| s.is_done());
         assert!(inner.acct.dirty() > before, "a done result is charged");
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -260,7 +260,7 @@ mod tests {
         let mut slots = Vec::new();
         for i in 0..64u64 {
             let s = slot(&inner, i as u8, 64 << 10);
-            queue_background(&inner, s.clone(), nowhere());
+            queue_background(&inner, s.clone(), nowhere(), 128 << 10);
             slots.push(s);
         }
         for (i, s) in slots.iter().enumerate() {
@@ -282,7 +282,7 @@ mod tests {
         let (_d, inner) = test_inner();
         let before = inner.acct.dirty();
         let s = slot(&inner, 1, 128 << 10);
-        queue_background(&inner, s.clone(), nowhere());
+        queue_background(&inner, s.clone(), nowhere(), 128 << 10);
         wait_until(|| s.is_done());
         drop(s);
         assert_eq!(inner.acct.dirty(), before);
@@ -296,11 +296,11 @@ mod tests {
         let slots: Vec<_> = (0..n)
             .map(|i| {
                 let s = slot(&inner, i as u8, 128 << 10);
-                queue_background(&inner, s.clone(), nowhere());
+                queue_background(&inner, s.clone(), nowhere(), 128 << 10);
                 s
             })
             .collect();
-        wait_backlog(&inner, 0);
+        wait_backlog(&inner, 0, inner.recordsize);
         assert!(inner.acct.backlog() <= max, "wait_backlog returned above the bound");
         wait_until(|| slots.iter().all(|s| s.is_done()));
         assert_eq!(inner.acct.backlog(), 0);

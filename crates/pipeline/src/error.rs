@@ -62,6 +62,11 @@ pub enum EngineError {
     /// was changed.
     #[error("transaction aborted by the caller")]
     Aborted,
+    /// A file's record size was asked to change while records of its old data are still
+    /// to be freed by a commit (it was emptied in the open txg): once a `sync` has made
+    /// the emptying durable, the change is accepted.
+    #[error("inode {ino} was emptied but its old records are freed only by the next commit: sync, then try again")]
+    RecordSizeBusy { ino: Ino },
     /// The txg driver thread could not be started.
     #[error("cannot start the txg driver: {0}")]
     Spawn(#[source] std::io::Error),
@@ -141,6 +146,10 @@ pub enum Corruption {
         "an extent being freed names device {dev}, offset {offset}, {len} bytes: not a range of this pool (the metadata store is damaged)"
     )]
     FreedRangeOutsidePool { dev: u32, offset: u64, len: u64 },
+    #[error(
+        "inode {ino} has record size {bytes} in the recordsizes table, which is not a power of two from 4096 to 1048576 (the metadata store is damaged)"
+    )]
+    BadRecordSize { ino: Ino, bytes: u64 },
 }
 
 /// An argument outside what the engine accepts.
@@ -155,6 +164,20 @@ pub enum InvalidArg {
     NoDevices,
     #[error("no such panic site (sites: {sites})")]
     UnknownPanicSite { sites: &'static str },
+    #[error(
+        "record size {bytes} is not supported (accepted: a power of two from {min} to {max} bytes)",
+        min = crate::options::MIN_RECORDSIZE,
+        max = crate::options::MAX_RECORDSIZE
+    )]
+    RecordSizeUnsupported { bytes: u64 },
+    #[error("inode {ino} is not a regular file: only regular files have a record size")]
+    RecordSizeNotAFile { ino: Ino },
+    #[error(
+        "inode {ino} holds data ({size} bytes in records of {recordsize} bytes): a file's record size can change only while it is empty"
+    )]
+    RecordSizeOfFileWithData { ino: Ino, size: u64, recordsize: u64 },
+    #[error("one transaction changes the record size of at most one existing file")]
+    RecordSizeManyFiles,
 }
 
 /// An engine invariant that did not hold.

@@ -9,9 +9,13 @@
 //!   number of devices; every device is long enough to hold the bytes its extents point to
 //!   (a growable device file truncated below its allocation end has lost them; open cannot
 //!   see that, only fixed devices have a recorded size);
-//! * extents: belong to an existing inode and lie below its size; the inode's
+//! * extents: belong to an existing inode and lie below its size, each record within the
+//!   file's record size (its `recordsizes` row, else the superblock's); the inode's
 //!   `blocks_bytes` equals the sum of its extents; no file is larger than
 //!   [`MAX_FILE_SIZE`];
+//! * record sizes: each `recordsizes` row names an existing regular file and a supported
+//!   size, and the superblock has `INCOMPAT_RECORDSIZES` when any row exists (without it an
+//!   older build would read those files at the pool's record size);
 //! * namespace: dirents point to live inodes of the right kind, each dirent has its cookie
 //!   row and vice versa, link counts match the dirents (directories: 2 + subdirectories),
 //!   every inode is reachable or an orphan, symlinks have targets.
@@ -25,7 +29,7 @@ use serde::Serialize;
 use squeezefs_device::DATA_START;
 use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, decode_inode};
 use squeezefs_meta::{
-    keys, tables, DeviceRecord, ExtentPtr, FileKind, Ino, InodeAttr, StoredRecord, Superblock, ROOT_INO,
+    keys, tables, DeviceRecord, ExtentPtr, Features, FileKind, Ino, InodeAttr, StoredRecord, Superblock, ROOT_INO,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -62,7 +66,8 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
     }
     let names = check_names(&rx, &inodes, &mut r)?;
     check_links(&rx, &inodes, &names, &mut r)?;
-    let (mut exts, blocks) = check_extents(inner, &rx, &inodes, &mut r)?;
+    let sizes = check_record_sizes(&rx, &inodes, &mut r)?;
+    let (mut exts, blocks) = check_extents(inner, &rx, &inodes, &sizes, &mut r)?;
     check_blocks(&inodes, &blocks, &mut r);
     check_space(inner, &rx, &mut exts, &mut r)?;
     Ok(r)
@@ -202,6 +207,45 @@ fn check_links(
     Ok(())
 }
 
+/// The files' own record sizes (rows that check out); rows naming no regular file, sizes
+/// out of range and rows in a pool without `INCOMPAT_RECORDSIZES` are problems.
+fn check_record_sizes(
+    rx: &redb::ReadTransaction,
+    inodes: &BTreeMap<Ino, InodeAttr>,
+    r: &mut FsckReport,
+) -> Result<HashMap<Ino, u64>> {
+    let mut sizes = HashMap::new();
+    let Some(t) = crate::snapshot::open_if_present(rx, tables::RECORDSIZES)? else { return Ok(sizes) };
+    for row in t.iter()? {
+        let (k, v) = row?;
+        let (ino, bytes) = (k.value(), u64::from(v.value()));
+        match inodes.get(&ino) {
+            None => r.problems.push(format!("record size {bytes} of missing inode {ino}")),
+            Some(a) if a.kind != FileKind::File => {
+                r.problems.push(format!("inode {ino} is a {:?}, yet has a record size ({bytes})", a.kind))
+            }
+            Some(_) if !crate::options::recordsize_supported(bytes) => {
+                r.problems.push(format!("inode {ino}: record size {bytes} is not a power of two from 4096 to 1048576"))
+            }
+            Some(_) => {
+                sizes.insert(ino, bytes);
+            }
+        }
+    }
+    let flagged = match rx.open_table(tables::SUPERBLOCK)?.get(0u8)? {
+        Some(v) => Superblock::decode(v.value())?.features.incompat & Features::INCOMPAT_RECORDSIZES != 0,
+        None => true, // reported by check_device_count
+    };
+    use redb::ReadableTableMetadata;
+    if !flagged && t.len()? > 0 {
+        r.problems.push(format!(
+            "{} files have a record size of their own but the superblock lacks the RECORDSIZES feature",
+            t.len()?
+        ));
+    }
+    Ok(sizes)
+}
+
 /// What `check_extents` found on the devices, indexed by device.
 struct DeviceExtents {
     /// per device: (offset, footprint, inode, birth txg) of every device extent
@@ -210,12 +254,14 @@ struct DeviceExtents {
     reach: Vec<Option<(u64, Ino)>>,
 }
 
-/// Extents belong to an existing inode, lie below its size and on a sector in pools without
-/// byte packing; returns the device extents and the bytes each inode's extents occupy.
+/// Extents belong to an existing inode, lie below its size, within its record size
+/// (`sizes`, else the pool's) and on a sector in pools without byte packing; returns the
+/// device extents and the bytes each inode's extents occupy.
 fn check_extents(
     inner: &Inner,
     rx: &redb::ReadTransaction,
     inodes: &BTreeMap<Ino, InodeAttr>,
+    sizes: &HashMap<Ino, u64>,
     r: &mut FsckReport,
 ) -> Result<(DeviceExtents, HashMap<Ino, u64>)> {
     // per device: (offset, footprint, inode, birth txg) of every device extent
@@ -240,12 +286,21 @@ fn check_extents(
         match inodes.get(&ino) {
             None => r.problems.push(format!("extent of missing inode {ino} (record {idx})")),
             Some(a) => {
-                if idx >= records_for_size(a.size, inner.recordsize) {
-                    r.problems.push(format!("inode {ino}: record {idx} lies beyond its size {}", a.size));
-                } else if u64::from(e.logical) > record_len_in_file(idx, a.size, inner.recordsize) {
+                let rs = sizes.get(&ino).copied().unwrap_or(inner.recordsize);
+                if idx >= records_for_size(a.size, rs) {
                     r.problems.push(format!(
-                        "inode {ino}: record {idx} holds {} bytes, past the end of the file (size {})",
+                        "inode {ino}: record {idx} lies beyond its size {} (records of {rs} bytes)",
+                        a.size
+                    ));
+                } else if u64::from(e.logical) > record_len_in_file(idx, a.size, rs) {
+                    r.problems.push(format!(
+                        "inode {ino}: record {idx} holds {} bytes, past the end of its record of {rs} bytes or of the file (size {})",
                         e.logical, a.size
+                    ));
+                } else if e.psize() > rs {
+                    r.problems.push(format!(
+                        "inode {ino}: record {idx} stores {} bytes, more than its record size {rs}",
+                        e.psize()
                     ));
                 }
             }

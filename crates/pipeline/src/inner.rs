@@ -18,7 +18,7 @@ use crate::workers::WorkerPool;
 use squeezefs_codec::Workspaces;
 use squeezefs_meta::{tables, Ino, InodeAttr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 pub struct Inner {
@@ -29,7 +29,13 @@ pub struct Inner {
     /// record packing unit on the devices: 1 in pools with `INCOMPAT_PACKED_BYTES`, else the
     /// sector (alloc.rs); footprints of device extents are their stored length rounded to it
     pub granule: u64,
+    /// the pool's record size (superblock): files without a `recordsizes` row use it
     pub recordsize: u64,
+    /// the pool has `INCOMPAT_RECORDSIZES` (set by the commit of its first `recordsizes` row)
+    pub recordsizes_on: AtomicBool,
+    /// the smallest record size of any file the data path held since open (the pool's at
+    /// first): bounds how many records the dirty bytes in flight can be (`data_meta`)
+    smallest_rs: AtomicU64,
     pub max_inline: u64,
     /// devices, space images, host filesystems (space.rs)
     pub space: Space,
@@ -103,6 +109,7 @@ impl Inner {
         sector: u64,
         granule: u64,
         recordsize: u64,
+        recordsizes_on: bool,
         max_inline: u64,
         space: Space,
         opts: OpenOptions,
@@ -134,11 +141,13 @@ impl Inner {
             sector,
             granule,
             recordsize,
+            recordsizes_on: AtomicBool::new(recordsizes_on),
+            smallest_rs: AtomicU64::new(recordsize),
             max_inline,
             space,
             early: EarlyPlacement::new(granule),
             acct: Arc::default(),
-            dirty: DirtyData::new(recordsize, pool_bytes),
+            dirty: DirtyData::new(pool_bytes),
             compress: Compression::new(policy, levels, Codecs::new(workers.threads(), sector, pool_bytes / 4)),
             qos,
             throttle: Throttle::new(opts.max_dirty_bytes),
@@ -249,17 +258,59 @@ impl Inner {
         Ok(v)
     }
 
+    /// The record size of `ino` in bytes as the namespace says: its `recordsizes` row (the
+    /// delta's, else redb's), else the pool's. The data path reads it once per FileData
+    /// (`file_init`); readers of a file it does not hold ask here.
+    pub fn record_size(&self, ino: Ino) -> Result<u64> {
+        // the delta first, then a redb read started after it (nsdelta.rs)
+        let row = self.ns.find(|d| d.recordsizes.get(&ino).copied());
+        let rs = match row {
+            Some(r) => r,
+            None => {
+                let s = self.ns.snap.get(&self.db)?;
+                match &s.recordsizes {
+                    Some(t) => t.get(ino)?.map(|v| v.value()),
+                    None => None,
+                }
+            }
+        };
+        match rs.map(u64::from) {
+            None => Ok(self.recordsize),
+            Some(b) if crate::options::recordsize_supported(b) => Ok(b),
+            Some(b) => Err(crate::error::Corruption::BadRecordSize { ino, bytes: b }.into()),
+        }
+    }
+
+    /// What a new FileData of `ino` starts from: committed size and physical bytes, and the
+    /// file's record size (noted for the bounds that depend on record sizes).
+    fn file_init(&self, ino: Ino) -> Result<(u64, u64, u64)> {
+        let a = self.inode_record(ino)?;
+        let rs = self.record_size(ino)?;
+        self.note_record_size(rs);
+        Ok((a.size, a.blocks_bytes, rs))
+    }
+
+    /// A file with records of `rs` bytes takes data: the bounds that depend on the record
+    /// sizes in use take it in (`data_meta`'s smallest, placement's largest).
+    pub fn note_record_size(&self, rs: u64) {
+        self.smallest_rs.fetch_min(rs, Ordering::Relaxed);
+        self.space.note_record_size(rs);
+    }
+
     /// The file's dirty state, created from the committed inode if needed.
     pub fn file_ref(&self, ino: Ino) -> Result<FileRef> {
         loop {
-            let f = self.dirty.files.get_or_create(ino, || {
-                let a = self.inode_record(ino)?;
-                Ok::<_, EngineError>((a.size, a.blocks_bytes))
-            })?;
+            let f = self.dirty.files.get_or_create(ino, || self.file_init(ino))?;
             if !f.lock().retired {
                 return Ok(f);
             }
         }
+    }
+
+    /// Run `f` on `ino`'s FileData (made if needed) while nobody can create, retire or
+    /// purge it (its shard lock is held; see dirty.rs `with_file`).
+    pub fn with_file<T>(&self, ino: Ino, f: impl FnOnce(&FileRef) -> T) -> Result<T> {
+        self.dirty.files.with_file(ino, || self.file_init(ino), f)
     }
 
     /// Size and physical bytes of `ino` held by the data path, if it holds the file.
@@ -279,7 +330,8 @@ impl Inner {
     /// metadata store at its commit (meta_space.rs `data_meta`).
     pub fn data_meta(&self, extra: u64) -> u64 {
         let files = self.dirty.files_in_flight();
-        let records = self.acct.dirty().saturating_add(extra) / self.recordsize.max(1) + files;
+        let smallest = self.smallest_rs.load(Ordering::Relaxed).max(1);
+        let records = self.acct.dirty().saturating_add(extra) / smallest + files;
         crate::meta_space::data_meta(files, records, self.max_inline)
     }
 

@@ -64,8 +64,8 @@ pub use accounting::EarlyStats;
 pub use error::{Corruption, EngineError, Internal, InvalidArg, IoError, PanicSite, PoolError, Result};
 pub use metatx::MetaTx;
 pub use options::{
-    MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_QOS_BURST, DEFAULT_RECORDSIZE,
-    META_FILE, QOS_BURST_RANGE,
+    recordsize_supported, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_QOS_BURST,
+    DEFAULT_RECORDSIZE, MAX_RECORDSIZE, META_FILE, MIN_RECORDSIZE, QOS_BURST_RANGE,
 };
 pub use policy::ADAPTIVE_PLACEHOLDER;
 pub use pool::now;
@@ -226,6 +226,20 @@ impl Engine {
         }
     }
 
+    /// The record size of `ino` in bytes: a regular file's own (fixed when it was created,
+    /// or set while it was empty: `MetaTx::set_record_size`), else the pool's.
+    pub fn record_size(&self, ino: Ino) -> Result<u32> {
+        self.inner.check_open()?;
+        if let Some(f) = self.inner.dirty.files.get(ino) {
+            let fd = f.lock();
+            if !fd.retired {
+                return Ok(fd.rs as u32);
+            }
+        }
+        self.inner.inode_record(ino)?;
+        Ok(self.inner.record_size(ino)? as u32)
+    }
+
     /// Run `f` in one atomic metadata transaction: its changes are visible at once (all or,
     /// when `f` fails, none) and durable at the next txg commit (nsdelta.rs).
     pub fn meta_write<T>(&self, f: impl FnOnce(&mut MetaTx<'_>) -> Result<T>) -> Result<T> {
@@ -235,14 +249,17 @@ impl Engine {
         let writer = inner.ns.meta_lock.lock();
         let mut mtx = MetaTx::new(inner);
         let v = f(&mut mtx)?; // dropping `mtx` on error drops its changes
-        let d = mtx.d;
+        let (d, rs_change) = (mtx.d, mtx.rs_change);
         if d.is_empty() {
             return Ok(v);
         }
         let kind = if d.grows() { meta_space::Kind::Grows } else { meta_space::Kind::NoGrowth };
         self.admit_meta(d.charge(), kind)?; // refused: `d` is dropped, nothing changed
         let deleted = d.deleted.clone();
-        let rows = inner.ns.publish(d);
+        let rows = match rs_change {
+            None => inner.ns.publish(d),
+            Some((ino, rs)) => publish_record_size(inner, d, ino, rs)?,
+        };
         inner.txg.note_meta_change();
         drop(writer);
         self.bound_delta(rows)?;
@@ -648,6 +665,7 @@ impl Engine {
     /// Committed extents of a file: (file offset, extent pointer), in file order.
     pub fn extents(&self, ino: Ino) -> Result<Vec<(u64, ExtentPtr)>> {
         self.inner.check_open()?;
+        let rs = self.inner.record_size(ino)?;
         let rx = self.inner.db.begin_read()?;
         let t = rx.open_table(tables::EXTENTS)?;
         let a = keys::pair(ino, 0);
@@ -656,7 +674,7 @@ impl Engine {
         for row in t.range(&a[..]..=&b[..])? {
             let (k, v) = row?;
             if let Some((_, idx)) = keys::unpair(k.value()) {
-                out.push((units::record_start_byte(idx, self.inner.recordsize), ExtentPtr::decode(v.value())?));
+                out.push((units::record_start_byte(idx, rs), ExtentPtr::decode(v.value())?));
             }
         }
         Ok(out)
@@ -674,6 +692,37 @@ impl Engine {
         let v = t.get(ino)?.ok_or(EngineError::NoInode(ino))?;
         Ok(decode_inode(ino, v.value())?)
     }
+}
+
+/// Publish `d`, which changes existing file `ino`'s record size to `rs`: the file's data
+/// path takes the new size in the same step, and only if the file holds no data anywhere
+/// (open or syncing layer, committed records). Holding the file's shard lock, the delta's
+/// rows lock and the file lock together (the lock order of locks.rs), no write can land
+/// records of the old size after the check, no reader of the delta or FileData can see
+/// one size where the other is already new, and the commit cannot take the delta in
+/// between (`meta_lock` is held): the row commits no later than the first data of the new
+/// size, and no earlier than the last data of the old size left the file.
+fn publish_record_size(inner: &Inner, d: nsdelta::Delta, ino: Ino, rs: u64) -> Result<usize> {
+    inner
+        .with_file(ino, |f| {
+            inner.ns.publish_checked(d, || {
+                let mut fd = f.lock();
+                let holds_data = |l: &dirty::Layer| l.recs.values().any(|r| matches!(r, dirty::Rec::Data(_)));
+                if fd.size > 0 || holds_data(&fd.open) {
+                    return Err(
+                        error::InvalidArg::RecordSizeOfFileWithData { ino, size: fd.size, recordsize: fd.rs }.into()
+                    );
+                }
+                if fd.committed_blocks > 0 || fd.syncing.as_deref().is_some_and(holds_data) {
+                    return Err(EngineError::RecordSizeBusy { ino });
+                }
+                fd.rs = rs;
+                // a write that computed its records with the old size redoes them (write.rs)
+                fd.gen += 1;
+                Ok(())
+            })
+        })?
+        .inspect(|_| inner.note_record_size(rs))
 }
 
 impl Drop for Engine {

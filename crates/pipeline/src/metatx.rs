@@ -17,6 +17,12 @@ pub struct MetaTx<'a> {
     pub(crate) d: Delta,
     /// numbers `alloc_ino` handed out: their first `put_inode` creates an inode
     fresh: Vec<Ino>,
+    /// inodes this transaction created (their record size is set without checks: nothing
+    /// else can have seen them)
+    created: Vec<Ino>,
+    /// the existing file whose record size this transaction changes, and to what: checked
+    /// again, under the file's lock, when the transaction is published (`Engine::meta_write`)
+    pub(crate) rs_change: Option<(Ino, u64)>,
     /// the shared redb snapshot for point reads (snapshot.rs), with the delta generation
     /// it was taken at
     rx: Option<(u64, std::sync::Arc<crate::snapshot::Snapshot>)>,
@@ -34,7 +40,7 @@ fn xattrs(d: &Delta) -> &ByteRows {
 
 impl<'a> MetaTx<'a> {
     pub(crate) fn new(inner: &'a Inner) -> MetaTx<'a> {
-        MetaTx { inner, d: Delta::default(), fresh: Vec::new(), rx: None }
+        MetaTx { inner, d: Delta::default(), fresh: Vec::new(), created: Vec::new(), rs_change: None, rx: None }
     }
 
     /// A redb read transaction that sees every row that has left the delta (nsdelta.rs):
@@ -106,6 +112,7 @@ impl<'a> MetaTx<'a> {
         }
         if let Some(i) = self.fresh.iter().position(|&f| f == attr.ino) {
             self.fresh.swap_remove(i);
+            self.created.push(attr.ino);
             self.d.inode_count += 1;
         }
         self.d.inodes.insert(attr.ino, Some(attr.clone()));
@@ -121,6 +128,7 @@ impl<'a> MetaTx<'a> {
         self.d.symlinks.insert(ino, None);
         self.d.orphans.insert(ino, false);
         self.d.next_cookie.insert(ino, None);
+        self.d.recordsizes.insert(ino, None);
         // xattr rows in the delta: tombstoned now; redb's go at the commit
         let lo = keys::ino_prefix(ino);
         let hi = keys::ino_prefix_end(ino);
@@ -136,7 +144,62 @@ impl<'a> MetaTx<'a> {
         }
         self.d.deleted.push(ino);
         self.d.inode_count -= 1;
-        self.d.rows += 5;
+        self.d.rows += 6;
+        Ok(())
+    }
+
+    /// The record size of file `ino` in bytes (its own, else the pool's), as this
+    /// transaction would leave it.
+    pub fn record_size(&mut self, ino: Ino) -> Result<u64> {
+        match self.d.recordsizes.get(&ino) {
+            Some(Some(b)) => Ok(u64::from(*b)),
+            Some(None) => Ok(self.inner.recordsize),
+            None => match self.inner.dirty.files.get(ino) {
+                Some(f) => Ok(f.lock().rs),
+                None => self.inner.record_size(ino),
+            },
+        }
+    }
+
+    /// Make regular file `ino`'s records `bytes` long (a power of two from 4 KiB to 1 MiB;
+    /// the pool's record size drops its own). A file created by this transaction takes it
+    /// as it is; an existing one only while it is empty (`RecordSizeOfFileWithData`
+    /// otherwise), and once its old records are freed durably (`RecordSizeBusy` until the
+    /// commit that frees them). The record size is stored only when it differs from the
+    /// pool's (`recordsizes` table; the commit of the pool's first row sets
+    /// `INCOMPAT_RECORDSIZES`).
+    pub fn set_record_size(&mut self, ino: Ino, bytes: u64) -> Result<()> {
+        if !crate::options::recordsize_supported(bytes) {
+            return Err(InvalidArg::RecordSizeUnsupported { bytes }.into());
+        }
+        let row = (bytes != self.inner.recordsize).then_some(bytes as u32);
+        if self.created.contains(&ino) {
+            // nothing else has seen the inode: no data, no FileData, no row to drop
+            if row.is_some() {
+                self.d.recordsizes.insert(ino, row);
+                self.d.rows += 1;
+            } else {
+                self.d.recordsizes.remove(&ino);
+            }
+            return Ok(());
+        }
+        let a = self.get_inode(ino)?;
+        if a.kind != FileKind::File {
+            return Err(InvalidArg::RecordSizeNotAFile { ino }.into());
+        }
+        let now = self.record_size(ino)?;
+        if now == bytes {
+            return Ok(());
+        }
+        if a.size > 0 {
+            return Err(InvalidArg::RecordSizeOfFileWithData { ino, size: a.size, recordsize: now }.into());
+        }
+        if self.rs_change.is_some_and(|(i, _)| i != ino) {
+            return Err(InvalidArg::RecordSizeManyFiles.into());
+        }
+        self.rs_change = Some((ino, bytes));
+        self.d.recordsizes.insert(ino, row);
+        self.d.rows += 1;
         Ok(())
     }
 

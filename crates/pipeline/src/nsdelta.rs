@@ -62,6 +62,9 @@ pub struct Delta {
     pub symlinks: FxHashMap<Ino, Option<Vec<u8>>>,
     pub xattrs: ByteRows,
     pub orphans: FxHashMap<Ino, bool>,
+    /// files' own record sizes (`recordsizes`): bytes, or a tombstone for a file that uses
+    /// the pool's again or is deleted
+    pub recordsizes: FxHashMap<Ino, Option<u32>>,
     /// inodes deleted: their extents and xattr rows go at the commit
     pub deleted: Vec<Ino>,
     /// inodes created minus deleted (statfs counts them before the commit)
@@ -85,6 +88,7 @@ impl Delta {
             || added(&self.dirents) > removed(&self.dirents)
             || self.xattrs.values().any(Option::is_some)
             || self.symlinks.values().any(Option::is_some)
+            || self.recordsizes.values().any(Option::is_some)
     }
 
     /// What committing this change may take in the store (meta_space.rs `charge_rows`).
@@ -106,6 +110,7 @@ impl Delta {
         self.symlinks.extend(later.symlinks);
         self.xattrs.extend(later.xattrs);
         self.orphans.extend(later.orphans);
+        self.recordsizes.extend(later.recordsizes);
         self.deleted.extend(later.deleted);
         self.inode_count += later.inode_count;
         self.rows += later.rows;
@@ -174,6 +179,15 @@ impl NsDelta {
         let mut g = self.rows.write();
         g.open.merge(d);
         g.open.rows
+    }
+
+    /// `publish`, if `check` (run while no reader can look at the generations) agrees;
+    /// otherwise nothing is published and its error is returned. Caller holds `meta_lock`.
+    pub fn publish_checked(&self, d: Delta, check: impl FnOnce() -> Result<()>) -> Result<usize> {
+        let mut g = self.rows.write();
+        check()?;
+        g.open.merge(d);
+        Ok(g.open.rows)
     }
 
     /// Caller holds `meta_lock`: `open` becomes `committing` (empty → `None`, nothing to do).
@@ -371,7 +385,16 @@ pub fn resolve_inode(ino: Ino, row: Option<Option<InodeAttr>>, base: Option<Inod
 
 /// Write `d` into the txg commit's transaction `tx`. Space of deleted inodes' extents goes to
 /// `frees`. Inode rows keep the sizes redb holds (the commit's layers set new ones after).
-pub fn apply(tx: &redb::WriteTransaction, d: &Delta, granule: u64, frees: &mut Vec<(u32, u64, u64)>) -> Result<()> {
+/// `recordsizes_on`: the pool has `INCOMPAT_RECORDSIZES` (without it no `recordsizes` row
+/// exists, so tombstones have nothing to remove). Returns whether a `recordsizes` row was
+/// written (the commit then sets the feature).
+pub fn apply(
+    tx: &redb::WriteTransaction,
+    d: &Delta,
+    granule: u64,
+    frees: &mut Vec<(u32, u64, u64)>,
+    recordsizes_on: bool,
+) -> Result<bool> {
     {
         let mut t = tx.open_table(tables::INODES)?;
         for (&ino, row) in &d.inodes {
@@ -440,6 +463,20 @@ pub fn apply(tx: &redb::WriteTransaction, d: &Delta, granule: u64, frees: &mut V
             }
         }
     }
+    let wrote_recordsize = d.recordsizes.values().any(Option::is_some);
+    if wrote_recordsize || (recordsizes_on && !d.recordsizes.is_empty()) {
+        let mut t = tx.open_table(tables::RECORDSIZES)?;
+        for (&ino, v) in &d.recordsizes {
+            match v {
+                Some(bytes) => {
+                    t.insert(ino, *bytes)?;
+                }
+                None => {
+                    t.remove(ino)?;
+                }
+            }
+        }
+    }
     // what deleted inodes leave in tables the delta does not mirror row by row
     let mut x = tx.open_table(tables::XATTRS)?;
     let mut e = tx.open_table(tables::EXTENTS)?;
@@ -461,7 +498,7 @@ pub fn apply(tx: &redb::WriteTransaction, d: &Delta, granule: u64, frees: &mut V
             }
         }
     }
-    Ok(())
+    Ok(wrote_recordsize)
 }
 
 fn remove_prefix(t: &mut redb::Table<&[u8], &[u8]>, lo: &[u8], hi: Option<&[u8]>) -> Result<()> {

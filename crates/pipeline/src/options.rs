@@ -12,9 +12,15 @@ pub const DEFAULT_DEVICE_FILE: &str = "data.0";
 pub const DEFAULT_RECORDSIZE: u32 = 128 * 1024;
 /// Default largest stored size of a file kept inline in the metadata store.
 pub const DEFAULT_MAX_INLINE: u32 = 2048;
-/// Record sizes accepted by mkfs: powers of two in this range.
+/// Record sizes accepted by mkfs and for files: powers of two in this range.
 pub const MIN_RECORDSIZE: u32 = 4096;
 pub const MAX_RECORDSIZE: u32 = 1024 * 1024;
+
+/// Whether `bytes` is a record size the engine supports (a power of two from
+/// [`MIN_RECORDSIZE`] to [`MAX_RECORDSIZE`]).
+pub fn recordsize_supported(bytes: u64) -> bool {
+    bytes.is_power_of_two() && (u64::from(MIN_RECORDSIZE)..=u64::from(MAX_RECORDSIZE)).contains(&bytes)
+}
 /// Default of `OpenOptions::max_delta_rows`: rows of metadata changes held in memory
 /// (nsdelta.rs, ~200 B each) past which the txg driver is asked to commit.
 pub const DEFAULT_MAX_DELTA_ROWS: usize = 256 * 1024;

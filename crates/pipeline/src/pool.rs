@@ -8,8 +8,8 @@ use crate::inner::Inner;
 #[allow(unused_imports)]
 use crate::metadb::MetaDb;
 use crate::options::{
-    MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, MAX_RECORDSIZE, META_FILE,
-    MIN_RECORDSIZE,
+    recordsize_supported, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE,
+    META_FILE,
 };
 use crate::pool_lock::{PoolLock, Refusal};
 use crate::space::{DevSlot, Space};
@@ -51,7 +51,7 @@ fn validate(opts: &MkfsOptions) -> Result<(u32, u32)> {
         }
     }
     let rs = opts.recordsize.unwrap_or(DEFAULT_RECORDSIZE);
-    if !rs.is_power_of_two() || !(MIN_RECORDSIZE..=MAX_RECORDSIZE).contains(&rs) {
+    if !recordsize_supported(u64::from(rs)) {
         return Err(PoolError::RecordSizeUnsupported { recordsize: rs }.into());
     }
     let mi = opts.max_inline.unwrap_or(DEFAULT_MAX_INLINE);
@@ -174,6 +174,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
         tx.open_table(tables::ORPHANS)?;
         tx.open_table(tables::EXTENTS)?;
         tx.open_table(tables::FREE_SPACE)?;
+        tx.open_table(tables::RECORDSIZES)?;
     }
     tx.commit()?;
     drop(db);
@@ -248,6 +249,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         u64::from(sb.sector),
         granule,
         u64::from(sb.recordsize),
+        sb.features.incompat & Features::INCOMPAT_RECORDSIZES != 0,
         u64::from(sb.max_inline),
         space,
         opts.clone(),
@@ -299,8 +301,7 @@ fn open_store(pool: &Path, meta: &Path, read_only: bool, lock: &PoolLock) -> Res
 /// A superblock this build can use: its geometry in range, no unknown incompatible feature.
 fn check_superblock(pool: &Path, sb: &Superblock) -> Result<()> {
     if !(sb.sector == 512 || sb.sector == 4096)
-        || !sb.recordsize.is_power_of_two()
-        || !(MIN_RECORDSIZE..=MAX_RECORDSIZE).contains(&sb.recordsize)
+        || !recordsize_supported(u64::from(sb.recordsize))
         || sb.max_inline > sb.recordsize
         || sb.device_count == 0
     {

@@ -6,15 +6,23 @@ use crate::caches::RecordKey;
 use crate::dirty::{Layer, LayerView};
 use crate::error::{Corruption, EngineError, Internal, PanicSite, Result};
 use crate::inner::Inner;
-use crate::units::{record_start_byte, records_for_size};
+use crate::units::{record_of_byte, record_start_byte, records_for_size, records_of_range};
 use squeezefs_codec::Algorithm;
 use squeezefs_meta::{keys, tables, ExtentPtr, Ino, StoredRecord};
 use std::sync::Arc;
 use xxhash_rust::xxh3::xxh3_64;
 
-/// Records read ahead of a sequential reader (16 × 128 KiB = 2 MiB): two FUSE reads of
-/// 1 MiB, so the next read finds its records decoded while the one after it decodes.
+/// Records read ahead of a sequential reader at the default record size (16 × 128 KiB =
+/// 2 MiB): two FUSE reads of 1 MiB, so the next read finds its records decoded while the one
+/// after it decodes.
 pub const PREFETCH_RECORDS: u64 = 16;
+
+/// Records read ahead in a file of `rs`-byte records: the same 2 MiB, at least two records
+/// (1 MiB records) and at most 64 (small records: a job per record costs more than the
+/// bytes are worth past that).
+pub fn prefetch_records(rs: u64) -> u64 {
+    (PREFETCH_RECORDS * u64::from(crate::options::DEFAULT_RECORDSIZE) / rs.max(1)).clamp(2, 64)
+}
 
 /// Extent pointer of a committed record (cached).
 pub fn extent(inner: &Inner, ino: Ino, idx: u64) -> Result<Option<ExtentPtr>> {
@@ -57,11 +65,11 @@ pub fn extents_of(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Vec<Option<Ex
     Ok(out.into_iter().map(Option::unwrap).collect())
 }
 
-/// Decoded bytes of a committed record; `None` = hole.
-pub fn committed_record(inner: &Inner, ino: Ino, idx: u64) -> Result<Option<Arc<Vec<u8>>>> {
+/// Decoded bytes of committed record `idx` of a file of `rs`-byte records; `None` = hole.
+pub fn committed_record(inner: &Inner, ino: Ino, idx: u64, rs: u64) -> Result<Option<Arc<Vec<u8>>>> {
     match extent(inner, ino, idx)? {
         None => Ok(None),
-        Some(e) => load(inner, ino, idx, &e).map(Some),
+        Some(e) => load(inner, ino, idx, rs, &e).map(Some),
     }
 }
 
@@ -72,8 +80,9 @@ fn record_key(e: &ExtentPtr) -> Option<RecordKey> {
     }
 }
 
-/// Read, verify and decode the record an extent points to.
-pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<u8>>> {
+/// Read, verify and decode the record an extent points to (record `idx` of `ino`, whose
+/// records are `rs` bytes).
+pub fn load(inner: &Inner, ino: Ino, idx: u64, rs: u64, e: &ExtentPtr) -> Result<Arc<Vec<u8>>> {
     let key = record_key(e);
     if let Some(k) = &key {
         if let Some(v) = inner.cache.records.get(k) {
@@ -86,12 +95,19 @@ pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<
             return Ok(v);
         }
     }
-    load_uncached(inner, ino, idx, e, key)
+    load_uncached(inner, ino, idx, rs, e, key)
 }
 
-fn load_uncached(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, key: Option<RecordKey>) -> Result<Arc<Vec<u8>>> {
-    let offset_in_file = record_start_byte(idx, inner.recordsize);
-    if u64::from(e.logical) > inner.recordsize || e.psize() > inner.recordsize {
+fn load_uncached(
+    inner: &Inner,
+    ino: Ino,
+    idx: u64,
+    rs: u64,
+    e: &ExtentPtr,
+    key: Option<RecordKey>,
+) -> Result<Arc<Vec<u8>>> {
+    let offset_in_file = record_start_byte(idx, rs);
+    if u64::from(e.logical) > rs || e.psize() > rs {
         return Err(
             Corruption::ExtentTooLarge { ino, offset: offset_in_file, stored: e.psize(), logical: e.logical }.into()
         );
@@ -181,11 +197,15 @@ enum Source {
 
 pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
     inner.check_open()?;
-    let rs = inner.recordsize;
     let f = inner.dirty.files.get(ino);
-    let size = match &f {
-        Some(f) => f.lock().size,
-        None => inner.inode_record(ino)?.size,
+    // the record size read with the size: a file's record size changes only while it is
+    // empty, and an empty file reads nothing
+    let (size, rs) = match &f {
+        Some(f) => {
+            let fd = f.lock();
+            (fd.size, fd.rs)
+        }
+        None => (inner.inode_record(ino)?.size, inner.record_size(ino)?),
     };
     if off >= size || buf.is_empty() {
         return Ok(0);
@@ -193,8 +213,7 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
     let n = (size - off).min(buf.len() as u64) as usize;
     let buf = &mut buf[..n];
     let end = off + n as u64;
-    let first = off / rs;
-    let last = (end - 1) / rs;
+    let (first, last) = records_of_range(off, end, rs);
     // every record's span of `buf` is written exactly once below (data, or zeros for holes
     // and bytes past a record's end): callers may pass a buffer with stale contents, so a
     // reused reply buffer needs no zeroing pass
@@ -251,7 +270,7 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
             Source::Committed => committed.push(idx),
         }
     }
-    let (records, keys) = fetch_committed(inner, ino, &committed)?;
+    let (records, keys) = fetch_committed(inner, ino, rs, &committed)?;
     // records this read finished (it reached their end)
     let mut finished = Vec::new();
     for ((idx, rec), key) in committed.iter().zip(records).zip(keys) {
@@ -266,7 +285,7 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
             None => buf[bs].fill(0),
         }
     }
-    let sequential = readahead(inner, ino, off, end, size, f.is_none());
+    let sequential = readahead(inner, ino, rs, (off, end), size, f.is_none());
     if sequential {
         // drop-behind: a sequential reader will not come back for these (the kernel's page
         // cache holds what it read), so their buffers go to the next decode rather than
@@ -292,9 +311,9 @@ fn copy_part(dst: &mut [u8], rec: &[u8], rsl: std::ops::Range<usize>) {
 /// Decoded records (`None`: a hole) and their cache keys (`None`: inline or a hole).
 type Fetched = (Vec<Option<Arc<Vec<u8>>>>, Vec<Option<RecordKey>>);
 
-/// Decode several committed records, in parallel on the workers when more than one must be
-/// read from a device.
-fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
+/// Decode several committed records of a file of `rs`-byte records, in parallel on the
+/// workers when more than one must be read from a device.
+fn fetch_committed(inner: &Inner, ino: Ino, rs: u64, idxs: &[u64]) -> Result<Fetched> {
     let exts = extents_of(inner, ino, idxs)?;
     let keys: Vec<Option<RecordKey>> = exts.iter().map(|e| e.as_ref().and_then(record_key)).collect();
     let misses = exts
@@ -305,7 +324,7 @@ fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
         let recs = idxs
             .iter()
             .zip(exts)
-            .map(|(&i, e)| e.map(|e| load_retrying(inner, ino, i, e)).transpose())
+            .map(|(&i, e)| e.map(|e| load_retrying(inner, ino, i, rs, e)).transpose())
             .collect::<Result<_>>()?;
         return Ok((recs, keys));
     }
@@ -323,7 +342,7 @@ fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
         inner.workers.execute(move || {
             let r = me.catch(PanicSite::DecodeJob, || {
                 me.faults.hit(crate::fault::Site::DecodeJob);
-                load_retrying(&me, ino, i, e)
+                load_retrying(&me, ino, i, rs, e)
             });
             let _ = tx.send((pos, r.and_then(|r| r).map(Some)));
         });
@@ -353,13 +372,13 @@ fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
 
 /// A checksum mismatch right after a commit may come from a pointer looked up before the
 /// commit freed and the next txg reused its space: look the pointer up again once.
-fn load_retrying(inner: &Inner, ino: Ino, idx: u64, e: ExtentPtr) -> Result<Arc<Vec<u8>>> {
-    match load(inner, ino, idx, &e) {
+fn load_retrying(inner: &Inner, ino: Ino, idx: u64, rs: u64, e: ExtentPtr) -> Result<Arc<Vec<u8>>> {
+    match load(inner, ino, idx, rs, &e) {
         Err(EngineError::Checksum { .. }) => {
             inner.cache.extents.invalidate(ino, Some(idx));
             match extent(inner, ino, idx)? {
-                Some(e2) if e2 != e => load(inner, ino, idx, &e2),
-                _ => load(inner, ino, idx, &e),
+                Some(e2) if e2 != e => load(inner, ino, idx, rs, &e2),
+                _ => load(inner, ino, idx, rs, &e),
             }
         }
         r => r,
@@ -367,15 +386,14 @@ fn load_retrying(inner: &Inner, ino: Ino, idx: u64, e: ExtentPtr) -> Result<Arc<
 }
 
 /// Sequential readers get the next records decoded in the background; returns whether this
-/// read was sequential.
-fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool) -> bool {
+/// read (of `[off, end)` in a file of `size` bytes and `rs`-byte records) was sequential.
+fn readahead(inner: &Inner, ino: Ino, rs: u64, (off, end): (u64, u64), size: u64, clean: bool) -> bool {
     let sequential = inner.cache.note_read(ino, off, end);
     if !sequential || !clean {
         return sequential;
     }
-    let rs = inner.recordsize;
-    let next = end.div_ceil(rs);
-    let stop = (next + PREFETCH_RECORDS).min(records_for_size(size, rs));
+    let next = records_for_size(end, rs);
+    let stop = (next + prefetch_records(rs)).min(records_for_size(size, rs));
     let me = inner.self_arc();
     let idxs: Vec<u64> = (next..stop).collect();
     let Ok(exts) = extents_of(inner, ino, &idxs) else { return true };
@@ -396,10 +414,10 @@ fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool
             let _claim = PrefetchClaim { inner: &me, key: k };
             // the reader got past this record while the job waited (it decoded the record
             // itself and dropped it behind): decoding it now would only refill the cache
-            let passed = me.cache.read_past(ino, record_start_byte(idx + 1, me.recordsize));
+            let passed = me.cache.read_past(ino, record_start_byte(idx + 1, rs));
             if !passed {
                 // no reader waits for this result; a panic still suspends the pool
-                let _ = me.catch(PanicSite::PrefetchJob, || load_uncached(&me, ino, idx, &e, Some(k)));
+                let _ = me.catch(PanicSite::PrefetchJob, || load_uncached(&me, ino, idx, rs, &e, Some(k)));
             }
         });
     }
@@ -435,10 +453,9 @@ fn has_data(inner: &Inner, ino: Ino, idx: u64, open: Option<&Layer>, syncing: Op
 /// hole. `None` = ENXIO (at or past EOF; for SEEK_DATA also "no data after off").
 pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option<u64>> {
     inner.check_open()?;
-    let rs = inner.recordsize;
     let f = inner.file_ref(ino)?;
     // snapshot the layers (the open layer is copied as a set of indices only)
-    let (size, open, syncing) = {
+    let (size, rs, open, syncing) = {
         let fd = f.lock();
         let open = Layer {
             recs: fd
@@ -459,7 +476,7 @@ pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option
             size: fd.size,
             ..Default::default()
         };
-        (fd.size, open, fd.syncing.clone())
+        (fd.size, fd.rs, open, fd.syncing.clone())
     };
     drop(f);
     inner.dirty.files.retire_if_clean(ino);
@@ -467,7 +484,7 @@ pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option
         return Ok(None);
     }
     let nrec = records_for_size(size, rs);
-    let mut idx = off / rs;
+    let mut idx = record_of_byte(off, rs);
     // candidate indices with data, to jump over long holes
     let next_candidate = |from: u64| -> Result<Option<u64>> {
         let mut best: Option<u64> = None;

@@ -39,6 +39,18 @@ impl ScrubReport {
 
 pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> {
     let rx = inner.db.begin_read()?;
+    // files' own record sizes (a row out of range is fsck's to report; the pool's is used)
+    let mut sizes: HashMap<Ino, u64> = HashMap::new();
+    if let Some(t) = crate::snapshot::open_if_present(&rx, tables::RECORDSIZES)? {
+        for row in t.iter()? {
+            let (k, v) = row?;
+            let bytes = u64::from(v.value());
+            if crate::options::recordsize_supported(bytes) {
+                sizes.insert(k.value(), bytes);
+            }
+        }
+    }
+    let rs_of = |ino: Ino| sizes.get(&ino).copied().unwrap_or(inner.recordsize);
     let t = rx.open_table(tables::EXTENTS)?;
     let mut all: Vec<(Ino, u64, ExtentPtr)> = Vec::new();
     let mut total = 0u64;
@@ -53,7 +65,7 @@ pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> 
                 all.push((ino, idx, e));
             }
             Err(err) => {
-                let offset = record_start_byte(idx, inner.recordsize);
+                let offset = record_start_byte(idx, rs_of(ino));
                 log::error!("scrub: inode {ino} offset {offset}: extent pointer: {err}");
                 report.records += 1;
                 report.damaged.push(Damage {
@@ -78,21 +90,19 @@ pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> 
     for (ino, idx, e) in all {
         report.records += 1;
         report.stored_bytes += e.psize();
-        let offset = record_start_byte(idx, inner.recordsize);
+        let rs = rs_of(ino);
+        let offset = record_start_byte(idx, rs);
         let (device, device_offset, problem) = match &e.stored {
             StoredRecord::Inline(v) => (None, None, check(v, e.hash)),
             StoredRecord::Device(d) => {
                 let p = match inner.space.devs().get(d.dev as usize) {
                     None => Some(format!("points to device {} of {}", d.dev, inner.space.devs().len())),
                     // a corrupt size is not allocated: no record stores more than it holds
-                    Some(_) if e.psize() > inner.recordsize || u64::from(e.logical) > inner.recordsize => {
-                        Some(format!(
-                            "stored size {} / logical size {} exceed the record size {}",
-                            e.psize(),
-                            e.logical,
-                            inner.recordsize
-                        ))
-                    }
+                    Some(_) if e.psize() > rs || u64::from(e.logical) > rs => Some(format!(
+                        "stored size {} / logical size {} exceed the record size {rs}",
+                        e.psize(),
+                        e.logical,
+                    )),
                     Some(dev) => {
                         let mut buf = vec![0u8; d.psize as usize];
                         match dev.dev.read_at(&mut buf, d.offset) {

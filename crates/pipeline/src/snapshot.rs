@@ -44,6 +44,8 @@ pub struct Snapshot {
     pub dirents: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
     pub xattrs: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
     pub symlinks: redb::ReadOnlyTable<u64, &'static [u8]>,
+    /// files' own record sizes; `None` in a pool made before the table existed
+    pub recordsizes: Option<redb::ReadOnlyTable<u64, u32>>,
     /// for the other tables (range reads of listings)
     pub rx: redb::ReadTransaction,
 }
@@ -56,6 +58,7 @@ impl Snapshot {
             dirents: rx.open_table(tables::DIRENTS)?,
             xattrs: rx.open_table(tables::XATTRS)?,
             symlinks: rx.open_table(tables::SYMLINKS)?,
+            recordsizes: open_if_present(&rx, tables::RECORDSIZES)?,
             rx,
         })
     }
@@ -71,6 +74,18 @@ impl Snapshot {
             n if n == tables::XATTRS.name() => Some(&self.xattrs),
             _ => None,
         }
+    }
+}
+
+/// `def` in `rx`, or `None` when the store has no such table (made before it existed).
+pub fn open_if_present<K: redb::Key + 'static, V: redb::Value + 'static>(
+    rx: &redb::ReadTransaction,
+    def: redb::TableDefinition<K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>> {
+    match rx.open_table(def) {
+        Ok(t) => Ok(Some(t)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 

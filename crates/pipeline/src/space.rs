@@ -79,7 +79,10 @@ pub struct Space {
     pool_dir: PathBuf,
     sector: u64,
     granule: u64,
-    recordsize: u64,
+    /// the largest record size a dirty file held since open (the pool's at first): a record
+    /// never spans two free ranges, so each range keeps back one such record
+    /// (`placeable_bytes`)
+    largest_rs: AtomicU64,
     /// per device: its room as the last `device_views` saw it, for readers that must not
     /// take the live image's lock (the auto controller's inputs, levels.rs)
     room_hint: Arc<[AtomicU64]>,
@@ -110,8 +113,13 @@ impl Space {
             pool_dir,
             sector,
             granule,
-            recordsize,
+            largest_rs: AtomicU64::new(recordsize),
         }
+    }
+
+    /// A file with records of `rs` bytes takes data (inner.rs `note_record_size`).
+    pub fn note_record_size(&self, rs: u64) {
+        self.largest_rs.fetch_max(rs, Ordering::Relaxed);
     }
 
     pub fn devs(&self) -> &[DevSlot] {
@@ -176,15 +184,16 @@ impl Space {
     }
 
     /// Bytes new data is sure to find room in (write admission, statfs' free and available):
-    /// on a fixed device what records of up to `recordsize` are sure to get in its free
-    /// pieces (`DevSpace::placeable_bytes`); for growable devices the host filesystem's free
+    /// on a fixed device what records of up to the largest record size in use are sure to
+    /// get in its free pieces (`DevSpace::placeable_bytes`); for growable devices the host
+    /// filesystem's free
     /// space only, since their freed ranges were punched back to the host and reusing them
     /// takes host space again (records that find no free range go past the end). With
     /// `keep_back` (admission), what metadata commits need stays free on a filesystem that
     /// holds both the metadata store and a growable device (meta_space.rs); without it
     /// (statfs' free figure), `df`'s Used stays the live data.
     pub fn placeable_bytes(&self, keep_back: Option<&MetaSpace>) -> u64 {
-        let record = crate::units::sector_bytes(self.recordsize, self.sector);
+        let record = crate::units::sector_bytes(self.largest_rs.load(Ordering::Relaxed), self.sector);
         let live = self.live.lock();
         let mut total = 0u64;
         let mut any_growable = false;

@@ -2,7 +2,7 @@
 //! [`STAGES`] (each stage a method of [`TxgSync`], the txg's state while it syncs):
 //!
 //! 1. `cut` — list the data records of every frozen layer (records are already cut to
-//!    `recordsize` by the dirty cache; the last one is short).
+//!    their file's record size by the dirty cache; the last one is short).
 //! 2. `compress` — queue every record's compression on the workers (compress.rs): zero
 //!    test, heuristic, compression with early abort, xxh3 of the stored bytes; results
 //!    stream back as they finish. Records compressed early are not compressed again:
@@ -420,7 +420,7 @@ impl TxgSync<'_> {
         };
         let stored_len = payload.bytes().len() as u64;
         let extent = |stored| ExtentPtr { logical, alg, level, hash, birth: txg, stored };
-        if idx == 0 && layer.size <= inner.recordsize && stored_len <= inner.max_inline {
+        if idx == 0 && layer.size <= layer.rs && stored_len <= inner.max_inline {
             return Ok(Outcome::Extent(extent(StoredRecord::Inline(payload.bytes().to_vec()))));
         }
         if let Some(p) = rec.and_then(|d| d.packed_rec()).filter(|_| was_packed) {

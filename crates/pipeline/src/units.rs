@@ -21,6 +21,32 @@ pub fn records_for_size(size: u64, recordsize: u64) -> u64 {
     size.div_ceil(recordsize)
 }
 
+/// Byte `offset`'s position inside its record (bytes from the record's start).
+pub fn byte_in_record(offset: u64, recordsize: u64) -> u64 {
+    offset % recordsize
+}
+
+/// Records touched by the byte range `[off, end)` (`end > off`): the first and the last
+/// record index, both included.
+pub fn records_of_range(off: u64, end: u64, recordsize: u64) -> (u64, u64) {
+    (record_of_byte(off, recordsize), record_of_byte(end - 1, recordsize))
+}
+
+/// Records lying wholly inside the byte range `[off, end)`: indices `first..past` (empty
+/// when `first >= past`).
+pub fn whole_records_within(off: u64, end: u64, recordsize: u64) -> (u64, u64) {
+    (off.div_ceil(recordsize), end / recordsize)
+}
+
+/// Bytes from `offset` up to the start of the next record (0 when `offset` is a record
+/// boundary).
+pub fn bytes_to_record_end(offset: u64, recordsize: u64) -> u64 {
+    match byte_in_record(offset, recordsize) {
+        0 => 0,
+        r => recordsize - r,
+    }
+}
+
 /// Logical length of record `idx` in a file of `size` bytes (the last record is short;
 /// records past the end have length 0).
 pub fn record_len_in_file(idx: u64, size: u64, recordsize: u64) -> u64 {
@@ -62,17 +88,54 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Every record size the engine supports (4 KiB … 1 MiB), as the strategies' `shift`.
+    const SHIFTS: std::ops::Range<u32> = 12..21;
+
+    #[test]
+    fn shifts_cover_exactly_the_supported_record_sizes() {
+        let from_shifts: Vec<u64> = SHIFTS.map(|s| 1u64 << s).collect();
+        let supported: Vec<u64> =
+            (0..64).map(|s| 1u64 << s).filter(|&b| crate::options::recordsize_supported(b)).collect();
+        assert_eq!(from_shifts, supported);
+    }
+
     proptest! {
         #[test]
-        fn byte_lies_inside_its_record(off in 0u64..MAX_FILE_SIZE, shift in 12u32..21) {
+        fn byte_lies_inside_its_record(off in 0u64..MAX_FILE_SIZE, shift in SHIFTS) {
             let rs = 1u64 << shift;
             let idx = record_of_byte(off, rs);
             let start = record_start_byte(idx, rs);
             prop_assert!(start <= off && off < start + rs);
+            prop_assert_eq!(start + byte_in_record(off, rs), off);
+            let to_end = bytes_to_record_end(off, rs);
+            prop_assert!(to_end < rs);
+            prop_assert!((off + to_end).is_multiple_of(rs));
+            prop_assert_eq!(to_end == 0, byte_in_record(off, rs) == 0);
         }
 
         #[test]
-        fn record_lengths_sum_to_size(size in 0u64..(1u64 << 40), shift in 12u32..21) {
+        fn a_range_touches_the_records_of_its_first_and_last_byte(
+            off in 0u64..(1u64 << 50), len in 1u64..(1u64 << 24), shift in SHIFTS,
+        ) {
+            let rs = 1u64 << shift;
+            let end = off + len;
+            let (first, last) = records_of_range(off, end, rs);
+            prop_assert!(first <= last);
+            prop_assert!(record_start_byte(first, rs) <= off && off < record_start_byte(first + 1, rs));
+            prop_assert!(record_start_byte(last, rs) < end && end <= record_start_byte(last + 1, rs));
+            let (lo, past) = whole_records_within(off, end, rs);
+            // the whole records are the touched ones less a partly covered first or last
+            prop_assert_eq!(lo, if byte_in_record(off, rs) == 0 { first } else { first + 1 });
+            prop_assert_eq!(past, if byte_in_record(end, rs) == 0 { last + 1 } else { last });
+            for idx in [lo, past.saturating_sub(1)] {
+                if lo < past {
+                    prop_assert!(off <= record_start_byte(idx, rs) && record_start_byte(idx + 1, rs) <= end);
+                }
+            }
+        }
+
+        #[test]
+        fn record_lengths_sum_to_size(size in 0u64..(1u64 << 40), shift in SHIFTS) {
             let rs = 1u64 << shift;
             let n = records_for_size(size, rs);
             if n > 0 {
@@ -87,6 +150,30 @@ mod tests {
         fn sector_bytes_is_smallest_multiple(b in 0u64..(1u64 << 50), s in prop::sample::select(vec![512u64, 4096])) {
             let r = sector_bytes(b, s);
             prop_assert!(r >= b && r.is_multiple_of(s) && r < b + s);
+        }
+    }
+
+    /// Every supported record size, every offset within two bytes of its first record
+    /// boundaries and of a boundary near the largest file size.
+    #[test]
+    fn record_boundaries_of_every_record_size() {
+        for rs in SHIFTS.map(|s| 1u64 << s) {
+            let near_top = record_start_byte(record_of_byte(MAX_FILE_SIZE, rs), rs);
+            let bases = (0..4).map(|k| k * rs).chain([near_top - rs, near_top]);
+            for base in bases {
+                for off in base.saturating_sub(2)..base + 3 {
+                    let idx = record_of_byte(off, rs);
+                    assert_eq!(idx, off / rs);
+                    assert_eq!(byte_in_record(off, rs), off - record_start_byte(idx, rs));
+                    assert_eq!(records_for_size(off, rs), off.div_ceil(rs));
+                    assert_eq!(bytes_to_record_end(off, rs), records_for_size(off, rs) * rs - off);
+                    if off > 0 {
+                        let last = record_len_in_file(records_for_size(off, rs) - 1, off, rs);
+                        assert_eq!(last, off - record_start_byte(records_for_size(off, rs) - 1, rs));
+                        assert!(last >= 1 && last <= rs);
+                    }
+                }
+            }
         }
     }
 

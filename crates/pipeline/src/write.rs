@@ -13,7 +13,10 @@ use crate::inner::Inner;
 use crate::meta_space::{self, Decision};
 use crate::policy::Stated;
 use crate::read;
-use crate::units::{checked_end, record_len_in_file, record_start_byte, records_for_size, MAX_FILE_SIZE};
+use crate::units::{
+    byte_in_record, bytes_to_record_end, checked_end, record_len_in_file, record_of_byte, record_start_byte,
+    records_for_size, records_of_range, whole_records_within, MAX_FILE_SIZE,
+};
 use squeezefs_meta::{keys, tables, Ino};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -26,12 +29,12 @@ use std::sync::Arc;
 /// `syncing.view` answers first. (Every file a `tar xf` creates starts with one of these
 /// lookups, for nothing.)
 fn lower_record(inner: &Inner, ino: Ino, f: &FileRef, idx: u64) -> Result<Option<Vec<u8>>> {
-    let (syncing, nothing_committed) = {
+    let (syncing, nothing_committed, rs) = {
         let fd = f.lock();
         if fd.open.trunc_floor.is_some_and(|fl| idx >= fl) {
             return Ok(None);
         }
-        (fd.syncing.clone(), fd.committed_blocks == 0)
+        (fd.syncing.clone(), fd.committed_blocks == 0, fd.rs)
     };
     if let Some(s) = syncing {
         match s.view(idx) {
@@ -44,7 +47,7 @@ fn lower_record(inner: &Inner, ino: Ino, f: &FileRef, idx: u64) -> Result<Option
     if nothing_committed {
         return Ok(None);
     }
-    match read::committed_record(inner, ino, idx)? {
+    match read::committed_record(inner, ino, idx, rs)? {
         Some(r) => Ok(Some(r.to_vec())),
         None => Ok(None),
     }
@@ -70,7 +73,8 @@ struct Change<'a> {
 
 impl<'a> Change<'a> {
     fn new(off: u64, end: u64, rs: u64, fill: Fill<'a>) -> Change<'a> {
-        Change { off, end, rs, first: off / rs, last: (end - 1) / rs, fill }
+        let (first, last) = records_of_range(off, end, rs);
+        Change { off, end, rs, first, last, fill }
     }
 
     /// The change covers record `idx` whole (its old bytes are not needed).
@@ -124,6 +128,14 @@ fn load_below(inner: &Inner, ino: Ino, f: &FileRef, ch: &Change<'_>, charged: Op
     Ok(Some(Loads { gen, records }))
 }
 
+/// Whole records a writer compressed itself (caller-runs), by record index, and the record
+/// size they were cut at.
+#[derive(Default)]
+struct CallerRecords {
+    rs: u64,
+    records: BTreeMap<u64, CallerResult>,
+}
+
 /// What applying a change did: the open layer's buffers grew and shrank by these bytes;
 /// records it filled go to early compression; records the caller compressed went in packed.
 #[derive(Default)]
@@ -154,21 +166,28 @@ fn apply(
     off: u64,
     end: u64,
     fill: Fill<'_>,
-    mut packed: BTreeMap<u64, CallerResult>,
+    mut packed: CallerRecords,
     charged: Option<u64>,
 ) -> Result<()> {
-    let ch = Change::new(off, end, inner.recordsize, fill);
     let mut f = inner.file_ref(ino)?;
+    let mut ch = Change::new(off, end, f.lock().rs, fill);
     let mut loads = load_below(inner, ino, &f, &ch, charged)?;
     let mut fd = f.lock();
-    // a truncation, punch or freeze since the loads (the file's `gen` moved), or the file's
-    // retirement, makes them stale: look the file up and load again
+    // a truncation, punch, freeze or record size change since the loads (the file's `gen`
+    // moved), or the file's retirement, makes them stale: look the file up and load again
     while fd.retired || loads.as_ref().is_none_or(|l| l.gen != fd.gen) {
         drop(fd);
         f = inner.file_ref(ino)?;
+        ch = Change::new(off, end, f.lock().rs, fill);
         loads = load_below(inner, ino, &f, &ch, charged)?;
         fd = f.lock();
     }
+    // the loads were made at this generation, so `ch` has the file's record size; records
+    // the caller compressed at another size (it changed meanwhile) go in as plain bytes
+    if packed.rs != ch.rs {
+        packed.records.clear();
+    }
+    let mut packed = packed.records;
     let mut loaded = loads.map(|l| l.records).unwrap_or_default();
     decode_packed_in_part(inner, &mut fd.open, &ch, &packed)?;
     if let Fill::Data(_, Stated::Is(p)) = ch.fill {
@@ -200,9 +219,10 @@ fn apply(
     }
     drop(fd);
     if !applied.early.is_empty() {
+        let rs = ch.rs;
         let me = inner.self_arc();
         for (s, home) in applied.early {
-            early::queue_background(&me, s, home);
+            early::queue_background(&me, s, home, rs);
         }
     }
     Ok(())
@@ -266,8 +286,13 @@ fn fill_record(
         std::collections::btree_map::Entry::Vacant(_) if below.is_none() && zeros => return Ok(()),
         std::collections::btree_map::Entry::Vacant(v) => {
             // a write filling most of a fresh record gets a pooled full buffer
-            let base =
-                below.unwrap_or_else(|| if (b - a) as u64 * 2 >= ch.rs { inner.dirty.bufs.take() } else { Vec::new() });
+            let base = below.unwrap_or_else(|| {
+                if (b - a) as u64 * 2 >= ch.rs {
+                    inner.dirty.bufs.take(ch.rs as usize)
+                } else {
+                    Vec::new()
+                }
+            });
             applied.grown += base.len() as u64;
             v.insert(Rec::Data(DataRec::new(base)))
         }
@@ -335,22 +360,22 @@ fn copy_into(buf: &mut Vec<u8>, a: usize, src: &[u8]) -> usize {
 /// Returns the zeros added.
 fn pad_touched(inner: &Inner, fd: &mut crate::dirty::FileData, ch: &Change<'_>) -> Result<u64> {
     let new_size = fd.size.max(ch.end);
-    let old_last = (ch.end > fd.size && fd.size > 0).then(|| (fd.size - 1) / ch.rs);
+    let old_last = (ch.end > fd.size && fd.size > 0).then(|| record_of_byte(fd.size - 1, ch.rs));
     let mut touched = vec![ch.first, ch.last];
     touched.extend(old_last);
     touched.dedup();
     let mut grown = 0;
     for idx in touched {
-        grown += pad_to_logical(inner, &mut fd.open, idx, new_size)?;
+        grown += pad_to_logical(inner, &mut fd.open, idx, new_size, ch.rs)?;
     }
     Ok(grown)
 }
 
 /// Zeros appended to open record `idx` up to its logical length in a file of `size` bytes
-/// (what the quiesce would append, txg.rs `normalize`); returns how many. Records held
-/// packed are whole records and never short.
-fn pad_to_logical(inner: &Inner, layer: &mut crate::dirty::Layer, idx: u64, size: u64) -> Result<u64> {
-    let want = record_len_in_file(idx, size, inner.recordsize) as usize;
+/// with records of `rs` bytes (what the quiesce would append, txg.rs `normalize`); returns
+/// how many. Records held packed are whole records and never short.
+fn pad_to_logical(inner: &Inner, layer: &mut crate::dirty::Layer, idx: u64, size: u64, rs: u64) -> Result<u64> {
+    let want = record_len_in_file(idx, size, rs) as usize;
     match layer.recs.get_mut(&idx) {
         Some(Rec::Data(d)) if d.packed_rec().is_none() && d.len() < want => {
             let buf = d.buf_mut(inner.workspaces())?;
@@ -369,12 +394,12 @@ fn pad_to_logical(inner: &Inner, layer: &mut crate::dirty::Layer, idx: u64, size
 /// the write leaves a gap after it (`pad_to_logical`). Charged at admission on top of the
 /// data itself.
 fn padding_bound(off: u64, end: u64, size: u64, rs: u64, first_len: Option<u64>) -> u64 {
-    let mut pad = (off % rs).saturating_sub(first_len.unwrap_or(0));
-    if !end.is_multiple_of(rs) && end < size {
-        pad += rs - end % rs;
+    let mut pad = byte_in_record(off, rs).saturating_sub(first_len.unwrap_or(0));
+    if end < size {
+        pad += bytes_to_record_end(end, rs);
     }
-    if off > size && !size.is_multiple_of(rs) && off / rs > size / rs {
-        pad += rs - size % rs;
+    if off > size && record_of_byte(off, rs) > record_of_byte(size, rs) {
+        pad += bytes_to_record_end(size, rs);
     }
     pad
 }
@@ -389,14 +414,14 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> 
     inner.throttle.delay(&inner.acct, &inner.txg)?;
     // the file now; a change meanwhile by another writer of the same file changes the
     // padding by at most a record, which the per-range record `placeable_bytes` keeps back
-    let pad = {
+    let (pad, rs) = {
         let f = inner.file_ref(ino)?;
         let fd = f.lock();
-        let first_len = match fd.open.recs.get(&(off / inner.recordsize)) {
+        let first_len = match fd.open.recs.get(&record_of_byte(off, fd.rs)) {
             Some(Rec::Data(d)) => Some(d.len() as u64),
             _ => None,
         };
-        padding_bound(off, end, fd.size, inner.recordsize, first_len)
+        (padding_bound(off, end, fd.size, fd.rs, first_len), fd.rs)
     };
     let len = (data.len() as u64).saturating_add(pad);
     if meta_decision(inner, len) == Decision::CommitFirst {
@@ -404,20 +429,20 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> 
         inner.txg.sync_and_wait(&inner.dirty)?;
     }
     reserve(inner, len)?;
-    let packed = caller_runs(inner, ino, off, data, stated)?;
-    early::wait_backlog(inner, stated_tree(inner, ino, stated)?);
+    let packed = caller_runs(inner, ino, off, data, stated, rs)?;
+    early::wait_backlog(inner, stated_tree(inner, ino, stated)?, rs);
     apply(inner, ino, off, end, Fill::Data(data, stated), packed, Some(data.len() as u64))?;
     inner.throttle.maybe_kick(&inner.acct, &inner.txg);
     Ok(())
 }
 
 /// Caller-runs (early.rs): while the compress queue is long, the whole records `data`
-/// covers are compressed here, from `data` itself, and go into the open layer packed.
-fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> Result<BTreeMap<u64, CallerResult>> {
-    let mut out = BTreeMap::new();
-    let rs = inner.recordsize;
-    let (first, end) = (off.div_ceil(rs), (off + data.len() as u64) / rs);
-    if first >= end || !early::caller_should_run(inner) {
+/// covers are compressed here, from `data` itself, and go into the open layer packed. `rs`
+/// is the file's record size as the writer saw it (`apply` drops the results if it changed).
+fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated, rs: u64) -> Result<CallerRecords> {
+    let mut out = CallerRecords { rs, records: BTreeMap::new() };
+    let (first, end) = whole_records_within(off, off + data.len() as u64, rs);
+    if first >= end || !early::caller_should_run(inner, rs) {
         return Ok(out);
     }
     let (streak, own) = {
@@ -437,11 +462,11 @@ fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -
         return Ok(out);
     }
     for idx in first..end {
-        if !early::caller_should_run(inner) {
+        if !early::caller_should_run(inner, rs) {
             break;
         }
         let at = (record_start_byte(idx, rs) - off) as usize;
-        out.insert(idx, early::compress_in_caller(inner, ino, &data[at..at + rs as usize], policy, &streak));
+        out.records.insert(idx, early::compress_in_caller(inner, ino, &data[at..at + rs as usize], policy, &streak));
     }
     Ok(out)
 }
@@ -546,8 +571,7 @@ pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
 /// Grow the file to `size` (done under the file lock), or, when it shrinks, load the
 /// record the new size cuts in part from below (outside the file lock) and admit its copy.
 fn grow_or_load(inner: &Inner, ino: Ino, f: &FileRef, size: u64) -> Result<Resize> {
-    let rs = inner.recordsize;
-    let gen = {
+    let (gen, rs) = {
         let mut fd = f.lock();
         if fd.retired {
             return Ok(Resize::Retired);
@@ -558,7 +582,7 @@ fn grow_or_load(inner: &Inner, ino: Ino, f: &FileRef, size: u64) -> Result<Resiz
             }
             return Ok(Resize::Grown);
         }
-        fd.gen
+        (fd.gen, fd.rs)
     };
     let loaded = match partial_record(size, rs) {
         Some(p) if !f.lock().open.recs.contains_key(&p) => lower_record(inner, ino, f, p)?,
@@ -573,22 +597,22 @@ fn grow_or_load(inner: &Inner, ino: Ino, f: &FileRef, size: u64) -> Result<Resiz
 
 /// The record a file of `size` bytes ends inside (`None`: it ends on a record boundary).
 fn partial_record(size: u64, rs: u64) -> Option<u64> {
-    (!size.is_multiple_of(rs)).then_some(size / rs)
+    (byte_in_record(size, rs) != 0).then(|| record_of_byte(size, rs))
 }
 
 /// Grow the file to `size`: the old last record is a whole record (or longer) now, padded
 /// at once and charged, like a write's (`pad_to_logical`).
 fn grow(inner: &Inner, ino: Ino, fd: &mut crate::dirty::FileData, size: u64) -> Result<()> {
-    let rs = inner.recordsize;
+    let rs = fd.rs;
     if fd.size > 0 {
-        let idx = (fd.size - 1) / rs;
+        let idx = record_of_byte(fd.size - 1, rs);
         let want = record_len_in_file(idx, size, rs);
         if let Some(Rec::Data(d)) = fd.open.recs.get(&idx) {
             if d.packed_rec().is_none() && (d.len() as u64) < want {
                 reserve(inner, want - d.len() as u64)?;
             }
         }
-        let grown = pad_to_logical(inner, &mut fd.open, idx, size)?;
+        let grown = pad_to_logical(inner, &mut fd.open, idx, size, rs)?;
         inner.acct.resize_layer(&mut fd.open.bytes, grown, 0);
     }
     fd.size = size;
@@ -601,7 +625,7 @@ fn grow(inner: &Inner, ino: Ino, fd: &mut crate::dirty::FileData, size: u64) -> 
 /// below), the record it ends inside is cut (`loaded`: that record from below, when the open
 /// layer does not hold it).
 fn shrink(inner: &Inner, ino: Ino, fd: &mut crate::dirty::FileData, size: u64, loaded: Option<Vec<u8>>) -> Result<()> {
-    let rs = inner.recordsize;
+    let rs = fd.rs;
     let partial = partial_record(size, rs);
     // the record cut in part is decoded first if held packed (see `apply`)
     if let Some(Rec::Data(d)) = partial.and_then(|p| fd.open.recs.get_mut(&p)) {
@@ -646,17 +670,20 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
         return Ok(());
     }
     let end = checked_end(off, len).unwrap_or(MAX_FILE_SIZE);
-    let rs = inner.recordsize;
     let f = inner.file_ref(ino)?;
-    let size = f.lock().size;
+    // a file's record size changes only while it is empty, and then this returns below
+    let (size, rs) = {
+        let fd = f.lock();
+        (fd.size, fd.rs)
+    };
     let end = end.min(size);
     if off >= end {
         return Ok(());
     }
     // whole records: from the first record starting at or after `off` up to the last one
     // ending at or before `end` (the short last record counts when `end` is the size)
-    let full_lo = off.div_ceil(rs);
-    let full_hi = if end >= size { records_for_size(size, rs) } else { end / rs };
+    let (full_lo, whole_past) = whole_records_within(off, end, rs);
+    let full_hi = if end >= size { records_for_size(size, rs) } else { whole_past };
     // edges: zero inside records that are only partly covered
     let lo_edge_end = record_start_byte(full_lo, rs).min(end);
     let hi_edge_start = record_start_byte(full_hi, rs).max(off);
@@ -664,10 +691,10 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
     // nothing: each edge record not in the open txg yet may be copied whole (`apply`)
     let mut edges: Vec<u64> = Vec::new();
     if off < lo_edge_end {
-        edges.push(off / rs);
+        edges.push(record_of_byte(off, rs));
     }
     if full_hi >= full_lo && hi_edge_start < end {
-        edges.push(hi_edge_start / rs);
+        edges.push(record_of_byte(hi_edge_start, rs));
     }
     edges.dedup();
     let uncopied = {
@@ -678,10 +705,10 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
         reserve(inner, uncopied * rs)?;
     }
     if off < lo_edge_end {
-        apply(inner, ino, off, lo_edge_end, Fill::Zeros, BTreeMap::new(), None)?;
+        apply(inner, ino, off, lo_edge_end, Fill::Zeros, CallerRecords::default(), None)?;
     }
     if full_hi >= full_lo && hi_edge_start < end {
-        apply(inner, ino, hi_edge_start, end, Fill::Zeros, BTreeMap::new(), None)?;
+        apply(inner, ino, hi_edge_start, end, Fill::Zeros, CallerRecords::default(), None)?;
     }
     if full_hi > full_lo {
         loop {
