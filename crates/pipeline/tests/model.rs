@@ -1,5 +1,6 @@
 //! Random operation sequences against an in-memory model: every read matches the model,
-//! across syncs, reopens and compression changes; fsck is clean at the end.
+//! across syncs, reopens, compression changes and files of several record sizes (each file
+//! its own, changed when it is emptied); fsck is clean at the end.
 mod common;
 use common::*;
 use proptest::prelude::*;
@@ -14,6 +15,14 @@ enum Op {
     Sync,
     Reopen,
     Compress(bool),
+    /// empty the file and give it records of this many bytes
+    Resize { f: usize, rs: u64 },
+}
+
+/// Record sizes the files get: the pool's (4 KiB) and larger ones, up to more than the
+/// operations' range, so files of one record and files of many mix.
+fn record_size() -> impl Strategy<Value = u64> {
+    prop::sample::select(vec![4096u64, 8192, 16384, 65536, 131072])
 }
 
 const MAXOFF: u64 = 70_000;
@@ -28,6 +37,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Sync),
         1 => Just(Op::Reopen),
         1 => any::<bool>().prop_map(Op::Compress),
+        1 => (0..2usize, record_size()).prop_map(|(f, rs)| Op::Resize { f, rs }),
     ]
 }
 
@@ -40,7 +50,7 @@ fn check_read(e: &Engine, ino: Ino, model: &[u8], off: u64, len: usize) {
     assert!(buf[..n] == *want, "content at {off}+{len}");
 }
 
-fn run(ops: Vec<Op>) {
+fn run(sizes: [u64; 2], ops: Vec<Op>) {
     let d = tempfile::tempdir().unwrap();
     let pool = d.path().join("pool");
     // small records and inline limit: many records per file, every code path exercised
@@ -48,6 +58,10 @@ fn run(ops: Vec<Op>) {
     let opts = OpenOptions { txg_timeout: std::time::Duration::from_millis(50), ..Default::default() };
     let mut e = Engine::open(&pool, &opts).unwrap();
     let files = [create(&e, "a"), create(&e, "b")];
+    for (f, rs) in files.iter().zip(sizes) {
+        e.meta_write(|tx| tx.set_record_size(*f, rs)).unwrap();
+    }
+    let mut sizes = sizes;
     let mut model: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
     let mut compress = false;
     for op in ops {
@@ -90,6 +104,24 @@ fn run(ops: Vec<Op>) {
                 compress = on;
                 e.set_compression(if on { "zstd:1".parse().unwrap() } else { squeezefs_codec::Spec::Off }, false);
             }
+            Op::Resize { f, rs } => {
+                e.set_size(files[f], 0).unwrap();
+                model[f].clear();
+                let set = || e.meta_write(|tx| tx.set_record_size(files[f], rs));
+                match set() {
+                    Ok(()) => {}
+                    // the emptying is not durable yet: records of the old size still exist
+                    Err(EngineError::RecordSizeBusy { .. }) => {
+                        e.sync().unwrap();
+                        set().unwrap();
+                    }
+                    Err(other) => panic!("{other}"),
+                }
+                sizes[f] = rs;
+            }
+        }
+        for f in 0..2 {
+            assert_eq!(u64::from(e.record_size(files[f]).unwrap()), sizes[f]);
         }
         for f in 0..2 {
             assert_eq!(e.getattr(files[f]).unwrap().size, model[f].len() as u64);
@@ -104,14 +136,20 @@ fn run(ops: Vec<Op>) {
     for f in 0..2 {
         assert_eq!(read_all(&e, files[f]), model[f]);
         assert_eq!(e.committed_attr(files[f]).unwrap().size, model[f].len() as u64);
+        for (off, x) in e.extents(files[f]).unwrap() {
+            assert!(off % sizes[f] == 0 && u64::from(x.logical) <= sizes[f], "{off}+{} in {}", x.logical, sizes[f]);
+        }
     }
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
     #[test]
-    fn random_ops_match_the_model(ops in proptest::collection::vec(op(), 1..40)) {
-        run(ops);
+    fn random_ops_match_the_model(
+        sizes in (record_size(), record_size()),
+        ops in proptest::collection::vec(op(), 1..40),
+    ) {
+        run([sizes.0, sizes.1], ops);
     }
 }
 
