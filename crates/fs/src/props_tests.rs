@@ -349,3 +349,126 @@ fn an_inode_reached_without_a_known_parent_inherits_from_the_root() {
     fs.lookup(&root(), d, b"f").unwrap();
     assert_eq!(eff(&fs, f, Prop::Compression), ("zstd:8".into(), Source::Inherited(d)));
 }
+
+/// The record size of `ino`'s records, and what `prop get` shows for it.
+fn records(fs: &Fs, ino: Ino) -> u32 {
+    fs.engine().record_size(ino).unwrap()
+}
+
+#[test]
+fn files_take_the_record_size_of_their_directory_when_created_and_keep_it() {
+    let (_d, fs) = new_fs();
+    let big = mkdir(&fs, ROOT_INO, "big");
+    let small = mkdir(&fs, big, "small");
+    set(&fs, big, Prop::Recordsize, "1M").unwrap();
+    set(&fs, small, Prop::Recordsize, "16K").unwrap();
+    let a = create(&fs, big, "a");
+    let b = create(&fs, small, "b");
+    let c = create(&fs, ROOT_INO, "c");
+    assert_eq!((records(&fs, a), records(&fs, b), records(&fs, c)), (1 << 20, 16 << 10, 128 << 10));
+    assert_eq!(eff(&fs, a, Prop::Recordsize), ("1M".into(), Source::Inherited(big)));
+    assert_eq!(eff(&fs, b, Prop::Recordsize), ("16K".into(), Source::Inherited(small)));
+    assert_eq!(eff(&fs, c, Prop::Recordsize), ("128K".into(), Source::Default));
+    let data = text(3 << 20);
+    for f in [a, b, c] {
+        write(&fs, f, &data);
+    }
+    fs.sync().unwrap();
+    for (f, rs) in [(a, 1u64 << 20), (b, 16 << 10), (c, 128 << 10)] {
+        let ext = fs.engine().extents(f).unwrap();
+        assert_eq!(ext.len() as u64, (3u64 << 20).div_ceil(rs), "inode {f}");
+        assert!(ext.iter().all(|(off, x)| off % rs == 0 && u64::from(x.logical) == rs));
+        assert_eq!(fs.read(f, 0, 3 << 20).unwrap(), data);
+    }
+    // the directory changes: new files get the new size, the old ones keep theirs, shown as
+    // fixed (what the directory gives now differs)
+    set(&fs, big, Prop::Recordsize, "64K").unwrap();
+    let a2 = create(&fs, big, "a2");
+    assert_eq!(records(&fs, a2), 64 << 10);
+    assert_eq!(records(&fs, a), 1 << 20);
+    assert_eq!(eff(&fs, a, Prop::Recordsize), ("1M".into(), Source::Fixed));
+    assert_eq!(eff(&fs, a2, Prop::Recordsize), ("64K".into(), Source::Inherited(big)));
+    // a moved file keeps its records too
+    fs.rename(&root(), small, b"b", ROOT_INO, b"b", 0).unwrap();
+    assert_eq!(eff(&fs, b, Prop::Recordsize), ("16K".into(), Source::Fixed));
+    assert_eq!(fs.read(b, 0, 3 << 20).unwrap(), data);
+    // mkdir does not fix anything: directories only pass the value on
+    let sub = mkdir(&fs, big, "sub");
+    assert_eq!(eff(&fs, sub, Prop::Recordsize), ("64K".into(), Source::Inherited(big)));
+}
+
+#[test]
+fn a_files_record_size_changes_only_while_it_is_empty() {
+    let (_d, fs) = new_fs();
+    let d = mkdir(&fs, ROOT_INO, "d");
+    set(&fs, d, Prop::Recordsize, "32K").unwrap();
+    let f = create(&fs, d, "f");
+    // empty: its own value gives it its records
+    set(&fs, f, Prop::Recordsize, "256K").unwrap();
+    assert_eq!(records(&fs, f), 256 << 10);
+    assert_eq!(eff(&fs, f, Prop::Recordsize), ("256K".into(), Source::Local));
+    write(&fs, f, &text(600_000));
+    // with data: another value is refused and nothing changes; the same value is accepted
+    let e = set(&fs, f, Prop::Recordsize, "8K").unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL);
+    assert!(e.to_string().contains("record size is fixed once it has data"), "{e}");
+    assert_eq!(local(&fs, f, Prop::Recordsize).as_deref(), Some("256K"));
+    set(&fs, f, Prop::Recordsize, "256K").unwrap();
+    fs.sync().unwrap();
+    assert_eq!(errno(set(&fs, f, Prop::Recordsize, "8K")), libc::EINVAL);
+    assert_eq!(records(&fs, f), 256 << 10);
+    // dropping its own value leaves the records as they are
+    fs.removexattr(&root(), f, Prop::Recordsize.xattr().as_bytes()).unwrap();
+    assert_eq!(local(&fs, f, Prop::Recordsize), None);
+    assert_eq!(eff(&fs, f, Prop::Recordsize), ("256K".into(), Source::Fixed));
+    // emptied (its old records freed at the next commit: the change syncs first)
+    fs.setattr(&root(), f, &SetAttr { size: Some(0), ..Default::default() }).unwrap();
+    set(&fs, f, Prop::Recordsize, "8K").unwrap();
+    assert_eq!(records(&fs, f), 8 << 10);
+    let data = text(100_000);
+    write(&fs, f, &data);
+    fs.sync().unwrap();
+    assert!(fs.engine().extents(f).unwrap().iter().all(|(off, x)| off % 8192 == 0 && x.logical <= 8192));
+    assert_eq!(fs.read(f, 0, 200_000).unwrap(), data);
+    // emptied again and its own value dropped: it takes what it inherits
+    fs.setattr(&root(), f, &SetAttr { size: Some(0), ..Default::default() }).unwrap();
+    fs.removexattr(&root(), f, Prop::Recordsize.xattr().as_bytes()).unwrap();
+    assert_eq!(records(&fs, f), 32 << 10);
+    assert_eq!(eff(&fs, f, Prop::Recordsize), ("32K".into(), Source::Inherited(d)));
+    // a directory's value never touches a file: no check on directories with files
+    set(&fs, d, Prop::Recordsize, "4K").unwrap();
+    assert_eq!(records(&fs, f), 32 << 10);
+}
+
+#[test]
+fn the_mount_option_gives_files_outside_recordsize_trees_their_size() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    squeezefs_pipeline::Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let engine = squeezefs_pipeline::Engine::open(&pool, &OpenOptions::default()).unwrap();
+    let cfg = FsConfig { recordsize: Some(512 << 10), ..FsConfig::default() };
+    let fs = Fs::new(engine, cfg).unwrap();
+    let t = mkdir(&fs, ROOT_INO, "t");
+    set(&fs, t, Prop::Recordsize, "4K").unwrap();
+    let f = create(&fs, ROOT_INO, "f");
+    let g = create(&fs, t, "g");
+    assert_eq!(eff(&fs, f, Prop::Recordsize), ("512K".into(), Source::Mount));
+    assert_eq!((records(&fs, f), records(&fs, g)), (512 << 10, 4 << 10));
+    let data = text(2 << 20);
+    write(&fs, f, &data);
+    write(&fs, g, &data);
+    fs.shutdown().unwrap();
+    drop(fs);
+    // without the option the pool's size is the default again; the files keep theirs
+    let engine = squeezefs_pipeline::Engine::open(&pool, &OpenOptions::default()).unwrap();
+    let fs = Fs::new(engine, FsConfig::default()).unwrap();
+    let f2 = fs.lookup(&root(), ROOT_INO, b"f").unwrap().ino;
+    assert_eq!(f2, f);
+    assert_eq!(eff(&fs, f, Prop::Recordsize), ("512K".into(), Source::Fixed));
+    assert_eq!(fs.read(f, 0, 3 << 20).unwrap(), data);
+    let t = fs.lookup(&root(), ROOT_INO, b"t").unwrap().ino;
+    let g = fs.lookup(&root(), t, b"g").unwrap().ino;
+    assert_eq!(fs.read(g, 0, 3 << 20).unwrap(), data);
+    assert_eq!(records(&fs, g), 4 << 10);
+    assert!(fs.engine().fsck().unwrap().is_clean());
+}

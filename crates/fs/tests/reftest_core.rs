@@ -2,6 +2,8 @@
 //! reference directory on the host's ext4 (/tmp): results (value or errno) of every
 //! operation, then the whole trees. Path resolution (what the kernel's VFS would do) is
 //! done here by looking up each component, like the kernel does before calling the fs.
+//! The root's `recordsize` changes now and then (squeezefs side only; the root's attributes
+//! are not compared), so files of several record sizes live side by side.
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use squeezefs_fs::{Creds, FileKind, Fs, FsConfig, FsError, Ino, SetAttr, ROOT_INO};
@@ -35,6 +37,8 @@ enum Op {
     Stat(usize),
     ListDir(usize),
     Reopen,
+    /// squeezefs only: files created from now on get records of this many bytes
+    RootRecordsize(u32),
 }
 
 fn bytes(seed: u64, len: u32) -> Vec<u8> {
@@ -75,6 +79,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => p().prop_map(Op::Stat),
         2 => p().prop_map(Op::ListDir),
         1 => Just(Op::Reopen),
+        2 => prop::sample::select(vec![4096u32, 16384, 65536, 131072, 1 << 20]).prop_map(Op::RootRecordsize),
     ]
 }
 
@@ -185,7 +190,7 @@ fn host(base: &Path, op: &Op) -> Out {
             }
             Err(e) => Out::Err(e.raw_os_error().unwrap()),
         },
-        Op::Reopen => Out::Unit,
+        Op::Reopen | Op::RootRecordsize(_) => Out::Unit,
     }
 }
 
@@ -341,6 +346,10 @@ impl Core {
                 Err(e) => Out::Err(e),
             },
             Op::Reopen => Out::Unit,
+            Op::RootRecordsize(rs) => {
+                let v = format!("{}K", rs >> 10);
+                r(self.fs.setxattr(&c, self.root, b"user.squeezefs.recordsize", v.as_bytes(), 0))
+            }
         }
     }
 

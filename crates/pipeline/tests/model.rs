@@ -8,15 +8,35 @@ use squeezefs_pipeline::*;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Write { f: usize, off: u64, len: usize, seed: u64, zeros: bool },
-    SetSize { f: usize, size: u64 },
-    Punch { f: usize, off: u64, len: u64 },
-    Read { f: usize, off: u64, len: usize },
+    Write {
+        f: usize,
+        off: u64,
+        len: usize,
+        seed: u64,
+        zeros: bool,
+    },
+    SetSize {
+        f: usize,
+        size: u64,
+    },
+    Punch {
+        f: usize,
+        off: u64,
+        len: u64,
+    },
+    Read {
+        f: usize,
+        off: u64,
+        len: usize,
+    },
     Sync,
     Reopen,
     Compress(bool),
     /// empty the file and give it records of this many bytes
-    Resize { f: usize, rs: u64 },
+    Resize {
+        f: usize,
+        rs: u64,
+    },
 }
 
 /// Record sizes the files get: the pool's (4 KiB) and larger ones, up to more than the

@@ -222,8 +222,8 @@ fn the_record_size_commits_with_the_file() {
     let d = tempfile::tempdir().unwrap();
     let pool = d.path().join("pool");
     Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
-    let e = Engine::open(&pool, &OpenOptions { txg_timeout: std::time::Duration::from_secs(60), ..fast_opts() })
-        .unwrap();
+    let e =
+        Engine::open(&pool, &OpenOptions { txg_timeout: std::time::Duration::from_secs(60), ..fast_opts() }).unwrap();
     let synced = create_rs(&e, "synced", 32 * K);
     e.write(synced, 0, &text(100_000)).unwrap();
     e.fsync(synced).unwrap();
