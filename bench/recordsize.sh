@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The Silesia corpus written at recordsize 128 KiB against 1 MiB, at zstd:3 and zstd:15:
+# compression ratio, write and cold-read throughput, on a mounted squeezefs; beside it, the
+# zstd CLI on the same bytes cut into the same blocks (`zstd -b -B`), measured in the same
+# run, as the reference for the ratio.
+#
+#   bench/recordsize.sh [WORKDIR] [ROUNDS]      (root; ROUNDS default 3; CORPUS=DIR of .zip)
+#
+# Per round: a fresh pool, mounted with no option; four directories, one per (record size,
+# level), each with `recordsize` and `compression` set as properties (files created there
+# get them); the configurations are written in a rotated order each round: `cp` of COPIES
+# copies of the corpus files, then `sync` of the copied files (the first fsync commits the
+# txg). Then a remount, and per configuration (same rotation) a cold read: caches dropped,
+# `cat` of its files. Ratio: uncompressed / disk bytes from `squeezefs stats --json DIR`
+# (deterministic). The table shows the medians over the rounds, and 1M / 128K per level.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+WORK=${1:-$(mktemp -d /var/tmp/sqz-recordsize.XXXXXX)}
+ROUNDS=${2:-3}
+CORPUS=${CORPUS:-/work/shared/corpus}
+COPIES=${COPIES:-2}
+SPECS=${SPECS:-"zstd:3 zstd:15"}
+SIZES=${SIZES:-"128K 1M"}
+[ "$(id -u)" = 0 ] || { echo "bench/recordsize.sh mounts: run it as root" >&2; exit 1; }
+ls "$CORPUS"/*.zip >/dev/null 2>&1 || { echo "no .zip files in $CORPUS (set CORPUS=DIR)" >&2; exit 1; }
+mkdir -p "$WORK"
+cargo build --locked --release -q -p squeezefs
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/squeezefs
+POOL=$WORK/pool
+MNT=$WORK/mnt
+SRC=/dev/shm/sqz-recordsize-src.$$
+cleanup() {
+    mountpoint -q "$MNT" 2>/dev/null && "$BIN" umount "$MNT" || true
+    rm -rf "$SRC"
+}
+trap cleanup EXIT
+
+mkdir -p "$SRC" "$MNT"
+for z in "$CORPUS"/*.zip; do
+    unzip -q -o "$z" -d "$SRC"
+done
+for c in $(seq 2 "$COPIES"); do
+    for f in "$SRC"/*; do
+        case "$f" in *.copy*) continue ;; esac
+        cp "$f" "$f.copy$c"
+    done
+done
+BYTES=$(cat "$SRC"/* | wc -c)
+echo "corpus: $(ls "$SRC" | wc -l) files, $BYTES bytes ($COPIES copies of $(ls "$CORPUS"/*.zip | wc -l) Silesia files)" >&2
+
+# configurations: "SPEC SIZE", in a fixed order; rounds rotate it
+CONFIGS=()
+for spec in $SPECS; do
+    for size in $SIZES; do
+        CONFIGS+=("$spec $size")
+    done
+done
+dirname_of() { echo "$1" | tr ': ' '-_'; } # "zstd:3 1M" -> zstd-3_1M
+
+RES=$WORK/results.$$
+: > "$RES"
+now() { date +%s.%N; }
+for round in $(seq 1 "$ROUNDS"); do
+    rm -rf "$POOL"
+    "$BIN" mkfs "$POOL" >/dev/null
+    "$BIN" mount "$POOL" "$MNT"
+    n=${#CONFIGS[@]}
+    order=()
+    for i in $(seq 0 $((n - 1))); do order+=("${CONFIGS[$(((i + round - 1) % n))]}"); done
+    for cfg in "${order[@]}"; do
+        read -r spec size <<< "$cfg"
+        d=$MNT/$(dirname_of "$cfg")
+        mkdir "$d"
+        "$BIN" prop set "$d" "recordsize=$size" "compression=$spec"
+        t0=$(now)
+        cp "$SRC"/* "$d/"
+        sync "$d"/*
+        t1=$(now)
+        ratio=$("$BIN" stats --json "$d" | python3 -c 'import json,sys; t=json.load(sys.stdin)["total"]; print(t["uncompressed_bytes"] / t["disk_bytes"])')
+        echo "$round|$cfg|write|$(echo "$t1 - $t0" | bc -l)|$ratio" >> "$RES"
+    done
+    "$BIN" umount "$MNT"
+    "$BIN" mount "$POOL" "$MNT"
+    for cfg in "${order[@]}"; do
+        d=$MNT/$(dirname_of "$cfg")
+        sync
+        echo 3 > /proc/sys/vm/drop_caches
+        t0=$(now)
+        cat "$d"/* > /dev/null
+        t1=$(now)
+        echo "$round|$cfg|read|$(echo "$t1 - $t0" | bc -l)|" >> "$RES"
+    done
+    "$BIN" umount "$MNT"
+    echo "round $round done" >&2
+done
+
+# the zstd CLI on the same bytes, cut into blocks of the record size (one thread)
+ZSTD=$WORK/zstd.$$
+: > "$ZSTD"
+for spec in $SPECS; do
+    level=${spec#zstd:}
+    for size in $SIZES; do
+        # "15#5 files : 63380000 -> 16601234 (x3.818), 10.1 MB/s, 1100.2 MB/s"
+        line=$(zstd -q -b"$level" -B"$size" -i3 "$SRC"/* 2>&1 | tr '\r' '\n' | grep -E 'MB/s' | tail -1)
+        r=$(echo "$line" | sed -n 's/.*(x\?\([0-9.]*\)).*/\1/p')
+        echo "$spec $size|$r" >> "$ZSTD"
+    done
+done
+
+python3 - "$RES" "$ZSTD" "$BYTES" "$SIZES" <<'EOF'
+import statistics, sys
+res, zst, nbytes, sizes = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split()
+rows = {}
+for line in open(res):
+    rnd, cfg, kind, secs, ratio = line.strip().split("|")
+    r = rows.setdefault(cfg, {"write": [], "read": [], "ratio": None})
+    r[kind].append(float(secs))
+    if ratio:
+        r["ratio"] = float(ratio)
+cli = dict(l.strip().split("|") for l in open(zst))
+mb = nbytes / 1e6
+med = lambda v: statistics.median(v)
+print(f"| spec | recordsize | ratio | zstd -b -B ratio | squeezefs / zstd ratio | write MB/s | cold read MB/s |")
+print("|---|---|---|---|---|---|---|")
+specs = []
+for cfg, r in rows.items():
+    spec, size = cfg.split()
+    if spec not in specs:
+        specs.append(spec)
+for spec in specs:
+    for size in sizes:
+        r = rows[f"{spec} {size}"]
+        z = float(cli[f"{spec} {size}"])
+        print(f"| {spec} | {size} | {r['ratio']:.4f} | {z:.4f} | {r['ratio'] / z:.4f} | "
+              f"{mb / med(r['write']):.1f} | {mb / med(r['read']):.1f} |")
+if len(sizes) == 2:
+    a, b = sizes
+    print()
+    print(f"| spec | ratio {b} / {a} | write MB/s {b} / {a} (median of the rounds' pairs) | cold read MB/s {b} / {a} |")
+    print("|---|---|---|---|")
+    for spec in specs:
+        ra, rb = rows[f"{spec} {a}"], rows[f"{spec} {b}"]
+        # per-round pairs: both configurations ran in the same round
+        wr = med([x / y for x, y in zip(ra["write"], rb["write"])])
+        rd = med([x / y for x, y in zip(ra["read"], rb["read"])])
+        print(f"| {spec} | {rb['ratio'] / ra['ratio']:.4f} | {wr:.2f} | {rd:.2f} |")
+EOF
+echo "per-round figures: $RES (round|spec size|write or read|seconds|ratio)" >&2
