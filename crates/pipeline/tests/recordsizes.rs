@@ -347,7 +347,7 @@ fn sparse_files_punches_and_seeks_follow_each_files_records() {
     for rs in [4 * K, 16 * K, 1024 * K] {
         let f = create_rs(&e, &format!("s{rs}"), rs);
         let mut model = vec![0u8; 0];
-        let mut write = |off: u64, b: &[u8], model: &mut Vec<u8>| {
+        let write = |off: u64, b: &[u8], model: &mut Vec<u8>| {
             e.write(f, off, b).unwrap();
             let end = off as usize + b.len();
             if model.len() < end {
