@@ -173,7 +173,7 @@ impl<'a> MetaTx<'a> {
             return Err(InvalidArg::RecordSizeUnsupported { bytes }.into());
         }
         let row = (bytes != self.inner.recordsize).then_some(bytes as u32);
-        if self.created.contains(&ino) {
+        if self.created.contains(&ino) || self.fresh.contains(&ino) {
             // nothing else has seen the inode: no data, no FileData, no row to drop
             if row.is_some() {
                 self.d.recordsizes.insert(ino, row);

@@ -1,6 +1,10 @@
-//! A pool written by an older build (tests/fixtures/pool-v1-sector-packed, made before the
-//! `PACKED_BYTES` feature) opens, reads back exactly, stays sector-packed for new writes
-//! (its free map and footprints are in whole sectors), and stays fsck-clean.
+//! Pools written by older builds open, read back exactly and stay fsck-clean:
+//! * tests/fixtures/pool-v1-sector-packed, made before the `PACKED_BYTES` feature, stays
+//!   sector-packed for new writes (its free map and footprints are in whole sectors);
+//! * tests/fixtures/pool-v1-before-recordsizes, made before per-file record sizes (no
+//!   `recordsizes` table, directories with `recordsize` properties that build stored only):
+//!   every file keeps the pool's record size, and the pool gets `RECORDSIZES` only when a
+//!   file with another record size is created.
 
 mod common;
 use common::*;
@@ -10,9 +14,13 @@ use std::path::Path;
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pool-v1-sector-packed");
 
 fn unpack(to: &Path) {
+    unpack_fixture(FIXTURE, to)
+}
+
+fn unpack_fixture(fixture: &str, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for name in ["meta.redb", "data.0"] {
-        let z = std::fs::read(Path::new(FIXTURE).join(format!("{name}.zst"))).unwrap();
+        let z = std::fs::read(Path::new(fixture).join(format!("{name}.zst"))).unwrap();
         std::fs::write(to.join(name), zstd::decode_all(&z[..]).unwrap()).unwrap();
     }
 }
@@ -121,4 +129,98 @@ fn fsck_of_a_sector_packed_pool_reports_a_record_off_its_sector() {
     let e = Engine::open(&pool, &OpenOptions { read_only: true, ..fast_opts() }).unwrap();
     let r = e.fsck().unwrap();
     assert!(r.problems.iter().any(|p| p.contains("is not on a 512-byte sector")), "{:?}", r.problems);
+}
+
+const BEFORE_RECORDSIZES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pool-v1-before-recordsizes");
+
+fn lines(n: usize, f: impl Fn(usize) -> String) -> Vec<u8> {
+    (0..n).flat_map(|i| f(i).into_bytes()).collect()
+}
+
+/// The files of pool-v1-before-recordsizes (its README): (path, content).
+fn before_recordsizes_files() -> Vec<(&'static str, Vec<u8>)> {
+    let mut sparse = vec![0u8; 300000];
+    sparse.extend(b"after the hole\n".repeat(100));
+    vec![
+        ("text", lines(20000, |i| format!("line {i} of the frozen pool\n"))),
+        ("small", b"hello frozen pool\n".to_vec()),
+        ("sparse", sparse),
+        ("logs/app.log", lines(15000, |i| format!("log line {i}\n"))),
+        ("big/data", lines(120000, |i| format!("block {i} of big data\n"))),
+    ]
+}
+
+fn path_ino(e: &Engine, path: &str) -> Ino {
+    path.split('/').fold(ROOT_INO, |dir, name| file(e, dir, name))
+}
+
+fn incompat(pool: &Path) -> u64 {
+    use redb::ReadableDatabase;
+    let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+    let rx = db.begin_read().unwrap();
+    let v = rx.open_table(squeezefs_meta::tables::SUPERBLOCK).unwrap().get(0u8).unwrap().unwrap().value().to_vec();
+    squeezefs_meta::Superblock::decode(&v).unwrap().features.incompat
+}
+
+#[test]
+fn a_pool_from_before_record_sizes_reads_unchanged_at_its_record_size() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    unpack_fixture(BEFORE_RECORDSIZES, &pool);
+    let flag = squeezefs_meta::Features::INCOMPAT_RECORDSIZES;
+    assert_eq!(incompat(&pool) & flag, 0);
+    // read-only first: the store has no recordsizes table and must not need one
+    let e = Engine::open(&pool, &OpenOptions { read_only: true, ..fast_opts() }).unwrap();
+    for (path, data) in before_recordsizes_files() {
+        let f = path_ino(&e, path);
+        assert_eq!(read_all(&e, f), data, "{path}");
+        assert_eq!(e.record_size(f).unwrap(), 128 << 10, "{path}: written at the pool's record size");
+        for (off, x) in e.extents(f).unwrap() {
+            assert!(off % (128 << 10) == 0 && x.logical <= 128 << 10, "{path}: a record at {off}");
+        }
+    }
+    let r = e.fsck().unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+    assert_eq!((r.inodes, r.extents, r.allocated_bytes), (8, 32, 100_202));
+    drop(e);
+
+    // read-write: changes at the pool's record size leave the pool readable by the old build
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    e.set_compression("zstd:3".parse().unwrap(), false);
+    let log = path_ino(&e, "logs/app.log");
+    let mut want_log = before_recordsizes_files()[3].1.clone();
+    let more = lines(5000, |i| format!("appended {i}\n"));
+    e.write(log, want_log.len() as u64, &more).unwrap();
+    want_log.extend(&more);
+    let plain = create(&e, "plain-new");
+    e.write(plain, 0, &more).unwrap();
+    e.close().unwrap();
+    drop(e);
+    assert_eq!(incompat(&pool) & flag, 0, "nothing with its own record size yet");
+
+    // a file with its own record size marks the pool
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    let own = e
+        .meta_write(|tx| {
+            let ino = tx.alloc_ino()?;
+            tx.put_inode(&attr(ino, FileKind::File, 1))?;
+            tx.set_record_size(ino, 16 << 10)?;
+            tx.dir_insert(ROOT_INO, b"own", ino, FileKind::File)?;
+            Ok(ino)
+        })
+        .unwrap();
+    e.write(own, 0, &more).unwrap();
+    e.close().unwrap();
+    drop(e);
+    assert_ne!(incompat(&pool) & flag, 0);
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    for (path, data) in before_recordsizes_files() {
+        let want = if path == "logs/app.log" { &want_log } else { &data };
+        assert_eq!(read_all(&e, path_ino(&e, path)), *want, "{path}");
+    }
+    assert_eq!(read_all(&e, plain), more);
+    assert_eq!((e.record_size(own).unwrap(), e.record_size(plain).unwrap()), (16 << 10, 128 << 10));
+    assert_eq!(read_all(&e, own), more);
+    let r = e.fsck().unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
 }
