@@ -19,7 +19,7 @@ ROOT=$(pwd)
 WORK=${1:-$(mktemp -d /var/tmp/sqz-recordsize.XXXXXX)}
 ROUNDS=${2:-3}
 CORPUS=${CORPUS:-/work/shared/corpus}
-COPIES=${COPIES:-2}
+COPIES=${COPIES:-4}
 SPECS=${SPECS:-"zstd:3 zstd:15"}
 SIZES=${SIZES:-"128K 1M"}
 [ "$(id -u)" = 0 ] || { echo "bench/recordsize.sh mounts: run it as root" >&2; exit 1; }
@@ -101,10 +101,11 @@ ZSTD=$WORK/zstd.$$
 for spec in $SPECS; do
     level=${spec#zstd:}
     for size in $SIZES; do
-        # "15#5 files : 63380000 -> 16601234 (x3.818), 10.1 MB/s, 1100.2 MB/s"
+        # "-3   23984116 (2.650)  250.1 MB/s  1200.2 MB/s   8 files" (ratio, compress, decompress)
         line=$(zstd -q -b"$level" -B"$size" -i3 "$SRC"/* 2>&1 | tr '\r' '\n' | grep -E 'MB/s' | tail -1)
         r=$(echo "$line" | sed -n 's/.*(x\?\([0-9.]*\)).*/\1/p')
-        echo "$spec $size|$r" >> "$ZSTD"
+        speeds=$(echo "$line" | grep -oE '[0-9.]+ MB/s' | awk '{print $1}' | paste -sd'|')
+        echo "$spec $size|$r|$speeds" >> "$ZSTD"
     done
 done
 
@@ -118,32 +119,37 @@ for line in open(res):
     r[kind].append(float(secs))
     if ratio:
         r["ratio"] = float(ratio)
-cli = dict(l.strip().split("|") for l in open(zst))
+# "SPEC SIZE" -> (ratio, compress MB/s, decompress MB/s) of `zstd -b -B SIZE`, one thread
+cli = {}
+for l in open(zst):
+    cfg, ratio, comp, decomp = l.strip().split("|")
+    cli[cfg] = (float(ratio), float(comp), float(decomp))
 mb = nbytes / 1e6
-med = lambda v: statistics.median(v)
-print(f"| spec | recordsize | ratio | zstd -b -B ratio | squeezefs / zstd ratio | write MB/s | cold read MB/s |")
-print("|---|---|---|---|---|---|---|")
+med = statistics.median
 specs = []
-for cfg, r in rows.items():
-    spec, size = cfg.split()
+for cfg in rows:
+    spec = cfg.split()[0]
     if spec not in specs:
         specs.append(spec)
+print("| spec | recordsize | ratio | zstd -b -B ratio | squeezefs / zstd | write MB/s | cold read MB/s | zstd -b compress / decompress MB/s (1 thread) |")
+print("|---|---|---|---|---|---|---|---|")
 for spec in specs:
     for size in sizes:
-        r = rows[f"{spec} {size}"]
-        z = float(cli[f"{spec} {size}"])
-        print(f"| {spec} | {size} | {r['ratio']:.4f} | {z:.4f} | {r['ratio'] / z:.4f} | "
-              f"{mb / med(r['write']):.1f} | {mb / med(r['read']):.1f} |")
+        r, z = rows[f"{spec} {size}"], cli[f"{spec} {size}"]
+        print(f"| {spec} | {size} | {r['ratio']:.4f} | {z[0]:.4f} | {r['ratio'] / z[0]:.4f} | "
+              f"{mb / med(r['write']):.1f} | {mb / med(r['read']):.1f} | {z[1]:.1f} / {z[2]:.1f} |")
 if len(sizes) == 2:
     a, b = sizes
     print()
-    print(f"| spec | ratio {b} / {a} | write MB/s {b} / {a} (median of the rounds' pairs) | cold read MB/s {b} / {a} |")
-    print("|---|---|---|---|")
+    print(f"| spec | ratio {b} / {a} | write MB/s {b} / {a} | cold read MB/s {b} / {a} | zstd -b compress / decompress {b} / {a} |")
+    print("|---|---|---|---|---|")
     for spec in specs:
         ra, rb = rows[f"{spec} {a}"], rows[f"{spec} {b}"]
-        # per-round pairs: both configurations ran in the same round
+        za, zb = cli[f"{spec} {a}"], cli[f"{spec} {b}"]
+        # per-round pairs (both configurations ran in the same round): median of the ratios
         wr = med([x / y for x, y in zip(ra["write"], rb["write"])])
         rd = med([x / y for x, y in zip(ra["read"], rb["read"])])
-        print(f"| {spec} | {rb['ratio'] / ra['ratio']:.4f} | {wr:.2f} | {rd:.2f} |")
+        print(f"| {spec} | {rb['ratio'] / ra['ratio']:.4f} | {wr:.2f} | {rd:.2f} | "
+              f"{zb[1] / za[1]:.2f} / {zb[2] / za[2]:.2f} |")
 EOF
 echo "per-round figures: $RES (round|spec size|write or read|seconds|ratio)" >&2

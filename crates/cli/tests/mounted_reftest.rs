@@ -1,6 +1,7 @@
 //! Randomized operation sequences run on a MOUNTED squeezefs and on a reference directory
 //! on the host's ext4 (/tmp), comparing every result (value or errno), then the whole
-//! trees (kinds, modes, link counts, sizes, contents, symlink targets, xattrs). Once per
+//! trees (kinds, modes, link counts, sizes, contents, symlink targets, xattrs); the case
+//! directory's `recordsize` changes now and then, so files of several record sizes mix. Once per
 //! codec family: none, lz4, zstd, deflate.
 mod mounted_common;
 use mounted_common::*;
@@ -78,6 +79,9 @@ enum Op {
     ListDir(usize),
     Fsync(usize),
     Remount,
+    /// squeezefs only: the case's directory gets this `recordsize` (files created in the
+    /// case from then on get records of this size; the directory itself is not compared)
+    Recordsize(u32),
 }
 
 fn data(max: u32) -> impl Strategy<Value = Data> {
@@ -117,6 +121,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => p().prop_map(Op::ListDir),
         1 => p().prop_map(Op::Fsync),
         1 => Just(Op::Remount),
+        2 => prop::sample::select(vec![4096u32, 16384, 131072, 1 << 20]).prop_map(Op::Recordsize),
     ]
 }
 
@@ -271,7 +276,7 @@ fn apply(base: &Path, op: &Op) -> Out {
         Op::Fsync(a) => {
             with_fd(&at(*a), libc::O_RDONLY | libc::O_NONBLOCK, |fd| unit(unsafe { libc::fsync(fd) } as isize))
         }
-        Op::Remount => Out::Unit,
+        Op::Remount | Op::Recordsize(_) => Out::Unit,
     }
 }
 
@@ -386,6 +391,12 @@ fn reftest(codec: &str, transport: &str) {
         for (i, op) in ops.iter().enumerate() {
             if matches!(op, Op::Remount) {
                 mounted.borrow_mut().remount();
+                continue;
+            }
+            if let Op::Recordsize(rs) = op {
+                let (name, v) = (CString::new("user.squeezefs.recordsize").unwrap(), format!("{}K", rs >> 10));
+                let r = unsafe { libc::lsetxattr(c(&ours_dir).as_ptr(), name.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
+                prop_assert_eq!(r, 0, "recordsize={} on the case directory: errno {}", v, errno());
                 continue;
             }
             let expected = apply(&ref_dir, op);
