@@ -12,7 +12,10 @@
 # copies of the corpus files, then `sync` of the copied files (the first fsync commits the
 # txg). Then a remount, and per configuration (same rotation) a cold read: caches dropped,
 # `cat` of its files. Ratio: uncompressed / disk bytes from `squeezefs stats --json DIR`
-# (deterministic). The table shows the medians over the rounds, and 1M / 128K per level.
+# (deterministic). Beside wall time, the daemon's CPU time (utime + stime, /proc) per write
+# and read: on a machine shared with other jobs it moves far less than wall time. The table
+# shows the medians over the rounds, and 1M / 128K per level (medians of the per-round
+# ratios: both sizes ran in the same round).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -61,6 +64,12 @@ dirname_of() { echo "$1" | tr ': ' '-_'; } # "zstd:3 1M" -> zstd-3_1M
 RES=$WORK/results.$$
 : > "$RES"
 now() { date +%s.%N; }
+TICK=$(getconf CLK_TCK)
+daemon_cpu() { # seconds of CPU the mount's daemon used so far
+    local pid
+    pid=$(getfattr --absolute-names --only-values -n user.squeezefs.mount "$MNT" | sed -n 's/^pid=//p')
+    echo "$(awk '{print $14 + $15}' "/proc/$pid/stat") / $TICK" | bc -l
+}
 for round in $(seq 1 "$ROUNDS"); do
     rm -rf "$POOL"
     "$BIN" mkfs "$POOL" >/dev/null
@@ -73,12 +82,14 @@ for round in $(seq 1 "$ROUNDS"); do
         d=$MNT/$(dirname_of "$cfg")
         mkdir "$d"
         "$BIN" prop set "$d" "recordsize=$size" "compression=$spec"
+        c0=$(daemon_cpu)
         t0=$(now)
         cp "$SRC"/* "$d/"
         sync "$d"/*
         t1=$(now)
+        c1=$(daemon_cpu)
         ratio=$("$BIN" stats --json "$d" | python3 -c 'import json,sys; t=json.load(sys.stdin)["total"]; print(t["uncompressed_bytes"] / t["disk_bytes"])')
-        echo "$round|$cfg|write|$(echo "$t1 - $t0" | bc -l)|$ratio" >> "$RES"
+        echo "$round|$cfg|write|$(echo "$t1 - $t0" | bc -l)|$(echo "$c1 - $c0" | bc -l)|$ratio" >> "$RES"
     done
     "$BIN" umount "$MNT"
     "$BIN" mount "$POOL" "$MNT"
@@ -86,10 +97,12 @@ for round in $(seq 1 "$ROUNDS"); do
         d=$MNT/$(dirname_of "$cfg")
         sync
         echo 3 > /proc/sys/vm/drop_caches
+        c0=$(daemon_cpu)
         t0=$(now)
         cat "$d"/* > /dev/null
         t1=$(now)
-        echo "$round|$cfg|read|$(echo "$t1 - $t0" | bc -l)|" >> "$RES"
+        c1=$(daemon_cpu)
+        echo "$round|$cfg|read|$(echo "$t1 - $t0" | bc -l)|$(echo "$c1 - $c0" | bc -l)|" >> "$RES"
     done
     "$BIN" umount "$MNT"
     echo "round $round done" >&2
@@ -114,9 +127,10 @@ import statistics, sys
 res, zst, nbytes, sizes = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split()
 rows = {}
 for line in open(res):
-    rnd, cfg, kind, secs, ratio = line.strip().split("|")
-    r = rows.setdefault(cfg, {"write": [], "read": [], "ratio": None})
+    rnd, cfg, kind, secs, cpu, ratio = line.strip().split("|")
+    r = rows.setdefault(cfg, {"write": [], "read": [], "write_cpu": [], "read_cpu": [], "ratio": None})
     r[kind].append(float(secs))
+    r[kind + "_cpu"].append(float(cpu))
     if ratio:
         r["ratio"] = float(ratio)
 # "SPEC SIZE" -> (ratio, compress MB/s, decompress MB/s) of `zstd -b -B SIZE`, one thread
@@ -131,25 +145,25 @@ for cfg in rows:
     spec = cfg.split()[0]
     if spec not in specs:
         specs.append(spec)
-print("| spec | recordsize | ratio | zstd -b -B ratio | squeezefs / zstd | write MB/s | cold read MB/s | zstd -b compress / decompress MB/s (1 thread) |")
+print("| spec | recordsize | ratio | zstd -b -B ratio | squeezefs / zstd | write MB/s (daemon CPU-s) | cold read MB/s (daemon CPU-s) | zstd -b compress / decompress MB/s (1 thread) |")
 print("|---|---|---|---|---|---|---|---|")
 for spec in specs:
     for size in sizes:
         r, z = rows[f"{spec} {size}"], cli[f"{spec} {size}"]
         print(f"| {spec} | {size} | {r['ratio']:.4f} | {z[0]:.4f} | {r['ratio'] / z[0]:.4f} | "
-              f"{mb / med(r['write']):.1f} | {mb / med(r['read']):.1f} | {z[1]:.1f} / {z[2]:.1f} |")
+              f"{mb / med(r['write']):.1f} ({med(r['write_cpu']):.2f}) | {mb / med(r['read']):.1f} ({med(r['read_cpu']):.2f}) | "
+              f"{z[1]:.1f} / {z[2]:.1f} |")
 if len(sizes) == 2:
     a, b = sizes
     print()
-    print(f"| spec | ratio {b} / {a} | write MB/s {b} / {a} | cold read MB/s {b} / {a} | zstd -b compress / decompress {b} / {a} |")
-    print("|---|---|---|---|---|")
+    print(f"| spec | ratio {b} / {a} | write MB/s {b} / {a} | write CPU-s {b} / {a} | cold read MB/s {b} / {a} | read CPU-s {b} / {a} | zstd -b compress / decompress MB/s {b} / {a} |")
+    print("|---|---|---|---|---|---|---|")
     for spec in specs:
         ra, rb = rows[f"{spec} {a}"], rows[f"{spec} {b}"]
         za, zb = cli[f"{spec} {a}"], cli[f"{spec} {b}"]
         # per-round pairs (both configurations ran in the same round): median of the ratios
-        wr = med([x / y for x, y in zip(ra["write"], rb["write"])])
-        rd = med([x / y for x, y in zip(ra["read"], rb["read"])])
-        print(f"| {spec} | {rb['ratio'] / ra['ratio']:.4f} | {wr:.2f} | {rd:.2f} | "
-              f"{zb[1] / za[1]:.2f} / {zb[2] / za[2]:.2f} |")
+        pair = lambda k, inv: med([(x / y if inv else y / x) for x, y in zip(ra[k], rb[k])])
+        print(f"| {spec} | {rb['ratio'] / ra['ratio']:.4f} | {pair('write', True):.2f} | {pair('write_cpu', False):.2f} | "
+              f"{pair('read', True):.2f} | {pair('read_cpu', False):.2f} | {zb[1] / za[1]:.2f} / {zb[2] / za[2]:.2f} |")
 EOF
-echo "per-round figures: $RES (round|spec size|write or read|seconds|ratio)" >&2
+echo "per-round figures: $RES (round|spec size|write or read|seconds|daemon CPU seconds|ratio)" >&2

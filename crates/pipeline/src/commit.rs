@@ -84,10 +84,9 @@ pub fn commit(
     let mut frees = Frees::default();
     let tx = inner.db.begin_write()?;
     let recordsizes_on = inner.recordsizes_on.load(std::sync::atomic::Ordering::Acquire);
-    let mut first_recordsize = false;
+    let mut wrote_recordsize = false;
     if let Some(d) = &delta {
-        let wrote = crate::nsdelta::apply(&tx, d, granule, &mut frees.replaced, recordsizes_on)?;
-        first_recordsize = wrote && !recordsizes_on;
+        wrote_recordsize = crate::nsdelta::apply(&tx, d, granule, &mut frees.replaced, recordsizes_on)?;
     }
     let mut by_layer: Vec<Vec<Placed>> = (0..frozen.len()).map(|_| Vec::new()).collect();
     for p in placed {
@@ -104,12 +103,12 @@ pub fn commit(
             }
         }
     }
-    write_superblock(&tx, txg, inner.ns.next_ino(), first_recordsize)?;
+    write_superblock(&tx, txg, inner.ns.next_ino(), wrote_recordsize)?;
     free_durable(&mut durable, &frees)?;
     write_space_map(&tx, &mut durable)?;
     tx.commit()?;
     drop(durable);
-    if first_recordsize {
+    if wrote_recordsize && !recordsizes_on {
         inner.recordsizes_on.store(true, std::sync::atomic::Ordering::Release);
     }
     after_commit(inner, early_used, delta.is_some(), frees);
@@ -230,10 +229,10 @@ impl FileCommit<'_> {
     }
 }
 
-/// Part 5: the txg number and the inode counter; `recordsizes`: this commit writes the pool's
-/// first `recordsizes` row, so the superblock gets `INCOMPAT_RECORDSIZES` in the same
-/// transaction (a build that does not know per-file record sizes must refuse the pool, or
-/// it would read such a file's records at the wrong offsets).
+/// Part 5: the txg number and the inode counter; `recordsizes`: this commit writes a
+/// `recordsizes` row, so the superblock has `INCOMPAT_RECORDSIZES` from this transaction on
+/// (set by the pool's first row; a build that does not know per-file record sizes must
+/// refuse the pool, or it would read such a file's records at the wrong offsets).
 fn write_superblock(tx: &redb::WriteTransaction, txg: u64, next_ino: u64, recordsizes: bool) -> Result<()> {
     let mut sbt = tx.open_table(tables::SUPERBLOCK)?;
     let mut sb = {

@@ -262,10 +262,13 @@ impl Inner {
     /// delta's, else redb's), else the pool's. The data path reads it once per FileData
     /// (`file_init`); readers of a file it does not hold ask here.
     pub fn record_size(&self, ino: Ino) -> Result<u64> {
-        // the delta first, then a redb read started after it (nsdelta.rs)
+        // the delta first, then a redb read started after it (nsdelta.rs); a pool without
+        // `RECORDSIZES` has no row in redb (the commit sets the flag before its rows leave
+        // the delta), so a read there needs no redb lookup
         let row = self.ns.find(|d| d.recordsizes.get(&ino).copied());
         let rs = match row {
             Some(r) => r,
+            None if !self.recordsizes_on.load(Ordering::Acquire) => None,
             None => {
                 let s = self.ns.snap.get(&self.db)?;
                 match &s.recordsizes {

@@ -231,6 +231,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         }
     }
     let (next_ino, inode_rows) = inode_counter(&rx, &sb)?;
+    let recordsizes_on = recordsizes_in_use(pool, &rx, &sb)?;
     drop(rx);
     let space = Space::new(pool.to_path_buf(), slots, images, u64::from(sb.sector), granule, u64::from(sb.recordsize));
     // the trace is created once the pool is known to open (a refused open leaves an old
@@ -249,7 +250,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         u64::from(sb.sector),
         granule,
         u64::from(sb.recordsize),
-        sb.features.incompat & Features::INCOMPAT_RECORDSIZES != 0,
+        recordsizes_on,
         u64::from(sb.max_inline),
         space,
         opts.clone(),
@@ -418,6 +419,28 @@ impl DeviceOpen<'_> {
         }
         Ok(free)
     }
+}
+
+/// Whether files of this pool may have their own record size: the superblock has
+/// `RECORDSIZES`, or (damage: fsck reports it) the `recordsizes` table holds rows anyway,
+/// which the engine then honours rather than read those files at the pool's record size.
+fn recordsizes_in_use(pool: &Path, rx: &redb::ReadTransaction, sb: &Superblock) -> Result<bool> {
+    use redb::ReadableTableMetadata;
+    if sb.features.incompat & Features::INCOMPAT_RECORDSIZES != 0 {
+        return Ok(true);
+    }
+    let rows = match crate::snapshot::open_if_present(rx, tables::RECORDSIZES)? {
+        Some(t) => t.len()?,
+        None => 0,
+    };
+    if rows > 0 {
+        log::warn!(
+            "pool {}: {rows} files have a record size of their own but the superblock lacks the RECORDSIZES \
+             feature (the metadata store is damaged; run fsck)",
+            pool.display()
+        );
+    }
+    Ok(rows > 0)
 }
 
 /// The next inode number and the inode count: the superblock's counter, unless the store
