@@ -11,6 +11,7 @@ mod cmd_scrub;
 mod cmd_stats;
 mod cmd_umount;
 mod mount_helper;
+mod rootdir;
 
 #[derive(Parser)]
 #[command(name = "squeezefs", version, about = "A transparently compressing FUSE filesystem")]
