@@ -1,110 +1,110 @@
-/*
- * The auto controller (DESIGN.md §5): for each record, the level that keeps the devices busy
- * with the strongest compression the CPU allows.
- *
- * MODEL (thesis §3.1, eq. 3.7, with the CPU the rest of the pipeline needs):
- *   write throughput W = min( n / (o + c),  D / s )                     [input bytes/s]
- *     n  cores compressing: min(compress workers, cores not taken by others), times a
- *        correction g (below)
- *     o  pipeline CPU per input byte outside the codec (copies, checksums, FUSE, devices)
- *     c  codec CPU per input byte of the level (measured in thread CPU time, not wall time,
- *        so that other work on the cores does not make a level look slow)
- *     D  summed write throughput of the devices (stored bytes/s)
- *     s  stored bytes per input byte of the level (1/ratio)
- *   The first term falls and the second rises as the level gets stronger; W is largest where
- *   they cross: n·s(c) = D·(o + c). If they cannot cross the answer is an end of the ladder:
- *   raw when even storing raw is CPU-bound (n/o ≤ D: compression could only slow writing
- *   down, so auto is never slower than `none`), the strongest rung when the devices are
- *   slower than the strongest level. Between two rungs the crossing is a mix: a fraction of
- *   the records at the stronger rung (CPU and stored bytes add up per record, so a mix lies
- *   on the straight line between the two rungs).
- *   One exception, from the target "within 5% of the best fixed level's throughput with at
- *   least its ratio": when the best single level (the largest W of any one candidate) is
- *   CPU-bound, i.e. costlier than the crossing, the crossing's mix is a little faster but
- *   stores more than it. Then the target is the hull's mix at that level's cost: the same
- *   CPU per byte, hence the same speed, and no more stored bytes. The devices then wait a
- *   little by design ("CPU-bound regime").
- *
- * LADDER (ladder.rs): raw, then the candidates between `auto:MIN..MAX` that sit on the lower
- *   convex hull of their measured (c, s) points — each rung faster *and* weaker than the
- *   next, and none beaten by a mix of its neighbours — plus the candidates not yet trusted
- *   on the current data: *tentative* ones (measured on fewer than confident_bytes) by their
- *   measurement, unmeasured and stale ones by an estimate (their nominal figures scaled by
- *   the nominally nearest measured rung). Only confident rungs can drop out, so one unlucky
- *   record cannot hide a good level. A measured rung saving less than min_gain of the raw
- *   size is no rung: on incompressible data the ladder is raw alone and no CPU goes into
- *   compression. A rung is *fresh* while its measurement is of the current data; it goes
- *   stale when another rung's figures drift (measure.rs: the data changed) or after
- *   stale_bytes written since it was last used.
- *
- * STATE: the rung `lo` the position is on (a rung id, so it survives ladder changes: a rung
- *   that drops out maps to the next cheaper one), the dither accumulator spreading the mix's
- *   fraction over records, g and its integral, whether the queue ever reached its target,
- *   the regime (device-bound crossing or CPU-bound best level), one exploration in flight
- *   at most, the bytes written since the ladder became raw alone and since the last probe.
- *
- * DECISION for a record (`decide`), in order:
- *   1. target: the model's point on the ladder (rung k, fraction f), and the rungs it depends
- *      on (the hull segment around the crossing, the best single level, the target's two
- *      rungs and their neighbours); unknown while no device has a throughput measurement
- *      (the position holds).
- *   2. explore: the first of those rungs not yet confident gets this record (if its time
- *      fits the queue delay, below), and no other exploration starts until its measurement
- *      is back (or explore_timeout passed). Rungs the position only passes are not explored.
- *   3. move: down to the target at once; within the current segment to the target fraction;
- *      up one measured rung per record, and only if that rung's compression time for this
- *      record (c × size × workers/cores when workers share fewer cores) fits the expected
- *      queue delay (thesis eq. 3.13). While the target's rungs are unmeasured the position
- *      aims at the measured rung nearest in cost.
- *   4. guard (thesis eq. 3.14): while the saturated pipeline's expected queue delay (less a
- *      margin of guard_safety_records records) is shorter than the compression time at
- *      `lo`, step down as far as needed; the stronger rung of the mix is used only if it
- *      fits too. Steps 3's fit test and this guard hold only where the devices are to be
- *      kept busy: not in the CPU-bound regime (the queue is empty by design) and not when no
- *      record waits behind this one (an unsaturated pipeline has no queue to fill).
- *   5. probe: on a ladder of raw alone, one record every probe_bytes goes to the probe rung
- *      (the candidate nominally nearest zstd:1: cheap on incompressible data, telling on the
- *      rest) and restarts its measurement, so that compressible data is noticed again.
- *   6. pick: `lo` or the next rung, the fraction spread evenly over records. Only neighbours
- *      are ever mixed (the guard's step down is the one exception, for single records).
- * FEEDBACK (`observe`): each compressed record updates its rung's averages; a drift marks
- *   every other rung stale; a probe, or a record of a rung that was stale, restarts that
- *   rung's averages (old data does not dilute them).
- * CORRECTION g (the model's n and o come from meters, and the pipeline is not perfectly
- *   parallel):
- *   device-bound regime — the device queue tells the truth: ln g = p·e + I, where e is the
- *     queue delay averaged over QUEUE_TAU_SECS against its target, relative, clamped to ±1,
- *     p = gain_p_up above the target and gain_p_down below it (0 until the queue first
- *     reached its target: an empty queue at start-up is not a slow CPU), and I integrates
- *     gain_i·e per second, except while the target is pinned at the end of the ladder the
- *     error pushes towards (no wind-up). Queue target: queue_target_secs, or 4 compression
- *     times of the strongest rung in use if longer (room for the guard). The queue is itself
- *     the integral of the rate mismatch, so a pure integral here would oscillate; the P part
- *     damps it.
- *   CPU-bound regime — the queue is empty and says nothing; the compression stage's own
- *     throughput does: input bytes decided per second while saturated, over windows of at
- *     least RATE_WINDOW_SECS and RATE_WINDOW_RECORDS records, against the model's
- *     n / (o + c̄) for the mix used, moves ln g by RATE_WEIGHT of the difference.
- *   g stays within [gain_min, gain_max].
- *
- * QoS entry (`mix_for_rate`): the strongest mix whose compression throughput on the CPU left
- *   still meets a target rate, on the same ladder (ladder.rs `strongest_for_rate`).
- *
- * TUNABLES (`Tunables`; defaults chosen with the simulation in tests/auto_sim.rs, which is
- * the place to re-tune them):
- *   queue_target_secs 0.05      enough queue to ride out a slow record; little dirty memory
- *   guard_safety_records 2      the records the other workers may be about to queue
- *   gain_p_up 1, gain_p_down 0.3, gain_i 0.5/s, g in 0.25…4
- *                               settles within a second; P down is weaker because running
- *                               short of queue costs ratio (faster levels) while a long queue
- *                               costs nothing but memory
- *   min_gain 0.03               3% smaller than raw, or the rung is not worth CPU
- *   confident_bytes 1 MiB       8 records of 128 KiB: measurement noise of a near-hull rung
- *                               stays below its distance to the hull line
- *   probe_bytes 64 MiB          ≤ 0.2% of the records probed on incompressible data
- *   stale_bytes 1 GiB           rungs not used for that long are measured again before use
- *   explore_timeout 1 s         an exploration whose result never came back is given up
- */
+//! The auto controller (DESIGN.md §5): for each record, the level that keeps the devices busy
+//! with the strongest compression the CPU allows.
+//!
+//! ```text
+//! MODEL (thesis §3.1, eq. 3.7, with the CPU the rest of the pipeline needs):
+//!   write throughput W = min( n / (o + c),  D / s )                     [input bytes/s]
+//!     n  cores compressing: min(compress workers, cores not taken by others), times a
+//!        correction g (below)
+//!     o  pipeline CPU per input byte outside the codec (copies, checksums, FUSE, devices)
+//!     c  codec CPU per input byte of the level (measured in thread CPU time, not wall time,
+//!        so that other work on the cores does not make a level look slow)
+//!     D  summed write throughput of the devices (stored bytes/s)
+//!     s  stored bytes per input byte of the level (1/ratio)
+//!   The first term falls and the second rises as the level gets stronger; W is largest where
+//!   they cross: n·s(c) = D·(o + c). If they cannot cross the answer is an end of the ladder:
+//!   raw when even storing raw is CPU-bound (n/o ≤ D: compression could only slow writing
+//!   down, so auto is never slower than `none`), the strongest rung when the devices are
+//!   slower than the strongest level. Between two rungs the crossing is a mix: a fraction of
+//!   the records at the stronger rung (CPU and stored bytes add up per record, so a mix lies
+//!   on the straight line between the two rungs).
+//!   One exception, from the target "within 5% of the best fixed level's throughput with at
+//!   least its ratio": when the best single level (the largest W of any one candidate) is
+//!   CPU-bound, i.e. costlier than the crossing, the crossing's mix is a little faster but
+//!   stores more than it. Then the target is the hull's mix at that level's cost: the same
+//!   CPU per byte, hence the same speed, and no more stored bytes. The devices then wait a
+//!   little by design ("CPU-bound regime").
+//!
+//! LADDER (ladder.rs): raw, then the candidates between `auto:MIN..MAX` that sit on the lower
+//!   convex hull of their measured (c, s) points — each rung faster *and* weaker than the
+//!   next, and none beaten by a mix of its neighbours — plus the candidates not yet trusted
+//!   on the current data: *tentative* ones (measured on fewer than confident_bytes) by their
+//!   measurement, unmeasured and stale ones by an estimate (their nominal figures scaled by
+//!   the nominally nearest measured rung). Only confident rungs can drop out, so one unlucky
+//!   record cannot hide a good level. A measured rung saving less than min_gain of the raw
+//!   size is no rung: on incompressible data the ladder is raw alone and no CPU goes into
+//!   compression. A rung is *fresh* while its measurement is of the current data; it goes
+//!   stale when another rung's figures drift (measure.rs: the data changed) or after
+//!   stale_bytes written since it was last used.
+//!
+//! STATE: the rung `lo` the position is on (a rung id, so it survives ladder changes: a rung
+//!   that drops out maps to the next cheaper one), the dither accumulator spreading the mix's
+//!   fraction over records, g and its integral, whether the queue ever reached its target,
+//!   the regime (device-bound crossing or CPU-bound best level), one exploration in flight
+//!   at most, the bytes written since the ladder became raw alone and since the last probe.
+//!
+//! DECISION for a record (`decide`), in order:
+//!   1. target: the model's point on the ladder (rung k, fraction f), and the rungs it depends
+//!      on (the hull segment around the crossing, the best single level, the target's two
+//!      rungs and their neighbours); unknown while no device has a throughput measurement
+//!      (the position holds).
+//!   2. explore: the first of those rungs not yet confident gets this record (if its time
+//!      fits the queue delay, below), and no other exploration starts until its measurement
+//!      is back (or explore_timeout passed). Rungs the position only passes are not explored.
+//!   3. move: down to the target at once; within the current segment to the target fraction;
+//!      up one measured rung per record, and only if that rung's compression time for this
+//!      record (c × size × workers/cores when workers share fewer cores) fits the expected
+//!      queue delay (thesis eq. 3.13). While the target's rungs are unmeasured the position
+//!      aims at the measured rung nearest in cost.
+//!   4. guard (thesis eq. 3.14): while the saturated pipeline's expected queue delay (less a
+//!      margin of guard_safety_records records) is shorter than the compression time at
+//!      `lo`, step down as far as needed; the stronger rung of the mix is used only if it
+//!      fits too. Steps 3's fit test and this guard hold only where the devices are to be
+//!      kept busy: not in the CPU-bound regime (the queue is empty by design) and not when no
+//!      record waits behind this one (an unsaturated pipeline has no queue to fill).
+//!   5. probe: on a ladder of raw alone, one record every probe_bytes goes to the probe rung
+//!      (the candidate nominally nearest zstd:1: cheap on incompressible data, telling on the
+//!      rest) and restarts its measurement, so that compressible data is noticed again.
+//!   6. pick: `lo` or the next rung, the fraction spread evenly over records. Only neighbours
+//!      are ever mixed (the guard's step down is the one exception, for single records).
+//! FEEDBACK (`observe`): each compressed record updates its rung's averages; a drift marks
+//!   every other rung stale; a probe, or a record of a rung that was stale, restarts that
+//!   rung's averages (old data does not dilute them).
+//! CORRECTION g (the model's n and o come from meters, and the pipeline is not perfectly
+//!   parallel):
+//!   device-bound regime — the device queue tells the truth: ln g = p·e + I, where e is the
+//!     queue delay averaged over QUEUE_TAU_SECS against its target, relative, clamped to ±1,
+//!     p = gain_p_up above the target and gain_p_down below it (0 until the queue first
+//!     reached its target: an empty queue at start-up is not a slow CPU), and I integrates
+//!     gain_i·e per second, except while the target is pinned at the end of the ladder the
+//!     error pushes towards (no wind-up). Queue target: queue_target_secs, or 4 compression
+//!     times of the strongest rung in use if longer (room for the guard). The queue is itself
+//!     the integral of the rate mismatch, so a pure integral here would oscillate; the P part
+//!     damps it.
+//!   CPU-bound regime — the queue is empty and says nothing; the compression stage's own
+//!     throughput does: input bytes decided per second while saturated, over windows of at
+//!     least RATE_WINDOW_SECS and RATE_WINDOW_RECORDS records, against the model's
+//!     n / (o + c̄) for the mix used, moves ln g by RATE_WEIGHT of the difference.
+//!   g stays within [gain_min, gain_max].
+//!
+//! QoS entry (`mix_for_rate`): the strongest mix whose compression throughput on the CPU left
+//!   still meets a target rate, on the same ladder (ladder.rs `strongest_for_rate`).
+//!
+//! TUNABLES (`Tunables`; defaults chosen with the simulation in tests/auto_sim.rs, which is
+//! the place to re-tune them):
+//!   queue_target_secs 0.05      enough queue to ride out a slow record; little dirty memory
+//!   guard_safety_records 2      the records the other workers may be about to queue
+//!   gain_p_up 1, gain_p_down 0.3, gain_i 0.5/s, g in 0.25…4
+//!                               settles within a second; P down is weaker because running
+//!                               short of queue costs ratio (faster levels) while a long queue
+//!                               costs nothing but memory
+//!   min_gain 0.03               3% smaller than raw, or the rung is not worth CPU
+//!   confident_bytes 1 MiB       8 records of 128 KiB: measurement noise of a near-hull rung
+//!                               stays below its distance to the hull line
+//!   probe_bytes 64 MiB          ≤ 0.2% of the records probed on incompressible data
+//!   stale_bytes 1 GiB           rungs not used for that long are measured again before use
+//!   explore_timeout 1 s         an exploration whose result never came back is given up
+//! ```
 
 use crate::device_choice::DeviceView;
 use crate::ewma::TimeEwma;

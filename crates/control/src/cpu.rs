@@ -1,23 +1,23 @@
-/*
- * The CPU squeezefs gets: cores not taken by other processes, and the CPU the pipeline spends
- * per byte outside the codec.
- *
- * Sources (behind `CpuSource`, so the meters and the controller stay pure and testable):
- *   `ProcStat` — the only I/O in this crate: /proc/stat (ticks per CPU: busy, idle) summed over
- *   the CPUs this process may run on (sched_getaffinity: `taskset -c 0` gives one core), and
- *   /proc/self/stat (our own user + system ticks).
- * Meters:
- *   `CpuMeter` — between two samples, others' busy ticks = all busy ticks − ours; cores
- *     available to us = allowed CPUs − others' busy share × allowed CPUs, floored at
- *     MIN_CORES (the scheduler always gives our runnable threads some share), averaged over
- *     CPU_TAU_SECS. A CPU hog on one of two cores gives 1; a writer process using half a core
- *     to feed us gives 1.5 (its CPU is not ours to spend on compression).
- *   `OverheadMeter` — (process CPU − codec CPU) per input byte written: copies, checksums, the
- *     FUSE round trips, the device threads. The pipeline model needs it: every byte costs this
- *     much CPU even when stored raw, so `none` is CPU-bound on a fast device with a slow CPU.
- *     Attributes all of the process's non-codec CPU to written bytes (reads in the same period
- *     inflate it; the controller's queue feedback corrects what that misleads).
- */
+//! The CPU squeezefs gets: cores not taken by other processes, and the CPU the pipeline spends
+//! per byte outside the codec.
+//!
+//! ```text
+//! Sources (behind `CpuSource`, so the meters and the controller stay pure and testable):
+//!   `ProcStat` — the only I/O in this crate: /proc/stat (ticks per CPU: busy, idle) summed over
+//!   the CPUs this process may run on (sched_getaffinity: `taskset -c 0` gives one core), and
+//!   /proc/self/stat (our own user + system ticks).
+//! Meters:
+//!   `CpuMeter` — between two samples, others' busy ticks = all busy ticks − ours; cores
+//!     available to us = allowed CPUs − others' busy share × allowed CPUs, floored at
+//!     MIN_CORES (the scheduler always gives our runnable threads some share), averaged over
+//!     CPU_TAU_SECS. A CPU hog on one of two cores gives 1; a writer process using half a core
+//!     to feed us gives 1.5 (its CPU is not ours to spend on compression).
+//!   `OverheadMeter` — (process CPU − codec CPU) per input byte written: copies, checksums, the
+//!     FUSE round trips, the device threads. The pipeline model needs it: every byte costs this
+//!     much CPU even when stored raw, so `none` is CPU-bound on a fast device with a slow CPU.
+//!     Attributes all of the process's non-codec CPU to written bytes (reads in the same period
+//!     inflate it; the controller's queue feedback corrects what that misleads).
+//! ```
 
 use crate::ewma::{ByteEwma, TimeEwma};
 

@@ -1,27 +1,27 @@
-/*
- * Measured inputs of the auto controller, as pure accumulators the pipeline feeds.
- *
- * Per device (`DeviceMeter`, or the engine's `DeviceStats` snapshot as a `DeviceView`):
- *   queued bytes (instant, and averaged over QUEUE_TAU_SECS for display), write throughput
- *   (bytes per second of each write, averaged over the last THROUGHPUT_WINDOW_BYTES).
- * Over devices (`queue_estimate`, thesis eq. 3.8–3.10):
- *   expected queue delay of a new record = min over devices with room for it of
- *     (queued − safety margin) / throughput, floored at 0 (the safety margin makes the
- *     controller pick a faster level before the queue runs dry);
- *   the same without the margin (what the queue holds, for the controller's queue target);
- *   the summed throughput of those devices (the device side of the pipeline model).
- *   Unmeasured devices count with the mean of the measured ones; with none measured every
- *   figure is `None` (no evidence either way).
- * Per ladder level (`LevelMeter`): CPU nanoseconds per input byte and stored bytes per input
- * byte (1/ratio) of the records compressed at that level, each averaged over a long window
- * (LEVEL_WINDOW_BYTES, the figure the controller uses) and a short one (DRIFT_WINDOW_BYTES).
- * When the short average leaves the long one by more than DRIFT_STORED / DRIFT_COST (in log
- * terms), the data being written has changed: `observe` reports `Drift`, the averages start
- * over from the record that showed it, and the controller marks every other level stale
- * (re-measure).
- * Averaging stored/input by input bytes is the ratio of the sums (the thesis averaged ratios
- * arithmetically, eq. 3.16, which overstates a mix).
- */
+//! Measured inputs of the auto controller, as pure accumulators the pipeline feeds.
+//!
+//! ```text
+//! Per device (`DeviceMeter`, or the engine's `DeviceStats` snapshot as a `DeviceView`):
+//!   queued bytes (instant, and averaged over QUEUE_TAU_SECS for display), write throughput
+//!   (bytes per second of each write, averaged over the last THROUGHPUT_WINDOW_BYTES).
+//! Over devices (`queue_estimate`, thesis eq. 3.8–3.10):
+//!   expected queue delay of a new record = min over devices with room for it of
+//!     (queued − safety margin) / throughput, floored at 0 (the safety margin makes the
+//!     controller pick a faster level before the queue runs dry);
+//!   the same without the margin (what the queue holds, for the controller's queue target);
+//!   the summed throughput of those devices (the device side of the pipeline model).
+//!   Unmeasured devices count with the mean of the measured ones; with none measured every
+//!   figure is `None` (no evidence either way).
+//! Per ladder level (`LevelMeter`): CPU nanoseconds per input byte and stored bytes per input
+//! byte (1/ratio) of the records compressed at that level, each averaged over a long window
+//! (LEVEL_WINDOW_BYTES, the figure the controller uses) and a short one (DRIFT_WINDOW_BYTES).
+//! When the short average leaves the long one by more than DRIFT_STORED / DRIFT_COST (in log
+//! terms), the data being written has changed: `observe` reports `Drift`, the averages start
+//! over from the record that showed it, and the controller marks every other level stale
+//! (re-measure).
+//! Averaging stored/input by input bytes is the ratio of the sums (the thesis averaged ratios
+//! arithmetically, eq. 3.16, which overstates a mix).
+//! ```
 
 use crate::device_choice::DeviceView;
 use crate::ewma::{ByteEwma, TimeEwma};
