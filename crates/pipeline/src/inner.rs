@@ -208,7 +208,8 @@ impl Inner {
             Workspaces::new(WorkspaceConfig {
                 max_bytes: (64usize << 20).max(workers * (8 << 20)),
                 idle_timeout: std::time::Duration::from_secs(60),
-                ..Default::default()
+                // the largest source a record hands the codec: anything longer is refused
+                block_size: self.recordsize as usize,
             })
         })
     }
