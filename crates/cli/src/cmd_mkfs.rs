@@ -146,6 +146,8 @@ impl RootdirPlan {
     }
 
     fn run(self, a: &MkfsArgs) -> Result<()> {
+        // the engine's warnings (a device error, a codec failure) reach stderr
+        let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).try_init();
         let t0 = std::time::Instant::now();
         let oopts = OpenOptions { compression: self.spec, workers: self.jobs, ..OpenOptions::default() };
         let engine = Engine::open(&a.pool, &oopts).context("opening the new pool")?;
@@ -171,6 +173,7 @@ impl RootdirPlan {
         let info = engine.info();
         fs.shutdown().context("closing the pool")?;
         drop((fs, engine));
+        log::info!("rootdir: pool closed after {:.2} s", t0.elapsed().as_secs_f64());
         let meta_bytes = disk_bytes(&a.pool.join(squeezefs_pipeline::META_FILE));
         let pool_bytes = if a.devices.is_empty() { disk_bytes_tree(&a.pool) } else { data_bytes + meta_bytes };
         if let Some(first) = &summary.stopped_by {

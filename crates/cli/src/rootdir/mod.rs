@@ -197,6 +197,7 @@ struct Ctx<'a> {
 
 /// Copy the tree at `src` into the fs's root directory.
 pub fn copy_tree(fs: &Fs, src: &Path, opts: &CopyOptions) -> Summary {
+    let t0 = std::time::Instant::now();
     let pb = if opts.progress {
         let pb = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
         pb.set_style(
@@ -232,8 +233,11 @@ pub fn copy_tree(fs: &Fs, src: &Path, opts: &CopyOptions) -> Summary {
         drop(rx);
         scan(&ctx, src, &tx);
         drop(tx); // SCAN → DRAIN: workers exit once the queue is empty
+        log::info!("rootdir: scan done after {:.2} s", t0.elapsed().as_secs_f64());
     });
+    log::info!("rootdir: copy workers done after {:.2} s", t0.elapsed().as_secs_f64());
     finish(&ctx);
+    log::info!("rootdir: final attributes set after {:.2} s", t0.elapsed().as_secs_f64());
     pb.finish_and_clear();
     let stopped_by = ctx.rep.first.lock().take();
     let c = &ctx.counters;
@@ -316,14 +320,14 @@ fn scan(ctx: &Ctx<'_>, src: &Path, tx: &crossbeam_channel::Sender<Job>) {
                 continue;
             }
         };
-        names.sort_unstable();
+        names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut subdirs = Vec::new();
-        for name in names {
+        for (name, listed) in names {
             if ctx.rep.stopped() {
                 return;
             }
             let path = dir.join(&name);
-            match entry(ctx, &path, dino, name.as_bytes(), tx) {
+            match entry(ctx, &path, dino, name.as_bytes(), listed, tx) {
                 Ok(Some(sub)) => subdirs.push((path, sub)),
                 Ok(None) => {}
                 Err(e) => ctx.rep.report(&ctx.counters, &path, &e),
@@ -340,10 +344,16 @@ fn entry(
     path: &Path,
     parent: Ino,
     name: &[u8],
+    listed: source::Listed,
     tx: &crossbeam_channel::Sender<Job>,
 ) -> Result<Option<Ino>, EntryError> {
     if name.len() > NAME_MAX {
         return Err(EntryError::NameTooLong);
+    }
+    if listed == source::Listed::File {
+        // opened without an lstat first (open never follows a symlink here, nor blocks)
+        file_entry(ctx, path, parent, name, tx)?;
+        return Ok(None);
     }
     let st = source::lstat(path).map_err(EntryError::Read)?;
     if ctx.skipped(&st) {
@@ -361,7 +371,7 @@ fn entry(
             Ok(Some(a.ino))
         }
         FileKind::File => {
-            file_entry(ctx, path, parent, name, st, tx)?;
+            file_entry(ctx, path, parent, name, tx)?;
             Ok(None)
         }
         FileKind::Symlink => {
@@ -403,11 +413,18 @@ fn file_entry(
     path: &Path,
     parent: Ino,
     name: &[u8],
-    lst: SrcStat,
     tx: &crossbeam_channel::Sender<Job>,
 ) -> Result<(), EntryError> {
-    let key = (lst.dev, lst.ino);
-    if lst.nlink > 1 {
+    let file = source::open_file(path).map_err(EntryError::Read)?;
+    let st = SrcStat::from_metadata(&file.metadata().map_err(EntryError::Read)?);
+    if st.kind != Some(FileKind::File) {
+        return Err(EntryError::Replaced);
+    }
+    if ctx.skipped(&st) {
+        return Ok(());
+    }
+    let key = (st.dev, st.ino);
+    if st.nlink > 1 {
         let mut links = ctx.links.lock();
         if let Some(l) = links.get_mut(&key) {
             if l.failed {
@@ -419,19 +436,12 @@ fn file_entry(
             return Ok(());
         }
     }
-    let file = source::open_file(path).map_err(EntryError::Read)?;
-    let st = SrcStat::from_metadata(&file.metadata().map_err(EntryError::Read)?);
-    if st.kind != Some(FileKind::File) || (st.dev, st.ino) != key {
-        return Err(EntryError::Replaced);
-    }
     let a = ctx.fs.mknod(&ctx.creds, parent, name, FileKind::File, st.perm, 0)?;
     // the file's own properties before its data, so they decide its compression
     ctx.copy_xattrs(path, a.ino);
     if st.nlink > 1 {
-        ctx.links.lock().insert(
-            key,
-            Linked { ino: a.ino, st, path: path.to_path_buf(), names: vec![(parent, name.to_vec())], failed: false },
-        );
+        let names = vec![(parent, name.to_vec())];
+        ctx.links.lock().insert(key, Linked { ino: a.ino, st, path: path.to_path_buf(), names, failed: false });
     }
     ctx.rep.pb.inc_length(st.size);
     let job = Job { path: path.to_path_buf(), file, st, ino: a.ino, parent, name: name.to_vec() };
@@ -496,12 +506,17 @@ fn copy_file(ctx: &Ctx<'_>, job: &Job, buf: &mut [u8]) -> Result<(), EntryError>
     // bytes written, and the end of the last write (the file's size so far)
     let (mut done, mut written_end) = (0u64, 0u64);
     let mut short = false;
+    let sparse = job.st.may_be_sparse();
     'ranges: while pos < size {
-        let Some(start) = source::next_data(f, pos).map_err(EntryError::Read)? else { break };
-        if start >= size {
-            break;
-        }
-        let end = source::next_hole(f, start).map_err(EntryError::Read)?.unwrap_or(size).min(size);
+        let (start, end) = if sparse {
+            let Some(start) = source::next_data(f, pos).map_err(EntryError::Read)? else { break };
+            if start >= size {
+                break;
+            }
+            (start, source::next_hole(f, start).map_err(EntryError::Read)?.unwrap_or(size).min(size))
+        } else {
+            (pos, size)
+        };
         let mut at = start;
         while at < end {
             let chunk_end = units::chunk_end_byte(at, end, CHUNK);

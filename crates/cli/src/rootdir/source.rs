@@ -23,6 +23,8 @@ pub struct SrcStat {
     pub gid: u32,
     pub nlink: u64,
     pub size: u64,
+    /// 512-byte blocks allocated
+    pub blocks: u64,
     pub rdev: u64,
     pub atime: Timestamp,
     pub mtime: Timestamp,
@@ -41,6 +43,7 @@ impl SrcStat {
             gid: m.gid(),
             nlink: m.nlink(),
             size: m.size(),
+            blocks: m.blocks(),
             rdev: m.rdev(),
             atime: ts(m.atime(), m.atime_nsec()),
             mtime: ts(m.mtime(), m.mtime_nsec()),
@@ -52,6 +55,12 @@ impl SrcStat {
     /// or ctime moved: a write, a truncation or anything else that touched the inode).
     pub fn changed_since(&self, before: &SrcStat) -> bool {
         (self.size, self.mtime, self.ctime) != (before.size, before.mtime, before.ctime)
+    }
+
+    /// Whether the file may hold holes: fewer bytes allocated than its size. A file that is
+    /// not sparse is read without SEEK_DATA/SEEK_HOLE (two system calls per file saved).
+    pub fn may_be_sparse(&self) -> bool {
+        self.blocks.saturating_mul(512) < self.size
     }
 }
 
@@ -143,9 +152,18 @@ fn xattr_value(path: &CString, name: &[u8]) -> io::Result<Option<Vec<u8>>> {
     }
 }
 
+/// What a directory listing says of an entry's type (`d_type`): a regular file can be
+/// opened without an lstat first; anything else (or a filesystem that does not say) is
+/// lstat'ed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listed {
+    File,
+    Other,
+}
+
 /// The names in a directory (without `.` and `..`), read through a descriptor opened with
 /// O_NOATIME where the kernel allows it, so listing the source leaves its atime alone.
-pub fn list_dir(p: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+pub fn list_dir(p: &Path) -> io::Result<Vec<(std::ffi::OsString, Listed)>> {
     use std::os::unix::ffi::OsStringExt;
     let c = cpath(p)?;
     let base = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
@@ -180,7 +198,9 @@ pub fn list_dir(p: &Path) -> io::Result<Vec<std::ffi::OsString>> {
         // SAFETY: d_name is NUL-terminated inside the entry readdir returned
         let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
         if name != b"." && name != b".." {
-            out.push(std::ffi::OsString::from_vec(name.to_vec()));
+            // SAFETY: as above
+            let listed = if unsafe { (*ent).d_type } == libc::DT_REG { Listed::File } else { Listed::Other };
+            out.push((std::ffi::OsString::from_vec(name.to_vec()), listed));
         }
     };
     // SAFETY: closes the stream and its descriptor once
