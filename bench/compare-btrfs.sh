@@ -3,7 +3,7 @@
 #
 # usage: bench/compare-btrfs.sh [--specs "none lz4 zstd:1 zstd:3 zstd:9"] [--parts a,b,c]
 #            [--copies 4] [--read-rounds 3] [--zero-urandom-size 2G] [--quick] [--fs "btrfs squeezefs"]
-#            [--uring on|off|auto]
+#            [--uring on|off|auto]     # default: no uring= option (the mount's default)
 #            [--verify full|light|none] [--workdir DIR] [--results DIR] [--stop-at HH:MM] [--perf]
 #        bench/compare-btrfs.sh --report RESULTS_DIR      # print the tables of an earlier run
 #
@@ -37,6 +37,12 @@
 # has no hardware counters) for every mount session and keeps the top symbols per session in
 # the logs; it costs some throughput, so use it in a separate profiling run.
 #
+# Request transport: squeezefs mounts with its defaults unless --uring is given (then
+# `uring=VALUE`); each squeezefs result records the transport its mounts reported in
+# `user.squeezefs.mount` (`transport=`: io_uring or /dev/fuse and why), and the setup file
+# records the kernel's enable_uring parameter at the start of the run (the default mount of
+# root switches it from N to Y).
+#
 # Spec mapping: identical specs on both, except squeezefs `lz4` runs against btrfs `lzo`, and
 # `none` mounts btrfs without a compress option.
 #
@@ -61,7 +67,7 @@ VERIFY=light
 QUICK=0
 PERF=0
 RESULTS=""
-URING=on
+URING=""
 REPORT_ONLY=""
 STOP_AT=""
 CORPUS=${SQUEEZEFS_CORPUS:-$REPO/../shared/corpus}
@@ -111,7 +117,7 @@ PARTS=${PARTS//,/ }
 for p in $PARTS; do
     case "$p" in a|b|c) ;; *) die "--parts: '$p' is not a part; accepted: a, b, c (comma separated)" ;; esac
 done
-case "$URING" in on|off|auto) ;; *) die "--uring: '$URING' is not accepted; use on, off or auto" ;; esac
+case "$URING" in ""|on|off|auto) ;; *) die "--uring: '$URING' is not accepted; use on, off or auto" ;; esac
 FSES=${FSES//,/ }
 for f in $FSES; do
     case "$f" in btrfs|squeezefs) ;; *) die "--fs: '$f' is not accepted; use btrfs and/or squeezefs" ;; esac
@@ -139,6 +145,7 @@ command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v unzip >/dev/null || need+=(unzip)
 command -v fusermount3 >/dev/null || need+=(fuse3)
+command -v getfattr >/dev/null || need+=(attr)
 [ -x /usr/bin/time ] || need+=(time)
 [[ " $PARTS " != *" b "* ]] || [ -e "$LINUX_XZ" ] || need+=(linux-source-6.1)
 if [ ${#need[@]} -gt 0 ]; then
@@ -171,6 +178,7 @@ SRC=""
 echo "$0 $*" > "$RESULTS/command"
 { echo "specs=$SPECS parts=$PARTS copies=$COPIES size=$ZU_SIZE fs=$FSES verify=$VERIFY"
   echo "kernel=$(uname -r) cpus=$(nproc) btrfs-progs=$(btrfs --version 2>/dev/null)"
+  echo "enable_uring at start=$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null || echo absent) uring option=${URING:-default}"
   [ -z "$SQ" ] || echo "squeezefs=$SQ ($("$SQ" --version 2>&1)) git=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)"
 } > "$RESULTS/setup"
 
@@ -298,14 +306,14 @@ fi
 
 # ---- one filesystem under test ----------------------------------------------------------------
 # Globals of a unit (set in its subshell): FS SPEC MODE TAG MNT LOOPDEV POOL TPID DPID SAMPLER
+# TRANSPORTS (the distinct request transports its squeezefs mounts reported)
 # and the results of the last phase / usage measurement (PH_*, U_*).
 MNT_OPTS() {  # mount options for FS / SPEC / MODE (compress or compress-force)
     if [ "$FS" = btrfs ]; then
         case "$SPEC" in none) echo "" ;; lz4) echo "$MODE=lzo" ;; *) echo "$MODE=$SPEC" ;; esac
     else
-        # uring=: squeezefs' request transport (on: FUSE over io_uring, switched on in the
-        # kernel's enable_uring parameter by the daemon; off: /dev/fuse)
-        case "$SPEC" in none) echo "compress=none,uring=$URING" ;; *) echo "$MODE=$SPEC,uring=$URING" ;; esac
+        # uring=: only when asked (--uring); the default mount picks its transport itself
+        case "$SPEC" in none) echo "compress=none${URING:+,uring=$URING}" ;; *) echo "$MODE=$SPEC${URING:+,uring=$URING}" ;; esac
     fi
 }
 
@@ -346,6 +354,11 @@ fs_mount() {
     DPID=$(pgrep -P "$TPID" | head -1)
     [ -n "$DPID" ] || die "cannot find the squeezefs daemon (child of $TPID)"
     echo "$DPID" >> "$WORK/pids"
+    # the request transport this mount got (io_uring, or /dev/fuse and why)
+    local t; t=$(getfattr --only-values -n user.squeezefs.mount "$MNT" 2>/dev/null | sed -n 's/^transport=//p')
+    echo "mount $MOUNTS: transport=${t:-unknown}" >> "$ULOG"
+    t=${t%%;*}
+    [[ " ${TRANSPORTS:-} " == *"[$t]"* ]] || TRANSPORTS="${TRANSPORTS:+$TRANSPORTS }[$t]"
     PERFPID=""
     if [ "$PERF" = 1 ]; then
         perf record -q -e cpu-clock -F 499 -p "$DPID" -o "$RESULTS/logs/$TAG.daemon$MOUNTS.perf.data" \
@@ -490,7 +503,7 @@ print(walls[i], cpus[i])' "${reads[@]}" "${rdaemon[@]}")
         for i in $(seq 1 "$COPIES"); do timeout 180 diff -rq "$SRC/corpus" "$MNT/copy$i" >> "$ULOG" 2>&1 || bad="$bad copy$i"; done
         [ -z "$bad" ] && verify_note ok || verify_note FAIL "content differs in$bad"
     fi
-    emit part=a fs="$FS" spec="$SPEC" opts="$(MNT_OPTS)" logical="$logical" \
+    emit part=a fs="$FS" spec="$SPEC" opts="$(MNT_OPTS)" transport="${TRANSPORTS:-}" logical="$logical" \
         write_s="$w_wall" write_sync_s="$w_sync" write_writer_cpu="$w_writer" write_kthreads_cpu="$w_kt" \
         write_daemon_cpu="$w_daemon" read_s="$read_med" read_daemon_cpu="$read_daemon" read_rounds_s="${reads[*]}" \
         disk="$U_DISK" uncompressed="$U_UNCOMP" referenced="$U_REF" allin="$U_ALLIN" verified="$VERIFIED"
@@ -526,7 +539,7 @@ unit_b() {
         [ "$bad" = 0 ] && verify_note ok || verify_note FAIL "$bad entries differ in content/type (tar --compare, see $ULOG)"
         [ "$meta" = 0 ] || log "  $TAG note: $meta metadata differences (mtime/mode/owner) in tar --compare"
     fi
-    emit part=b fs="$FS" spec="$SPEC" opts="$(MNT_OPTS)" tar_logical="$TAR_BYTES" tree_logical="$TREE_BYTES" \
+    emit part=b fs="$FS" spec="$SPEC" opts="$(MNT_OPTS)" transport="${TRANSPORTS:-}" tar_logical="$TAR_BYTES" tree_logical="$TREE_BYTES" \
         entries="$TREE_ENTRIES" tar_disk="$tar_disk" tar_allin="$tar_allin" tree_disk="$U_DISK" tree_allin="$U_ALLIN" \
         copy_s="$c_wall" copy_sync_s="$c_sync" extract_s="$x_wall" extract_sync_s="$x_sync" delete_s="$d_wall" \
         read_s="$r_wall" copy_daemon_cpu="$c_daemon" extract_daemon_cpu="$x_daemon" extract_writer_cpu="$x_writer" \
@@ -556,7 +569,7 @@ unit_c() {
                 && verify_note ok || verify_note FAIL "$data.bin differs from its source"
             [ "$(stat -c %s "$MNT/$data.bin")" = "$ZU_BYTES" ] || verify_note FAIL "$data.bin has the wrong size"
         fi
-        emit part=c fs="$FS" spec="$SPEC" opts="$(MNT_OPTS)" data="$data" logical="$ZU_BYTES" \
+        emit part=c fs="$FS" spec="$SPEC" opts="$(MNT_OPTS)" transport="${TRANSPORTS:-}" data="$data" logical="$ZU_BYTES" \
             write_s="$wall" write_sync_s="$sync_s" writer_cpu="$writer" kthreads_cpu="$kt" system_cpu="$sys" \
             daemon_cpu="$daemon" disk="$U_DISK" uncompressed="$U_UNCOMP" allin="$U_ALLIN" verified="$VERIFIED"
         fs_umount
@@ -570,7 +583,7 @@ run_unit() {  # part spec fs
     ULOG=$RESULTS/logs/$TAG.log
     log "($part) $fs $spec"
     (
-        FS=$fs SPEC=$spec MNT=$WORK/mnt-$fs DPID="" LOOPDEV=""
+        FS=$fs SPEC=$spec MNT=$WORK/mnt-$fs DPID="" LOOPDEV="" TRANSPORTS=""
         trap 'sweep; rm -rf "$WORK/pool" "$WORK/btrfs.img"' EXIT
         "unit_$part"
     ) || rc=$?

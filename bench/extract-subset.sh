@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Metadata-heavy extract, squeezefs against kernel btrfs in the same run, alternating.
 #
-#   bench/extract-subset.sh [--rounds N] [--specs "none zstd:3"] [--uring on|off|auto]
+#   bench/extract-subset.sh [--rounds N] [--specs "none zstd:3"] [--uring on|off|auto]  # default: no uring= option
 #
 # Extracts linux-source-6.1/{fs,net,include} (10 368 entries, 121 MB; the part of the Linux
 # tarball that compare-btrfs.sh (b) spends most of its extract time on) from /dev/shm into a
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 ROUNDS=3
 SPECS="none zstd:3"
-URING=on
+URING=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS=$2; shift 2 ;;
@@ -80,7 +80,7 @@ run_squeezefs() { # spec → seconds
     local spec=$1
     rm -rf "$W/pool"
     "$BIN" mkfs "$W/pool" >/dev/null
-    "$BIN" mount "$W/pool" "$W/mnt" -o "compress=$spec,uring=$URING"
+    "$BIN" mount "$W/pool" "$W/mnt" -o "compress=$spec${URING:+,uring=$URING}"
     local t0 t1
     t0=$(now)
     tar -xf "$SRC" -C "$W/mnt"
@@ -92,7 +92,7 @@ run_squeezefs() { # spec → seconds
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
-echo "load: $(cut -d' ' -f1-3 /proc/loadavg); squeezefs: $BIN; uring=$URING; $ROUNDS rounds"
+echo "load: $(cut -d' ' -f1-3 /proc/loadavg); squeezefs: $BIN; uring=${URING:-default}; $ROUNDS rounds"
 echo "| spec | btrfs s (rounds) | squeezefs s (rounds) | sq/btrfs (medians) |"
 echo "|---|---|---|---|"
 for spec in $SPECS; do

@@ -25,4 +25,8 @@ command -v cargo >/dev/null 2>&1 || { echo "cargo not found: install Rust (rustu
 cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+# the mounted tests run once per request transport (mounted_common/mod.rs, TRANSPORT_ENV):
+# /dev/fuse with the whole suite, then io_uring (where the kernel has it)
+SQUEEZEFS_TEST_URING=off cargo test --workspace --locked
+# (--workspace: the same feature set as the run above, so nothing is rebuilt)
+SQUEEZEFS_TEST_URING=on cargo test --workspace --locked --test mounted_posix --test mounted_reftest --test mounted_panics

@@ -197,6 +197,9 @@ def main(argv):
     recs = load(argv[1])
     out = []
     out += summary(recs) + [""]
+    transports = sorted({r["transport"] for r in recs if r.get("fs") == "squeezefs" and r.get("transport")})
+    if transports:
+        out += ["squeezefs request transport: " + "; ".join(transports), ""]
     bad_all = []
     for fn in (part_a, part_b, part_c):
         o, bad = fn(recs)

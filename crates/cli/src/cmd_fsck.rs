@@ -1,7 +1,7 @@
 //! `squeezefs fsck POOL [--json]`: check the space map against the extents and the
 //! namespace (link counts, dirents, orphans). Exit status 0 = clean, 1 = problems found.
 use anyhow::{Context, Result};
-use squeezefs_pipeline::{Engine, OpenOptions};
+use squeezefs_pipeline::OpenOptions;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -14,7 +14,8 @@ pub struct FsckArgs {
 }
 
 pub fn run(a: FsckArgs) -> Result<()> {
-    let e = Engine::open(&a.pool, &OpenOptions { read_only: true, ..Default::default() })
+    let wait = std::time::Duration::from_secs(crate::open_pool::DEFAULT_WAIT_SECS);
+    let e = crate::open_pool::open_waiting(&a.pool, &OpenOptions { read_only: true, ..Default::default() }, wait)
         .with_context(|| format!("opening pool {}", a.pool.display()))?;
     let r = e.fsck()?;
     e.close()?;

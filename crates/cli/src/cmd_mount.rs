@@ -16,7 +16,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use squeezefs_fs::{Fs, FsConfig};
 use squeezefs_fuse::mount_config::LiveMount;
 use squeezefs_fuse::{mount, MountConfig};
-use squeezefs_pipeline::{Engine, OpenOptions};
+use squeezefs_pipeline::OpenOptions;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -31,12 +31,18 @@ pub struct MountArgs {
     /// Directory to mount it on
     pub mountpoint: PathBuf,
     /// Options, comma-separated: compress=SPEC, compress-force=SPEC, recordsize=SIZE, ro,
-    /// allow_other, default_permissions, remount, and generic fstab options
+    /// allow_other, default_permissions, remount, uring=auto|on|off (auto, the default: FUSE
+    /// over io_uring for root mounts, switching the kernel's enable_uring parameter on when
+    /// it is off; off: /dev/fuse), and generic fstab options
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
     /// Stay in the foreground (do not daemonize)
     #[arg(short = 'f', long)]
     pub foreground: bool,
+    /// Seconds to wait for the previous daemon of this pool when it is still closing it
+    /// (flushing after its unmount) before giving up; a pool in use is refused at once
+    #[arg(long, value_name = "SECS", default_value_t = crate::open_pool::DEFAULT_WAIT_SECS)]
+    pub wait: u64,
     /// Called by mount(8) as its helper: a remount's options are then the whole resulting
     /// set (mount(8) merged them with the live mount's), not a change to it
     #[arg(skip)]
@@ -57,14 +63,14 @@ pub fn run(args: MountArgs) -> Result<()> {
     }
     let pool = std::fs::canonicalize(&args.pool).with_context(|| format!("pool {}", args.pool.display()))?;
     if args.foreground {
-        return serve(&pool, &mountpoint, &cfg, |r| {
+        return serve(&pool, &mountpoint, &cfg, args.wait, |r| {
             if let Err(e) = &r {
                 eprintln!("squeezefs mount: {e}");
             }
         });
     }
     let log = pool.join(LOG_FILE);
-    daemonize(&log, |report| serve(&pool, &mountpoint, &cfg, report))
+    daemonize(&log, |report| serve(&pool, &mountpoint, &cfg, args.wait, report))
 }
 
 /// The daemon's log in the pool directory: its stderr once it runs in the background, so
@@ -270,10 +276,16 @@ fn stop_signals() -> libc::sigset_t {
     }
 }
 
-fn serve(pool: &Path, mountpoint: &Path, cfg: &MountConfig, report: impl FnOnce(Result<(), String>)) -> Result<()> {
+fn serve(
+    pool: &Path,
+    mountpoint: &Path,
+    cfg: &MountConfig,
+    wait: u64,
+    report: impl FnOnce(Result<(), String>),
+) -> Result<()> {
     let set = stop_signals();
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    let (session, fs) = match open_and_mount(pool, mountpoint, cfg) {
+    let (session, fs, transport) = match open_and_mount(pool, mountpoint, cfg, wait) {
         Ok(s) => s,
         Err(e) => {
             let msg = format!("{e:#}");
@@ -296,10 +308,13 @@ fn serve(pool: &Path, mountpoint: &Path, cfg: &MountConfig, report: impl FnOnce(
         "mounted {} on {} ({spec}; requests: {})",
         pool.display(),
         mountpoint.display(),
-        squeezefs_fuse::uring::transport()
+        if transport.uring_queues > 0 { transport.describe() } else { "/dev/fuse".into() }
     ));
+    if let Some(why) = &transport.fallback {
+        log_event(&format!("requests come through /dev/fuse, not FUSE over io_uring: {why}"));
+    }
     let served = session.run().context("serving FUSE requests");
-    // the session ran the flush at unmount (the adapter's destroy) before returning
+    // the session ran the flush at unmount before returning
     let flush = fs.shutdown_error();
     write_unmount_report(pool, flush.as_deref());
     served?;
@@ -331,8 +346,10 @@ fn open_and_mount(
     pool: &Path,
     mountpoint: &Path,
     cfg: &MountConfig,
-) -> Result<(squeezefs_fuse::Session<squeezefs_fuse::FuseFs>, Arc<Fs>)> {
-    let engine = Engine::open(pool, &open_options(cfg)).with_context(|| format!("opening pool {}", pool.display()))?;
+    wait: u64,
+) -> Result<(squeezefs_fuse::Session, Arc<Fs>, mount::Transport)> {
+    let engine = crate::open_pool::open_waiting(pool, &open_options(cfg), std::time::Duration::from_secs(wait))
+        .with_context(|| format!("opening pool {}", pool.display()))?;
     if let Some(rs) = cfg.recordsize {
         let pool_rs = engine.info().recordsize;
         if rs != pool_rs {
@@ -354,7 +371,15 @@ fn open_and_mount(
     };
     let fs = Arc::new(Fs::new(engine.clone(), fs_cfg).context("starting the filesystem")?);
     match mount::mount(fs.clone(), pool, mountpoint, cfg) {
-        Ok(s) => Ok((s, fs)),
+        Ok((s, transport)) => {
+            // once this mount is gone, a new mount of the pool waits for this daemon to close
+            // it instead of refusing (pipeline pool_lock.rs)
+            match mount::mount_device(mountpoint) {
+                Some(dev) => engine.record_mount(&dev, mountpoint),
+                None => log::warn!("{} is not in /proc/self/mountinfo", mountpoint.display()),
+            }
+            Ok((s, fs, transport))
+        }
         Err(e) => {
             let _ = fs.shutdown();
             Err(anyhow!("mounting {} on {}: {e}", pool.display(), mountpoint.display()))

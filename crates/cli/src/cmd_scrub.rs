@@ -2,7 +2,7 @@
 //! damaged files and offsets. Exit status 0 = clean, 1 = damage found.
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use squeezefs_pipeline::{Engine, OpenOptions};
+use squeezefs_pipeline::OpenOptions;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -15,7 +15,8 @@ pub struct ScrubArgs {
 }
 
 pub fn run(a: ScrubArgs) -> Result<()> {
-    let e = Engine::open(&a.pool, &OpenOptions { read_only: true, ..Default::default() })
+    let wait = std::time::Duration::from_secs(crate::open_pool::DEFAULT_WAIT_SECS);
+    let e = crate::open_pool::open_waiting(&a.pool, &OpenOptions { read_only: true, ..Default::default() }, wait)
         .with_context(|| format!("opening pool {}", a.pool.display()))?;
     let bar = if a.json { ProgressBar::hidden() } else { ProgressBar::new(0) };
     bar.set_style(

@@ -3,7 +3,8 @@
 //! The daemon answers the virtual xattr `user.squeezefs.usage` on every file with its
 //! rows (algorithm, level, disk, uncompressed, referenced); this command walks the tree
 //! (staying on PATH's filesystem, counting hard-linked files once), sums per
-//! algorithm:level and prints the totals.
+//! algorithm:level and prints the totals. For a directory it then shows the directory's
+//! effective properties (what new files below it get; `squeezefs prop get`).
 use anyhow::{bail, Context, Result};
 use squeezefs_codec::Algorithm;
 use squeezefs_fs::{usage, xattr_names};
@@ -180,6 +181,7 @@ pub fn run(args: StatsArgs) -> Result<()> {
     get_xattr(&root, usage::XATTR_USAGE).with_context(|| format!("syncing {}", root.display()))?;
     let mut w = Walk::default();
     w.visit(&path, dev)?;
+    let properties = if path.is_dir() { Some(directory_properties(&path)?) } else { None };
     let mut total = Sums::default();
     for s in w.rows.values() {
         total.disk += s.disk;
@@ -200,7 +202,7 @@ pub fn run(args: StatsArgs) -> Result<()> {
                 })
             })
             .collect();
-        let out = serde_json::json!({
+        let mut out = serde_json::json!({
             "path": path.display().to_string(),
             "mount": root.display().to_string(),
             "mount_compression": compression,
@@ -212,6 +214,9 @@ pub fn run(args: StatsArgs) -> Result<()> {
             },
             "rows": rows,
         });
+        if let Some(p) = &properties {
+            out["properties"] = serde_json::json!(p.iter().map(crate::cmd_prop::Row::json).collect::<Vec<_>>());
+        }
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
@@ -235,5 +240,16 @@ pub fn run(args: StatsArgs) -> Result<()> {
     for ((id, level), s) in &w.rows {
         line(&alg_name(*id, *level), s);
     }
+    if let Some(props) = properties {
+        println!("Properties of {}:", path.display());
+        for r in &props {
+            println!("  {:<22} {:<12} {}", r.prop.name(), r.value, r.source_text());
+        }
+    }
     Ok(())
+}
+
+/// Effective properties of a directory, inherited values named by their directory.
+fn directory_properties(dir: &Path) -> Result<Vec<crate::cmd_prop::Row>> {
+    crate::cmd_prop::effective_rows(dir, &[], &crate::cmd_prop::ancestors(dir))
 }

@@ -7,10 +7,12 @@ mod cmd_fsck;
 mod cmd_mkfs;
 mod cmd_mount;
 mod cmd_plot;
+mod cmd_prop;
 mod cmd_scrub;
 mod cmd_stats;
 mod cmd_umount;
 mod mount_helper;
+mod open_pool;
 mod rootdir;
 
 #[derive(Parser)]
@@ -38,6 +40,8 @@ enum Command {
     Stats(cmd_stats::StatsArgs),
     /// Draw an auto/QoS trace (mount option trace=FILE) as thesis-style figures in a PNG
     Plot(cmd_plot::PlotArgs),
+    /// Get, set, inherit and list properties of files and directories (compression, ...)
+    Prop(cmd_prop::PropArgs),
 }
 
 /// Errors end the process here: one line on stderr, `squeezefs: ` then the context chain
@@ -68,5 +72,6 @@ fn run() -> anyhow::Result<()> {
         Command::Umount(a) => cmd_umount::run(a),
         Command::Stats(a) => cmd_stats::run(a),
         Command::Plot(a) => cmd_plot::run(a),
+        Command::Prop(a) => cmd_prop::run(a),
     }
 }

@@ -56,6 +56,7 @@ pub fn translate(args: &[String]) -> Result<Option<crate::cmd_mount::MountArgs>>
         mountpoint: positional[1].clone().into(),
         options: opts,
         foreground: false,
+        wait: crate::open_pool::DEFAULT_WAIT_SECS,
         from_mount8: true,
     }))
 }

@@ -487,8 +487,8 @@ fn errno_parity_with_ext4() {
     }
     let mut mismatches = Vec::new();
     // both request transports decode arguments and encode replies their own way
-    for transport in ["uring=off", "uring=on"] {
-        let m = Mounted::new(transport);
+    for transport in ["uring=off", ""] {
+        let m = Mounted::new_as_given(transport);
         assert_transport(&m, transport);
         let host = tempfile::Builder::new().prefix("sqzref").tempdir_in("/tmp").unwrap();
         chmod(host.path(), 0o755);
@@ -501,6 +501,78 @@ fn errno_parity_with_ext4() {
         }
     }
     assert!(mismatches.is_empty(), "errno differences:\n{}", mismatches.join("\n"));
+}
+
+/// utimensat on `p` with both times `t`; then (atime, mtime) as stat shows them.
+fn set_and_stat_times(p: &Path, t: (i64, i64)) -> Result<[(i64, i64); 2], i32> {
+    let ts = libc::timespec { tv_sec: t.0, tv_nsec: t.1 };
+    let r = rc(unsafe { libc::utimensat(libc::AT_FDCWD, c(p).as_ptr(), [ts, ts].as_ptr(), 0) });
+    if r != 0 {
+        return Err(r);
+    }
+    stat_times(p)
+}
+
+fn stat_times(p: &Path) -> Result<[(i64, i64); 2], i32> {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    match rc(unsafe { libc::stat(c(p).as_ptr(), &mut st) }) {
+        0 => Ok([(st.st_atime, st.st_atime_nsec), (st.st_mtime, st.st_mtime_nsec)]),
+        e => Err(e),
+    }
+}
+
+/// Regression: on /dev/fuse, `utimensat` with `{INT64_MIN, 0}` panicked a request thread
+/// and pre-1970 times with nanoseconds were stored a second off. Times are stored as ext4
+/// stores them (its range's ends, zero nanoseconds beyond them), on both transports: a
+/// directory shows them at once, a regular file after a remount (with the writeback cache
+/// the kernel keeps the mtime the caller gave until the inode leaves its cache; the atime
+/// it takes from the reply).
+#[test]
+fn utimensat_times_at_the_extremes_and_before_1970_are_stored_as_on_ext4() {
+    if !can_mount() {
+        return;
+    }
+    const EXT4_SUPER_MAGIC: i64 = 0xEF53;
+    let host = tempfile::Builder::new().prefix("sqzref").tempdir_in("/tmp").unwrap();
+    let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
+    let host_is_ext4 =
+        unsafe { libc::statfs(c(host.path()).as_ptr(), &mut sfs) } == 0 && sfs.f_type as i64 == EXT4_SUPER_MAGIC;
+    let (min, max) = (-(1i64 << 31), (1i64 << 34) - 1 - (1 << 31));
+    // (set, stored on ext4)
+    let cases = [
+        ((i64::MIN, 0), (min, 0)),
+        ((i64::MIN, 999_999_999), (min, 0)),
+        ((i64::MAX, 999_999_999), (max, 0)),
+        ((-1, 500_000_000), (-1, 500_000_000)),
+        ((-86_400, 123_456_789), (-86_400, 123_456_789)),
+        ((min - 1, 7), (min, 0)),
+        ((min + 1, 7), (min + 1, 7)),
+        ((max, 3), (max, 0)),
+        ((1_700_000_000, 999_999_999), (1_700_000_000, 999_999_999)),
+    ];
+    for transport in ["uring=off", "uring=on"] {
+        let mut m = Mounted::new(transport);
+        assert_transport(&m, transport);
+        for (i, (set, want)) in cases.iter().enumerate() {
+            let (file, dir) = (m.path(&format!("f{i}")), m.path(&format!("d{i}")));
+            write(&file, b"x");
+            std::fs::create_dir(&dir).unwrap();
+            assert_eq!(set_and_stat_times(&dir, *set), Ok([*want; 2]), "{transport}: dir, set {set:?}");
+            let file_times = set_and_stat_times(&file, *set).map(|t| t[0]);
+            assert_eq!(file_times, Ok(*want), "{transport}: file atime, set {set:?}");
+            if host_is_ext4 {
+                let theirs = host.path().join(format!("f{i}"));
+                write(&theirs, b"x");
+                assert_eq!(set_and_stat_times(&theirs, *set), Ok([*want; 2]), "ext4: set {set:?}");
+            }
+        }
+        m.remount();
+        for (i, (set, want)) in cases.iter().enumerate() {
+            for p in [m.path(&format!("f{i}")), m.path(&format!("d{i}"))] {
+                assert_eq!(stat_times(&p), Ok([*want; 2]), "{transport}: {} after remount, set {set:?}", p.display());
+            }
+        }
+    }
 }
 
 #[test]
@@ -699,8 +771,8 @@ fn fsync_is_durable_even_if_the_daemon_is_killed() {
         return;
     }
     // over io_uring, fsync runs on a helper thread and its reply goes back through the ring
-    for transport in ["uring=off", "uring=on"] {
-        let mut m = Mounted::new(&format!("compress=zstd,{transport}"));
+    for transport in ["uring=off", ""] {
+        let mut m = Mounted::new_as_given(&format!("compress=zstd,{transport}"));
         assert_transport(&m, transport);
         let mut f = std::fs::File::create(m.path("durable")).unwrap();
         f.write_all(&vec![42u8; 1 << 20]).unwrap();
@@ -990,7 +1062,7 @@ fn large_directory_lists_and_looks_up_every_entry() {
         return;
     }
     // readdirplus replies built in the ring buffers, many of them per listing
-    let m = Mounted::new("uring=on");
+    let m = Mounted::new("");
     let d = m.path("big");
     std::fs::create_dir(&d).unwrap();
     const N: usize = 20_000;
@@ -1053,8 +1125,8 @@ fn uring_and_dev_fuse_transports_serve_the_same_filesystem() {
         return;
     }
     let mut seen = Vec::new();
-    for transport in ["uring=off", "uring=on"] {
-        let mut m = Mounted::new(&format!("compress=zstd:1,{transport}"));
+    for transport in ["uring=off", ""] {
+        let mut m = Mounted::new_as_given(&format!("compress=zstd:1,{transport}"));
         assert_transport(&m, transport);
         let r = m.path("t");
         std::fs::create_dir(&r).unwrap();
@@ -1132,7 +1204,7 @@ fn a_tar_like_file_creation_sends_no_setattr_for_its_times() {
         return;
     }
     // both transports count requests
-    for opts in ["compress=none,uring=off", "compress=none,uring=on"] {
+    for opts in ["compress=none,uring=off", "compress=none"] {
         tar_like_creation_sends_three_setattrs(opts);
     }
 }
@@ -1186,7 +1258,7 @@ fn a_private_mount_creates_files_without_refreshing_the_parent() {
     if !can_mount() {
         return;
     }
-    for opts in ["compress=none,uring=off", "compress=none,uring=on"] {
+    for opts in ["compress=none,uring=off", "compress=none"] {
         let m = Mounted::new_private(opts);
         let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
         let line = mounts.lines().find(|l| l.contains(m.mnt.to_str().unwrap())).expect("mounted");

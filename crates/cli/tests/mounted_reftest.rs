@@ -359,12 +359,13 @@ fn fnv(d: &[u8]) -> u64 {
     d.iter().fold(0xcbf29ce484222325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }
 
-/// `transport`: the `uring=` option; two codec families run over each request transport.
+/// `transport`: the `uring=` option (empty: the default transport); two codec families run
+/// over each request transport.
 fn reftest(codec: &str, transport: &str) {
     if !can_mount() {
         return;
     }
-    let mounted = RefCell::new(Mounted::new(&format!("compress-force={codec},{transport}")));
+    let mounted = RefCell::new(Mounted::new_as_given(&format!("compress-force={codec},{transport}")));
     assert_transport(&mounted.borrow(), transport);
     let host = tempfile::Builder::new().prefix("sqzref").tempdir_in("/tmp").unwrap();
     let cases: u32 = std::env::var("SQUEEZEFS_REFTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48);
@@ -438,7 +439,7 @@ fn short(o: &Out) -> String {
 
 #[test]
 fn reftest_none() {
-    reftest("none", "uring=on");
+    reftest("none", "");
 }
 
 #[test]
@@ -448,7 +449,7 @@ fn reftest_lz4() {
 
 #[test]
 fn reftest_zstd() {
-    reftest("zstd:3", "uring=on");
+    reftest("zstd:3", "");
 }
 
 #[test]

@@ -117,7 +117,7 @@ impl Fs {
                 if let Some(t) = t {
                     *field = match t {
                         TimeSet::Now => now,
-                        TimeSet::At(ts) => ts,
+                        TimeSet::At(ts) => time::clamp(ts),
                     };
                     changed = true;
                 }
@@ -126,7 +126,7 @@ impl Fs {
                 a.ctime = now;
             }
             if let Some(ct) = s.ctime {
-                a.ctime = ct;
+                a.ctime = time::clamp(ct);
                 changed = true;
             }
             Ok(((), changed))

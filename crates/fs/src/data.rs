@@ -159,7 +159,9 @@ impl Fs {
             return Err(FsError::FileTooBig);
         }
         let data = &data[..data.len().min((MAX_FILE_SIZE - offset).min(usize::MAX as u64) as usize)];
-        self.engine.write(ino, offset, data)?;
+        // the file's compression from its properties: cached, no walk up the tree (inherit.rs)
+        let policy = self.write_policy(ino)?;
+        self.engine.write_with_compression(ino, offset, data, policy)?;
         if !from_page_cache {
             self.file_modified(c, ino)?;
         }

@@ -50,7 +50,7 @@ impl Fs {
     }
 
     /// Up to `limit` entries after kernel offset `offset`; `plus` adds attributes.
-    /// With `plus`, the caller must `remember` each entry it passes to the kernel.
+    /// With `plus`, the caller must `remember_entry` each entry it passes to the kernel.
     pub fn readdir(&self, dir: Ino, offset: u64, limit: usize, plus: bool) -> Result<Vec<DirItem>> {
         let mut out = Vec::new();
         if offset == 0 {
@@ -62,8 +62,8 @@ impl Fs {
         }
         let want = limit.saturating_sub(out.len()).max(1);
         for e in self.engine.dir_list(dir, cookie_after(offset), want)? {
-            if e.kind == FileKind::Dir {
-                self.inodes.set_parent(e.ino, dir);
+            if e.kind == FileKind::Dir && self.inodes.set_parent(e.ino, dir, true) == inodes::ParentChange::Moved {
+                self.inodes.bump_gen();
             }
             let attr = if plus {
                 match self.stat(e.ino) {

@@ -49,6 +49,10 @@ pub enum FsError {
     NoDevice,
     #[error("device or resource busy")]
     Busy,
+    #[error("{0}")]
+    Property(#[from] crate::props::PropError),
+    #[error("inappropriate ioctl for device")]
+    NoTty,
     #[error("checksum mismatch: {0}")]
     Corrupt(String),
     #[error("engine: {0}")]
@@ -81,7 +85,8 @@ impl FsError {
             FsError::Perm => libc::EPERM,
             FsError::NameTooLong => libc::ENAMETOOLONG,
             FsError::Loop => libc::ELOOP,
-            FsError::Invalid(_) => libc::EINVAL,
+            FsError::Invalid(_) | FsError::Property(_) => libc::EINVAL,
+            FsError::NoTty => libc::ENOTTY,
             FsError::ReadOnly => libc::EROFS,
             FsError::NoSpace => libc::ENOSPC,
             FsError::NoXattr => libc::ENODATA,

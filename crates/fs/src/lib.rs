@@ -2,7 +2,9 @@
 //!
 //! [`Fs`] mirrors the FUSE low-level operations (lookup/forget, getattr/setattr, mknod,
 //! mkdir, unlink, rmdir, symlink, rename, link, open/read/write/release, readdir, xattrs,
-//! fallocate, lseek, fsync, statfs) with inode numbers as handles. Semantics follow ext4
+//! fallocate, lseek, fsync, statfs, the chattr ioctls) with inode numbers as handles.
+//! Properties (props.rs) are xattrs it validates, inherited dynamically (inherit.rs); each
+//! write hands the engine its file's resolved compression. Semantics follow ext4
 //! (same errno for the same situation). Namespace changes and their checks run inside one
 //! engine metadata transaction, so a check and the change it guards are atomic; data goes
 //! straight to the engine without any fs-wide lock.
@@ -13,11 +15,14 @@ mod creds;
 mod data;
 mod dir;
 mod error;
+mod fileattr;
 mod handles;
+mod inherit;
 mod inodes;
 mod name;
 mod namespace;
 pub mod perm;
+pub mod props;
 pub mod time;
 pub mod usage;
 mod xattr;
@@ -32,7 +37,7 @@ pub use name::NAME_MAX;
 /// Names of the virtual extended attributes served by the fs core.
 pub mod xattr_names {
     pub use crate::usage::XATTR_USAGE as USAGE;
-    pub use crate::xattr::{XATTR_MOUNT as MOUNT, XATTR_REMOUNT as REMOUNT};
+    pub use crate::xattr::{XATTR_EFFECTIVE as EFFECTIVE, XATTR_MOUNT as MOUNT, XATTR_REMOUNT as REMOUNT};
 }
 pub use squeezefs_pipeline::{FileKind, Ino, InodeAttr, StatFs, Timestamp, ROOT_INO};
 
@@ -54,6 +59,8 @@ pub struct Fs {
     rename_lock: Mutex<()>,
     /// set when the flush at unmount failed (`shutdown`)
     shutdown_error: Mutex<Option<String>>,
+    /// how the mount receives requests, as the FUSE layer describes it (`set_transport`)
+    transport: Mutex<String>,
 }
 
 impl Fs {
@@ -73,6 +80,7 @@ impl Fs {
             atimes: atime::PendingAtimes::default(),
             rename_lock: Mutex::new(()),
             shutdown_error: Mutex::new(None),
+            transport: Mutex::new(String::new()),
         };
         if !fs.engine.read_only() && !fs.cfg.read_only {
             for ino in fs.engine.orphans()? {
@@ -126,14 +134,34 @@ impl Fs {
         self.shutdown_error.lock().clone()
     }
 
+    /// Record how the mount receives requests (the FUSE layer's one-line description, e.g.
+    /// `io_uring (2 per-CPU queues)` or `/dev/fuse (uring=off)`); `user.squeezefs.mount`
+    /// shows it as `transport=…`.
+    pub fn set_transport(&self, description: &str) {
+        *self.transport.lock() = description.replace('\n', " ");
+    }
+
+    pub fn transport(&self) -> String {
+        self.transport.lock().clone()
+    }
+
     /// Change the mount-wide compression for data written from now on (remount).
     pub fn set_compression(&self, c: Compression) {
         self.engine.set_compression(c.spec, c.force);
         *self.compression.lock() = Some(c);
+        // what every inode inherits from the mount changed
+        self.inodes.bump_gen();
     }
 
     pub fn compression(&self) -> Option<Compression> {
         *self.compression.lock()
+    }
+
+    /// Make every cached property resolution stale, as a property change does (benchmarks:
+    /// the cost of resolving after a change; inherit.rs).
+    #[doc(hidden)]
+    pub fn invalidate_inheritance(&self) {
+        self.inodes.bump_gen();
     }
 
     /// Attributes as stat(2) shows them: the engine's, plus a symlink's size being the
@@ -252,6 +280,11 @@ impl Fs {
         self.inodes.add_lookup(ino, n);
     }
 
+    /// One kernel reference to a readdirplus entry of directory `dir` (not for `.`/`..`).
+    pub fn remember_entry(&self, dir: Ino, item: &DirItem) {
+        self.inodes.add_lookup_in(dir, item.ino, item.kind == FileKind::Dir);
+    }
+
     /// FUSE forget: the kernel dropped `n` references.
     pub fn forget(&self, ino: Ino, n: u64) {
         if self.inodes.forget(ino, n) == inodes::Drop::Unreferenced {
@@ -266,5 +299,7 @@ impl Fs {
     }
 }
 
+#[cfg(test)]
+mod props_tests;
 #[cfg(test)]
 mod tests;

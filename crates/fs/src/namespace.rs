@@ -2,6 +2,7 @@
 //! Each runs its checks and changes in one metadata transaction.
 use crate::creds::{Cap, Creds};
 use crate::error::{FsError, Result};
+use crate::inodes::ParentChange;
 use crate::perm::{self, MAY_EXEC, MAY_WRITE, S_ISGID};
 use crate::{name, time, Fs};
 use squeezefs_pipeline::{FileKind, Ino, InodeAttr, MetaTx, Timestamp};
@@ -42,6 +43,12 @@ impl Fs {
         self.check_perm(&pa, c, MAY_EXEC)?;
         let a = self.lookup_attr(parent, name)?;
         self.inodes.add_lookup(a.ino, 1);
+        if a.kind != FileKind::Dir {
+            // counted first: see inodes.rs on file nodes. Reached through another name of a
+            // hard-linked file, it inherits from that name's directory from now on
+            // (inherit.rs); `set_parent` drops its cached resolution then.
+            self.inodes.set_parent(a.ino, parent, false);
+        }
         Ok(a)
     }
 
@@ -54,8 +61,10 @@ impl Fs {
             return Ok(self.stat(p)?);
         }
         let (ino, kind) = self.engine.lookup(parent, name)?.ok_or(FsError::NotFound)?;
-        if kind == FileKind::Dir {
-            self.inodes.set_parent(ino, parent);
+        if kind == FileKind::Dir && self.inodes.set_parent(ino, parent, true) == ParentChange::Moved {
+            // a directory's parent changes only by a rename, which updated it; if it did not
+            // (moved by another path), what the tree below inherits may differ
+            self.inodes.bump_gen();
         }
         Ok(self.stat(ino)?)
     }
@@ -147,9 +156,14 @@ impl Fs {
             Ok(attr)
         })?;
         if kind == FileKind::Dir {
-            self.inodes.set_parent(attr.ino, parent);
+            self.inodes.set_parent(attr.ino, parent, true);
         }
         self.inodes.add_lookup(attr.ino, 1);
+        if kind != FileKind::Dir {
+            self.inodes.set_parent(attr.ino, parent, false);
+        }
+        // a new inode has no properties of its own: nothing to read at its first write
+        self.inodes.set_no_local(attr.ino);
         self.dirsync()?;
         // the record just published is the inode's whole state: no dirty data, no pending atime, and a
         // symlink's size is its target's length — no second metadata read per create
@@ -185,6 +199,8 @@ impl Fs {
             touch_dir(tx, &mut pa, now)
         })?;
         self.inodes.add_lookup(ino, 1);
+        // the new name is the one it was reached by last (inherit.rs)
+        self.inodes.set_parent(ino, newparent, false);
         self.dirsync()?;
         Ok(self.stat(ino)?)
     }
@@ -439,12 +455,28 @@ impl Fs {
             }
             Ok((Some((sino, skind)), da.map(|d| (d.ino, d.kind))))
         })?;
-        if let Some((sino, FileKind::Dir)) = src {
-            self.inodes.set_parent(sino, newparent);
+        // what moved: (from, to), for inheritance (inherit.rs `moved`)
+        let mut moved = Vec::new();
+        if let Some((sino, skind)) = src {
+            match skind {
+                FileKind::Dir => {
+                    self.inodes.set_parent(sino, newparent, true);
+                }
+                _ => {
+                    self.inodes.move_node(sino, newparent);
+                }
+            }
+            moved.push((parent, newparent));
+        }
+        if let Some((dino, dkind)) = dst.filter(|_| exchange) {
+            if dkind != FileKind::Dir {
+                self.inodes.move_node(dino, parent);
+            }
+            moved.push((newparent, parent));
         }
         if let Some((dino, FileKind::Dir)) = dst {
             if exchange {
-                self.inodes.set_parent(dino, parent);
+                self.inodes.set_parent(dino, parent, true);
             } else {
                 self.inodes.remove_parent(dino);
             }
@@ -458,6 +490,9 @@ impl Fs {
         }
         // other renames need not wait for this one's commit
         drop(rename_guard);
+        for (from, to) in moved {
+            self.moved(from, to);
+        }
         self.dirsync()
     }
 }

@@ -889,3 +889,23 @@ fn rename_of_a_directory_into_a_full_parent_is_emlink() {
     fs.rename(&c, ROOT_INO, b"x", full.ino, b"0", 0).unwrap();
     assert_eq!(fs.getattr(full.ino).unwrap().nlink, 65_000);
 }
+
+/// Times set past what ext4 stores are stored as ext4 stores them (its range's ends, zero
+/// nanoseconds); times before 1970 with nanoseconds are kept exactly.
+#[test]
+fn utimensat_extremes_are_stored_as_ext4_stores_them() {
+    let (_d, fs) = new_fs();
+    let ino = file(&fs, &root(), ROOT_INO, "f", b"x");
+    let t = |secs, nanos| Timestamp { secs, nanos };
+    for (set, stored) in [
+        (t(i64::MIN, 0), t(crate::time::MIN_SECS, 0)),
+        (t(i64::MAX, 999_999_999), t(crate::time::MAX_SECS, 0)),
+        (t(-1, 500_000_000), t(-1, 500_000_000)),
+    ] {
+        let s = SetAttr { atime: Some(TimeSet::At(set)), mtime: Some(TimeSet::At(set)), ..Default::default() };
+        let a = fs.setattr(&root(), ino, &s).unwrap();
+        assert_eq!((a.atime, a.mtime), (stored, stored), "{set:?}");
+        let a = fs.getattr(ino).unwrap();
+        assert_eq!((a.atime, a.mtime), (stored, stored), "{set:?} after getattr");
+    }
+}

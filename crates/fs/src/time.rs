@@ -1,34 +1,25 @@
 //! Timestamps: the current time and the relatime rule for atime updates.
 use squeezefs_pipeline::{InodeAttr, Timestamp};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The kernel's tick clock, as kernel filesystems stamp inodes (why: `squeezefs_pipeline::now`).
 pub fn now() -> Timestamp {
     squeezefs_pipeline::now()
 }
 
-pub fn from_system(t: SystemTime) -> Timestamp {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() },
-        Err(e) => {
-            // before the epoch: floor to whole seconds below, nanos stay positive
-            let d = e.duration();
-            let mut secs = -(d.as_secs() as i64);
-            let mut nanos = 0;
-            if d.subsec_nanos() > 0 {
-                secs -= 1;
-                nanos = 1_000_000_000 - d.subsec_nanos();
-            }
-            Timestamp { secs, nanos }
-        }
-    }
-}
+/// The timestamps ext4 can store (256-byte inodes: seconds in 32 bits plus two epoch bits,
+/// 1901-12-13T20:45:52Z to 2446-05-10T22:38:55Z). A time set outside is stored as the
+/// nearest end with zero nanoseconds, as the kernel's `timestamp_truncate` does for ext4.
+pub const MIN_SECS: i64 = i32::MIN as i64;
+pub const MAX_SECS: i64 = (1 << 34) - 1 + i32::MIN as i64;
 
-pub fn to_system(t: Timestamp) -> SystemTime {
-    if t.secs >= 0 {
-        UNIX_EPOCH + Duration::new(t.secs as u64, t.nanos)
+/// A time someone sets (utimensat, the ctime the kernel sends), as ext4 would store it.
+pub fn clamp(t: Timestamp) -> Timestamp {
+    if t.secs <= MIN_SECS {
+        Timestamp { secs: MIN_SECS, nanos: 0 }
+    } else if t.secs >= MAX_SECS {
+        Timestamp { secs: MAX_SECS, nanos: 0 }
     } else {
-        UNIX_EPOCH - Duration::from_secs(t.secs.unsigned_abs()) + Duration::from_nanos(t.nanos as u64)
+        t
     }
 }
 
@@ -45,14 +36,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn system_time_round_trips_around_the_epoch() {
-        for t in [
-            Timestamp { secs: 0, nanos: 0 },
-            Timestamp { secs: 1_700_000_000, nanos: 123_456_789 },
-            Timestamp { secs: -1, nanos: 500_000_000 },
-            Timestamp { secs: -86_400, nanos: 0 },
+    fn set_times_clamp_to_the_ext4_range_with_zero_nanoseconds_at_its_ends() {
+        let t = |secs, nanos| Timestamp { secs, nanos };
+        // (set, stored) pairs as ext4 stores them (checked with utimensat on ext4)
+        for (set, stored) in [
+            (t(i64::MIN, 0), t(-2_147_483_648, 0)),
+            (t(i64::MIN, 999_999_999), t(-2_147_483_648, 0)),
+            (t(i64::MAX, 999_999_999), t(15_032_385_535, 0)),
+            (t(-2_147_483_648, 5), t(-2_147_483_648, 0)),
+            (t(-2_147_483_649, 7), t(-2_147_483_648, 0)),
+            (t(-2_147_483_647, 7), t(-2_147_483_647, 7)),
+            (t(15_032_385_535, 3), t(15_032_385_535, 0)),
+            (t(15_032_385_534, 3), t(15_032_385_534, 3)),
+            (t(-1, 500_000_000), t(-1, 500_000_000)),
+            (t(-86_400, 123_456_789), t(-86_400, 123_456_789)),
+            (t(0, 0), t(0, 0)),
         ] {
-            assert_eq!(from_system(to_system(t)), t);
+            assert_eq!(clamp(set), stored, "{set:?}");
         }
     }
 }

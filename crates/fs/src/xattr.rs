@@ -1,8 +1,20 @@
 //! Extended attributes (user., trusted., security.) with the VFS rules of
-//! xattr_permission, plus three virtual attributes answered by the fs itself:
+//! xattr_permission; properties; and virtual attributes answered by the fs itself.
+//!
+//! Properties (props.rs) are stored as the attributes `user.squeezefs.NAME`: a set is
+//! validated (a bad value, an unknown `user.squeezefs.*` name or a property on an inode
+//! that does not take it is EINVAL and changes nothing) and stored in canonical form;
+//! removing one returns the inode to inheriting it; `getfattr -d` lists them like any
+//! attribute, so tools that copy attributes carry them. A change applies to writes made
+//! after it returns (inherit.rs).
+//!
+//! Virtual attributes (never listed, so copies ignore them; setting one is EPERM):
 //! * `user.squeezefs.usage` (get, any file or directory): compsize rows, see [`crate::usage`];
 //!   on the root directory it first commits all dirty data (a sync);
-//! * `user.squeezefs.mount` (get, root directory): the mount's settings and daemon pid;
+//! * `user.squeezefs.effective` (get, any file or directory): every property's effective
+//!   value and source (props.rs `encode_effective`), what `squeezefs prop get` shows;
+//! * `user.squeezefs.mount` (get, root directory): the mount's settings, daemon pid and
+//!   request transport;
 //! * `trusted.squeezefs.remount` (set, root directory, root only): comma-separated
 //!   `compress=SPEC` or `compress-force=SPEC` (applied to data written from now on) and
 //!   `noatime` or `relatime` (reads from now on); what `squeezefs mount -o remount` sends.
@@ -10,10 +22,10 @@
 //! (The transport answers a fourth, `user.squeezefs.requests` on the root: FUSE requests
 //! served per opcode; squeezefs-fuse `requests.rs`.)
 //!
-//! Virtual names never appear in listxattr, so copies (`cp -a`, rsync -X) ignore them.
 use crate::creds::{Cap, Creds};
 use crate::error::{FsError, Result};
 use crate::perm::{self, MAY_READ, MAY_WRITE, S_ISVTX};
+use crate::props::{self, Prop, PropError, Value};
 use crate::{time, usage, Compression, Fs};
 use squeezefs_codec::Spec;
 use squeezefs_pipeline::{FileKind, Ino, InodeAttr, ROOT_INO};
@@ -25,6 +37,11 @@ const NAME_MAX: usize = 255;
 const SIZE_MAX: usize = 65536;
 
 pub const XATTR_MOUNT: &str = "user.squeezefs.mount";
+pub const XATTR_EFFECTIVE: &str = "user.squeezefs.effective";
+/// Answered by the transport (squeezefs-fuse `requests.rs`).
+const XATTR_REQUESTS: &str = "user.squeezefs.requests";
+/// Names in the properties' namespace that are not properties.
+const VIRTUAL: [&str; 4] = [usage::XATTR_USAGE, XATTR_MOUNT, XATTR_EFFECTIVE, XATTR_REQUESTS];
 pub const XATTR_REMOUNT: &str = "trusted.squeezefs.remount";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -90,6 +107,9 @@ impl Fs {
         if name == XATTR_MOUNT.as_bytes() && ino == ROOT_INO {
             return Ok(self.mount_info().into_bytes());
         }
+        if name == XATTR_EFFECTIVE.as_bytes() {
+            return Ok(props::encode_effective(&self.effective(ino)?));
+        }
         self.engine.get_xattr(ino, name)?.ok_or(FsError::NoXattr)
     }
 
@@ -125,6 +145,10 @@ impl Fs {
         if !self.cfg.check_permissions {
             s.push_str("default_permissions\n");
         }
+        let transport = self.transport();
+        if !transport.is_empty() {
+            s.push_str(&format!("transport={transport}\n"));
+        }
         s
     }
 
@@ -155,8 +179,18 @@ impl Fs {
             }
             return self.remount(value);
         }
-        if name == usage::XATTR_USAGE.as_bytes() || name == XATTR_MOUNT.as_bytes() {
+        if VIRTUAL.iter().any(|v| v.as_bytes() == name) {
             return Err(FsError::Perm);
+        }
+        if name.starts_with(props::XATTR_PREFIX.as_bytes()) {
+            let prop = Prop::from_xattr(name).ok_or_else(|| {
+                PropError::Unknown(String::from_utf8_lossy(&name[props::XATTR_PREFIX.len()..]).into_owned())
+            });
+            let parsed = prop.clone().and_then(|p| props::parse_bytes(p, value));
+            if let Err(e) = &parsed {
+                log::debug!("inode {ino}: refused {}: {e}", String::from_utf8_lossy(name));
+            }
+            return self.set_property(Some(c), ino, prop?, parsed?, flags);
         }
         self.check_writable()?;
         let now = time::now();
@@ -194,7 +228,58 @@ impl Fs {
             tx.put_inode(&a)?;
             Ok(())
         })?;
+        if Prop::from_xattr(name).is_some() {
+            self.property_changed(ino);
+        }
         self.attrsync()
+    }
+
+    /// Set property `prop` of `ino` to `value` (`None`: drop the local value), as a setxattr
+    /// with `flags` by `c` (`None`: the caller checked permissions, chattr's ioctl).
+    pub(crate) fn set_property(
+        &self,
+        c: Option<&Creds>,
+        ino: Ino,
+        prop: Prop,
+        value: Option<Value>,
+        flags: i32,
+    ) -> Result<()> {
+        self.check_writable()?;
+        let name = prop.xattr().as_bytes();
+        let now = time::now();
+        let changed = self.tx(|tx| {
+            let mut a = tx.get_inode(ino)?;
+            if let Some(c) = c {
+                self.check_xattr(&a, c, Ns::User, true)?;
+            }
+            props::check_kind(prop, a.kind)?;
+            let exists = tx.get_xattr(ino, name)?.is_some();
+            if flags & XATTR_CREATE != 0 && exists {
+                return Err(FsError::Exists);
+            }
+            if flags & XATTR_REPLACE != 0 && !exists {
+                return Err(FsError::NoXattr);
+            }
+            match value {
+                Some(v) => tx.set_xattr(ino, name, v.to_string().as_bytes())?,
+                None if exists => tx.remove_xattr(ino, name)?,
+                None => return Ok(false), // `qos=none` where none is set: nothing changes
+            }
+            a.ctime = now;
+            tx.put_inode(&a)?;
+            Ok(true)
+        })?;
+        if changed {
+            self.property_changed(ino);
+        }
+        self.attrsync()
+    }
+
+    /// A property of `ino` changed: its own values are read again when needed, and what it
+    /// and everything below inherits is resolved anew (a write after this returns uses it).
+    fn property_changed(&self, ino: Ino) {
+        self.inodes.set_local(ino, None);
+        self.inodes.bump_gen();
     }
 
     /// Apply `compress=SPEC` / `compress-force=SPEC` (comma-separated) to new writes.

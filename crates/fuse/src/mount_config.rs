@@ -3,9 +3,10 @@
 //! Accepted (anything else is refused before anything is mounted):
 //! * squeezefs: `compress=SPEC`, `compress-force=SPEC` (codec spec grammar),
 //!   `recordsize=SIZE` (power of two, 4K..1M), `remount`,
-//!   `uring=auto|on|off` (the FUSE-over-io_uring transport, `crate::uring`: `auto` uses it
-//!   when the kernel's `enable_uring` parameter is Y, `on` also sets that parameter (root),
-//!   `off` serves /dev/fuse only);
+//!   `uring=auto|on|off` (the FUSE-over-io_uring transport, `crate::uring`; `mount::plan_uring`:
+//!   `auto` uses it for root mounts on kernels that have it, writing Y to the kernel's
+//!   `enable_uring` parameter when it is N, and falls back to /dev/fuse saying why; `on`
+//!   refuses to mount instead of falling back; `off` serves /dev/fuse only);
 //! * FUSE: `allow_other`, `default_permissions`, `fsname=NAME`;
 //! * generic (as in fstab): `ro`, `rw`, `defaults`, `dev`/`nodev`, `suid`/`nosuid`,
 //!   `exec`/`noexec`, `atime`/`noatime`/`relatime`/`strictatime`/`nodiratime`,

@@ -1,13 +1,12 @@
 //! Requests served since mount, per FUSE opcode: what a workload costs in kernel round trips.
 //!
 //! Read with `getfattr --only-values -n user.squeezefs.requests MNT` (the mount's root; any
-//! user): one `NAME count` line per opcode seen, in opcode order. Both transports count a
-//! request before handling it, so one that fails is counted too: the io_uring dispatcher
-//! every request it takes, the fuser adapter each call of the operations it implements
-//! (what fuser answers by itself, INIT and ENOSYS for the rest, is not counted).
-//! The transport answers this attribute itself (the fs core knows no opcodes); like the
+//! user): one `NAME count` line per opcode seen, in opcode order. The operation core
+//! (opcore.rs) counts every request of either transport but INIT before handling it, so
+//! one that fails or gets ENOSYS is counted too.
+//! The FUSE layer answers this attribute itself (the fs core knows no opcodes); like the
 //! fs core's virtual attributes it never appears in listxattr.
-use crate::uring::abi::op;
+use crate::abi::op;
 use squeezefs_fs::{Creds, Fs, FsError, Ino, ROOT_INO};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,7 +54,7 @@ impl RequestCounts {
     }
 }
 
-/// getxattr as both transports answer it: the counts on the root, the fs core otherwise.
+/// getxattr as the operation core answers it: the counts on the root, the fs core otherwise.
 pub(crate) fn getxattr(fs: &Fs, counts: &RequestCounts, c: &Creds, ino: Ino, name: &[u8]) -> Result<Vec<u8>, FsError> {
     if ino == ROOT_INO && name == XATTR_REQUESTS.as_bytes() {
         return Ok(counts.report().into_bytes());
@@ -89,13 +88,16 @@ pub fn op_name(opcode: u32) -> String {
         op::LISTXATTR => "LISTXATTR",
         op::REMOVEXATTR => "REMOVEXATTR",
         op::FLUSH => "FLUSH",
+        op::INIT => "INIT",
         op::OPENDIR => "OPENDIR",
         op::READDIR => "READDIR",
         op::RELEASEDIR => "RELEASEDIR",
         op::FSYNCDIR => "FSYNCDIR",
         op::ACCESS => "ACCESS",
         op::CREATE => "CREATE",
+        op::INTERRUPT => "INTERRUPT",
         op::DESTROY => "DESTROY",
+        op::IOCTL => "IOCTL",
         op::BATCH_FORGET => "BATCH_FORGET",
         op::FALLOCATE => "FALLOCATE",
         op::READDIRPLUS => "READDIRPLUS",

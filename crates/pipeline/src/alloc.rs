@@ -184,7 +184,7 @@ impl DevSpace {
         };
         debug_assert_eq!(
             in_ranges,
-            self.whole_free_sectors().map(|(_, len)| len.saturating_sub(record)).sum::<u64>(),
+            self.whole_free_sectors().fold(0u64, |sum, (_, len)| sum.saturating_add(len.saturating_sub(record))),
             "placeable bytes from the index and from the free map differ"
         );
         Some(in_ranges + self.tail_bytes()?.saturating_sub(record))
@@ -200,7 +200,7 @@ impl DevSpace {
 
     /// Whole free sectors inside the free ranges (what `alloc` can hand out of them).
     pub fn allocatable_range_bytes(&self) -> u64 {
-        debug_assert_eq!(self.whole_sum, self.whole_free_sectors().map(|(_, len)| len).sum::<u64>());
+        debug_assert_eq!(self.whole_sum, self.whole_free_sectors().fold(0u64, |sum, (_, len)| sum.saturating_add(len)));
         self.whole_sum
     }
 
@@ -208,7 +208,7 @@ impl DevSpace {
     fn whole_free_sectors(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.free.iter().filter_map(|(&s, &l)| {
             let lo = crate::units::sector_bytes(s, self.sector);
-            let hi = (s + l) / self.sector * self.sector;
+            let hi = s.saturating_add(l) / self.sector * self.sector;
             (hi > lo).then(|| (lo, hi - lo))
         })
     }
@@ -411,20 +411,22 @@ impl DevSpace {
         let mut s = start;
         let mut l = len;
         if let Some((&ps, &pl)) = self.free.range(..s).next_back() {
-            debug_assert!(ps + pl <= s, "double free at {s}");
-            if ps + pl == s {
+            debug_assert!(ps.checked_add(pl).is_some_and(|end| end <= s), "double free at {s}");
+            if ps.checked_add(pl) == Some(s) {
                 self.take(ps);
                 self.mark(ps);
                 s = ps;
                 l += pl;
             }
         }
-        if let Some(&nl) = self.free.get(&(start + len)) {
-            self.take(start + len);
-            self.mark(start + len);
-            l += nl;
+        // the range right after: a free range there merges (a damaged map may hold one
+        // reaching past 2^64: the merged length saturates instead of wrapping)
+        if let Some((after, nl)) = start.checked_add(len).and_then(|a| self.free.get(&a).map(|&nl| (a, nl))) {
+            self.take(after);
+            self.mark(after);
+            l = l.saturating_add(nl);
         }
-        if s + l == self.end {
+        if s.checked_add(l) == Some(self.end) {
             // the tail shrinks instead of holding a free range at the end
             self.end = s;
             self.end_dirty = true;
@@ -453,15 +455,15 @@ impl DevSpace {
 
     /// Is `[start, start+len)` entirely allocated (not free)? Used by fsck.
     pub fn is_allocated(&self, start: u64, len: u64) -> bool {
-        if start < self.data_start || start + len > self.end {
+        let Some(stop) = start.checked_add(len).filter(|&stop| start >= self.data_start && stop <= self.end) else {
             return false;
-        }
+        };
         if let Some((&ps, &pl)) = self.free.range(..=start).next_back() {
-            if ps + pl > start {
+            if ps.checked_add(pl).is_none_or(|end| end > start) {
                 return false;
             }
         }
-        self.free.range(start..start + len).next().is_none()
+        self.free.range(start..stop).next().is_none()
     }
 }
 
@@ -484,6 +486,44 @@ mod tests {
         assert!(!range_inside(u64::MAX - 4, 16, 0, u64::MAX), "end overflows");
         assert!(!range_inside(0xffff_ffff_ffff_ff00, 16, 4096, 1 << 40));
         assert!(range_inside(u64::MAX - 16, 16, 0, u64::MAX));
+    }
+
+    /// The space map's checks hold at the end of the address space: offsets and lengths
+    /// from damaged metadata must give answers, not arithmetic overflows.
+    #[test]
+    fn checks_near_the_end_of_the_address_space_do_not_overflow() {
+        let top = u64::MAX - 1024;
+        let mut free = BTreeMap::new();
+        free.insert(top, 512);
+        let mut d = DevSpace::new(4096, u64::MAX, None, free, 512, 1);
+        assert!(!d.is_allocated(u64::MAX - 10, 20), "a range past 2^64 is not allocated space");
+        assert!(!d.is_allocated(top + 100, 10), "free");
+        assert!(d.is_allocated(top + 512, 512));
+        assert!(!d.is_allocated(top + 512, 513), "past the end");
+        assert_eq!(d.allocatable_range_bytes(), 0, "no whole sector below 2^64 in that range");
+        assert_eq!(d.placeable_bytes(512), None, "growable");
+        // freeing the last bytes merges with the free range before them and lowers the end
+        assert_eq!(d.free(top + 512, 512), (top, 1024));
+        assert_eq!(d.end, top);
+        assert!(d.free.is_empty());
+        // a sector whose end is representable is handed out; then nothing (the last sector
+        // would end at 2^64), without an overflow
+        assert_eq!(d.alloc(512), Some(u64::MAX - 1023));
+        assert_eq!(d.alloc(512), None);
+        assert_eq!(d.alloc(1024), None);
+    }
+
+    /// A map handed a range that reaches past 2^64 (what damaged rows would give without
+    /// open's checks): freeing inside it is a double free, and the debug check says so
+    /// instead of dying of its own addition.
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "double free at 9000")]
+    fn the_double_free_check_does_not_overflow() {
+        let mut free = BTreeMap::new();
+        free.insert(8192, u64::MAX - 8000);
+        let mut d = DevSpace::new(4096, u64::MAX, None, free, 512, 1);
+        d.free(9000, 10);
     }
 
     #[test]

@@ -6,9 +6,12 @@
 //!
 //! States of a request: queued (counted in `queued_bytes`) → written (stats updated,
 //! completion signalled, error recorded if any). The queue closes when the engine drops.
+//! A panic in the writer (fault.rs) completes the requests it held with an error (their
+//! txg then fails) and the writer goes on with the next batch.
 //! Tunables: `MAX_BATCH_BYTES` (8 MiB: the most one batch, and one write, takes).
 
 use crate::dirty::{Layer, Rec};
+use crate::fault::Faults;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use squeezefs_device::{Device, DeviceStats};
@@ -92,13 +95,13 @@ pub struct DevQueue {
 }
 
 impl DevQueue {
-    pub fn start(dev: Arc<dyn Device>, index: usize) -> DevQueue {
+    pub fn start(dev: Arc<dyn Device>, index: usize, faults: Arc<Faults>) -> DevQueue {
         let stats = Arc::new(DeviceStats::new());
         let (tx, rx) = unbounded();
         let st = stats.clone();
         let thread = std::thread::Builder::new()
             .name(format!("sqz-dev{index}"))
-            .spawn(move || writer_loop(dev, rx, st))
+            .spawn(move || writer_loop(dev, rx, st, faults))
             .expect("spawn device writer");
         DevQueue { tx: Some(tx), thread: Some(thread), stats }
     }
@@ -128,56 +131,85 @@ impl Drop for DevQueue {
     }
 }
 
-fn writer_loop(dev: Arc<dyn Device>, rx: Receiver<WriteReq>, stats: Arc<DeviceStats>) {
+/// A request the writer took: completes exactly once, with the write's outcome
+/// (`finish`), or with an error if it is dropped unfinished (a panic in the writer).
+struct Taken(Option<WriteReq>);
+
+impl Taken {
+    fn req(&self) -> &WriteReq {
+        self.0.as_ref().expect("a taken request is finished only once")
+    }
+
+    fn finish(mut self, err: Option<String>) {
+        if let Some(r) = self.0.take() {
+            r.done.done(err);
+        }
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        if let Some(r) = self.0.take() {
+            r.done.done(Some("the device writer panicked".into()));
+        }
+    }
+}
+
+fn writer_loop(dev: Arc<dyn Device>, rx: Receiver<WriteReq>, stats: Arc<DeviceStats>, faults: Arc<Faults>) {
     while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        let mut bytes = batch[0].payload.bytes().len();
+        let mut batch = vec![Taken(Some(first))];
+        let mut bytes = batch[0].req().payload.bytes().len();
         while bytes < MAX_BATCH_BYTES {
             match rx.try_recv() {
                 Ok(r) => {
                     bytes += r.payload.bytes().len();
-                    batch.push(r);
+                    batch.push(Taken(Some(r)));
                 }
                 Err(_) => break,
             }
         }
-        batch.sort_by_key(|r| r.offset);
-        write_batch(&*dev, &stats, batch);
+        batch.sort_by_key(|r| r.req().offset);
+        let written =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_batch(&*dev, &stats, &faults, batch)));
+        if let Err(p) = written {
+            log::error!("panic in the device writer of {}: {}", dev.name(), crate::fault::panic_message(&*p));
+        }
     }
 }
 
 /// Split a sorted batch into runs of contiguous requests (at most `MAX_BATCH_BYTES` each)
 /// and write each run as one gathered write.
-fn write_batch(dev: &dyn Device, stats: &DeviceStats, batch: Vec<WriteReq>) {
-    let mut run: Vec<WriteReq> = Vec::new();
+fn write_batch(dev: &dyn Device, stats: &DeviceStats, faults: &Faults, batch: Vec<Taken>) {
+    let mut run: Vec<Taken> = Vec::new();
     let mut run_end = 0u64;
     let mut run_bytes = 0usize;
     for r in batch {
-        let len = r.payload.bytes().len();
-        let contiguous = !run.is_empty() && r.offset == run_end;
+        let len = r.req().payload.bytes().len();
+        let contiguous = !run.is_empty() && r.req().offset == run_end;
         if !contiguous || run_bytes + len > MAX_BATCH_BYTES {
-            flush_run(dev, stats, std::mem::take(&mut run));
+            flush_run(dev, stats, faults, std::mem::take(&mut run));
             run_bytes = 0;
         }
-        run_end = r.offset + len as u64;
+        run_end = r.req().offset + len as u64;
         run_bytes += len;
         run.push(r);
     }
-    flush_run(dev, stats, run);
+    flush_run(dev, stats, faults, run);
 }
 
-fn flush_run(dev: &dyn Device, stats: &DeviceStats, run: Vec<WriteReq>) {
+fn flush_run(dev: &dyn Device, stats: &DeviceStats, faults: &Faults, run: Vec<Taken>) {
     if run.is_empty() {
         return;
     }
-    let offset = run[0].offset;
-    let total: usize = run.iter().map(|r| r.payload.bytes().len()).sum();
+    let offset = run[0].req().offset;
+    let total: usize = run.iter().map(|r| r.req().payload.bytes().len()).sum();
     let t0 = Instant::now();
+    faults.hit(crate::fault::Site::DeviceWrite);
     let res = if run.len() == 1 {
-        dev.write_at(run[0].payload.bytes(), offset)
+        dev.write_at(run[0].req().payload.bytes(), offset)
     } else {
         // contiguous records: one large sequential write, gathered from their buffers
-        let bufs: Vec<&[u8]> = run.iter().map(|r| r.payload.bytes()).collect();
+        let bufs: Vec<&[u8]> = run.iter().map(|r| r.req().payload.bytes()).collect();
         dev.write_vectored_at(&bufs, offset)
     };
     stats.record_write(total as u64, t0.elapsed());
@@ -190,7 +222,7 @@ fn flush_run(dev: &dyn Device, stats: &DeviceStats, run: Vec<WriteReq>) {
         log::error!("write of {total} bytes at {offset} on {} failed: {e}", dev.name());
     }
     for r in run {
-        r.done.done(err.clone());
+        r.finish(err.clone());
     }
 }
 
@@ -202,7 +234,7 @@ mod tests {
     #[test]
     fn writes_land_and_stats_count_them() {
         let mem = Arc::new(MemDevice::new("m"));
-        let q = DevQueue::start(mem.clone(), 0);
+        let q = DevQueue::start(mem.clone(), 0, Default::default());
         let done = Arc::new(Completion::default());
         done.add(3);
         for (i, off) in [0u64, 100, 200].into_iter().enumerate() {
@@ -264,7 +296,7 @@ mod tests {
             gate: std::sync::Barrier::new(2),
             first: true.into(),
         });
-        let q = DevQueue::start(dev.clone(), 0);
+        let q = DevQueue::start(dev.clone(), 0, Default::default());
         let done = Arc::new(Completion::default());
         let req = |offset: u64, len: usize, fill: u8| WriteReq {
             offset,

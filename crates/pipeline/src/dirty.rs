@@ -14,6 +14,7 @@
 //! retired `FileData` is never used again: users re-look it up (`retired` flag).
 
 use crate::error::EngineError;
+use crate::policy::Policy;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use squeezefs_codec::{Codec, Workspaces};
@@ -209,6 +210,9 @@ pub struct Layer {
     /// records below this index were considered for early placement (early_place.rs
     /// `place_in_order`)
     pub early_next: u64,
+    /// the file's compression when the layer was frozen (`FileData::policy`); `None`: the
+    /// pool's
+    pub policy: Option<Policy>,
 }
 
 /// What a layer says about one record.
@@ -258,6 +262,10 @@ pub struct FileData {
     pub committed_blocks: u64,
     /// Early compression: records of this file that compressed in a row (policy::TRUST_AFTER).
     pub streak: Arc<std::sync::atomic::AtomicU32>,
+    /// Compression of this file's data not yet frozen for a txg: what its last write stated
+    /// (`Engine::write_with_compression`); `None`: the pool's. Dropped with the FileData
+    /// once the file is clean, so the engine keeps no per-file state beyond dirty files.
+    pub policy: Option<Policy>,
 }
 
 impl FileData {
@@ -271,6 +279,7 @@ impl FileData {
             retired: false,
             committed_blocks,
             streak: Arc::default(),
+            policy: None,
         }
     }
 

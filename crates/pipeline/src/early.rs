@@ -16,6 +16,9 @@
 //!   RUNNING → DONE      the worker finishes and nobody claimed the slot;
 //!   RUNNING → TAKEN     the worker finishes and the sync stage claimed the slot meanwhile:
 //!                       the result goes straight to the sync stage's channel;
+//!   RUNNING → TAKEN     the compression panicked (fault.rs): no result exists; a claimed
+//!                       slot's channel sender is dropped unused, so the sync stage waiting
+//!                       for it fails its txg (the pool is suspended already);
 //!   DONE    → TAKEN     the sync stage claims the slot: it sends the result itself;
 //!   DONE    → TAKEN     (packing) right after finishing a background job, the worker moves
 //!                       a Packed result into its record if the record still holds this
@@ -270,7 +273,7 @@ pub fn compress_in_caller(inner: &Inner, data: &[u8], policy: Policy, streak: &A
 
 pub struct Slot {
     st: Mutex<SlotState>,
-    /// the policy the job compresses with (a result under another policy is not reused)
+    /// the policy the job compresses with: that of the write that filled the record
     pub policy: Policy,
     dirty: Arc<AtomicU64>,
     counters: Arc<EarlyCounters>,
@@ -397,29 +400,37 @@ impl Slot {
         };
         let len = job.buf.len() as u64;
         let trust = job.streak.load(Ordering::Relaxed) >= TRUST_AFTER;
-        let c = compress_record(&job.buf, self.policy, job.sector, trust, || inner.workspaces(), &inner.outs);
-        match c {
-            Compressed::Packed { .. } => {
+        let c = inner.catch("a compression job", || {
+            inner.faults.hit(crate::fault::Site::CompressJob);
+            compress_record(&job.buf, self.policy, job.sector, trust, || inner.workspaces(), &inner.outs)
+        });
+        match &c {
+            Ok(Compressed::Packed { .. }) => {
                 job.streak.fetch_add(1, Ordering::Relaxed);
             }
-            Compressed::Raw { .. } => job.streak.store(0, Ordering::Relaxed),
-            Compressed::Zeros => {}
+            Ok(Compressed::Raw { .. }) => job.streak.store(0, Ordering::Relaxed),
+            Ok(Compressed::Zeros) | Err(_) => {}
         }
         let home = job.home.take();
-        let packed = matches!(c, Compressed::Packed { .. });
+        let packed = matches!(c, Ok(Compressed::Packed { .. }));
         // let go of the buffer before publishing: a writer or the buffer pool may then
         // own it alone again (no copy on write)
         drop(job);
         let mut g = self.st.lock();
         let backlog = std::mem::take(&mut g.backlog);
         let mut kick = false;
-        match g.forward.take() {
-            Some(f) => {
+        match (g.forward.take(), c) {
+            (forward, Err(_)) => {
+                g.state = State::Taken;
+                drop(g);
+                drop(forward);
+            }
+            (Some(f), Ok(c)) => {
                 g.state = State::Taken;
                 drop(g);
                 let _ = f.tx.send((f.layer, f.idx, c));
             }
-            None => {
+            (None, Ok(c)) => {
                 let charged = charge_of(&c);
                 g.charged = charged;
                 g.ready = len;
@@ -551,7 +562,7 @@ impl CompressQueue {
         let c = &inner.compress_q.counters;
         let max = BACKLOG_RECORDS_PER_WORKER * inner.workers.threads() as u64 * inner.recordsize;
         while c.backlog.load(Ordering::Relaxed) > max {
-            if inner.closed.load(Ordering::Acquire) {
+            if inner.closed.load(Ordering::Acquire) || inner.txg.suspension().is_some() {
                 return;
             }
             let mut g = c.lock.lock();
@@ -591,7 +602,7 @@ mod tests {
             compression: Spec::Fixed(squeezefs_codec::Codec::zstd(1).unwrap()),
             ..Default::default()
         };
-        let inner = crate::pool::open(&pool, &opts, None).unwrap();
+        let (inner, _lock) = crate::pool::open(&pool, &opts, None).unwrap();
         (dir, inner)
     }
 

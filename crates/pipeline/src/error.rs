@@ -29,6 +29,13 @@ pub enum EngineError {
     /// The pool could not be opened or created: names the problem and what is accepted.
     #[error("{0}")]
     Pool(String),
+    /// Another process has the pool open and is not closing it (a live mount, a command).
+    #[error("pool {} is already open ({}: mounted or in use by another command)", pool.display(), holder.describe())]
+    PoolInUse { pool: std::path::PathBuf, holder: crate::pool_lock::Holder },
+    /// The process that had the pool open is closing it (a daemon flushing after its
+    /// unmount): opening it again succeeds once that process is done (pool_lock.rs).
+    #[error("pool {} is still open by {}, which is closing it (flushing after its unmount)", pool.display(), holder.describe())]
+    PoolClosing { pool: std::path::PathBuf, holder: crate::pool_lock::Holder },
     /// An I/O error of a device.
     #[error("device I/O: {0}")]
     Io(String),

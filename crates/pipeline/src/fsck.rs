@@ -5,8 +5,13 @@
 //!   (never touching), every allocated byte belongs to an extent (no leak); in pools without
 //!   byte packing every extent starts on a sector; records sharing a sector were written by
 //!   one txg (alloc.rs: a torn write of a sector may only hurt an uncommitted run);
+//! * devices: the superblock, the `devices` table and every device header agree on the
+//!   number of devices; every device is long enough to hold the bytes its extents point to
+//!   (a growable device file truncated below its allocation end has lost them; open cannot
+//!   see that, only fixed devices have a recorded size);
 //! * extents: belong to an existing inode and lie below its size; the inode's
-//!   `blocks_bytes` equals the sum of its extents;
+//!   `blocks_bytes` equals the sum of its extents; no file is larger than
+//!   [`MAX_FILE_SIZE`];
 //! * namespace: dirents point to live inodes of the right kind, each dirent has its cookie
 //!   row and vice versa, link counts match the dirents (directories: 2 + subdirectories),
 //!   every inode is reachable or an orphan, symlinks have targets.
@@ -14,12 +19,14 @@
 use crate::error::Result;
 use crate::inner::Inner;
 use crate::sync::extent_footprint;
-use crate::units::{record_len_in_file, records_for_size};
+use crate::units::{record_len_in_file, records_for_size, MAX_FILE_SIZE};
 use redb::ReadableTable;
 use serde::Serialize;
 use squeezefs_device::DATA_START;
 use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, decode_inode};
-use squeezefs_meta::{keys, tables, DeviceRecord, ExtentPtr, FileKind, Ino, InodeAttr, StoredRecord, ROOT_INO};
+use squeezefs_meta::{
+    keys, tables, DeviceRecord, ExtentPtr, FileKind, Ino, InodeAttr, StoredRecord, Superblock, ROOT_INO,
+};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -58,6 +65,13 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
         }
     }
     r.inodes = inodes.len() as u64;
+    for (ino, a) in &inodes {
+        if a.size > MAX_FILE_SIZE {
+            r.problems
+                .push(format!("inode {ino}: size {} is above the largest file size ({MAX_FILE_SIZE} bytes)", a.size));
+        }
+    }
+    check_device_count(inner, &rx, &mut r)?;
     if !inodes.get(&ROOT_INO).is_some_and(|a| a.kind == FileKind::Dir) {
         r.problems.push("root inode 1 is missing or not a directory".into());
     }
@@ -153,6 +167,8 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
     // extents and space
     // per device: (offset, footprint, inode, birth txg) of every device extent
     let mut per_dev: Vec<Vec<(u64, u64, Ino, u64)>> = vec![Vec::new(); inner.devs.len()];
+    // per device: the end of the stored bytes that reach furthest, and whose they are
+    let mut reach: Vec<Option<(u64, Ino)>> = vec![None; inner.devs.len()];
     let mut blocks: HashMap<Ino, u64> = HashMap::new();
     for row in rx.open_table(tables::EXTENTS)?.iter()? {
         let (k, v) = row?;
@@ -189,6 +205,11 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
                     d.offset, d.dev, inner.granule
                 ));
             }
+            if let (Some(end), Some(slot)) = (d.offset.checked_add(u64::from(d.psize)), reach.get_mut(d.dev as usize)) {
+                if slot.is_none_or(|(e, _)| end > e) {
+                    *slot = Some((end, ino));
+                }
+            }
             match per_dev.get_mut(d.dev as usize) {
                 Some(v) => {
                     v.push((d.offset, crate::units::granule_bytes(u64::from(d.psize), inner.granule), ino, e.birth))
@@ -214,6 +235,16 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
             }
         };
         let end = rec.alloc_end;
+        let slot = &inner.devs[dev];
+        let len = slot.dev.len();
+        if let Some((data_end, ino)) = reach[dev].filter(|&(e, _)| e > len) {
+            r.problems.push(format!(
+                "device {dev} ({}) is {len} bytes, but the pool keeps data on it up to byte {data_end} (inode \
+                 {ino}; allocation end {end}): the device was truncated below its allocation end, and the \
+                 records past byte {len} are lost",
+                slot.dev.name()
+            ));
+        }
         let lo = keys::dev_offset(dev as u32, 0);
         let hi = keys::dev_offset(dev as u32, u64::MAX);
         // (offset, length, what, birth txg of an extent / None for a free range)
@@ -277,4 +308,32 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
         }
     }
     Ok(r)
+}
+
+/// The superblock's device count against the `devices` table and every device header (open
+/// reads as many device rows as the superblock names and checks each header's pool and
+/// index, not its count).
+fn check_device_count(inner: &Inner, rx: &redb::ReadTransaction, r: &mut FsckReport) -> Result<()> {
+    use redb::ReadableTableMetadata;
+    let Some(v) = rx.open_table(tables::SUPERBLOCK)?.get(0u8)? else {
+        r.problems.push("the superblock is missing".into());
+        return Ok(());
+    };
+    let count = Superblock::decode(v.value())?.device_count;
+    let rows = rx.open_table(tables::DEVICES)?.len()?;
+    if rows != u64::from(count) {
+        r.problems.push(format!("the superblock names {count} devices but the devices table holds {rows}"));
+    }
+    for (i, slot) in inner.devs.iter().enumerate() {
+        match squeezefs_device::read_header(&*slot.dev) {
+            Ok(h) if h.device_count != count => r.problems.push(format!(
+                "device {i} ({}): its header says the pool has {} devices, the superblock says {count}",
+                slot.dev.name(),
+                h.device_count
+            )),
+            Ok(_) => {}
+            Err(e) => r.problems.push(format!("device {i} ({}): {e}", slot.dev.name())),
+        }
+    }
+    Ok(())
 }

@@ -89,8 +89,6 @@ pub struct Inner {
     pub ext_cache: ExtentCache,
     pub rec_cache: RecordCache,
     pub policy: RwLock<Policy>,
-    /// per-file overrides of `policy` (resolved properties, set by the fs core)
-    pub file_policy: RwLock<FxHashMap<Ino, Policy>>,
     pub workers: WorkerPool,
     ws: OnceLock<Workspaces>,
     pub opts: OpenOptions,
@@ -118,7 +116,43 @@ pub struct Inner {
     pub bufs: BufPool,
     /// buffers of compressed records, recycled (outbuf.rs)
     pub outs: Arc<crate::outbuf::OutPool>,
+    /// panics armed for tests (fault.rs); shared with the device writers
+    pub faults: Arc<crate::fault::Faults>,
     me: OnceLock<Weak<Inner>>,
+    /// the last field, so it is dropped last: tells `Engine::drop` that everything else,
+    /// the metadata store included, is closed
+    pub released: ReleaseOnDrop,
+}
+
+/// Set once the engine's shared state is gone (the last `Arc<Inner>` dropped).
+#[derive(Default)]
+pub struct Released {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Released {
+    /// Wait until released, at most until `deadline`; whether it was.
+    pub fn wait_until(&self, deadline: std::time::Instant) -> bool {
+        let mut done = self.done.lock();
+        while !*done {
+            if self.cv.wait_until(&mut done, deadline).timed_out() {
+                return *done;
+            }
+        }
+        true
+    }
+}
+
+/// Sets its [`Released`] when dropped.
+#[derive(Default)]
+pub struct ReleaseOnDrop(pub Arc<Released>);
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        *self.0.done.lock() = true;
+        self.0.cv.notify_all();
+    }
 }
 
 impl Inner {
@@ -136,6 +170,7 @@ impl Inner {
         opts: OpenOptions,
         last_txg: u64,
         next_ino: u64,
+        faults: Arc<crate::fault::Faults>,
     ) -> Inner {
         let policy = Policy { spec: opts.compression, force: opts.force_compression };
         let pool_bytes = (64usize << 20).min(opts.max_dirty_bytes as usize / 4);
@@ -166,7 +201,6 @@ impl Inner {
             ext_cache: ExtentCache::new(1 << 18),
             rec_cache: RecordCache::new(opts.record_cache_bytes),
             policy: RwLock::new(policy),
-            file_policy: RwLock::new(FxHashMap::default()),
             workers: WorkerPool::new(opts.workers, "sqz-work"),
             ws: OnceLock::new(),
             opts,
@@ -181,7 +215,9 @@ impl Inner {
             next_ino: AtomicU64::new(next_ino),
             bufs: BufPool::new(recordsize as usize, pool_bytes),
             outs: crate::outbuf::OutPool::new(pool_bytes / 4),
+            faults,
             me: OnceLock::new(),
+            released: ReleaseOnDrop::default(),
         }
     }
 
@@ -190,6 +226,28 @@ impl Inner {
         let a = Arc::new(self);
         let _ = a.me.set(Arc::downgrade(&a));
         a
+    }
+
+    /// Stop changing the pool (see fault.rs): writes, syncs and fsyncs fail from now on, and
+    /// everyone waiting for the txg driver or for dirty memory wakes up to see it.
+    pub fn suspend(&self, why: String) {
+        self.txg.suspend(why);
+        let _g = self.throttle_lock.lock();
+        self.throttle_cv.notify_all();
+    }
+
+    /// A panic caught in `site` (fault.rs): log it, suspend the pool, and the error for
+    /// whoever waited for the work.
+    pub fn caught_panic(&self, site: &str, payload: &(dyn std::any::Any + Send)) -> EngineError {
+        let why = format!("panic in {site}: {}", crate::fault::panic_message(payload));
+        log::error!("{why}; pool suspended at txg {} (changes after it are not saved)", self.txg.synced());
+        self.suspend(why.clone());
+        EngineError::Suspended(why)
+    }
+
+    /// Run `f`, turning a panic in it into [`Inner::caught_panic`]'s error.
+    pub fn catch<T>(&self, site: &str, f: impl FnOnce() -> T) -> Result<T> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| self.caught_panic(site, &*p))
     }
 
     pub fn self_arc(&self) -> Arc<Inner> {
@@ -212,11 +270,6 @@ impl Inner {
                 block_size: self.recordsize as usize,
             })
         })
-    }
-
-    /// The compression policy of `ino` (its own, else the pool's).
-    pub fn policy_of(&self, ino: Ino) -> Policy {
-        self.file_policy.read().get(&ino).copied().unwrap_or(*self.policy.read())
     }
 
     pub fn check_writable(&self) -> Result<()> {

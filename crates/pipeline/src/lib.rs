@@ -27,6 +27,7 @@ mod dirty;
 mod early;
 mod early_place;
 mod error;
+mod fault;
 pub mod fsck;
 mod inner;
 mod meta_space;
@@ -37,6 +38,7 @@ mod options;
 mod outbuf;
 mod policy;
 mod pool;
+pub mod pool_lock;
 mod read;
 pub mod scrub;
 mod snapshot;
@@ -118,8 +120,12 @@ pub struct PoolInfo {
 }
 
 pub struct Engine {
-    inner: Arc<Inner>,
+    /// taken only by `drop`, which then waits until every other holder let go
+    inner: std::mem::ManuallyDrop<Arc<Inner>>,
     driver: Mutex<Option<JoinHandle<()>>>,
+    /// the pool's holder lock, given up when `close` begins (pool_lock.rs: the pool is then
+    /// CLOSING, and a new mount waits for it instead of refusing)
+    holder: Mutex<Option<pool_lock::PoolLock>>,
 }
 
 impl Engine {
@@ -136,6 +142,8 @@ impl Engine {
         pool::mkfs(pool, opts, Some(devices))
     }
 
+    /// Open a pool. Another process holding it gives [`EngineError::PoolInUse`], or
+    /// [`EngineError::PoolClosing`] while that process is closing it (try again shortly).
     pub fn open(pool: &Path, opts: &OpenOptions) -> Result<Arc<Engine>> {
         Self::start(pool::open(pool, opts, None)?)
     }
@@ -145,7 +153,16 @@ impl Engine {
         Self::start(pool::open(pool, opts, Some(devices))?)
     }
 
-    fn start(inner: Arc<Inner>) -> Result<Arc<Engine>> {
+    /// Record the mount this engine serves (device `MAJ:MIN` as mountinfo lists it, and its
+    /// path) in the pool's holder lock: once that mount is gone, a new mount of the pool
+    /// waits for this process to close it instead of refusing (pool_lock.rs).
+    pub fn record_mount(&self, dev: &str, mountpoint: &Path) {
+        if let Some(l) = &*self.holder.lock() {
+            l.record_mount(dev, mountpoint);
+        }
+    }
+
+    fn start((inner, holder): (Arc<Inner>, pool_lock::PoolLock)) -> Result<Arc<Engine>> {
         let driver = if inner.read_only {
             None
         } else {
@@ -157,7 +174,31 @@ impl Engine {
                     .map_err(|e| EngineError::Other(format!("cannot start the txg driver: {e}")))?,
             )
         };
-        Ok(Arc::new(Engine { inner, driver: Mutex::new(driver) }))
+        Ok(Arc::new(Engine {
+            inner: std::mem::ManuallyDrop::new(inner),
+            driver: Mutex::new(driver),
+            holder: Mutex::new(Some(holder)),
+        }))
+    }
+
+    /// Stop changing the pool after a failure whose effect on the engine's state is unknown
+    /// (a panic caught at the FUSE edge): from now on writes, syncs and fsyncs fail with
+    /// `Suspended`; what the last commit made durable stays, and `close` still works.
+    pub fn suspend(&self, why: &str) {
+        log::error!("{why}; pool suspended at txg {} (changes after it are not saved)", self.inner.txg.synced());
+        self.inner.suspend(why.to_string());
+    }
+
+    /// Make the next pass through the named place panic once (fault.rs `Site` names:
+    /// compress, decode, device-write, txg). Test builds only.
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub fn inject_panic(&self, site: &str) -> Result<()> {
+        let s = fault::Site::ALL.into_iter().find(|s| s.name() == site).ok_or_else(|| {
+            let names: Vec<&str> = fault::Site::ALL.iter().map(|s| s.name()).collect();
+            EngineError::Invalid(format!("no panic site {site:?} (sites: {})", names.join(", ")))
+        })?;
+        self.inner.faults.arm(s);
+        Ok(())
     }
 
     /// Flush everything and commit; the engine refuses work afterwards.
@@ -165,6 +206,8 @@ impl Engine {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        // from here the pool is CLOSING: a mount of it waits for the store instead of refusing
+        drop(self.holder.lock().take());
         let mut r = Ok(());
         if let Some(h) = self.driver.lock().take() {
             self.inner.txg.shutdown();
@@ -212,7 +255,6 @@ impl Engine {
         drop(writer);
         self.bound_delta(rows)?;
         for ino in deleted {
-            inner.file_policy.write().remove(&ino);
             let b = inner.files.purge(ino);
             let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(b)));
             inner.ext_cache.invalidate(ino, None);
@@ -384,8 +426,26 @@ impl Engine {
     }
 
     /// Write `data` at `offset`, extending the size; may delay (throttle), never fails for load.
+    /// The file's data is compressed with the policy its last `write_with_compression`
+    /// stated while it has uncommitted data, else the pool's.
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
-        write::write(&self.inner, ino, offset, data)
+        write::write(&self.inner, ino, offset, data, policy::Stated::Keep)
+    }
+
+    /// `write`, stating the compression of the file's data from this write on: `Some((spec,
+    /// force))` (what the fs core resolved from the file's properties) or `None` (the pool's,
+    /// `set_compression`). A record is compressed with the policy of the write that filled
+    /// it (early compression) or, if none did, of the file's last write before its txg; the
+    /// engine keeps a file's policy only while the file has uncommitted data.
+    pub fn write_with_compression(
+        &self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        compression: Option<(squeezefs_codec::Spec, bool)>,
+    ) -> Result<()> {
+        let p = compression.map(|(spec, force)| policy::Policy { spec, force });
+        write::write(&self.inner, ino, offset, data, policy::Stated::Is(p))
     }
 
     /// Truncate up or down.
@@ -471,20 +531,10 @@ impl Engine {
         *self.inner.policy.write() = policy::Policy { spec, force };
     }
 
-    /// Compression of one file's data written from now on, overriding the mount-wide
-    /// setting (the fs core resolves inherited properties and sets them here; `None` goes
-    /// back to the mount-wide setting). Kept in memory only: properties are the persistent
-    /// source of truth.
-    pub fn set_file_compression(&self, ino: Ino, policy: Option<(squeezefs_codec::Spec, bool)>) {
-        let mut m = self.inner.file_policy.write();
-        match policy {
-            Some((spec, force)) => {
-                m.insert(ino, policy::Policy { spec, force });
-            }
-            None => {
-                m.remove(&ino);
-            }
-        }
+    /// The mount-wide compression: (spec, force).
+    pub fn compression(&self) -> (squeezefs_codec::Spec, bool) {
+        let p = *self.inner.policy.read();
+        (p.spec, p.force)
     }
 
     /// Inodes whose link count reached 0 while open, left over from a crash: the fs core
@@ -593,16 +643,20 @@ impl Engine {
 
 impl Drop for Engine {
     /// Without `close`: stop the driver without syncing (a crash of the data path), then
-    /// wait until no job holds the engine so the pool can be reopened at once.
+    /// wait until no job holds the engine (its shared state is released, the metadata store
+    /// closed) so the pool can be reopened at once.
     fn drop(&mut self) {
         if let Some(h) = self.driver.lock().take() {
             self.inner.txg.abandon();
             let _ = h.join();
         }
         self.inner.closed.store(true, Ordering::Release);
+        let released = self.inner.released.0.clone();
+        // SAFETY: `inner` is not used after this (we are in drop), and taken only here
+        drop(unsafe { std::mem::ManuallyDrop::take(&mut self.inner) });
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while Arc::strong_count(&self.inner) > 1 && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(1));
+        if !released.wait_until(deadline) {
+            log::warn!("engine dropped while a job still holds it after 10 s; the pool stays open until it ends");
         }
     }
 }

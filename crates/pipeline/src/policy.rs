@@ -1,8 +1,10 @@
 //! Compression policy and the per-record compress step (runs on a worker).
 //!
-//! Mount-wide policy: a [`Spec`] plus `force`. `Spec::Auto` and `Spec::Qos` map to zstd:3
-//! until the auto/qos controllers land (a later issue): they are accepted and stored, and
-//! data is compressed with the controllers' starting level.
+//! A policy is a [`Spec`] plus `force`: the mount-wide one, or a file's own, which the fs
+//! core resolves from properties and states with each write (dirty.rs `FileData::policy`).
+//! `Spec::Auto` and `Spec::Qos` map to zstd:3 until the auto/qos controllers land (a later
+//! issue): they are accepted and stored, and data is compressed with the controllers'
+//! starting level.
 
 use crate::outbuf::{OutBytes, OutPool};
 use squeezefs_codec::heuristic::{self, is_zeros};
@@ -13,6 +15,15 @@ use xxhash_rust::xxh3::xxh3_64;
 pub struct Policy {
     pub spec: Spec,
     pub force: bool,
+}
+
+/// What a write says about its file's compression (`FileData::policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stated {
+    /// the file keeps the policy it has (the pool's unless one was set)
+    Keep,
+    /// from this write on the file's data is compressed with this (`None`: the pool's)
+    Is(Option<Policy>),
 }
 
 /// The starting codec of the adaptive modes until their controllers exist.

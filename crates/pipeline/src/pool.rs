@@ -10,6 +10,7 @@ use crate::metadb::MetaDb;
 use crate::options::{
     MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, MAX_RECORDSIZE, MIN_RECORDSIZE,
 };
+use crate::pool_lock::{PoolLock, Refusal};
 use redb::ReadableTable;
 use squeezefs_device::{
     is_nonempty, read_header, write_header, Device, DeviceHeader, FileDevice, FileDeviceOptions, PoolId, DATA_START,
@@ -202,7 +203,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
     Ok(())
 }
 
-pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<Arc<Inner>> {
+pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<(Arc<Inner>, PoolLock)> {
     let meta = pool.join(META_FILE);
     if !meta.exists() {
         return Err(pool_err(format!(
@@ -210,8 +211,16 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
             pool.display()
         )));
     }
+    let lock = PoolLock::acquire(pool, opts.read_only).map_err(|r| match r {
+        Refusal::InUse(holder) => EngineError::PoolInUse { pool: pool.to_path_buf(), holder },
+        Refusal::Closing(holder) => EngineError::PoolClosing { pool: pool.to_path_buf(), holder },
+    })?;
     let open_db = |read_only: bool| {
         MetaDb::open(&meta, read_only).map_err(|e| match e {
+            // holding the holder lock, a store still open is its previous holder's, closing
+            redb::DatabaseError::DatabaseAlreadyOpen if lock.is_held() => {
+                EngineError::PoolClosing { pool: pool.to_path_buf(), holder: lock.previous_holder() }
+            }
             redb::DatabaseError::DatabaseAlreadyOpen => {
                 pool_err(format!("pool {} is already open (mounted or in use by another command)", pool.display()))
             }
@@ -219,6 +228,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         })
     };
     let mut db = open_db(opts.read_only)?;
+    lock.claim();
     let mut rx = db.begin_read()?;
     let sb = {
         let t = rx.open_table(tables::SUPERBLOCK)?;
@@ -357,11 +367,12 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         (sb.next_ino.max(after_last), t.len()? as i64)
     };
     drop(rx);
+    let faults = Arc::new(crate::fault::Faults::default());
     let slots = devs
         .into_iter()
         .enumerate()
         .zip(host_paths)
-        .map(|((i, dev), host_path)| DevSlot { queue: DevQueue::start(dev.clone(), i), dev, host_path })
+        .map(|((i, dev), host_path)| DevSlot { queue: DevQueue::start(dev.clone(), i, faults.clone()), dev, host_path })
         .collect();
     let inner = Inner::new(
         pool.to_path_buf(),
@@ -376,10 +387,11 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         opts.clone(),
         sb.txg,
         next_ino,
+        faults,
     )
     .into_arc();
     inner.ns.set_committed_inodes(inode_rows);
     inner.refresh_host_free();
     crate::early_place::refresh_room(&inner, false);
-    Ok(inner)
+    Ok((inner, lock))
 }

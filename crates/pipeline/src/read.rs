@@ -324,6 +324,7 @@ fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
     // parallel: the workers need 'static data, so they get owned pointers and a sender
     let (tx, rx) = crossbeam_channel::unbounded();
     let me = inner.self_arc();
+    let expected = idxs.len();
     for (pos, (&i, e)) in idxs.iter().zip(exts).enumerate() {
         let Some(e) = e else {
             let _ = tx.send((pos, Ok(None)));
@@ -332,20 +333,32 @@ fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
         let tx = tx.clone();
         let me = me.clone();
         inner.workers.execute(move || {
-            let r = load_retrying(&me, ino, i, e).map(Some);
-            let _ = tx.send((pos, r));
+            let r = me.catch("a decode job", || {
+                me.faults.hit(crate::fault::Site::DecodeJob);
+                load_retrying(&me, ino, i, e)
+            });
+            let _ = tx.send((pos, r.and_then(|r| r).map(Some)));
         });
     }
     drop(tx);
     let mut out: Vec<Option<Arc<Vec<u8>>>> = vec![None; idxs.len()];
     let mut err = None;
+    let mut received = 0;
     for (pos, r) in rx.iter() {
+        received += 1;
         match r {
             Ok(v) => out[pos] = v,
             Err(e) => {
                 err.get_or_insert(e);
             }
         }
+    }
+    // a record without its result must not read as a hole
+    if received < expected && err.is_none() {
+        err = Some(EngineError::Other(format!(
+            "{} of {expected} decode jobs ended without a result",
+            expected - received
+        )));
     }
     match err {
         Some(e) => Err(e),
@@ -409,7 +422,8 @@ fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool
             let passed =
                 me.readahead.lock().get(&ino).is_some_and(|&pos| pos >= record_start_byte(idx + 1, me.recordsize));
             if !passed {
-                let _ = load_uncached(&me, ino, idx, &e, Some(k));
+                // no reader waits for this result; a panic still suspends the pool
+                let _ = me.catch("a prefetch job", || load_uncached(&me, ino, idx, &e, Some(k)));
             }
         });
     }

@@ -91,7 +91,12 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
         let mut waiting: BTreeMap<usize, Compressed> = BTreeMap::new();
         let mut next = 0usize;
         for _ in 0..jobs.len() {
-            let (li, idx, c) = results.recv().expect("compress workers alive");
+            // every job sends its result, except one that panicked (fault.rs): its sender
+            // is dropped unused, and once the others have sent, the channel ends
+            let Ok((li, idx, c)) = results.recv() else {
+                first_err.get_or_insert(EngineError::Other("a compression job ended without its result".into()));
+                break;
+            };
             if first_err.is_some() {
                 continue; // drain the remaining results
             }
@@ -146,6 +151,10 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
         }
         flush(inner, &written)?;
         t_flushed = std::time::Instant::now();
+        // suspended meanwhile (a panic elsewhere, fault.rs): nothing more becomes durable
+        if let Some(e) = inner.txg.suspension() {
+            return Err(e);
+        }
         committing = true;
         commit(inner, txg, &frozen, placed, &early_used)
     })();
@@ -230,8 +239,7 @@ fn cut(frozen: &[(Ino, Arc<Layer>)]) -> Vec<(usize, u64)> {
 }
 
 /// Stage 2: every record's compression result, in completion order. A record whose
-/// early compression (early.rs) was started on its current bytes under the same policy
-/// reuses it (done: at once; running or queued: the job forwards its result here); the
+/// early compression (early.rs) was started on its current bytes reuses it (done: at once; running or queued: the job forwards its result here); the
 /// others are queued as urgent tasks, ahead of the next txg's early compression.
 fn compress(
     inner: &Arc<Inner>,
@@ -240,13 +248,12 @@ fn compress(
 ) -> crossbeam_channel::Receiver<CompressResult> {
     let (tx, rx) = crossbeam_channel::unbounded();
     let global = *inner.policy.read();
-    let per_file = inner.file_policy.read().clone();
     // per file: how many records in a row compressed (see policy::TRUST_AFTER)
     let streaks: Vec<Arc<AtomicU32>> = frozen.iter().map(|_| Arc::new(AtomicU32::new(0))).collect();
     let (mut reused, mut fresh, mut packed) = (0usize, 0usize, 0usize);
     let mut new_slots = Vec::new();
     for &(li, idx) in jobs {
-        let policy = per_file.get(&frozen[li].0).copied().unwrap_or(global);
+        let policy = frozen[li].1.policy.unwrap_or(global);
         let Some(Rec::Data(rec)) = frozen[li].1.recs.get(&idx) else { unreachable!("cut lists data records only") };
         // held packed: compressed already, under the policy of the time it was written
         // (a policy applies to data written from its change on)
@@ -257,7 +264,9 @@ fn compress(
             let _ = tx.send((li, idx, c));
             continue;
         }
-        if let Some(slot) = rec.early().filter(|s| s.policy == policy) {
+        // started early on the record's current bytes with the policy of the write that
+        // filled it, which is the record's policy (a later write's is not)
+        if let Some(slot) = rec.early() {
             match slot.claim(&tx, li, idx) {
                 Claim::Sent | Claim::Running => {
                     reused += 1;

@@ -32,9 +32,11 @@
 //!   and writing them anew) and once more at shutdown; writes, syncs and fsyncs
 //!   get NoSpace meanwhile. Success → the txg is COMMITTED and the pool runs on:
 //!   another program filling a device's filesystem for a while loses nothing.
-//! * `SUSPENDED`: any other failure (device I/O error, a failed commit), or a stall still
-//!   failing at shutdown: nothing more is synced, every later write/fsync
-//!   reports the error.
+//! * `SUSPENDED`: any other failure (device I/O error, a failed commit), a stall still
+//!   failing at shutdown, or a panic anywhere in the engine or a request handler
+//!   (fault.rs; `TxgCtl::suspend`, from any thread, also in the middle of a
+//!   sync, which then fails before its commit stage): nothing more is synced,
+//!   every later write/fsync reports the error. Final: nothing leaves it.
 //!
 //! Tunables: `OpenOptions::txg_timeout`, `OpenOptions::max_dirty_bytes`,
 //! `SYNC_DIRTY_PERCENT` (20), `RETRY_INTERVAL` (1 s), the throttle in throttle.rs.
@@ -43,6 +45,8 @@ use crate::dirty::Layer;
 use crate::inner::Inner;
 use crate::sync;
 use parking_lot::{Condvar, Mutex};
+#[allow(unused_imports)]
+use redb::{ReadableDatabase, ReadableTable};
 use squeezefs_meta::Ino;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -124,6 +128,28 @@ impl TxgCtl {
     fn halt_error(st: &TxgState) -> Option<crate::EngineError> {
         let e = st.error.as_ref()?;
         Some(if st.stalled { crate::EngineError::NoSpace } else { crate::EngineError::Suspended(e.clone()) })
+    }
+
+    fn is_suspended(st: &TxgState) -> bool {
+        st.error.is_some() && !st.stalled
+    }
+
+    /// The error of a SUSPENDED pool; `None` while running or STALLED.
+    pub fn suspension(&self) -> Option<crate::EngineError> {
+        let st = self.st.lock();
+        Self::is_suspended(&st).then(|| Self::halt_error(&st)).flatten()
+    }
+
+    /// → SUSPENDED (from any state; a suspension already there keeps its reason). A sync
+    /// in flight fails before its commit stage; waiters wake up to the error.
+    pub fn suspend(&self, why: String) {
+        let mut st = self.st.lock();
+        if !Self::is_suspended(&st) {
+            st.error = Some(why);
+            st.stalled = false;
+        }
+        self.done.notify_all();
+        self.wake.notify_one();
     }
 
     pub fn synced(&self) -> u64 {
@@ -241,8 +267,22 @@ enum Next {
     Retry,
 }
 
-/// The driver: one thread per engine, runs txgs one after another.
+/// The driver thread: runs txgs one after another ([`drive`]). A panic in it suspends the
+/// pool and ends the thread as an exit would, so waiters and `close` see an error instead
+/// of waiting for it forever.
 pub fn driver(inner: Arc<Inner>) {
+    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drive(&inner))) {
+        inner.caught_panic("the txg driver", &*p);
+        let mut st = inner.txg.st.lock();
+        st.phase = Phase::Idle;
+        st.exited = true;
+        inner.txg.done.notify_all();
+        drop(st);
+        inner.throttle_cv.notify_all();
+    }
+}
+
+fn drive(inner: &Arc<Inner>) {
     let ctl = &inner.txg;
     // the STALLED txg and its frozen layers, kept for the next try
     let mut stalled: Option<(u64, Frozen)> = None;
@@ -256,7 +296,7 @@ pub fn driver(inner: Arc<Inner>) {
                 if st.abandon {
                     break Next::Exit;
                 }
-                if stalled.is_some() {
+                if stalled.is_some() && st.stalled {
                     // once more at shutdown, then give up (the pool is then SUSPENDED)
                     if st.shutdown {
                         if final_try {
@@ -299,7 +339,7 @@ pub fn driver(inner: Arc<Inner>) {
                     }
                     // idle: early placements given up since the last txg go back now (and
                     // their host space with them), not only when the next txg starts
-                    parking_lot::MutexGuard::unlocked(&mut st, || crate::early_place::reclaim(&inner, false));
+                    parking_lot::MutexGuard::unlocked(&mut st, || crate::early_place::reclaim(inner, false));
                     st.opened_at = Instant::now();
                     continue;
                 }
@@ -314,10 +354,10 @@ pub fn driver(inner: Arc<Inner>) {
                 };
                 if !abandon && !failed {
                     // early placements given up since the last txg: their host space back
-                    crate::early_place::reclaim(&inner, true);
+                    crate::early_place::reclaim(inner, true);
                 }
                 let mut st = ctl.st.lock();
-                if let Some((txg, _)) = &stalled {
+                if let Some((txg, _)) = stalled.as_ref().filter(|_| st.stalled) {
                     // the last try failed too: the txg's changes are lost with the process
                     st.stalled = false;
                     log::error!("txg {txg}: still no room at shutdown; its changes are not saved");
@@ -327,23 +367,27 @@ pub fn driver(inner: Arc<Inner>) {
                 return;
             }
             Next::Retry => stalled.take().expect("a stalled txg to retry"),
-            Next::Sync(txg) => (txg, quiesce(&inner)),
+            Next::Sync(txg) => (txg, quiesce(inner)),
         };
         inner.syncing_files.store(frozen.len() as u64, Ordering::Relaxed);
         ctl.st.lock().phase = Phase::Syncing(txg);
-        let r = sync::sync_txg(&inner, txg, frozen);
+        inner.faults.hit(crate::fault::Site::TxgDriver);
+        let r = sync::sync_txg(inner, txg, frozen);
         last_try = Instant::now();
         inner.syncing_files.store(0, Ordering::Relaxed);
         let mut st = ctl.st.lock();
         st.phase = Phase::Idle;
         match r {
             Ok(()) => {
+                st.synced = txg;
                 if st.stalled {
                     log::warn!("txg {txg} committed after waiting for room; the pool runs again");
+                    st.error = None;
+                    st.stalled = false;
                 }
-                st.synced = txg;
-                st.error = None;
-                st.stalled = false;
+            }
+            Err(sync::SyncFailure { error, .. }) if TxgCtl::is_suspended(&st) => {
+                log::error!("txg {txg} failed, pool suspended at txg {}: {error}", st.synced);
             }
             Err(sync::SyncFailure { error, retry: Some(frozen) }) => {
                 if !st.stalled {
@@ -395,6 +439,7 @@ fn quiesce(inner: &Inner) -> Vec<(Ino, Arc<Layer>)> {
         debug_assert!(fd.syncing.is_none(), "one txg syncs at a time");
         let mut layer = std::mem::take(&mut fd.open);
         layer.size = fd.size;
+        layer.policy = fd.policy;
         normalize(&mut layer, rs, inner);
         let layer = Arc::new(layer);
         fd.syncing = Some(layer.clone());

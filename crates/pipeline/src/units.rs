@@ -28,15 +28,18 @@ pub fn record_len_in_file(idx: u64, size: u64, recordsize: u64) -> u64 {
     size.saturating_sub(start).min(recordsize)
 }
 
-/// Bytes occupied on a device by `bytes` stored bytes: rounded up to whole sectors.
+/// Bytes occupied on a device by `bytes` stored bytes: rounded up to whole sectors. Past
+/// the last sector boundary below 2^64 it saturates at `u64::MAX` (no sector starts there,
+/// so nothing is ever placed at it; offsets that high only come from damaged metadata).
 pub fn sector_bytes(bytes: u64, sector: u64) -> u64 {
-    bytes.div_ceil(sector) * sector
+    bytes.div_ceil(sector).saturating_mul(sector)
 }
 
 /// Bytes a record of `stored` bytes occupies on a device whose records are packed at
 /// `granule` bytes (1 with the PACKED_BYTES feature, else the sector): its footprint.
+/// Saturates at `u64::MAX` like [`sector_bytes`].
 pub fn granule_bytes(stored: u64, granule: u64) -> u64 {
-    stored.div_ceil(granule) * granule
+    stored.div_ceil(granule).saturating_mul(granule)
 }
 
 /// `offset + len` if it stays within [`MAX_FILE_SIZE`].
@@ -75,6 +78,17 @@ mod tests {
             let r = sector_bytes(b, s);
             prop_assert!(r >= b && r.is_multiple_of(s) && r < b + s);
         }
+    }
+
+    #[test]
+    fn rounding_up_saturates_at_the_end_of_the_address_space() {
+        let top = u64::MAX / 512 * 512;
+        assert_eq!(sector_bytes(top, 512), top);
+        assert_eq!(sector_bytes(top + 1, 512), u64::MAX);
+        assert_eq!(sector_bytes(u64::MAX, 4096), u64::MAX);
+        assert_eq!(granule_bytes(u64::MAX, 1), u64::MAX);
+        assert_eq!(granule_bytes(u64::MAX - 1, 512), u64::MAX);
+        assert_eq!(granule_bytes(0, 512), 0);
     }
 
     #[test]

@@ -27,7 +27,11 @@ impl WorkerPool {
                     .name(format!("{name}-{i}"))
                     .spawn(move || {
                         for job in rx {
-                            job();
+                            // jobs catch their own panics where someone waits for them
+                            // (fault.rs); this keeps the worker for the next job regardless
+                            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
+                                log::error!("a worker job panicked: {}", crate::fault::panic_message(&*p));
+                            }
                         }
                     })
                     .expect("spawn worker thread")

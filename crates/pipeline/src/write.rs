@@ -9,6 +9,7 @@ use crate::early::{self, CallerResult, CompressQueue, Home, Slot};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::meta_space::{self, Decision};
+use crate::policy::Stated;
 use crate::read;
 use crate::throttle;
 use crate::units::{checked_end, record_len_in_file, record_start_byte, records_for_size, MAX_FILE_SIZE};
@@ -64,7 +65,8 @@ fn lower_record(inner: &Inner, ino: Ino, f: &FileRef, idx: u64) -> Result<Option
 /// What to put into a byte range.
 #[derive(Clone, Copy)]
 enum Fill<'a> {
-    Data(&'a [u8]),
+    /// these bytes, and what their write says about the file's compression
+    Data(&'a [u8], Stated),
     Zeros,
 }
 
@@ -134,10 +136,13 @@ fn apply(
                 }
             }
         }
+        if let Fill::Data(_, Stated::Is(p)) = fill {
+            fd.policy = p;
+        }
+        let early_policy = fd.policy.unwrap_or_else(|| *inner.policy.read());
         let mut grown: u64 = 0;
         let mut freed: u64 = 0;
         let mut early: Vec<std::sync::Arc<Slot>> = Vec::new();
-        let mut early_policy = None;
         let fd_streak = fd.streak.clone();
         let mut any_packed = false;
         for idx in first..=last {
@@ -185,7 +190,7 @@ fn apply(
             }
             let Rec::Data(rec) = entry else { unreachable!() };
             match fill {
-                Fill::Data(d) => {
+                Fill::Data(d, _) => {
                     let was = rec.len();
                     let buf = rec.buf_mut(inner.workspaces())?;
                     let src = &d[(rstart + a as u64 - off) as usize..(rstart + b as u64 - off) as usize];
@@ -208,10 +213,9 @@ fn apply(
                         rec.set_early(slot);
                     } else if was < rs as usize && buf.len() == rs as usize {
                         // this write filled the record: compress it now (early.rs)
-                        let policy = *early_policy.get_or_insert_with(|| inner.policy_of(ino));
                         let home = Home { file: std::sync::Arc::downgrade(&f), idx };
                         let shared = rec.shared().expect("buf_mut above made the record raw");
-                        let slot = Slot::new(shared, policy, fd_streak.clone(), Some(home), inner);
+                        let slot = Slot::new(shared, early_policy, fd_streak.clone(), Some(home), inner);
                         rec.set_early(slot.clone());
                         early.push(slot);
                     }
@@ -224,7 +228,7 @@ fn apply(
                 }
             }
         }
-        if matches!(fill, Fill::Data(_)) {
+        if matches!(fill, Fill::Data(..)) {
             // records end at their logical length now, not at the quiesce (`normalize`), so
             // the dirty bytes write admission compares with free space are the bytes the txg
             // stores: the write's first and last records (a write into a hole or into a
@@ -245,7 +249,7 @@ fn apply(
             let _ =
                 inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
         }
-        if matches!(fill, Fill::Data(_)) {
+        if matches!(fill, Fill::Data(..)) {
             fd.size = fd.size.max(end);
         }
         fd.open_dirty = true;
@@ -297,7 +301,8 @@ fn padding_bound(off: u64, end: u64, size: u64, rs: u64, first_len: Option<u64>)
     pad
 }
 
-pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<()> {
+/// Write `data` at `off`; `stated` is what the write says about the file's compression.
+pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> Result<()> {
     inner.check_writable()?;
     if data.is_empty() {
         return Ok(());
@@ -321,27 +326,35 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<()> {
         inner.txg.sync_and_wait(inner)?;
     }
     reserve(inner, len)?;
-    let packed = caller_runs(inner, ino, off, data)?;
+    let packed = caller_runs(inner, ino, off, data, stated)?;
     CompressQueue::wait_backlog(inner);
-    apply(inner, ino, off, end, Fill::Data(data), packed, Some(data.len() as u64))?;
+    apply(inner, ino, off, end, Fill::Data(data, stated), packed, Some(data.len() as u64))?;
     throttle::maybe_kick(inner);
     Ok(())
 }
 
 /// Caller-runs (early.rs): while the compress queue is long, the whole records `data`
 /// covers are compressed here, from `data` itself, and go into the open layer packed.
-fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8]) -> Result<BTreeMap<u64, CallerResult>> {
+fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> Result<BTreeMap<u64, CallerResult>> {
     let mut out = BTreeMap::new();
     let rs = inner.recordsize;
     let (first, end) = (off.div_ceil(rs), (off + data.len() as u64) / rs);
     if first >= end || !early::caller_should_run(inner) {
         return Ok(out);
     }
-    let policy = inner.policy_of(ino);
+    let (streak, own) = {
+        let f = file_ref(inner, ino)?;
+        let fd = f.lock();
+        (fd.streak.clone(), fd.policy)
+    };
+    let own = match stated {
+        Stated::Is(p) => p,
+        Stated::Keep => own,
+    };
+    let policy = own.unwrap_or_else(|| *inner.policy.read());
     if policy.codec().is_none() {
         return Ok(out);
     }
-    let streak = file_ref(inner, ino)?.lock().streak.clone();
     for idx in first..end {
         if !early::caller_should_run(inner) {
             break;

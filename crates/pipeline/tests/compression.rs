@@ -142,19 +142,43 @@ fn per_file_compression_overrides_the_mount_setting() {
     let e = new_pool(&d.path().join("pool"));
     let a = create(&e, "a");
     let b = create(&e, "b");
-    e.set_file_compression(a, Some(("zstd:5".parse::<Spec>().unwrap(), false)));
+    let zstd5 = Some(("zstd:5".parse::<Spec>().unwrap(), false));
     let data = text(500_000);
-    e.write(a, 0, &data).unwrap();
+    e.write_with_compression(a, 0, &data, zstd5).unwrap();
     e.write(b, 0, &data).unwrap();
     e.sync().unwrap();
     assert!(e.usage(a).unwrap().iter().all(|r| r.alg == Algorithm::Zstd && r.level == 5));
     assert!(e.usage(b).unwrap().iter().all(|r| r.alg == Algorithm::None));
-    e.set_file_compression(a, None);
-    e.write(a, 0, &data[..131072]).unwrap();
+    // a write stating the pool's policy goes back to it
+    e.write_with_compression(a, 0, &data[..131072], None).unwrap();
     e.sync().unwrap();
     let rows = e.usage(a).unwrap();
     assert!(rows.iter().any(|r| r.alg == Algorithm::None) && rows.iter().any(|r| r.alg == Algorithm::Zstd), "{rows:?}");
     assert_eq!(read_all(&e, a), data);
+}
+
+#[test]
+fn a_record_written_in_parts_takes_the_policy_of_the_write_that_filled_it() {
+    let d = tempfile::tempdir().unwrap();
+    let e = new_pool(&d.path().join("pool"));
+    let a = create(&e, "a");
+    let data = text(131072 * 2);
+    let (zlib4, zstd6) = ("zlib:4".parse::<Spec>().unwrap(), "zstd:6".parse::<Spec>().unwrap());
+    // record 0 half written under zlib:4, completed under zstd:6; record 1 (written whole
+    // under zlib:4) keeps zlib:4
+    e.write_with_compression(a, 0, &data[..65536], Some((zlib4, false))).unwrap();
+    e.write_with_compression(a, 131072, &data[131072..], Some((zlib4, false))).unwrap();
+    e.write_with_compression(a, 65536, &data[65536..131072], Some((zstd6, false))).unwrap();
+    e.sync().unwrap();
+    let mut rows: Vec<_> = e.usage(a).unwrap().into_iter().map(|r| (r.alg, r.level, r.uncompressed_bytes)).collect();
+    rows.sort_by_key(|r| r.0.id());
+    assert_eq!(rows, vec![(Algorithm::Deflate, 4, 131072), (Algorithm::Zstd, 6, 131072)]);
+    // the file is clean: the engine forgot its policy, a plain write uses the pool's
+    e.write(a, 0, &data[..131072]).unwrap();
+    e.sync().unwrap();
+    assert!(e.usage(a).unwrap().iter().any(|r| r.alg == Algorithm::None));
+    assert_eq!(read_all(&e, a), data);
+    assert!(e.fsck().unwrap().problems.is_empty());
 }
 
 #[test]

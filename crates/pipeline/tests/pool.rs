@@ -237,3 +237,60 @@ fn corrupt_superblock_parameters_are_refused_not_panicked_on() {
     let err = Engine::open(&pool, &OpenOptions::default()).err().unwrap();
     assert!(err.to_string().contains("superblock") && err.to_string().contains("corrupt"), "{err}");
 }
+
+/// A pool is refused at once while another holder has it open, and reported closing (not
+/// in use) from the moment its holder begins to close it until the store is closed; then
+/// it opens (pool_lock.rs).
+#[test]
+fn a_pool_in_use_is_refused_and_a_closing_pool_opens_once_closed() {
+    use squeezefs_device::doubles::{MemDevice, Throttled};
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let mem = MemDevice::new("slow");
+    let dev = Arc::new(Throttled::new(mem, 0));
+    Engine::mkfs_with_devices(&pool, vec![dev.clone() as Arc<dyn Device>], &MkfsOptions::default()).unwrap();
+    let e = Engine::open_with_devices(&pool, vec![dev.clone() as Arc<dyn Device>], &fast_opts()).unwrap();
+    for ro in [false, true] {
+        let err = Engine::open(&pool, &OpenOptions { read_only: ro, ..OpenOptions::default() }).err().unwrap();
+        match &err {
+            EngineError::PoolInUse { holder, .. } => assert_eq!(holder.pid, Some(std::process::id())),
+            other => panic!("read_only={ro}: {other}"),
+        }
+        assert!(err.to_string().contains("already open"), "{err}");
+    }
+    // 8 MiB of dirty data over a 4 MiB/s device: closing takes about 2 s
+    let f = create(&e, "f");
+    for i in 0..8u64 {
+        e.write(f, i << 20, &noise(i, 1 << 20)).unwrap();
+    }
+    dev.set_rate(4 << 20);
+    let closer = std::thread::spawn({
+        let e = e.clone();
+        move || e.close()
+    });
+    let mut saw_closing = false;
+    while !closer.is_finished() {
+        match Engine::open_with_devices(&pool, vec![dev.clone() as Arc<dyn Device>], &fast_opts()) {
+            Err(EngineError::PoolClosing { holder, .. }) => {
+                assert_eq!(holder.pid, Some(std::process::id()), "the closing holder is named");
+                saw_closing = true;
+            }
+            // before `close` began: still in use
+            Err(EngineError::PoolInUse { .. }) if !saw_closing => {}
+            Err(other) => panic!("while the pool closes: {other}"),
+            Ok(_) => panic!("opened while the store was still open"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    closer.join().unwrap().unwrap();
+    assert!(saw_closing, "the close was never seen");
+    // closed, but the store is open until the last reference goes: still closing
+    assert!(matches!(Engine::open(&pool, &fast_opts()), Err(EngineError::PoolClosing { .. })));
+    drop(e);
+    let reopened = Engine::open_with_devices(&pool, vec![dev.clone() as Arc<dyn Device>], &fast_opts()).unwrap();
+    dev.set_rate(0);
+    let mut b = vec![0u8; 1 << 20];
+    reopened.read(f, 7 << 20, &mut b).unwrap();
+    assert!(b == noise(7, 1 << 20), "data flushed by the close reads back");
+    reopened.close().unwrap();
+}

@@ -32,6 +32,26 @@ pub fn run_ok(args: &[&str]) {
     );
 }
 
+/// The request transport of every mount whose options name none: `uring=on` or `uring=off`
+/// from `SQUEEZEFS_TEST_URING` (scripts/test.sh runs the mounted tests once with each),
+/// the mount's default without it.
+pub const TRANSPORT_ENV: &str = "SQUEEZEFS_TEST_URING";
+
+fn with_test_transport(opts: &str) -> String {
+    let names_one = opts.split(',').any(|o| o.starts_with("uring="));
+    match std::env::var(TRANSPORT_ENV).as_deref() {
+        Ok(v @ ("on" | "off")) if !names_one => {
+            if opts.is_empty() {
+                format!("uring={v}")
+            } else {
+                format!("{opts},uring={v}")
+            }
+        }
+        Ok("on" | "off") | Err(_) => opts.to_string(),
+        Ok(other) => panic!("{TRANSPORT_ENV}={other}: use on or off"),
+    }
+}
+
 pub struct Mounted {
     pub dir: tempfile::TempDir,
     pub pool: PathBuf,
@@ -39,6 +59,8 @@ pub struct Mounted {
     pub opts: String,
     /// mounted with allow_other (the default of these tests)
     pub allow_other: bool,
+    /// `SQUEEZEFS_TEST_URING` may add its `uring=` (false: `opts` exactly as given)
+    test_transport: bool,
     mounted: bool,
 }
 
@@ -46,33 +68,40 @@ impl Mounted {
     /// mkfs a fresh pool and mount it with `opts` (allow_other is always added so that
     /// tests can act as other users).
     pub fn new(opts: &str) -> Mounted {
-        Mounted::create(opts, true)
+        Mounted::create(opts, true, true)
+    }
+
+    /// Like `new` but the mount gets `opts` as given whatever `SQUEEZEFS_TEST_URING` says:
+    /// for tests of the default transport.
+    pub fn new_as_given(opts: &str) -> Mounted {
+        Mounted::create(opts, true, false)
     }
 
     /// Like `new` but without allow_other: only uid 0 processes reach the mount, and the
     /// daemon alone checks permissions.
     pub fn new_private(opts: &str) -> Mounted {
-        Mounted::create(opts, false)
+        Mounted::create(opts, false, true)
     }
 
-    fn create(opts: &str, allow_other: bool) -> Mounted {
+    fn create(opts: &str, allow_other: bool, test_transport: bool) -> Mounted {
         let dir = tempfile::Builder::new().prefix("sqzmnt").tempdir_in("/tmp").unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let pool = dir.path().join("pool");
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
         run_ok(&["mkfs", pool.to_str().unwrap()]);
-        let mut m = Mounted { dir, pool, mnt, opts: opts.to_string(), allow_other, mounted: false };
+        let mut m = Mounted { dir, pool, mnt, opts: opts.to_string(), allow_other, test_transport, mounted: false };
         m.mount();
         m
     }
 
     fn full_opts(&self) -> String {
-        match (self.allow_other, self.opts.is_empty()) {
+        let opts = if self.test_transport { with_test_transport(&self.opts) } else { self.opts.clone() };
+        match (self.allow_other, opts.is_empty()) {
             (true, true) => "allow_other".into(),
-            (true, false) => format!("allow_other,{}", self.opts),
+            (true, false) => format!("allow_other,{opts}"),
             (false, true) => "defaults".into(),
-            (false, false) => self.opts.clone(),
+            (false, false) => opts,
         }
     }
 
@@ -102,6 +131,16 @@ impl Mounted {
         let v = xattr_get(&self.mnt, "user.squeezefs.mount").expect("mount info");
         let s = String::from_utf8(v).unwrap();
         s.lines().find_map(|l| l.strip_prefix("pid=")).unwrap().parse().unwrap()
+    }
+
+    /// The test unmounted it itself (e.g. plain umount(2)).
+    pub fn unmounted_by_hand(&mut self) {
+        self.mounted = false;
+    }
+
+    /// The test mounted it itself (with its own command line).
+    pub fn mounted_by_hand(&mut self) {
+        self.mounted = true;
     }
 
     /// The daemon died (killed): clean up the dead mount, nothing was flushed at exit.
@@ -239,16 +278,18 @@ pub fn rc(r: libc::c_int) -> i32 {
     }
 }
 
-/// The daemon's "mounted" log line says which request transport `uring=` (`on`/`off`)
-/// gave: io_uring wherever the kernel has it (Linux ≥ 6.14 with CONFIG_FUSE_IO_URING),
-/// /dev/fuse otherwise and for `off`.
+/// The daemon's "mounted" log line says which request transport `uring_opt` (the `uring=`
+/// option, or "" for the default) gave: io_uring wherever the kernel has it (Linux ≥ 6.14
+/// with CONFIG_FUSE_IO_URING), /dev/fuse otherwise and for `off`.
 pub fn assert_transport(m: &Mounted, uring_opt: &str) {
     let pid = m.daemon_pid();
     let kernel_has_it = Path::new("/sys/module/fuse/parameters/enable_uring").exists();
+    // the default (no `uring=`) and `uring=on` take the fast path on a kernel that has it,
+    // writing Y to enable_uring when it is N
     let want = match uring_opt {
-        "uring=on" if kernel_has_it => "requests: io_uring",
-        "uring=on" => {
-            eprintln!("kernel without FUSE over io_uring: uring=on serves /dev/fuse");
+        "" | "uring=on" if kernel_has_it => "requests: io_uring",
+        "" => {
+            eprintln!("kernel without FUSE over io_uring: the default mount serves /dev/fuse");
             "requests: /dev/fuse"
         }
         "uring=off" => "requests: /dev/fuse",

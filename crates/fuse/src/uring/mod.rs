@@ -15,7 +15,7 @@
 //! * `WAITING`: a REGISTER or COMMIT_AND_FETCH command is with the kernel, which holds the
 //!   entry until a request for this CPU arrives;
 //! * `HANDLING`: its completion arrived with a request in the buffers; the thread runs it
-//!   through [`dispatch::Dispatcher`], writes the reply into the same buffers and submits
+//!   through the operation core ([`OpCore`]), writes the reply into the same buffers and submits
 //!   COMMIT_AND_FETCH with the request's commit id → `WAITING`;
 //! * `LENT`: a slow request runs on a helper thread; its reply comes back through the
 //!   queue's eventfd → COMMIT_AND_FETCH → `WAITING`;
@@ -25,7 +25,7 @@
 //!
 //! The kernel switches the connection to the rings once every CPU queue has an entry;
 //! until then (and for FORGET and INTERRUPT always) requests still come through /dev/fuse,
-//! which fuser keeps serving. Requests are handled in the ring thread, one at a time per
+//! which its threads keep serving (devfuse.rs). Requests are handled in the ring thread, one at a time per
 //! CPU, as libfuse does; requests that may wait long (fsync: a txg commit) are `LENT` to a
 //! helper thread, which hands the entry back through an eventfd the ring polls, so one
 //! process's fsync does not stall the other requests from its CPU.
@@ -43,16 +43,29 @@
 //! each here), so it happens only for such requests, not for the many short metadata
 //! requests of e.g. an extract (`Sched::Lazy`).
 //!
+//! Contention: SCHED_IDLE has a price when no CPU is idle. A woken SCHED_IDLE thread waits
+//! behind every other runnable task of its CPU (other programs, our own compression
+//! workers), and the caller waits on it for each of the eight synchronous requests of a
+//! created file: with other jobs keeping both CPUs busy a full Linux extract took 2–3× as
+//! long as btrfs', against 1.2–1.3× with ring threads that preempt (docs/benchmarks.md).
+//! When every CPU is busy the caller has no idle CPU to be woken onto either, so the
+//! placement argument above no longer holds. Hence `Sched::Adaptive`, the default, with two
+//! states per ring thread, switched at its next sleep:
+//! * QUIET (some CPU had idle time): as `Lazy`;
+//! * BUSY (no CPU had): SCHED_FIFO priority 1 while it sleeps and handles short requests,
+//!   so a request is served as soon as it arrives; SCHED_OTHER for requests with real work,
+//!   as above, so a large read never holds a CPU against everyone else.
+//!
+//! QUIET → BUSY when the share of idle CPU time over the last `contention::PERIOD` (100 ms,
+//! all CPUs, /proc/stat) falls below `BUSY_BELOW` (10%); BUSY → QUIET above `QUIET_ABOVE`
+//! (25%). SCHED_FIFO needs CAP_SYS_NICE (root mounts have it); where the kernel refuses it
+//! the thread stays QUIET.
+//!
 //! Tunables: `DEPTH` (entries per CPU), `PAYLOAD` (≥ the kernel's max payload: max_write /
 //! max_pages, 1 MiB here, or registration fails with EINVAL).
-pub mod abi;
-pub mod dispatch;
-
-use crate::adapter::MAX_WRITE;
-use crate::requests::RequestCounts;
-use dispatch::Dispatcher;
+use crate::abi::{self, op};
+use crate::opcore::{Handled, OpCore, MAX_WRITE};
 use io_uring::{opcode, squeue, types, IoUring};
-use squeezefs_fs::Fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
@@ -164,9 +177,14 @@ fn with_len(e: squeue::Entry128, len: u32) -> squeue::Entry128 {
 }
 
 /// How a ring thread presents itself to the scheduler (`SQUEEZEFS_URING_SCHED` overrides
-/// the default for experiments: `normal`, `idle`, `waiting-idle`, `lazy`).
+/// the default for experiments: `normal`, `idle`, `waiting-idle`, `lazy`, `fifo`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Sched {
+    /// `Lazy` while some CPU has idle time, `Fifo` while none has (module comment)
+    Adaptive,
+    /// SCHED_FIFO priority 1 while it sleeps and handles short requests, SCHED_OTHER from
+    /// a request that carries real work until it sleeps again
+    Fifo,
     /// SCHED_OTHER throughout
     Normal,
     /// SCHED_IDLE throughout
@@ -175,23 +193,50 @@ enum Sched {
     /// the callers), SCHED_OTHER while it handles requests
     WaitingIdle,
     /// SCHED_IDLE while it sleeps and while it handles short requests; SCHED_OTHER from a
-    /// request that carries real work (`dispatch::is_heavy`) until it sleeps again
+    /// request that carries real work (`is_heavy`) until it sleeps again
     Lazy,
 }
 
 fn sched_mode() -> Sched {
     match std::env::var("SQUEEZEFS_URING_SCHED").as_deref() {
         Ok("normal") => Sched::Normal,
+        Ok("fifo") => Sched::Fifo,
+        Ok("lazy") => Sched::Lazy,
         Ok("idle") => Sched::Idle,
         Ok("waiting-idle") => Sched::WaitingIdle,
-        _ => Sched::Lazy,
+        _ => Sched::Adaptive,
     }
 }
 
-fn set_policy(idle: bool) {
-    let p = libc::sched_param { sched_priority: 0 };
-    let policy = if idle { libc::SCHED_IDLE } else { libc::SCHED_OTHER };
-    unsafe { libc::sched_setscheduler(0, policy, &p) };
+/// A ring thread's scheduling class.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Policy {
+    Other,
+    Idle,
+    Fifo,
+}
+
+/// Switch the calling thread to `p`; false when the kernel refused (SCHED_FIFO needs
+/// CAP_SYS_NICE).
+fn set_policy(p: Policy) -> bool {
+    let (policy, priority) = match p {
+        Policy::Other => (libc::SCHED_OTHER, 0),
+        Policy::Idle => (libc::SCHED_IDLE, 0),
+        Policy::Fifo => (libc::SCHED_FIFO, 1),
+    };
+    let param = libc::sched_param { sched_priority: priority };
+    // SAFETY: plain syscall on the calling thread with a valid parameter block
+    unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
+}
+
+/// The class a ring thread of mode `sched` sleeps in (and handles short requests in), with
+/// every CPU busy or not, and SCHED_FIFO allowed or not.
+fn waiting_policy(sched: Sched, busy: bool, fifo_allowed: bool) -> Policy {
+    match sched {
+        Sched::Fifo | Sched::Adaptive if fifo_allowed && (busy || sched == Sched::Fifo) => Policy::Fifo,
+        Sched::Normal => Policy::Other,
+        _ => Policy::Idle,
+    }
 }
 
 /// Pin the calling thread to `cpu` (the queue's CPU); best effort.
@@ -208,9 +253,9 @@ fn pin_to(cpu: usize) {
 /// Start one ring thread per CPU queue on the connection behind `fuse_fd` (INIT must be
 /// answered with FUSE_OVER_IO_URING). Returns the number of queues once every thread has
 /// registered its entries; on error the connection keeps using /dev/fuse.
-pub fn start(fs: Arc<Fs>, fuse_fd: OwnedFd, writeback: bool, requests: Arc<RequestCounts>) -> io::Result<usize> {
+pub fn start(core: Arc<OpCore>, fuse_fd: OwnedFd) -> io::Result<usize> {
     let fd = Arc::new(fuse_fd);
-    let disp = Arc::new(Dispatcher::new(fs, writeback, requests));
+    let disp = core;
     let queues = queue_count();
     let (tx, rx) = mpsc::channel();
     for qid in 0..queues {
@@ -254,15 +299,18 @@ unsafe impl Send for Lent {}
 struct Queue {
     ring: IoUring<squeue::Entry128>,
     ents: Vec<Entry>,
-    disp: Arc<Dispatcher>,
+    disp: Arc<OpCore>,
     fd: i32,
     qid: u16,
     wake: OwnedFd,
     done_tx: mpsc::Sender<usize>,
     done_rx: mpsc::Receiver<usize>,
     sched: Sched,
-    /// the thread runs SCHED_IDLE now
-    idle_now: bool,
+    /// the thread's scheduling class now
+    policy: Policy,
+    /// the kernel refused SCHED_FIFO once (no CAP_SYS_NICE): `Fifo` and `Adaptive` then
+    /// behave as `Lazy`
+    fifo_refused: bool,
 }
 
 impl Drop for Queue {
@@ -275,12 +323,7 @@ impl Drop for Queue {
     }
 }
 
-fn serve_queue(
-    qid: usize,
-    fd: &OwnedFd,
-    disp: &Arc<Dispatcher>,
-    started: &mpsc::Sender<io::Result<()>>,
-) -> io::Result<()> {
+fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<OpCore>, started: &mpsc::Sender<io::Result<()>>) -> io::Result<()> {
     pin_to(qid);
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     if efd < 0 {
@@ -298,7 +341,8 @@ fn serve_queue(
         done_tx,
         done_rx,
         sched: sched_mode(),
-        idle_now: false,
+        policy: Policy::Other,
+        fifo_refused: false,
     };
     for i in 0..DEPTH {
         // SAFETY: the SQE points at the entry's iovec and buffers, which live in `q.ents`
@@ -319,16 +363,15 @@ fn serve_queue(
     }
     let _ = started.send(Ok(()));
     let sched = q.sched;
-    if sched == Sched::Idle {
-        q.set_idle(true);
+    if sched == Sched::Adaptive {
+        contention::start();
     }
     loop {
-        if matches!(sched, Sched::WaitingIdle | Sched::Lazy) {
-            q.set_idle(true);
-        }
+        let p = waiting_policy(sched, contention::busy(), !q.fifo_refused);
+        q.set_policy(p);
         let waited = q.ring.submit_and_wait(1);
         if sched == Sched::WaitingIdle {
-            q.set_idle(false);
+            q.set_policy(Policy::Other);
         }
         match waited {
             Ok(_) => {}
@@ -347,10 +390,18 @@ fn serve_queue(
 }
 
 impl Queue {
-    fn set_idle(&mut self, idle: bool) {
-        if self.idle_now != idle {
-            set_policy(idle);
-            self.idle_now = idle;
+    fn set_policy(&mut self, p: Policy) {
+        if self.policy != p {
+            if set_policy(p) {
+                self.policy = p;
+            } else if p == Policy::Fifo {
+                log::info!(
+                    "uring queue {}: SCHED_FIFO refused ({}); staying SCHED_IDLE while waiting",
+                    self.qid,
+                    io::Error::last_os_error()
+                );
+                self.fifo_refused = true;
+            }
         }
     }
 
@@ -403,23 +454,23 @@ impl Queue {
                 }
             }
         } else {
-            let h = abi::InHeader::parse(&e.header);
-            if dispatch::is_slow(h.opcode) && self.lend(idx) {
+            let opcode = abi::InHeader::parse(&e.header).opcode;
+            if is_slow(opcode) && self.lend(idx) {
                 return Ok(());
             }
-            if self.sched == Sched::Lazy
-                && dispatch::is_heavy(h.opcode, abi::u32_at(&self.ents[idx].header, abi::ENT_PAYLOAD_SZ))
+            if matches!(self.sched, Sched::Lazy | Sched::Fifo | Sched::Adaptive)
+                && is_heavy(opcode, abi::u32_at(&self.ents[idx].header, abi::ENT_PAYLOAD_SZ))
             {
-                self.set_idle(false);
+                self.set_policy(Policy::Other);
             }
             let e = &mut self.ents[idx];
-            let r = run(&self.disp, &h, &mut e.header, &mut e.payload);
+            let r = run(&self.disp, &mut e.header, &mut e.payload);
             e.commit = true;
-            if let Some(ino) = r.atime_after {
+            if r.atime_after.is_some() {
                 let sqe = e.sqe(fd, qid, idx);
                 self.push(sqe)?;
                 self.ring.submit()?;
-                self.disp.after_read(ino);
+                self.disp.after_reply(r);
                 return Ok(());
             }
         }
@@ -437,12 +488,14 @@ impl Queue {
         let (disp, done, wake) = (self.disp.clone(), self.done_tx.clone(), self.wake.as_raw_fd());
         e.lent = true;
         let spawned = std::thread::Builder::new().name(format!("sqz-uring-slow-{}", self.qid)).spawn(move || {
+            // a new thread inherits its creator's class: a slow request never runs SCHED_FIFO
+            set_policy(Policy::Other);
             let lent = lent;
             // SAFETY: see `Lent`; the lengths are the boxes' own
             let header = unsafe { std::slice::from_raw_parts_mut(lent.header, abi::HEADER_LEN) };
             let payload = unsafe { std::slice::from_raw_parts_mut(lent.payload, lent.payload_cap) };
-            let h = abi::InHeader::parse(header);
-            run(&disp, &h, header, payload);
+            let r = run(&disp, header, payload);
+            disp.after_reply(r);
             let _ = done.send(lent.idx);
             let one = 1u64;
             unsafe { libc::write(wake, (&raw const one).cast(), 8) };
@@ -454,18 +507,143 @@ impl Queue {
     }
 }
 
-/// Run the request in an entry's buffers and leave the reply in them.
-fn run(disp: &Dispatcher, h: &abi::InHeader, header: &mut [u8], payload: &mut [u8]) -> dispatch::Handled {
-    let plen = abi::u32_at(header, abi::ENT_PAYLOAD_SZ) as usize;
-    let r = disp.handle(h, &header[abi::OP_IN..abi::OP_IN + abi::OP_IN_LEN], payload, plen);
-    abi::put_out_header(header, h.unique, r.error, r.len);
-    abi::put_u32(header, abi::ENT_PAYLOAD_SZ, r.len as u32);
-    r
+/// Requests that can wait for a txg commit (hundreds of ms under heavy writes): handled off
+/// the ring thread (`Queue::lend`).
+fn is_slow(opcode: u32) -> bool {
+    matches!(opcode, op::FSYNC | op::FSYNCDIR)
+}
+
+/// Requests that carry real work (decompression, copies of large payloads, listings): a
+/// ring thread handles them as SCHED_OTHER (`Sched::Lazy`). `payload` is the request's
+/// payload length.
+fn is_heavy(opcode: u32, payload: u32) -> bool {
+    match opcode {
+        op::READ | op::READDIR | op::READDIRPLUS | op::FALLOCATE => true,
+        op::WRITE => payload >= 32 * 1024,
+        _ => false,
+    }
+}
+
+/// Run the request in an entry's buffers through the core and leave the reply in them: the
+/// argument struct is in the header buffer's `op_in`, names and written data in the
+/// payload buffer, which then takes the reply body.
+fn run(core: &OpCore, header: &mut [u8], payload: &mut [u8]) -> Handled {
+    let h = abi::InHeader::parse(header);
+    let plen = (abi::u32_at(header, abi::ENT_PAYLOAD_SZ) as usize).min(payload.len());
+    let arg = &header[abi::OP_IN..abi::OP_IN + abi::OP_IN_LEN];
+    let handled = if abi::fills_reply_buffer(h.opcode) {
+        core.serve(&h, abi::decode(h.opcode, arg, &[]), payload)
+    } else {
+        core.serve(&h, abi::decode(h.opcode, arg, &payload[..plen]), &mut [])
+    };
+    let (error, len) = match handled.reply.encode(payload) {
+        Ok(n) => (0, n),
+        Err(e) => (-e, 0),
+    };
+    header[abi::IN_OUT..abi::IN_OUT + abi::OUT_HEADER_LEN].fill(0);
+    abi::put_out_header(header, abi::IN_OUT, h.unique, error, len);
+    abi::put_u32(header, abi::ENT_PAYLOAD_SZ, len as u32);
+    handled
+}
+
+/// Whether every CPU is busy: the share of idle time of all CPUs over the last `PERIOD`,
+/// from /proc/stat, read by one sampler thread per process (module comment: QUIET / BUSY).
+mod contention {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Once;
+    use std::time::Duration;
+
+    static BUSY: AtomicBool = AtomicBool::new(false);
+    static START: Once = Once::new();
+    /// QUIET → BUSY below this share of idle time
+    const BUSY_BELOW: f64 = 0.10;
+    /// BUSY → QUIET above this share
+    const QUIET_ABOVE: f64 = 0.25;
+    pub const PERIOD: Duration = Duration::from_millis(100);
+
+    pub fn busy() -> bool {
+        BUSY.load(Ordering::Relaxed)
+    }
+
+    /// The next state from the current one and the idle share of the last period.
+    pub fn next_busy(busy: bool, idle_share: f64) -> bool {
+        if busy {
+            idle_share <= QUIET_ABOVE
+        } else {
+            idle_share < BUSY_BELOW
+        }
+    }
+
+    /// Start the sampler (once per process; it runs for the life of the process).
+    pub fn start() {
+        START.call_once(|| {
+            let sampler = std::thread::Builder::new().name("sqz-cpu-busy".into()).spawn(|| {
+                let read = || std::fs::read_to_string("/proc/stat").ok().and_then(|t| parse(&t));
+                let mut last = read();
+                loop {
+                    std::thread::sleep(PERIOD);
+                    let now = read();
+                    if let (Some((i0, t0)), Some((i1, t1))) = (last, now) {
+                        if t1 > t0 {
+                            let share = i1.saturating_sub(i0) as f64 / (t1 - t0) as f64;
+                            BUSY.store(next_busy(busy(), share), Ordering::Relaxed);
+                        }
+                    }
+                    last = now;
+                }
+            });
+            if let Err(e) = sampler {
+                log::info!("no CPU sampler ({e}): ring threads stay SCHED_IDLE while they wait");
+            }
+        });
+    }
+
+    /// (idle + iowait, total) jiffies of all CPUs from /proc/stat's `cpu` line (total: user
+    /// to steal, the first eight fields).
+    pub fn parse(stat: &str) -> Option<(u64, u64)> {
+        let line = stat.lines().next()?.strip_prefix("cpu ")?;
+        let v: Vec<u64> = line.split_whitespace().map_while(|x| x.parse().ok()).collect();
+        let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+        Some((idle, v.iter().take(8).sum()))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_threads_sleep_fifo_only_when_every_cpu_is_busy_and_fifo_is_allowed() {
+        use Policy::*;
+        for busy in [false, true] {
+            for allowed in [false, true] {
+                let want_fifo = busy && allowed;
+                assert_eq!(waiting_policy(Sched::Adaptive, busy, allowed), if want_fifo { Fifo } else { Idle });
+                assert_eq!(waiting_policy(Sched::Lazy, busy, allowed), Idle);
+                assert_eq!(waiting_policy(Sched::Normal, busy, allowed), Other);
+                assert_eq!(waiting_policy(Sched::Fifo, busy, allowed), if allowed { Fifo } else { Idle });
+            }
+        }
+    }
+
+    #[test]
+    fn contention_switches_with_hysteresis() {
+        use contention::next_busy;
+        assert!(!next_busy(false, 0.5));
+        assert!(!next_busy(false, 0.15), "between the thresholds: stays quiet");
+        assert!(next_busy(false, 0.05));
+        assert!(next_busy(true, 0.15), "between the thresholds: stays busy");
+        assert!(next_busy(true, 0.0));
+        assert!(!next_busy(true, 0.30));
+    }
+
+    #[test]
+    fn proc_stat_gives_idle_and_total_jiffies() {
+        let text = "cpu  100 5 50 800 20 1 2 3 0 0\ncpu0 50 2 25 400 10 0 1 1 0 0\n";
+        assert_eq!(contention::parse(text), Some((820, 981)));
+        assert_eq!(contention::parse("intr 1 2\n"), None);
+        assert_eq!(contention::parse(""), None);
+    }
 
     #[test]
     fn possible_cpu_lists_give_the_queue_count() {
