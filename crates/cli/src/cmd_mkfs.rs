@@ -149,7 +149,13 @@ impl RootdirPlan {
         // the engine's warnings (a device error, a codec failure) reach stderr
         let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).try_init();
         let t0 = std::time::Instant::now();
-        let oopts = OpenOptions { compression: self.spec, workers: self.jobs, ..OpenOptions::default() };
+        // a tree written once: small files and tails are stored compressed together
+        let oopts = OpenOptions {
+            compression: self.spec,
+            workers: self.jobs,
+            bundle_small_records: true,
+            ..OpenOptions::default()
+        };
         let engine = Engine::open(&a.pool, &oopts).context("opening the new pool")?;
         let cfg = FsConfig {
             check_permissions: false,

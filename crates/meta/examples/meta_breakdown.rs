@@ -1,13 +1,13 @@
 //! Where a pool's bytes go: per metadata table (rows, key+value bytes, pages, fragmentation)
-//! and, from the extent table, inline records against device records, and records shorter
-//! than the record size (small files and file tails) with their stored sizes. A device
+//! and, from the extent table, inline records against device records and bundled ones, and
+//! records shorter than the record size (small files and file tails) with their stored sizes. A device
 //! record's footprint is its stored length in pools with `PACKED_BYTES`, its stored length
 //! rounded up to the sector in older ones.
 //!
 //! `cargo run --release -p squeezefs-meta --example meta_breakdown -- POOL/meta.redb`
 //! (read-only; the pool must not be mounted).
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, TableHandle};
-use squeezefs_meta::{keys, tables, ExtentPtr, StoredRecord, Superblock};
+use squeezefs_meta::{keys, tables, Bundle, ExtentPtr, StoredRecord, Superblock};
 use std::collections::HashMap;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -47,6 +47,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     table!(tables::FREE_SPACE);
     let other: TableDefinition<u64, ()> = tables::ORPHANS;
     table!(other);
+    // pools made before bundles have no such table
+    let mut bundles = (0u64, 0u64, 0u64);
+    if rx.list_tables()?.any(|t| t.name() == tables::BUNDLES.name()) {
+        table!(tables::BUNDLES);
+        for row in rx.open_table(tables::BUNDLES)?.iter()? {
+            let b = Bundle::decode(row?.1.value())?;
+            bundles.0 += 1;
+            bundles.1 += u64::from(b.logical);
+            bundles.2 += u64::from(b.ext.psize);
+        }
+    }
     println!("{:<16} {:>9} {:>12} {:>12} {:>12} {:>12}", "total", "", total[0], total[1], total[2], total[3]);
 
     // extents: per file, its records; classify
@@ -64,7 +75,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         psize: u64,
         alloc: u64,
     }
-    let (mut inline, mut full, mut short) = (Class::default(), Class::default(), Class::default());
+    let (mut inline, mut full, mut short, mut bundled) =
+        (Class::default(), Class::default(), Class::default(), Class::default());
     let mut single_record_files = 0u64;
     // short device records by stored size: < 512 B, < 1 KiB, < 2 KiB, ... , >= 32 KiB
     let mut short_hist = [0u64; 8];
@@ -75,6 +87,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for (_, e) in recs {
             let (class, alloc) = match &e.stored {
                 StoredRecord::Inline(v) => (&mut inline, v.len() as u64),
+                StoredRecord::Bundled(b) => (&mut bundled, u64::from(b.share)),
                 StoredRecord::Device(d) => {
                     let alloc = u64::from(d.psize).div_ceil(granule) * granule;
                     if u64::from(e.logical) < recordsize {
@@ -94,10 +107,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("\nfiles with extents: {} ({} of one record)", per_file.len(), single_record_files);
     println!("{:<28} {:>9} {:>14} {:>14} {:>14}", "records", "count", "logical B", "stored B", "footprint B");
-    for (name, c) in
-        [("inline (in meta.redb)", &inline), ("device, whole record", &full), ("device, short (tail/small)", &short)]
-    {
+    for (name, c) in [
+        ("inline (in meta.redb)", &inline),
+        ("device, whole record", &full),
+        ("device, short (tail/small)", &short),
+        ("bundled (share of a bundle)", &bundled),
+    ] {
         println!("{:<28} {:>9} {:>14} {:>14} {:>14}", name, c.records, c.logical, c.psize, c.alloc);
+    }
+    if bundles.0 > 0 {
+        println!(
+            "bundles: {} holding {} records, {} bytes decoded, {} stored ({:.1} records and {:.0} stored bytes each)",
+            bundles.0,
+            bundled.records,
+            bundles.1,
+            bundles.2,
+            bundled.records as f64 / bundles.0 as f64,
+            bundles.2 as f64 / bundles.0 as f64
+        );
     }
     let dev_alloc = full.alloc + short.alloc;
     let pad = dev_alloc - full.psize - short.psize;

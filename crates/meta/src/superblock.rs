@@ -25,11 +25,16 @@ impl Features {
     /// Records of one txg packed at byte granularity inside runs of whole sectors (an
     /// extent's offset need not be sector-aligned; its footprint is its stored length).
     pub const INCOMPAT_PACKED_BYTES: u64 = 1 << 2;
+    /// Small records of several files may be stored together as one bundle (the `bundles`
+    /// table; extents with the bundled tag).
+    pub const INCOMPAT_BUNDLES: u64 = 1 << 3;
 
     pub const KNOWN_COMPAT: u64 = 0;
     pub const KNOWN_RO_COMPAT: u64 = 0;
-    pub const KNOWN_INCOMPAT: u64 =
-        Self::INCOMPAT_INLINE_DATA | Self::INCOMPAT_PACKED_SECTORS | Self::INCOMPAT_PACKED_BYTES;
+    pub const KNOWN_INCOMPAT: u64 = Self::INCOMPAT_INLINE_DATA
+        | Self::INCOMPAT_PACKED_SECTORS
+        | Self::INCOMPAT_PACKED_BYTES
+        | Self::INCOMPAT_BUNDLES;
 
     /// What this build writes at mkfs.
     pub fn current() -> Features {

@@ -27,3 +27,6 @@ pub const EXTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("extents
 /// (device u32 BE ‖ offset u64 BE) → length (u64): free ranges below the device's
 /// allocation end. Everything from the allocation end on is free too.
 pub const FREE_SPACE: TableDefinition<&[u8], u64> = TableDefinition::new("free_space");
+/// bundle id (u64) → [`crate::Bundle`] encoding: small records of several files stored
+/// as one (pools with `INCOMPAT_BUNDLES`; created by mkfs only in those).
+pub const BUNDLES: TableDefinition<u64, &[u8]> = TableDefinition::new("bundles");

@@ -110,6 +110,8 @@ pub struct Inner {
     pub prefetching: Mutex<HashSet<(u32, u64, u64)>>,
     /// notified whenever a prefetch finishes
     pub prefetch_cv: Condvar,
+    /// bundling of small records, and the next bundle id (bundle.rs)
+    pub bundles: crate::bundle::Bundles,
     /// next inode number; persisted in the superblock at every txg commit (at open, the
     /// largest inode number in the store + 1 wins over a stale superblock value)
     pub next_ino: AtomicU64,
@@ -212,6 +214,7 @@ impl Inner {
             readahead: Mutex::new(FxHashMap::default()),
             prefetching: Mutex::new(HashSet::new()),
             prefetch_cv: Condvar::new(),
+            bundles: Default::default(),
             next_ino: AtomicU64::new(next_ino),
             bufs: BufPool::new(recordsize as usize, pool_bytes),
             outs: crate::outbuf::OutPool::new(pool_bytes / 4),

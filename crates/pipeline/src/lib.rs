@@ -21,6 +21,7 @@
 //! dirty data not yet committed is lost (tests use this to check `fsync`).
 
 mod alloc;
+mod bundle;
 mod caches;
 mod devq;
 mod dirty;
@@ -58,7 +59,7 @@ pub use policy::ADAPTIVE_PLACEHOLDER;
 pub use pool::{now, DEFAULT_DEVICE_FILE, META_FILE};
 pub use read::PREFETCH_RECORDS;
 pub use squeezefs_device::{Device, DeviceStatsSnapshot};
-pub use squeezefs_meta::{DeviceExtent, ExtentPtr, StoredRecord};
+pub use squeezefs_meta::{Bundle, BundleSlice, DeviceExtent, ExtentPtr, StoredRecord};
 pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
 
 use inner::Inner;
@@ -625,6 +626,20 @@ impl Engine {
             }
         }
         Ok(out)
+    }
+
+    /// Committed bundles (small records of several files stored as one, bundle.rs), by id;
+    /// a row that does not decode is left out (fsck reports it).
+    pub fn bundles(&self) -> Result<Vec<(u64, Bundle)>> {
+        self.inner.check_open()?;
+        let rx = self.inner.db.begin_read()?;
+        Ok(bundle::all(&rx)?.into_iter().filter_map(|(id, b)| b.ok().map(|b| (id, b))).collect())
+    }
+
+    /// Whether this engine stores small records in bundles (the pool has them and the
+    /// engine was opened with `bundle_small_records`).
+    pub fn bundling(&self) -> bool {
+        self.inner.bundles.enabled()
     }
 
     /// Bytes of decoded records held in the read cache now.

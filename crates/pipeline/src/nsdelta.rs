@@ -351,8 +351,16 @@ pub fn resolve_inode(ino: Ino, row: Option<Option<InodeAttr>>, base: Option<Inod
 }
 
 /// Write `d` into the txg commit's transaction `tx`. Space of deleted inodes' extents goes to
-/// `frees`. Inode rows keep the sizes redb holds (the commit's layers set new ones after).
-pub fn apply(tx: &redb::WriteTransaction, d: &Delta, granule: u64, frees: &mut Vec<(u32, u64, u64)>) -> Result<()> {
+/// `frees`, and one bundle id per bundled record of theirs to `drops` (bundle.rs
+/// `apply_drops`). Inode rows keep the sizes redb holds (the commit's layers set new ones
+/// after).
+pub fn apply(
+    tx: &redb::WriteTransaction,
+    d: &Delta,
+    granule: u64,
+    frees: &mut Vec<(u32, u64, u64)>,
+    drops: &mut Vec<u64>,
+) -> Result<()> {
     {
         let mut t = tx.open_table(tables::INODES)?;
         for (&ino, row) in &d.inodes {
@@ -437,8 +445,10 @@ pub fn apply(tx: &redb::WriteTransaction, d: &Delta, granule: u64, frees: &mut V
         }
         for (k, ext) in gone {
             e.remove(&k[..])?;
-            if let StoredRecord::Device(dx) = ext.stored {
-                frees.push((dx.dev, dx.offset, extent_footprint(&ext, granule)));
+            match ext.stored {
+                StoredRecord::Device(dx) => frees.push((dx.dev, dx.offset, extent_footprint(&ext, granule))),
+                StoredRecord::Bundled(b) => drops.push(b.bundle),
+                StoredRecord::Inline(_) => {}
             }
         }
     }

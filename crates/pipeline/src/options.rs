@@ -50,6 +50,11 @@ pub struct OpenOptions {
     /// Rows of metadata changes held in memory before a commit is asked for (nsdelta.rs;
     /// writers wait past four times this).
     pub max_delta_rows: usize,
+    /// Store the short last records of files (small files, tails) compressed together in
+    /// bundles (bundle.rs), in pools with `INCOMPAT_BUNDLES`. Off by default: a bundle keeps
+    /// its whole space until its last member is rewritten or deleted, which suits a tree
+    /// written once (`mkfs --rootdir`) better than files changed piecemeal.
+    pub bundle_small_records: bool,
 }
 
 impl Default for OpenOptions {
@@ -64,6 +69,7 @@ impl Default for OpenOptions {
             record_cache_bytes: 64 * 1024 * 1024,
             devices: Vec::new(),
             max_delta_rows: crate::nsdelta::MAX_OPEN_ROWS,
+            bundle_small_records: false,
         }
     }
 }

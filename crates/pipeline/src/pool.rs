@@ -188,6 +188,8 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
         tx.open_table(tables::ORPHANS)?;
         tx.open_table(tables::EXTENTS)?;
         tx.open_table(tables::FREE_SPACE)?;
+        // pools made by this build have INCOMPAT_BUNDLES
+        tx.open_table(tables::BUNDLES)?;
     }
     tx.commit()?;
     drop(db);
@@ -357,6 +359,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
             devs.push(d);
         }
     }
+    let next_bundle = crate::bundle::next_id(&rx)?;
     let (next_ino, inode_rows) = {
         use redb::ReadableTableMetadata;
         let t = rx.open_table(tables::INODES)?;
@@ -391,6 +394,9 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     )
     .into_arc();
     inner.ns.set_committed_inodes(inode_rows);
+    // only pools made with bundles get them: older builds must still open the others
+    let bundles = sb.features.incompat & Features::INCOMPAT_BUNDLES != 0;
+    inner.bundles.init(bundles && opts.bundle_small_records && !read_only, next_bundle);
     inner.refresh_host_free();
     crate::early_place::refresh_room(&inner, false);
     Ok((inner, lock))

@@ -68,12 +68,16 @@ pub fn committed_record(inner: &Inner, ino: Ino, idx: u64) -> Result<Option<Arc<
 fn record_key(e: &ExtentPtr) -> Option<RecordKey> {
     match e.stored {
         StoredRecord::Device(d) => Some((d.dev, d.offset, e.hash)),
-        StoredRecord::Inline(_) => None,
+        // cached as its whole bundle (bundle.rs `load_member`)
+        StoredRecord::Inline(_) | StoredRecord::Bundled(_) => None,
     }
 }
 
 /// Read, verify and decode the record an extent points to.
 pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<u8>>> {
+    if let StoredRecord::Bundled(s) = e.stored {
+        return crate::bundle::load_member(inner, ino, idx, e, s);
+    }
     let key = record_key(e);
     if let Some(k) = &key {
         if let Some(v) = inner.rec_cache.get(k) {
@@ -108,6 +112,7 @@ fn load_uncached(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, key: Option<R
             verify(e, v, ino, offset_in_file, "inline")?;
             Arc::new(decode(inner, e, v, ino, offset_in_file)?)
         }
+        StoredRecord::Bundled(s) => return crate::bundle::load_member(inner, ino, idx, e, *s),
         StoredRecord::Device(d) => {
             let dev = inner.devs.get(d.dev as usize).ok_or_else(|| {
                 EngineError::Corrupt(format!(

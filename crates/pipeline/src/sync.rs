@@ -66,6 +66,10 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
     crate::early_place::reclaim(inner, false);
     crate::early_place::refresh_room(inner, false);
     let jobs = cut(&frozen);
+    let (jobs, bundles) = crate::bundle::select(inner, &frozen, jobs);
+    // bundle b is job (frozen.len() + b, 0): after every record's job, in job order
+    let all_jobs: Vec<(usize, u64)> =
+        jobs.iter().copied().chain((0..bundles.len()).map(|b| (frozen.len() + b, 0))).collect();
     let nfiles = frozen.len();
     let mut t_placed = t0;
     let mut t_written = t0;
@@ -73,24 +77,25 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
     let mut allocated: Vec<DeviceExtent> = Vec::new();
     // placements made while the layers were open that this txg keeps
     let mut early_used: Vec<Arc<PackedRec>> = Vec::new();
+    let mut new_bundles: Vec<crate::bundle::NewBundle> = Vec::new();
     // set once the commit stage starts: from then on it has applied frees to the space map
     // (records of files deleted meanwhile included), and the error path must not free again
     let mut committing = false;
     let result = (|| {
-        let results = compress(inner, &frozen, &jobs);
+        let results = compress(inner, &frozen, &jobs, &bundles);
         let completion = Arc::new(Completion::default());
         let mut written = vec![false; inner.devs.len()];
         // host filesystems under growable devices as the txg starts, and what it placed on
         // each device so far: a growable device has room only within its own filesystem
         let mut host = HostRoom { free: inner.host_space.lock().clone(), used: vec![0; inner.devs.len()] };
-        let mut placed = Vec::with_capacity(jobs.len());
+        let mut placed = Vec::with_capacity(all_jobs.len());
         let mut first_err = None;
         // results arrive in completion order; they are placed in job order (file by file,
         // record by record), so a file's records of one txg lie on the device in file order
         // for sequential reads, whichever worker finished first
         let mut waiting: BTreeMap<usize, Compressed> = BTreeMap::new();
         let mut next = 0usize;
-        for _ in 0..jobs.len() {
+        for _ in 0..all_jobs.len() {
             // every job sends its result, except one that panicked (fault.rs): its sender
             // is dropped unused, and once the others have sent, the channel ends
             let Ok((li, idx, c)) = results.recv() else {
@@ -100,10 +105,10 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             if first_err.is_some() {
                 continue; // drain the remaining results
             }
-            let pos = jobs.binary_search(&(li, idx)).expect("a result for a job of this txg");
+            let pos = all_jobs.binary_search(&(li, idx)).expect("a result for a job of this txg");
             waiting.insert(pos, c);
             while let Some(c) = waiting.remove(&next) {
-                let (li, idx) = jobs[next];
+                let (li, idx) = all_jobs[next];
                 next += 1;
                 let mut at = PlaceAt {
                     completion: &completion,
@@ -112,6 +117,24 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
                     host: &mut host,
                     early_used: &mut early_used,
                 };
+                if let Some(plan) = li.checked_sub(frozen.len()).map(|b| &bundles[b]) {
+                    let r = crate::bundle::place(inner, txg, plan, c, |payload| put_new(inner, &mut at, payload));
+                    match r {
+                        Ok((members, nb)) => {
+                            placed.extend(members.into_iter().map(|(layer, idx, e)| Placed {
+                                layer,
+                                idx,
+                                outcome: e.map_or(Outcome::Hole, Outcome::Extent),
+                            }));
+                            new_bundles.extend(nb);
+                        }
+                        Err(e) => {
+                            first_err = Some(e);
+                            break;
+                        }
+                    }
+                    continue;
+                }
                 match place(inner, txg, &frozen[li].1, idx, c, &mut at) {
                     Ok(outcome) => placed.push(Placed { layer: li, idx, outcome }),
                     Err(e) => {
@@ -156,7 +179,7 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             return Err(e);
         }
         committing = true;
-        commit(inner, txg, &frozen, placed, &early_used)
+        commit(inner, txg, &frozen, placed, &early_used, &new_bundles)
     })();
     let placed_now: u64 = allocated.iter().map(|d| u64::from(d.psize)).sum();
     match result {
@@ -195,8 +218,9 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Vec<(Ino, Arc<Layer>)>) ->
             // whose write is still in flight wait for the next txg)
             crate::early_place::reclaim(inner, false);
             log::debug!(
-                "txg {txg}: {} records of {nfiles} files; compress+place {:?}, write wait {:?}, flush {:?}, commit {:?}, release {:?}",
+                "txg {txg}: {} records of {nfiles} files, {} bundles; compress+place {:?}, write wait {:?}, flush {:?}, commit {:?}, release {:?}",
                 jobs.len(),
+                new_bundles.len(),
                 t_placed - t0,
                 t_written - t_placed,
                 t_flushed - t_written,
@@ -245,6 +269,7 @@ fn compress(
     inner: &Arc<Inner>,
     frozen: &[(Ino, Arc<Layer>)],
     jobs: &[(usize, u64)],
+    bundles: &[crate::bundle::Plan],
 ) -> crossbeam_channel::Receiver<CompressResult> {
     let (tx, rx) = crossbeam_channel::unbounded();
     let global = *inner.policy.read();
@@ -284,8 +309,12 @@ fn compress(
         let Some(buf) = rec.shared() else { unreachable!("packed records were sent above") };
         new_slots.push(Slot::new(buf, policy, streaks[li].clone(), None, inner).forward_to(tx.clone(), li, idx));
     }
+    new_slots.extend(crate::bundle::compress_jobs(inner, bundles, frozen.len(), &tx));
     CompressQueue::push_urgent_many(inner, new_slots);
-    log::trace!("compress: {packed} records held packed, {reused} compressed early, {fresh} now");
+    log::trace!(
+        "compress: {packed} records held packed, {reused} compressed early, {fresh} now, {} bundles",
+        bundles.len()
+    );
     rx
 }
 
@@ -336,11 +365,6 @@ fn place(
     c: Compressed,
     at: &mut PlaceAt<'_>,
 ) -> Result<Outcome> {
-    let completion: &Arc<Completion> = at.completion;
-    let allocated = &mut *at.allocated;
-    let written = &mut *at.written;
-    let host = &mut *at.host;
-    let early_used = &mut *at.early_used;
     let rec = match layer.recs.get(&idx) {
         Some(Rec::Data(d)) => Some(d),
         _ => None,
@@ -376,9 +400,9 @@ fn place(
     if let Some(p) = rec.and_then(|d| d.packed_rec()).filter(|_| was_packed) {
         if let Some(e) = p.place.get().filter(|e| e.usable() && u64::from(e.ext.psize) == stored_len) {
             let ext = e.ext;
-            written[ext.dev as usize] = true;
-            host.used[ext.dev as usize] += granule_bytes(stored_len, inner.granule);
-            early_used.push(p.clone());
+            at.written[ext.dev as usize] = true;
+            at.host.used[ext.dev as usize] += granule_bytes(stored_len, inner.granule);
+            at.early_used.push(p.clone());
             return Ok(Outcome::Extent(ExtentPtr {
                 logical,
                 alg,
@@ -389,32 +413,49 @@ fn place(
             }));
         }
     }
-    let (dev, offset) = 'placed: {
+    // after the layer's records placed early, in the same run (while early placement is
+    // on, so the room it was started with is still there)
+    let in_run = if inner.early_room.load(Ordering::Relaxed) {
         let mut space = inner.space.lock();
-        // after the layer's records placed early, in the same run (while early placement is
-        // on, so the room it was started with is still there)
-        if inner.early_room.load(Ordering::Relaxed) {
-            let need = granule_bytes(stored_len, inner.granule);
-            let mut run = layer.early_run.lock();
-            if let Some(at) =
-                run.as_mut().filter(|r| host.room(r.dev()) >= need).and_then(|r| r.alloc(&mut space, stored_len))
-            {
-                break 'placed at;
-            }
-        }
+        let need = granule_bytes(stored_len, inner.granule);
+        let mut run = layer.early_run.lock();
+        run.as_mut().filter(|r| at.host.room(r.dev()) >= need).and_then(|r| r.alloc(&mut space, stored_len))
+    } else {
+        None
+    };
+    let ext = match in_run {
+        Some((dev, offset)) => queue_write(inner, at, dev, offset, payload),
+        None => put_new(inner, at, payload)?,
+    };
+    Ok(Outcome::Extent(ExtentPtr { logical, alg, level, hash, birth: txg, stored: StoredRecord::Device(ext) }))
+}
+
+/// Place `payload` on the best device that can hold it (device choice, packed allocation
+/// in the txg's run there) and queue its write.
+fn put_new(inner: &Inner, at: &mut PlaceAt<'_>, payload: Payload) -> Result<DeviceExtent> {
+    let stored_len = payload.bytes().len() as u64;
+    let (dev, offset) = {
+        let mut space = inner.space.lock();
         // at least 1, so a device passed over below (room 0) is never chosen again
         let need = granule_bytes(stored_len, inner.granule).max(1);
+        let host = &*at.host;
         let mut views = device_views(inner, &space, |i| host.room(i));
         place_on_a_device(&mut space, &mut views, stored_len, need).ok_or(EngineError::NoSpace)?
     };
-    host.used[dev] += granule_bytes(stored_len, inner.granule);
+    Ok(queue_write(inner, at, dev, offset, payload))
+}
+
+/// Account for `payload` placed at `offset` of device `dev` and queue its write.
+fn queue_write(inner: &Inner, at: &mut PlaceAt<'_>, dev: usize, offset: u64, payload: Payload) -> DeviceExtent {
+    let stored_len = payload.bytes().len() as u64;
+    at.host.used[dev] += granule_bytes(stored_len, inner.granule);
     inner.placed_stored.fetch_add(stored_len, Ordering::SeqCst);
     let ext = DeviceExtent { dev: dev as u32, offset, psize: stored_len as u32 };
-    allocated.push(ext);
-    written[dev] = true;
-    completion.add(1);
-    inner.devs[dev].queue.submit(WriteReq { offset, payload, done: completion.clone() });
-    Ok(Outcome::Extent(ExtentPtr { logical, alg, level, hash, birth: txg, stored: StoredRecord::Device(ext) }))
+    at.allocated.push(ext);
+    at.written[dev] = true;
+    at.completion.add(1);
+    inner.devs[dev].queue.submit(WriteReq { offset, payload, done: at.completion.clone() });
+    ext
 }
 
 /// What device choice (crates/control) sees of each device: its queue and throughput, and
@@ -476,6 +517,9 @@ pub fn extent_footprint(e: &ExtentPtr, granule: u64) -> u64 {
     match &e.stored {
         StoredRecord::Device(d) => granule_bytes(u64::from(d.psize), granule),
         StoredRecord::Inline(v) => v.len() as u64,
+        // its share of the bundle (bundle.rs): the bundle's own range is freed with its
+        // last member
+        StoredRecord::Bundled(b) => u64::from(b.share),
     }
 }
 
@@ -486,9 +530,12 @@ fn commit(
     frozen: &[(Ino, Arc<Layer>)],
     placed: Vec<Placed>,
     early_used: &[Arc<PackedRec>],
+    new_bundles: &[crate::bundle::NewBundle],
 ) -> Result<HashMap<Ino, u64>> {
     let mut frees: Vec<(u32, u64, u64)> = Vec::new();
     let mut unreferenced: Vec<(u32, u64, u64)> = Vec::new();
+    // one bundle id per bundled extent row this commit removes (bundle.rs `apply_drops`)
+    let mut drops: Vec<u64> = Vec::new();
     let granule = inner.granule;
     // the durable image takes exactly the ranges this commit points to, wherever the live
     // image placed them (early or in this txg's place stage)
@@ -502,6 +549,16 @@ fn commit(
                     d.offset, d.dev
                 )));
             }
+        }
+    }
+    for b in new_bundles {
+        let d = b.row.ext;
+        let len = granule_bytes(u64::from(d.psize), granule);
+        if !durable[d.dev as usize].alloc_exact(d.offset, len) {
+            return Err(EngineError::Corrupt(format!(
+                "txg {txg}: bundle {} placed at {}+{len} on device {} overlaps space the pool holds allocated",
+                b.id, d.offset, d.dev
+            )));
         }
     }
     let mut by_layer: Vec<Vec<Placed>> = (0..frozen.len()).map(|_| Vec::new()).collect();
@@ -520,15 +577,16 @@ fn commit(
     let tx = inner.db.begin_write()?;
     if let Some(d) = &delta {
         // first: the layers below see which inodes still exist
-        crate::nsdelta::apply(&tx, d, granule, &mut frees)?;
+        crate::nsdelta::apply(&tx, d, granule, &mut frees, &mut drops)?;
     }
+    crate::bundle::insert_new(&tx, new_bundles)?;
     {
         let mut inodes = tx.open_table(tables::INODES)?;
         let mut extents = tx.open_table(tables::EXTENTS)?;
-        let free_of = |e: &ExtentPtr, frees: &mut Vec<(u32, u64, u64)>| {
-            if let StoredRecord::Device(d) = e.stored {
-                frees.push((d.dev, d.offset, granule_bytes(u64::from(d.psize), granule)));
-            }
+        let free_of = |e: &ExtentPtr, frees: &mut Vec<(u32, u64, u64)>, drops: &mut Vec<u64>| match e.stored {
+            StoredRecord::Device(d) => frees.push((d.dev, d.offset, granule_bytes(u64::from(d.psize), granule))),
+            StoredRecord::Bundled(b) => drops.push(b.bundle),
+            StoredRecord::Inline(_) => {}
         };
         for (li, (ino, layer)) in frozen.iter().enumerate() {
             let attr = match inodes.get(*ino)? {
@@ -539,7 +597,7 @@ fn commit(
                 // deleted while syncing: nothing references what we just wrote
                 for p in &by_layer[li] {
                     if let Outcome::Extent(e) = &p.outcome {
-                        free_of(e, &mut unreferenced);
+                        free_of(e, &mut unreferenced, &mut drops);
                     }
                 }
                 continue;
@@ -556,7 +614,7 @@ fn commit(
                 for (k, e) in gone {
                     extents.remove(&k[..])?;
                     blocks -= extent_footprint(&e, granule) as i64;
-                    free_of(&e, &mut frees);
+                    free_of(&e, &mut frees, &mut drops);
                 }
             }
             for (&idx, rec) in &layer.recs {
@@ -565,7 +623,7 @@ fn commit(
                     if let Some(old) = extents.remove(&k[..])? {
                         let e = ExtentPtr::decode(old.value())?;
                         blocks -= extent_footprint(&e, granule) as i64;
-                        free_of(&e, &mut frees);
+                        free_of(&e, &mut frees, &mut drops);
                     }
                 }
             }
@@ -574,7 +632,7 @@ fn commit(
                 let old = extents.remove(&k[..])?.map(|v| ExtentPtr::decode(v.value())).transpose()?;
                 if let Some(e) = old {
                     blocks -= extent_footprint(&e, granule) as i64;
-                    free_of(&e, &mut frees);
+                    free_of(&e, &mut frees, &mut drops);
                 }
                 if let Outcome::Extent(e) = &p.outcome {
                     extents.insert(&k[..], &e.encode()[..])?;
@@ -591,6 +649,8 @@ fn commit(
             let v = sbt.get(0u8)?.ok_or_else(|| EngineError::Corrupt("superblock missing".into()))?;
             Superblock::decode(v.value())?
         };
+        // the bundles that lost members; the ranges of those left without any are freed below
+        crate::bundle::apply_drops(&tx, &drops, granule, &mut frees)?;
         sb.txg = txg;
         sb.next_ino = sb.next_ino.max(inner.next_ino.load(Ordering::Relaxed));
         sbt.insert(0u8, &sb.encode()[..])?;

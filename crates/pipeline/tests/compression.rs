@@ -118,7 +118,7 @@ fn compressed_records_of_a_txg_are_packed_byte_by_byte() {
         .into_iter()
         .map(|(_, x)| match x.stored {
             StoredRecord::Device(dx) => dx,
-            StoredRecord::Inline(_) => panic!("a 1 MiB file has no inline record"),
+            StoredRecord::Inline(_) | StoredRecord::Bundled(_) => panic!("a 1 MiB file has only whole records"),
         })
         .collect();
     assert_eq!(exts.len(), 8);

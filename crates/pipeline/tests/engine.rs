@@ -388,7 +388,7 @@ fn records_of_a_txg_are_placed_in_file_order() {
             .iter()
             .filter_map(|(_, p)| match &p.stored {
                 StoredRecord::Device(dx) => Some(dx.offset),
-                StoredRecord::Inline(_) => None,
+                StoredRecord::Inline(_) | StoredRecord::Bundled(_) => None,
             })
             .collect();
         assert!(offs.windows(2).all(|w| w[0] < w[1]), "round {round}: device offsets out of file order: {offs:?}");
