@@ -180,6 +180,12 @@ impl RootdirPlan {
         fs.shutdown().context("closing the pool")?;
         drop((fs, engine));
         log::info!("rootdir: pool closed after {:.2} s", t0.elapsed().as_secs_f64());
+        // the copy committed many txgs, each leaving the pages it replaced free in the store
+        let (before, after) = Engine::compact_meta(&a.pool).context("compacting the metadata store")?;
+        log::info!(
+            "rootdir: metadata store compacted from {before} to {after} bytes after {:.2} s",
+            t0.elapsed().as_secs_f64()
+        );
         let meta_bytes = disk_bytes(&a.pool.join(squeezefs_pipeline::META_FILE));
         let pool_bytes = if a.devices.is_empty() { disk_bytes_tree(&a.pool) } else { data_bytes + meta_bytes };
         if let Some(first) = &summary.stopped_by {

@@ -143,6 +143,12 @@ impl Engine {
         pool::mkfs(pool, opts, Some(devices))
     }
 
+    /// Compact the metadata store of a closed pool (pool.rs `compact_meta`): (length before,
+    /// length after) of `meta.redb`.
+    pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
+        pool::compact_meta(pool)
+    }
+
     /// Open a pool. Another process holding it gives [`EngineError::PoolInUse`], or
     /// [`EngineError::PoolClosing`] while that process is closing it (try again shortly).
     pub fn open(pool: &Path, opts: &OpenOptions) -> Result<Arc<Engine>> {

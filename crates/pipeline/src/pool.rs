@@ -205,6 +205,27 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
     Ok(())
 }
 
+/// Compact the metadata store of a closed pool (redb `Database::compact`: live pages moved
+/// to the front of the file, the file cut after them). Returns the file's length before and
+/// after. Each txg commit writes the B-tree pages it changes to free pages of the file, so a
+/// pool filled by many commits holds many pages no table uses any more; redb reuses them
+/// for later commits but never shrinks the file by itself. Takes the pool's holder lock:
+/// refused while the pool is open.
+pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
+    let meta = pool.join(META_FILE);
+    let _lock = PoolLock::acquire(pool, false).map_err(|r| match r {
+        Refusal::InUse(holder) => EngineError::PoolInUse { pool: pool.to_path_buf(), holder },
+        Refusal::Closing(holder) => EngineError::PoolClosing { pool: pool.to_path_buf(), holder },
+    })?;
+    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let before = len(&meta);
+    let mut db = redb::Database::open(&meta)
+        .map_err(|e| pool_err(format!("cannot open the metadata store {}: {e}", meta.display())))?;
+    while db.compact().map_err(|e| pool_err(format!("compacting the metadata store {}: {e}", meta.display())))? {}
+    drop(db);
+    Ok((before, len(&meta)))
+}
+
 pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<(Arc<Inner>, PoolLock)> {
     let meta = pool.join(META_FILE);
     if !meta.exists() {
