@@ -380,6 +380,15 @@ fn compare_holes(src_root: &Path, dst_root: &Path) {
     }
 }
 
+/// fsck of the pool (which must be clean): the number of bundles it reports.
+fn bundles_in(pool: &Path) -> u64 {
+    let out = run(&["fsck", pool.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success() && text.contains("pool is clean"), "fsck: {text}{}", stderr(&out));
+    let n = text.split(", ").find_map(|p| p.strip_suffix(" bundles")).unwrap_or_else(|| panic!("fsck said: {text}"));
+    n.parse().unwrap()
+}
+
 fn mkfs_rootdir(pool: &Path, src: &Path, extra: &[&str]) -> std::process::Output {
     let mut args = vec!["mkfs", pool.to_str().unwrap(), "--rootdir", src.to_str().unwrap(), "-q"];
     args.extend_from_slice(extra);
@@ -443,7 +452,8 @@ fn rootdir_copy_mounted_matches_its_source() {
         let d = differences(&after[rel], b);
         assert!(d.is_empty(), "{rel:?} changed in the source: {d:?}");
     }
-    run_ok(&["fsck", pool.to_str().unwrap()]);
+    // the small files went into bundles
+    assert!(bundles_in(&pool) > 0, "no bundles");
 
     let mut want = before.clone();
     want.get_mut(Path::new("with-acl")).unwrap().xattrs.clear();
@@ -456,6 +466,37 @@ fn rootdir_copy_mounted_matches_its_source() {
     // the device nodes decode to the same numbers
     let wide = std::fs::symlink_metadata(mnt.join("wide")).unwrap().rdev();
     assert_eq!((libc::major(wide), libc::minor(wide)), (4095, 1_048_575));
+}
+
+/// `--owner me` as root makes root the owner of everything; `--compress auto` is accepted
+/// (and compresses: data is stored in fewer bytes than it has).
+#[test]
+fn rootdir_owner_me_as_root_and_compress_auto() {
+    if !can_mount() {
+        return;
+    }
+    let dir = tempfile::Builder::new().prefix("sqzroot").tempdir_in("/tmp").unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    make_tree(&src, true);
+    set_times(&src, (1_600_000_000, 7), (1_590_000_000, 8));
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let before = tree(&src);
+    let pool = dir.path().join("pool");
+    let out = mkfs_rootdir(&pool, &src, &["--owner", "me", "--compress", "auto"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.contains(" auto in "), "{summary}");
+    assert!(bundles_in(&pool) > 0);
+    let mnt = dir.path().join("mnt");
+    let _m = mount(&pool, &mnt);
+    let got = tree(&mnt);
+    compare(&before, &got, Some((0, 0)));
+    compare_content(&src, &mnt, &before);
+    compare_holes(&src, &mnt);
+    let text = std::fs::metadata(mnt.join("d/text")).unwrap();
+    assert!(text.blocks() * 512 < text.len() / 2, "d/text stored in {} blocks", text.blocks());
 }
 
 /// The uid and gid the unprivileged runs use.
