@@ -28,13 +28,17 @@ impl Features {
     /// Small records of several files may be stored together as one bundle (the `bundles`
     /// table; extents with the bundled tag).
     pub const INCOMPAT_BUNDLES: u64 = 1 << 3;
+    /// Inode rows may use the compact encoding (version 2: varints, times that equal
+    /// another left out).
+    pub const INCOMPAT_COMPACT_INODES: u64 = 1 << 4;
 
     pub const KNOWN_COMPAT: u64 = 0;
     pub const KNOWN_RO_COMPAT: u64 = 0;
     pub const KNOWN_INCOMPAT: u64 = Self::INCOMPAT_INLINE_DATA
         | Self::INCOMPAT_PACKED_SECTORS
         | Self::INCOMPAT_PACKED_BYTES
-        | Self::INCOMPAT_BUNDLES;
+        | Self::INCOMPAT_BUNDLES
+        | Self::INCOMPAT_COMPACT_INODES;
 
     /// What this build writes at mkfs.
     pub fn current() -> Features {

@@ -39,7 +39,7 @@ use crate::sync::extent_footprint;
 use parking_lot::{Mutex, RwLock};
 use redb::ReadableTable;
 use rustc_hash::FxHashMap;
-use squeezefs_meta::encode::{decode_inode, encode_inode};
+use squeezefs_meta::encode::{decode_inode, encode_inode_for};
 use squeezefs_meta::{keys, tables, ExtentPtr, Ino, InodeAttr, StoredRecord};
 use std::collections::BTreeMap;
 use std::iter::Peekable;
@@ -353,11 +353,13 @@ pub fn resolve_inode(ino: Ino, row: Option<Option<InodeAttr>>, base: Option<Inod
 /// Write `d` into the txg commit's transaction `tx`. Space of deleted inodes' extents goes to
 /// `frees`, and one bundle id per bundled record of theirs to `drops` (bundle.rs
 /// `apply_drops`). Inode rows keep the sizes redb holds (the commit's layers set new ones
-/// after).
+/// after); they are written in the compact encoding when `compact` (the pool has
+/// `INCOMPAT_COMPACT_INODES`).
 pub fn apply(
     tx: &redb::WriteTransaction,
     d: &Delta,
     granule: u64,
+    compact: bool,
     frees: &mut Vec<(u32, u64, u64)>,
     drops: &mut Vec<u64>,
 ) -> Result<()> {
@@ -371,7 +373,7 @@ pub fn apply(
                         None => None,
                     };
                     let a = with_sizes_of(a.clone(), cur.as_ref());
-                    t.insert(ino, &encode_inode(&a)[..])?;
+                    t.insert(ino, &encode_inode_for(&a, compact)[..])?;
                 }
                 None => {
                     t.remove(ino)?;

@@ -15,7 +15,7 @@ use redb::ReadableTable;
 use squeezefs_device::{
     is_nonempty, read_header, write_header, Device, DeviceHeader, FileDevice, FileDeviceOptions, PoolId, DATA_START,
 };
-use squeezefs_meta::encode::encode_inode;
+use squeezefs_meta::encode::encode_inode_for;
 use squeezefs_meta::{
     keys, tables, DeviceKind, DeviceRecord, Features, FileKind, InodeAttr, Superblock, Timestamp, ROOT_INO,
 };
@@ -178,7 +178,8 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
         let t = now();
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let root = InodeAttr { generation: 1, ..InodeAttr::new(ROOT_INO, FileKind::Dir, 0o755, uid, gid, t) };
-        tx.open_table(tables::INODES)?.insert(ROOT_INO, &encode_inode(&root)[..])?;
+        let compact = Features::current().incompat & Features::INCOMPAT_COMPACT_INODES != 0;
+        tx.open_table(tables::INODES)?.insert(ROOT_INO, &encode_inode_for(&root, compact)[..])?;
         // create the remaining tables so read transactions find them
         tx.open_table(tables::DIRENTS)?;
         tx.open_table(tables::DIR_COOKIES)?;
@@ -418,6 +419,8 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     // only pools made with bundles get them: older builds must still open the others
     let bundles = sb.features.incompat & Features::INCOMPAT_BUNDLES != 0;
     inner.bundles.init(bundles && opts.bundle_small_records && !read_only, next_bundle);
+    let compact = sb.features.incompat & Features::INCOMPAT_COMPACT_INODES != 0;
+    inner.compact_inodes.store(compact, std::sync::atomic::Ordering::Relaxed);
     inner.refresh_host_free();
     crate::early_place::refresh_room(&inner, false);
     Ok((inner, lock))

@@ -537,6 +537,7 @@ fn commit(
     // one bundle id per bundled extent row this commit removes (bundle.rs `apply_drops`)
     let mut drops: Vec<u64> = Vec::new();
     let granule = inner.granule;
+    let compact = inner.compact_inodes.load(Ordering::Relaxed);
     // the durable image takes exactly the ranges this commit points to, wherever the live
     // image placed them (early or in this txg's place stage)
     let mut durable = inner.durable.lock();
@@ -577,7 +578,7 @@ fn commit(
     let tx = inner.db.begin_write()?;
     if let Some(d) = &delta {
         // first: the layers below see which inodes still exist
-        crate::nsdelta::apply(&tx, d, granule, &mut frees, &mut drops)?;
+        crate::nsdelta::apply(&tx, d, granule, compact, &mut frees, &mut drops)?;
     }
     crate::bundle::insert_new(&tx, new_bundles)?;
     {
@@ -641,7 +642,7 @@ fn commit(
             }
             attr.size = layer.size;
             attr.blocks_bytes = blocks.max(0) as u64;
-            inodes.insert(*ino, &squeezefs_meta::encode::encode_inode(&attr)[..])?;
+            inodes.insert(*ino, &squeezefs_meta::encode::encode_inode_for(&attr, compact)[..])?;
             blocks_out.insert(*ino, attr.blocks_bytes);
         }
         let mut sbt = tx.open_table(tables::SUPERBLOCK)?;

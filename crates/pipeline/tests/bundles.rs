@@ -1,7 +1,7 @@
 //! Bundles (small records of several files stored as one, pipeline bundle.rs): which records
 //! go into them, reads through them, copy on write of a member, the member count and the
 //! freeing of a bundle with its last member (space, fsck, scrub), fsck on damaged bundle
-//! rows, and pools made before bundles.
+//! rows; compact inode rows; and pools made before both, which keep their format.
 
 mod common;
 use common::*;
@@ -336,8 +336,46 @@ fn a_pool_made_before_bundles_reads_back_and_gets_none() {
     check_clean(&e);
     e.close().unwrap();
     drop(e);
-    // its features are unchanged: no bundles table appeared either
+    // its features are unchanged: no bundles table appeared, and every inode row, the
+    // new ones too, is in the encoding of its time (version 1)
+    assert_eq!(inode_versions(&pool), BTreeSet::from([1]));
     let db = redb::ReadOnlyDatabase::open(pool.join(META_FILE)).unwrap();
     let rx = redb::ReadableDatabase::begin_read(&db).unwrap();
     assert!(!rx.list_tables().unwrap().any(|t| redb::TableHandle::name(&t) == "bundles"));
+}
+
+/// The version bytes of a closed pool's inode rows.
+fn inode_versions(pool: &Path) -> BTreeSet<u8> {
+    use redb::{ReadableDatabase, ReadableTable};
+    let db = redb::ReadOnlyDatabase::open(pool.join(META_FILE)).unwrap();
+    let rx = db.begin_read().unwrap();
+    let t = rx.open_table(squeezefs_meta::tables::INODES).unwrap();
+    t.iter().unwrap().map(|r| r.unwrap().1.value()[0]).collect()
+}
+
+/// A new pool writes compact inode rows (version 2), the root's included, and they read
+/// back with every attribute.
+#[test]
+fn a_new_pool_writes_compact_inodes() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    let f = create(&e, "f");
+    e.write(f, 0, b"data").unwrap();
+    let t = Timestamp { secs: -5, nanos: 999_999_999 };
+    e.update_attr(f, |a| -> Result<((), bool)> {
+        a.atime = t;
+        a.uid = u32::MAX;
+        Ok(((), true))
+    })
+    .unwrap();
+    let want = e.getattr(f).unwrap();
+    e.close().unwrap();
+    drop(e);
+    assert_eq!(inode_versions(&pool), BTreeSet::from([2]));
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    assert_eq!(e.getattr(f).unwrap(), want);
+    assert_eq!(want.atime, t);
+    assert!(e.fsck().unwrap().is_clean());
 }
