@@ -99,6 +99,19 @@ pub struct Plan {
     pub buf: Arc<Vec<u8>>,
 }
 
+/// A record of the txg: (index of its file's layer in the frozen list, record index).
+type Job = (usize, u64);
+
+/// What `place` gives each member: its job and its extent pointer (`None`: a hole).
+pub type MemberPtr = (usize, u64, Option<ExtentPtr>);
+
+/// Records of one policy being gathered into a bundle, and their bytes.
+struct Group {
+    policy: Policy,
+    jobs: Vec<Job>,
+    bytes: usize,
+}
+
 /// A bundle placed by this txg, for its commit.
 pub struct NewBundle {
     pub id: u64,
@@ -107,16 +120,16 @@ pub struct NewBundle {
 
 /// Stage 1 (after `cut`): take the records that go into bundles out of `jobs` (which stay
 /// in job order) and group them. `jobs` must be in job order.
-pub fn select(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], jobs: Vec<(usize, u64)>) -> (Vec<(usize, u64)>, Vec<Plan>) {
+pub fn select(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], jobs: Vec<Job>) -> (Vec<Job>, Vec<Plan>) {
     if !inner.bundles.enabled() {
         return (jobs, Vec::new());
     }
     let rs = inner.recordsize as usize;
     let global = *inner.policy.read();
     let mut keep = Vec::with_capacity(jobs.len());
-    // per policy: the group being filled and its bytes
-    let mut open: Vec<(Policy, Vec<(usize, u64)>, usize)> = Vec::new();
-    let mut groups: Vec<(Policy, Vec<(usize, u64)>)> = Vec::new();
+    // per policy: the group being filled
+    let mut open: Vec<Group> = Vec::new();
+    let mut groups: Vec<(Policy, Vec<Job>)> = Vec::new();
     for (li, idx) in jobs {
         let layer = &frozen[li].1;
         let policy = layer.policy.unwrap_or(global);
@@ -133,21 +146,22 @@ pub fn select(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], jobs: Vec<(usize, u64
                 continue;
             }
         };
-        let g = match open.iter().position(|g| g.0 == policy) {
+        let g = match open.iter().position(|g| g.policy == policy) {
             Some(g) => g,
             None => {
-                open.push((policy, Vec::new(), 0));
+                open.push(Group { policy, jobs: Vec::new(), bytes: 0 });
                 open.len() - 1
             }
         };
-        if open[g].2 + len > rs {
-            groups.push((policy, std::mem::take(&mut open[g].1)));
-            open[g].2 = 0;
+        let group = &mut open[g];
+        if group.bytes + len > rs {
+            groups.push((policy, std::mem::take(&mut group.jobs)));
+            group.bytes = 0;
         }
-        open[g].1.push((li, idx));
-        open[g].2 += len;
+        group.jobs.push((li, idx));
+        group.bytes += len;
     }
-    groups.extend(open.into_iter().map(|(p, m, _)| (p, m)));
+    groups.extend(open.into_iter().map(|g| (g.policy, g.jobs)));
     let mut plans = Vec::new();
     for (policy, members) in groups {
         if members.len() < MIN_MEMBERS {
@@ -192,7 +206,7 @@ pub fn place(
     plan: &Plan,
     c: Compressed,
     put: impl FnOnce(Payload) -> Result<squeezefs_meta::DeviceExtent>,
-) -> Result<(Vec<(usize, u64, Option<ExtentPtr>)>, Option<NewBundle>)> {
+) -> Result<(Vec<MemberPtr>, Option<NewBundle>)> {
     let (alg, level, hash, payload) = match c {
         // members are never all zeros (`select`), so neither is the bundle; should it be,
         // every member reads as zeros, which is what a hole is
