@@ -3,7 +3,7 @@
 # --rootdir), on the Linux 6.1 source tree, in one run.
 #
 # usage: bench/rootdir.sh [--levels "3 15"] [--blocks "128K 1M"] [--rounds N] [--jobs N]
-#                         [--workdir DIR] [--outdir DIR] [--no-btrfs] [--keep]
+#                         [--workdir DIR] [--outdir DIR] [--no-btrfs] [--mounted] [--keep]
 #
 # Source: Debian's linux-source-6.1 (/usr/src/linux-source-6.1.tar.xz), extracted once into
 # WORKDIR/src (default /var/tmp/rootdir-bench) and read once before timing, so every tool reads
@@ -22,6 +22,8 @@
 # btrfs: mkfs.btrfs --rootdir with --compress zstd:3 when this btrfs-progs has it (6.x before
 # 6.12 does not: then the uncompressed --rootdir run is given for time and size), on a sparse
 # image file, shrunk (--shrink); size = the shrunk image's allocated bytes.
+# --mounted: also the tree extracted through a mount (`squeezefs mount -o compress=zstd:3`,
+# `tar -cf - . | tar -xf -` into it, `squeezefs umount`): pool size and wall time.
 #
 # Environment: SQUEEZEFS_BIN (default: target/release/squeezefs, built if missing).
 set -euo pipefail
@@ -34,6 +36,7 @@ JOBS=$(nproc)
 WORK=/var/tmp/rootdir-bench
 OUT=""
 BTRFS=1
+MOUNTED=0
 KEEP=0
 LINUX_XZ=/usr/src/linux-source-6.1.tar.xz
 
@@ -49,6 +52,7 @@ while [ $# -gt 0 ]; do
         --workdir) WORK=${2:?}; shift 2 ;;
         --outdir) OUT=${2:?}; shift 2 ;;
         --no-btrfs) BTRFS=0; shift ;;
+        --mounted) MOUNTED=1; shift ;;
         --keep) KEEP=1; shift ;;
         -h|--help) sed -n '2,5p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
@@ -105,7 +109,9 @@ row() { ROWS+=("$(printf '| %s | %s | %.1f | %s | %.2f | %.2f | %s |' "$1" "$2" 
 ratio() { printf '%.3f' "$(echo "$1/$2" | bc -l)"; }
 
 echo "# rootdir.sh: $(date -u +%F\ %H:%M) UTC, $(nproc) cores, tree $TREE: $ENTRIES entries, $LOGICAL bytes"
-echo "# squeezefs: $($BIN --version) ($BIN); $(mksquashfs -version 2>&1 | head -1); output to $OUT ($(df --output=fstype "$OUT" | tail -1))"
+COMMIT=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$REPO" diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT+changes"
+echo "# squeezefs: $($BIN --version) at commit $COMMIT ($BIN); $(mksquashfs -version 2>&1 | head -1); output to $OUT ($(df --output=fstype "$OUT" | tail -1))"
 
 for level in $LEVELS; do
     for block in $BLOCKS; do
@@ -154,6 +160,25 @@ if [ "$BTRFS" = 1 ]; then
     bt_size=$(alloc "$img")
     row "$name" "$bt_size" "-" "$WALL" "$CPU" "$l"
     rm -f "$img"
+fi
+
+if [ "$MOUNTED" = 1 ]; then
+    pool=$OUT/pool-mounted
+    mnt=$OUT/mnt
+    rm -rf "$pool" && mkdir -p "$mnt"
+    "$BIN" mkfs "$pool" >/dev/null
+    "$BIN" mount "$pool" "$mnt" -o compress=zstd:3
+    l=$(load1)
+    log "tar through the mount, compress=zstd:3 (load $l)"
+    # the daemon's CPU is not in /usr/bin/time's figure: CPU is the tar pipeline's only
+    timed sh -c "tar -C '$TREE' -cf - . | tar -C '$mnt' -xf - && '$BIN' umount '$mnt'"
+    data=$(alloc "$pool/data.0")
+    meta=$(alloc "$pool/meta.redb")
+    row "squeezefs mount, tar xf, compress=zstd:3 (data.0 $((data / 1000000)) MB, meta.redb $((meta / 1000000)) MB)" \
+        "$(alloc "$pool")" "-" "$WALL" "$CPU" "$l"
+    "$BIN" fsck "$pool" >/dev/null || die "fsck of the mounted pool failed"
+    [ "$KEEP" = 1 ] || rm -rf "$pool"
+    rmdir "$mnt"
 fi
 
 echo
