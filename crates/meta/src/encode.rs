@@ -200,13 +200,13 @@ pub fn kind_from_id(id: u8) -> Option<FileKind> {
 }
 
 pub const INODE_VERSION: u8 = 1;
-/// The compact inode encoding (pools with `INCOMPAT_COMPACT_INODES`).
+/// The compact inode encoding (pools with `INCOMPAT_COMPACT_ROWS`).
 pub const INODE_VERSION_COMPACT: u8 = 2;
 /// Encoded length of an inode record, version 1.
 pub const INODE_LEN: usize = 1 + 1 + 4 * 4 + 8 + 8 + 4 + 12 * 4 + 8;
 
 /// The inode encoding a pool writes: compact (version 2) in pools with
-/// `INCOMPAT_COMPACT_INODES`, version 1 in older ones (which older builds must still read).
+/// `INCOMPAT_COMPACT_ROWS`, version 1 in older ones (which older builds must still read).
 pub fn encode_inode_for(a: &InodeAttr, compact: bool) -> Vec<u8> {
     if compact {
         encode_inode_compact(a)
@@ -367,33 +367,62 @@ pub fn decode_inode(ino: Ino, v: &[u8]) -> Result<InodeAttr, MetaError> {
 }
 
 pub const DIRENT_VERSION: u8 = 1;
+/// The compact directory-entry encodings (pools with `INCOMPAT_COMPACT_ROWS`).
+pub const DIRENT_VERSION_COMPACT: u8 = 2;
 
-/// Value of `dirents` ((dir, name) → entry): version, kind, ino, cookie.
-pub fn encode_dirent(ino: Ino, kind: FileKind, cookie: u64) -> Vec<u8> {
+/// Value of `dirents` ((dir, name) → entry): version, kind, ino, cookie; compact (version
+/// 2): version, kind, varint ino, varint cookie.
+pub fn encode_dirent_for(ino: Ino, kind: FileKind, cookie: u64, compact: bool) -> Vec<u8> {
     let mut w = Writer::with_capacity(18);
-    w.u8(DIRENT_VERSION).u8(kind_id(kind)).u64(ino).u64(cookie);
+    if compact {
+        w.u8(DIRENT_VERSION_COMPACT).u8(kind_id(kind)).varint(ino).varint(cookie);
+    } else {
+        w.u8(DIRENT_VERSION).u8(kind_id(kind)).u64(ino).u64(cookie);
+    }
     w.finish()
+}
+
+/// Version 1 of [`encode_dirent_for`].
+pub fn encode_dirent(ino: Ino, kind: FileKind, cookie: u64) -> Vec<u8> {
+    encode_dirent_for(ino, kind, cookie, false)
 }
 
 pub fn decode_dirent(v: &[u8]) -> Result<(Ino, FileKind, u64), MetaError> {
     let mut r = Reader::new(v, "dirent");
-    r.version(DIRENT_VERSION)?;
+    let version = r.version(DIRENT_VERSION_COMPACT)?;
     let kind = r.kind()?;
+    if version == DIRENT_VERSION_COMPACT {
+        let (ino, cookie) = (r.varint()?, r.varint()?);
+        if !r.rest().is_empty() {
+            return Err(r.corrupt("bytes after the last field".into()));
+        }
+        return Ok((ino, kind, cookie));
+    }
     Ok((r.u64()?, kind, r.u64()?))
 }
 
-/// Value of `dir_cookies` ((dir, cookie) → entry): version, kind, ino, name (rest).
-pub fn encode_cookie_entry(ino: Ino, kind: FileKind, name: &[u8]) -> Vec<u8> {
+/// Value of `dir_cookies` ((dir, cookie) → entry): version, kind, ino, name (rest);
+/// compact (version 2): version, kind, varint ino, name (rest).
+pub fn encode_cookie_entry_for(ino: Ino, kind: FileKind, name: &[u8], compact: bool) -> Vec<u8> {
     let mut w = Writer::with_capacity(10 + name.len());
-    w.u8(DIRENT_VERSION).u8(kind_id(kind)).u64(ino).bytes(name);
+    if compact {
+        w.u8(DIRENT_VERSION_COMPACT).u8(kind_id(kind)).varint(ino).bytes(name);
+    } else {
+        w.u8(DIRENT_VERSION).u8(kind_id(kind)).u64(ino).bytes(name);
+    }
     w.finish()
+}
+
+/// Version 1 of [`encode_cookie_entry_for`].
+pub fn encode_cookie_entry(ino: Ino, kind: FileKind, name: &[u8]) -> Vec<u8> {
+    encode_cookie_entry_for(ino, kind, name, false)
 }
 
 pub fn decode_cookie_entry(v: &[u8]) -> Result<(Ino, FileKind, Vec<u8>), MetaError> {
     let mut r = Reader::new(v, "directory cookie");
-    r.version(DIRENT_VERSION)?;
+    let version = r.version(DIRENT_VERSION_COMPACT)?;
     let kind = r.kind()?;
-    let ino = r.u64()?;
+    let ino = if version == DIRENT_VERSION_COMPACT { r.varint()? } else { r.u64()? };
     Ok((ino, kind, r.rest().to_vec()))
 }
 
@@ -532,10 +561,20 @@ mod tests {
 
     #[test]
     fn dirent_round_trips() {
-        let e = encode_dirent(42, FileKind::Dir, 7);
-        assert_eq!(decode_dirent(&e).unwrap(), (42, FileKind::Dir, 7));
-        let c = encode_cookie_entry(42, FileKind::Fifo, b"name\0x");
-        assert_eq!(decode_cookie_entry(&c).unwrap(), (42, FileKind::Fifo, b"name\0x".to_vec()));
+        for compact in [false, true] {
+            for (ino, cookie) in [(42, 7), (u64::MAX, u64::MAX), (1, 3)] {
+                let e = encode_dirent_for(ino, FileKind::Dir, cookie, compact);
+                assert_eq!(decode_dirent(&e).unwrap(), (ino, FileKind::Dir, cookie));
+                for n in 0..e.len() {
+                    assert!(decode_dirent(&e[..n]).is_err());
+                }
+                let c = encode_cookie_entry_for(ino, FileKind::Fifo, b"name\0x", compact);
+                assert_eq!(decode_cookie_entry(&c).unwrap(), (ino, FileKind::Fifo, b"name\0x".to_vec()));
+            }
+        }
+        // the layouts of docs/format.md
+        assert_eq!(encode_dirent_for(300, FileKind::File, 5, true), [2, 1, 0xac, 0x02, 5]);
+        assert_eq!(encode_cookie_entry_for(300, FileKind::Dir, b"ab", true), [2, 2, 0xac, 0x02, b'a', b'b']);
     }
 
     #[test]

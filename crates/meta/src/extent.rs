@@ -55,6 +55,8 @@ pub struct ExtentPtr {
 // checked after the bundle itself was verified and decoded.
 
 pub const EXTENT_VERSION: u8 = 1;
+/// The compact extent encoding (pools with `INCOMPAT_COMPACT_ROWS`).
+pub const EXTENT_VERSION_COMPACT: u8 = 2;
 const TAG_DEVICE: u8 = 1;
 const TAG_INLINE: u8 = 2;
 const TAG_BUNDLED: u8 = 3;
@@ -95,9 +97,48 @@ impl ExtentPtr {
         w.finish()
     }
 
+    /// The encoding a pool writes: compact (version 2) in pools with
+    /// `INCOMPAT_COMPACT_ROWS`, version 1 in older ones.
+    pub fn encode_for(&self, compact: bool) -> Vec<u8> {
+        if compact {
+            self.encode_compact()
+        } else {
+            self.encode()
+        }
+    }
+
+    /// Version 2: version, tag, alg, then zigzag level, varint logical, hash (u64), varint
+    /// birth, then device (varints dev, offset, psize), inline (the stored bytes) or
+    /// bundled (varints bundle, offset, share).
+    pub fn encode_compact(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(32);
+        w.u8(EXTENT_VERSION_COMPACT);
+        w.u8(match self.stored {
+            StoredRecord::Device(_) => TAG_DEVICE,
+            StoredRecord::Inline(_) => TAG_INLINE,
+            StoredRecord::Bundled(_) => TAG_BUNDLED,
+        });
+        w.u8(self.alg).zigzag(i64::from(self.level)).varint(u64::from(self.logical)).u64(self.hash).varint(self.birth);
+        match &self.stored {
+            StoredRecord::Device(d) => {
+                w.varint(u64::from(d.dev)).varint(d.offset).varint(u64::from(d.psize));
+            }
+            StoredRecord::Inline(v) => {
+                w.bytes(v);
+            }
+            StoredRecord::Bundled(b) => {
+                w.varint(b.bundle).varint(u64::from(b.offset)).varint(u64::from(b.share));
+            }
+        }
+        w.finish()
+    }
+
+    /// Either version.
     pub fn decode(v: &[u8]) -> Result<ExtentPtr, MetaError> {
         let mut r = Reader::new(v, "extent");
-        r.version(EXTENT_VERSION)?;
+        if r.version(EXTENT_VERSION_COMPACT)? == EXTENT_VERSION_COMPACT {
+            return Self::decode_compact(&mut r);
+        }
         let tag = r.u8()?;
         let alg = r.u8()?;
         let level = r.i32()?;
@@ -110,6 +151,30 @@ impl ExtentPtr {
             TAG_BUNDLED => StoredRecord::Bundled(BundleSlice { bundle: r.u64()?, offset: r.u32()?, share: r.u32()? }),
             t => return Err(r.corrupt(format!("unknown extent tag {t}"))),
         };
+        Ok(ExtentPtr { logical, alg, level, hash, birth, stored })
+    }
+
+    fn decode_compact(r: &mut Reader<'_>) -> Result<ExtentPtr, MetaError> {
+        let tag = r.u8()?;
+        let alg = r.u8()?;
+        let level = r.zigzag()?;
+        let level = i32::try_from(level).map_err(|_| r.corrupt(format!("level {level} does not fit 32 bits")))?;
+        let logical = r.varint32()?;
+        let hash = r.u64()?;
+        let birth = r.varint()?;
+        let stored = match tag {
+            TAG_DEVICE => {
+                StoredRecord::Device(DeviceExtent { dev: r.varint32()?, offset: r.varint()?, psize: r.varint32()? })
+            }
+            TAG_INLINE => StoredRecord::Inline(r.rest().to_vec()),
+            TAG_BUNDLED => {
+                StoredRecord::Bundled(BundleSlice { bundle: r.varint()?, offset: r.varint32()?, share: r.varint32()? })
+            }
+            t => return Err(r.corrupt(format!("unknown extent tag {t}"))),
+        };
+        if !r.rest().is_empty() {
+            return Err(r.corrupt("bytes after the last field".into()));
+        }
         Ok(ExtentPtr { logical, alg, level, hash, birth, stored })
     }
 }
@@ -131,7 +196,14 @@ mod tests {
                 None => StoredRecord::Device(DeviceExtent { dev, offset, psize }),
             };
             let e = ExtentPtr { logical, alg, level, hash, birth, stored };
-            prop_assert_eq!(ExtentPtr::decode(&e.encode()).unwrap(), e);
+            prop_assert_eq!(ExtentPtr::decode(&e.encode()).unwrap(), e.clone());
+            let c = e.encode_compact();
+            prop_assert_eq!(ExtentPtr::decode(&c).unwrap(), e.clone());
+            if !matches!(e.stored, StoredRecord::Inline(_)) {
+                for n in 0..c.len() {
+                    prop_assert!(ExtentPtr::decode(&c[..n]).is_err());
+                }
+            }
         }
     }
 
@@ -156,6 +228,28 @@ mod tests {
         for n in 0..b.len() {
             assert!(ExtentPtr::decode(&b[..n]).is_err(), "{n} bytes decoded");
         }
+    }
+
+    /// The compact layout of docs/format.md, byte by byte.
+    #[test]
+    fn compact_extent_layout() {
+        let e = ExtentPtr {
+            logical: 300,
+            alg: 4,
+            level: -2,
+            hash: 0x1122_3344_5566_7788,
+            birth: 5,
+            stored: StoredRecord::Bundled(BundleSlice { bundle: 200, offset: 0, share: 1 }),
+        };
+        let mut want = vec![2, 3, 4, 3, 0xac, 0x02];
+        want.extend_from_slice(&0x1122_3344_5566_7788u64.to_le_bytes());
+        want.extend_from_slice(&[5, 0xc8, 0x01, 0, 1]);
+        assert_eq!(e.encode_compact(), want);
+        let d = ExtentPtr { stored: StoredRecord::Device(DeviceExtent { dev: 0, offset: 4096, psize: 127 }), ..e };
+        let mut want = vec![2, 1, 4, 3, 0xac, 0x02];
+        want.extend_from_slice(&0x1122_3344_5566_7788u64.to_le_bytes());
+        want.extend_from_slice(&[5, 0, 0x80, 0x20, 127]);
+        assert_eq!(d.encode_compact(), want);
     }
 
     #[test]

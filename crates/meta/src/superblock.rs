@@ -28,9 +28,9 @@ impl Features {
     /// Small records of several files may be stored together as one bundle (the `bundles`
     /// table; extents with the bundled tag).
     pub const INCOMPAT_BUNDLES: u64 = 1 << 3;
-    /// Inode rows may use the compact encoding (version 2: varints, times that equal
-    /// another left out).
-    pub const INCOMPAT_COMPACT_INODES: u64 = 1 << 4;
+    /// Inode, extent and directory-entry rows may use their compact encodings (version 2:
+    /// varints; an inode's times that equal another left out).
+    pub const INCOMPAT_COMPACT_ROWS: u64 = 1 << 4;
 
     pub const KNOWN_COMPAT: u64 = 0;
     pub const KNOWN_RO_COMPAT: u64 = 0;
@@ -38,7 +38,7 @@ impl Features {
         | Self::INCOMPAT_PACKED_SECTORS
         | Self::INCOMPAT_PACKED_BYTES
         | Self::INCOMPAT_BUNDLES
-        | Self::INCOMPAT_COMPACT_INODES;
+        | Self::INCOMPAT_COMPACT_ROWS;
 
     /// What this build writes at mkfs.
     pub fn current() -> Features {

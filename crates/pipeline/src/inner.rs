@@ -112,9 +112,9 @@ pub struct Inner {
     pub prefetch_cv: Condvar,
     /// bundling of small records, and the next bundle id (bundle.rs)
     pub bundles: crate::bundle::Bundles,
-    /// the pool has `INCOMPAT_COMPACT_INODES`: inode rows are written in the compact
-    /// encoding (set once at open)
-    pub compact_inodes: AtomicBool,
+    /// the pool has `INCOMPAT_COMPACT_ROWS`: inode, extent and directory-entry rows are
+    /// written in their compact encodings (set once at open)
+    pub compact_rows: AtomicBool,
     /// next inode number; persisted in the superblock at every txg commit (at open, the
     /// largest inode number in the store + 1 wins over a stale superblock value)
     pub next_ino: AtomicU64,
@@ -218,7 +218,7 @@ impl Inner {
             prefetching: Mutex::new(HashSet::new()),
             prefetch_cv: Condvar::new(),
             bundles: Default::default(),
-            compact_inodes: AtomicBool::new(false),
+            compact_rows: AtomicBool::new(false),
             next_ino: AtomicU64::new(next_ino),
             bufs: BufPool::new(recordsize as usize, pool_bytes),
             outs: crate::outbuf::OutPool::new(pool_bytes / 4),

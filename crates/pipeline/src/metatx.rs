@@ -6,7 +6,7 @@
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
 use crate::nsdelta::{merged_rows, ByteRows, Delta, KeyRange};
-use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, encode_cookie_entry, encode_dirent};
+use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, encode_cookie_entry_for, encode_dirent_for};
 use squeezefs_meta::{keys, tables, FileKind, Ino, InodeAttr};
 use std::ops::Bound;
 
@@ -184,8 +184,10 @@ impl<'a> MetaTx<'a> {
             EngineError::Corrupt(format!("directory {dir} has no readdir cookies left: the metadata store is damaged"))
         })?;
         self.d.next_cookie.insert(dir, Some(next));
-        self.put_row(|d| &mut d.dirents, k, Some(encode_dirent(ino, kind, cookie).to_vec()));
-        self.put_row(|d| &mut d.cookies, keys::pair(dir, cookie).to_vec(), Some(encode_cookie_entry(ino, kind, name)));
+        let compact = self.inner.compact_rows.load(std::sync::atomic::Ordering::Relaxed);
+        self.put_row(|d| &mut d.dirents, k, Some(encode_dirent_for(ino, kind, cookie, compact)));
+        let entry = encode_cookie_entry_for(ino, kind, name, compact);
+        self.put_row(|d| &mut d.cookies, keys::pair(dir, cookie).to_vec(), Some(entry));
         Ok(())
     }
 

@@ -354,7 +354,7 @@ pub fn resolve_inode(ino: Ino, row: Option<Option<InodeAttr>>, base: Option<Inod
 /// `frees`, and one bundle id per bundled record of theirs to `drops` (bundle.rs
 /// `apply_drops`). Inode rows keep the sizes redb holds (the commit's layers set new ones
 /// after); they are written in the compact encoding when `compact` (the pool has
-/// `INCOMPAT_COMPACT_INODES`).
+/// `INCOMPAT_COMPACT_ROWS`).
 pub fn apply(
     tx: &redb::WriteTransaction,
     d: &Delta,

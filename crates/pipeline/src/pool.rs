@@ -178,7 +178,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
         let t = now();
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let root = InodeAttr { generation: 1, ..InodeAttr::new(ROOT_INO, FileKind::Dir, 0o755, uid, gid, t) };
-        let compact = Features::current().incompat & Features::INCOMPAT_COMPACT_INODES != 0;
+        let compact = Features::current().incompat & Features::INCOMPAT_COMPACT_ROWS != 0;
         tx.open_table(tables::INODES)?.insert(ROOT_INO, &encode_inode_for(&root, compact)[..])?;
         // create the remaining tables so read transactions find them
         tx.open_table(tables::DIRENTS)?;
@@ -206,12 +206,21 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
     Ok(())
 }
 
-/// Compact the metadata store of a closed pool (redb `Database::compact`: live pages moved
-/// to the front of the file, the file cut after them). Returns the file's length before and
-/// after. Each txg commit writes the B-tree pages it changes to free pages of the file, so a
-/// pool filled by many commits holds many pages no table uses any more; redb reuses them
-/// for later commits but never shrinks the file by itself. Takes the pool's holder lock:
-/// refused while the pool is open.
+/// The file a rebuild of the metadata store writes before it replaces `meta.redb`.
+const REBUILD_FILE: &str = "meta.redb.rebuild";
+
+/// Rewrite the metadata store of a closed pool compactly; returns the file's length before
+/// and after. Each txg commit writes the B-tree pages it changes to free pages of the
+/// file, and rows inserted in key order, or grown in place, leave leaves about half full; a
+/// pool filled by many commits (`mkfs --rootdir`) holds both kinds of waste, which redb
+/// reuses for later commits but never gives back.
+///
+/// Every table is copied in key order, in one transaction, into a new store
+/// (`meta.redb.rebuild`), which is made durable and then renamed over `meta.redb`: a crash
+/// before the rename leaves the old store (and a stray file the next rebuild replaces), one
+/// after it the new one. A store holding a table this build does not know is compacted in
+/// place instead (redb `Database::compact`: free pages cut off, leaves as they are). Takes
+/// the pool's holder lock: refused while the pool is open.
 pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
     let meta = pool.join(META_FILE);
     let _lock = PoolLock::acquire(pool, false).map_err(|r| match r {
@@ -220,11 +229,79 @@ pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
     })?;
     let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     let before = len(&meta);
-    let mut db = redb::Database::open(&meta)
-        .map_err(|e| pool_err(format!("cannot open the metadata store {}: {e}", meta.display())))?;
-    while db.compact().map_err(|e| pool_err(format!("compacting the metadata store {}: {e}", meta.display())))? {}
+    let fail = |what: &str, e: &dyn std::fmt::Display| pool_err(format!("{what} {}: {e}", meta.display()));
+    let mut db = redb::Database::open(&meta).map_err(|e| fail("cannot open the metadata store", &e))?;
+    if !rebuild_meta(&db, &pool.join(REBUILD_FILE))? {
+        while db.compact().map_err(|e| fail("compacting the metadata store", &e))? {}
+        drop(db);
+        return Ok((before, len(&meta)));
+    }
     drop(db);
+    std::fs::rename(pool.join(REBUILD_FILE), &meta).map_err(|e| fail("cannot replace", &e))?;
+    std::fs::File::open(pool)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| pool_err(format!("cannot sync directory {}: {e}", pool.display())))?;
     Ok((before, len(&meta)))
+}
+
+/// Copy every table of `db` into a new store at `to`, durably; `false` (and nothing
+/// written) when `db` holds a table this build does not know.
+fn rebuild_meta(db: &redb::Database, to: &Path) -> Result<bool> {
+    use redb::{ReadableDatabase, TableHandle};
+    let known = [
+        tables::SUPERBLOCK.name(),
+        tables::DEVICES.name(),
+        tables::INODES.name(),
+        tables::DIRENTS.name(),
+        tables::DIR_COOKIES.name(),
+        tables::DIR_NEXT_COOKIE.name(),
+        tables::XATTRS.name(),
+        tables::SYMLINKS.name(),
+        tables::ORPHANS.name(),
+        tables::EXTENTS.name(),
+        tables::FREE_SPACE.name(),
+        tables::BUNDLES.name(),
+    ];
+    let rx = db.begin_read()?;
+    let present: Vec<String> = rx.list_tables()?.map(|t| t.name().to_string()).collect();
+    if present.iter().any(|n| !known.contains(&n.as_str())) || rx.list_multimap_tables()?.next().is_some() {
+        return Ok(false);
+    }
+    if to.exists() {
+        std::fs::remove_file(to).map_err(|e| pool_err(format!("cannot remove {}: {e}", to.display())))?;
+    }
+    let out = redb::Database::create(to)?;
+    let tx = out.begin_write()?;
+    macro_rules! copy {
+        ($def:expr) => {
+            if present.iter().any(|n| n == $def.name()) {
+                let from = rx.open_table($def)?;
+                let mut into = tx.open_table($def)?;
+                for row in from.iter()? {
+                    let (k, v) = row?;
+                    into.insert(k.value(), v.value())?;
+                }
+            }
+        };
+    }
+    copy!(tables::SUPERBLOCK);
+    copy!(tables::DEVICES);
+    copy!(tables::INODES);
+    copy!(tables::DIRENTS);
+    copy!(tables::DIR_COOKIES);
+    copy!(tables::DIR_NEXT_COOKIE);
+    copy!(tables::XATTRS);
+    copy!(tables::SYMLINKS);
+    copy!(tables::ORPHANS);
+    copy!(tables::EXTENTS);
+    copy!(tables::FREE_SPACE);
+    copy!(tables::BUNDLES);
+    tx.commit()?;
+    drop(rx);
+    // the copy's own transaction leaves some pages free behind it
+    let mut out = out;
+    while out.compact().map_err(|e| pool_err(format!("compacting {}: {e}", to.display())))? {}
+    Ok(true)
 }
 
 pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<(Arc<Inner>, PoolLock)> {
@@ -419,8 +496,8 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     // only pools made with bundles get them: older builds must still open the others
     let bundles = sb.features.incompat & Features::INCOMPAT_BUNDLES != 0;
     inner.bundles.init(bundles && opts.bundle_small_records && !read_only, next_bundle);
-    let compact = sb.features.incompat & Features::INCOMPAT_COMPACT_INODES != 0;
-    inner.compact_inodes.store(compact, std::sync::atomic::Ordering::Relaxed);
+    let compact = sb.features.incompat & Features::INCOMPAT_COMPACT_ROWS != 0;
+    inner.compact_rows.store(compact, std::sync::atomic::Ordering::Relaxed);
     inner.refresh_host_free();
     crate::early_place::refresh_room(&inner, false);
     Ok((inner, lock))

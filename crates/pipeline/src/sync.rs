@@ -537,7 +537,7 @@ fn commit(
     // one bundle id per bundled extent row this commit removes (bundle.rs `apply_drops`)
     let mut drops: Vec<u64> = Vec::new();
     let granule = inner.granule;
-    let compact = inner.compact_inodes.load(Ordering::Relaxed);
+    let compact = inner.compact_rows.load(Ordering::Relaxed);
     // the durable image takes exactly the ranges this commit points to, wherever the live
     // image placed them (early or in this txg's place stage)
     let mut durable = inner.durable.lock();
@@ -636,7 +636,7 @@ fn commit(
                     free_of(&e, &mut frees, &mut drops);
                 }
                 if let Outcome::Extent(e) = &p.outcome {
-                    extents.insert(&k[..], &e.encode()[..])?;
+                    extents.insert(&k[..], &e.encode_for(compact)[..])?;
                     blocks += extent_footprint(e, granule) as i64;
                 }
             }

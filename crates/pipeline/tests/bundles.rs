@@ -1,7 +1,8 @@
 //! Bundles (small records of several files stored as one, pipeline bundle.rs): which records
 //! go into them, reads through them, copy on write of a member, the member count and the
 //! freeing of a bundle with its last member (space, fsck, scrub), fsck on damaged bundle
-//! rows; compact inode rows; and pools made before both, which keep their format.
+//! rows; compact rows (inodes, extents, directory entries); and pools made before both,
+//! which keep their format.
 
 mod common;
 use common::*;
@@ -336,27 +337,39 @@ fn a_pool_made_before_bundles_reads_back_and_gets_none() {
     check_clean(&e);
     e.close().unwrap();
     drop(e);
-    // its features are unchanged: no bundles table appeared, and every inode row, the
-    // new ones too, is in the encoding of its time (version 1)
-    assert_eq!(inode_versions(&pool), BTreeSet::from([1]));
+    // its features are unchanged: no bundles table appeared, and every row, the new ones
+    // too, is in the encoding of its time (version 1)
+    assert_eq!(
+        row_versions(&pool),
+        [BTreeSet::from([1]), BTreeSet::from([1]), BTreeSet::from([1]), BTreeSet::from([1])]
+    );
     let db = redb::ReadOnlyDatabase::open(pool.join(META_FILE)).unwrap();
     let rx = redb::ReadableDatabase::begin_read(&db).unwrap();
     assert!(!rx.list_tables().unwrap().any(|t| redb::TableHandle::name(&t) == "bundles"));
 }
 
-/// The version bytes of a closed pool's inode rows.
-fn inode_versions(pool: &Path) -> BTreeSet<u8> {
+/// The version bytes of a closed pool's inode, extent, dirent and directory-cookie rows.
+fn row_versions(pool: &Path) -> [BTreeSet<u8>; 4] {
     use redb::{ReadableDatabase, ReadableTable};
+    use squeezefs_meta::tables;
     let db = redb::ReadOnlyDatabase::open(pool.join(META_FILE)).unwrap();
     let rx = db.begin_read().unwrap();
-    let t = rx.open_table(squeezefs_meta::tables::INODES).unwrap();
-    t.iter().unwrap().map(|r| r.unwrap().1.value()[0]).collect()
+    let inodes = rx.open_table(tables::INODES).unwrap();
+    let bytes = |t: redb::ReadOnlyTable<&[u8], &[u8]>| -> BTreeSet<u8> {
+        t.iter().unwrap().map(|r| r.unwrap().1.value()[0]).collect()
+    };
+    [
+        inodes.iter().unwrap().map(|r| r.unwrap().1.value()[0]).collect(),
+        bytes(rx.open_table(tables::EXTENTS).unwrap()),
+        bytes(rx.open_table(tables::DIRENTS).unwrap()),
+        bytes(rx.open_table(tables::DIR_COOKIES).unwrap()),
+    ]
 }
 
-/// A new pool writes compact inode rows (version 2), the root's included, and they read
-/// back with every attribute.
+/// A new pool writes compact rows (version 2): inodes (the root's included), extents and
+/// directory entries, and they read back whole.
 #[test]
-fn a_new_pool_writes_compact_inodes() {
+fn a_new_pool_writes_compact_rows() {
     let d = tempfile::tempdir().unwrap();
     let pool = d.path().join("pool");
     Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
@@ -370,12 +383,21 @@ fn a_new_pool_writes_compact_inodes() {
         Ok(((), true))
     })
     .unwrap();
+    let g = create(&e, "g");
+    e.write(g, 0, &text(3, 300_000)).unwrap();
     let want = e.getattr(f).unwrap();
     e.close().unwrap();
     drop(e);
-    assert_eq!(inode_versions(&pool), BTreeSet::from([2]));
+    assert_eq!(
+        row_versions(&pool),
+        [BTreeSet::from([2]), BTreeSet::from([2]), BTreeSet::from([2]), BTreeSet::from([2])]
+    );
     let e = Engine::open(&pool, &fast_opts()).unwrap();
     assert_eq!(e.getattr(f).unwrap(), want);
+    assert_eq!(read_all(&e, f), b"data");
+    assert_eq!(read_all(&e, g), text(3, 300_000));
+    assert_eq!(e.lookup(ROOT_INO, b"g").unwrap(), Some((g, FileKind::File)));
+    assert_eq!(e.dir_list(ROOT_INO, 0, 10).unwrap().len(), 2);
     assert_eq!(want.atime, t);
     assert!(e.fsck().unwrap().is_clean());
 }
