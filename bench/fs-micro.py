@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Per-operation latency through the VFS: python3 bench/fs-micro.py DIR (run it on a squeezefs
-# mount and on an ext4 directory in the same session; see docs/benchmarks.md, Filesystem).
+# mount and on an ext4 directory in the same session; see docs/benchmarks-archive.md, Filesystem).
 import os, sys, time
 d = sys.argv[1]
 os.makedirs(d, exist_ok=True)

@@ -8,7 +8,7 @@ the block size pledged, as squeezefs and btrfs do per record) through the system
 (ctypes, no build step), once per parameter set below, and prints the ratio (stored bytes
 exact, as byte-packed pools store them, and rounded per block to 512 B and 4 KiB sectors) and
 single-thread speed per CPU-second. It answers "how much ratio is left at this level and record size, and at
-what cost" (docs/benchmarks.md, the zstd:9 ratio section). Needs libzstd.so.1 (Debian libzstd1).
+what cost" (docs/benchmarks-archive.md, the zstd:9 ratio sections). Needs libzstd.so.1 (Debian libzstd1).
 """
 import argparse
 import ctypes

@@ -9,7 +9,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Default codec list: the rows of the reference table in DESIGN.md §11, minus the slowest.
+/// Default codec list: the rows of the reference table in docs/design.md §14, minus the slowest.
 pub const DEFAULT_CODECS: &str = "lz4:fast=17,lz4,zstd:-5,zstd:1,zstd:3,zstd:9,zlib:6";
 
 #[derive(Args, Debug)]

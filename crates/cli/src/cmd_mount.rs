@@ -33,7 +33,8 @@ pub struct MountArgs {
     /// Options, comma-separated: compress=SPEC, compress-force=SPEC, recordsize=SIZE, ro,
     /// allow_other, default_permissions, remount, uring=auto|on|off (auto, the default: FUSE
     /// over io_uring for root mounts, switching the kernel's enable_uring parameter on when
-    /// it is off; off: /dev/fuse), and generic fstab options
+    /// it is off; off: /dev/fuse), trace=FILE (one CSV row per record compressed, for
+    /// `squeezefs plot`; outside the mount), and generic fstab options
     #[arg(short = 'o', value_name = "OPTS")]
     pub options: Vec<String>,
     /// Stay in the foreground (do not daemonize)
@@ -51,7 +52,7 @@ pub struct MountArgs {
 
 pub fn run(args: MountArgs) -> Result<()> {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).try_init();
-    let cfg = MountConfig::parse(&args.options.join(","))?;
+    let mut cfg = MountConfig::parse(&args.options.join(","))?;
     if cfg.remount {
         let cfg = if args.from_mount8 { cfg.with_complete_mount_flags() } else { cfg };
         return remount(&args.mountpoint, &cfg);
@@ -62,6 +63,8 @@ pub fn run(args: MountArgs) -> Result<()> {
         bail!("mount point {} is not a directory", mountpoint.display());
     }
     let pool = std::fs::canonicalize(&args.pool).with_context(|| format!("pool {}", args.pool.display()))?;
+    // before the daemon leaves this directory: a relative trace path is taken from here
+    cfg.resolve_trace(&std::env::current_dir().context("the current directory")?, &mountpoint)?;
     if args.foreground {
         return serve(&pool, &mountpoint, &cfg, args.wait, |r| {
             if let Err(e) = &r {
@@ -87,7 +90,7 @@ fn log_event(msg: &str) {
 }
 
 /// `-o remount,...`: the per-mount flags (dev, suid, exec, atime) change in the kernel
-/// (`MS_REMOUNT | MS_BIND`), the compression and the atime mode go to the daemon serving
+/// (`MS_REMOUNT | MS_BIND`), the compression, `qos` and the atime mode go to the daemon serving
 /// `mountpoint`. Options fixed at mount time may be restated (mount(8) repeats the live
 /// ones) but not changed.
 fn remount(mountpoint: &Path, cfg: &MountConfig) -> Result<()> {
@@ -364,6 +367,7 @@ fn open_and_mount(
         read_only: cfg.read_only,
         check_permissions: !cfg.default_permissions,
         compression: cfg.compression,
+        qos: cfg.qos.flatten(),
         noatime: cfg.flags.noatime,
         nodiratime: cfg.nodiratime,
         dirsync: cfg.flags.dirsync,
@@ -388,7 +392,10 @@ fn open_and_mount(
 }
 
 fn open_options(cfg: &MountConfig) -> OpenOptions {
-    let mut o = OpenOptions { read_only: cfg.read_only, ..OpenOptions::default() };
+    let mut o = OpenOptions { read_only: cfg.read_only, trace: cfg.trace.clone(), ..OpenOptions::default() };
+    if let Some(b) = cfg.qos_burst {
+        o.qos_burst = b;
+    }
     if let Some(c) = cfg.compression {
         o.compression = c.spec;
         o.force_compression = c.force;

@@ -104,6 +104,8 @@ fn reason_style(r: Reason) -> (RGBColor, &'static str) {
         Reason::Probe => (RGBColor(150, 60, 170), "probe"),
         Reason::Hold => (RGBColor(120, 120, 120), "hold (nothing measured)"),
         Reason::Fixed => (RGBColor(40, 150, 70), "fixed level"),
+        Reason::Qos => (RGBColor(0, 140, 140), "qos plan"),
+        Reason::Incompressible => (RGBColor(90, 60, 30), "raw (heuristic: incompressible)"),
     }
 }
 
@@ -171,7 +173,7 @@ fn draw(trace: &Trace, title: &str, path: &Path, size: (u32, u32)) -> Result<()>
         c.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
     }
 
-    // 3. level over time, by why it was chosen
+    // 3. level over time, by why it was chosen (QoS levels by tree)
     {
         let mut levels: Vec<Codec> = Vec::new();
         for r in &rows {
@@ -204,7 +206,15 @@ fn draw(trace: &Trace, title: &str, path: &Path, size: (u32, u32)) -> Result<()>
             .disable_y_mesh()
             .draw()
             .map_err(err)?;
-        for reason in [Reason::Fixed, Reason::Hold, Reason::Model, Reason::Guard, Reason::Probe, Reason::Explore] {
+        for reason in [
+            Reason::Fixed,
+            Reason::Incompressible,
+            Reason::Hold,
+            Reason::Model,
+            Reason::Guard,
+            Reason::Probe,
+            Reason::Explore,
+        ] {
             let pts: Vec<(f64, f64)> = rows
                 .iter()
                 .filter(|r| r.reason == reason)
@@ -217,6 +227,22 @@ fn draw(trace: &Trace, title: &str, path: &Path, size: (u32, u32)) -> Result<()>
             c.draw_series(thin(&pts).map(|p| Circle::new(p, 2, colour.filled())))
                 .map_err(err)?
                 .label(name)
+                .legend(move |(x, y)| Circle::new((x + 8, y), 3, colour.filled()));
+        }
+        // levels a QoS plan chose: one colour per tree
+        let mut trees: Vec<u64> = rows.iter().filter(|r| r.reason == Reason::Qos).map(|r| r.tree).collect();
+        trees.sort_unstable();
+        trees.dedup();
+        for (i, tree) in trees.iter().enumerate() {
+            let pts: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.reason == Reason::Qos && r.tree == *tree)
+                .map(|r| (r.time_s, levels.iter().position(|c| *c == r.codec).unwrap_or(0) as f64))
+                .collect();
+            let colour = colour(i);
+            c.draw_series(thin(&pts).map(|p| Circle::new(p, 2, colour.filled())))
+                .map_err(err)?
+                .label(format!("{}, tree {tree}", reason_style(Reason::Qos).1))
                 .legend(move |(x, y)| Circle::new((x + 8, y), 3, colour.filled()));
         }
         c.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;

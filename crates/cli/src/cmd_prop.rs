@@ -1,6 +1,6 @@
 //! `squeezefs prop set|get|inherit|list`: properties of files and directories on a mounted
 //! squeezefs, through the mount's extended attributes (the daemon validates and stores
-//! them; DESIGN.md §8, crates/fs props.rs):
+//! them; docs/design.md §10, crates/fs props.rs):
 //! * `set PATH NAME=VALUE…`: every value is checked here first with the daemon's parser
 //!   (nothing is set if one is bad), then written as `user.squeezefs.NAME`;
 //! * `get [-r] PATH [NAME…]`: effective values with their source, `zfs get` style, read

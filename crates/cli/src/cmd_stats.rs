@@ -1,13 +1,21 @@
 //! `squeezefs stats PATH [--json]`: compsize-like usage of a file, a tree or a mount.
 //!
 //! The daemon answers the virtual xattr `user.squeezefs.usage` on every file with its
-//! rows (algorithm, level, disk, uncompressed, referenced); this command walks the tree
-//! (staying on PATH's filesystem, counting hard-linked files once), sums per
-//! algorithm:level and prints the totals. For a directory it then shows the directory's
-//! effective properties (what new files below it get; `squeezefs prop get`).
+//! rows (algorithm, level, disk, uncompressed, referenced) from its extents, which record
+//! the codec each record was stored with; this command walks the tree (staying on PATH's
+//! filesystem, counting hard-linked files once), sums per level and prints the totals, each
+//! level with its share of the uncompressed data. Under `compress=auto` these rows are the
+//! levels auto chose for the file or tree and how much data each got. For a directory it
+//! then shows the directory's effective properties (what new files below it get;
+//! `squeezefs prop get`).
+//!
+//! QoS trees: every directory under PATH holding `qos` (and the mount's root under a
+//! `qos=` mount) answers `user.squeezefs.qos-stats` with its line (control::qos::stats
+//! TEXT); the command lists them: target, allotment, achieved throughput over the last
+//! 10 s and since the tree was first seen, ratio of its records and the levels chosen.
 use anyhow::{bail, Context, Result};
-use squeezefs_codec::Algorithm;
-use squeezefs_fs::{usage, xattr_names};
+use squeezefs_codec::{Algorithm, Codec};
+use squeezefs_fs::{usage, xattr_names, QosStatsRow};
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -102,6 +110,8 @@ struct Walk {
     files: u64,
     rows: BTreeMap<(u8, i32), Sums>,
     seen: HashSet<(u64, u64)>,
+    /// QoS trees met, in walk order
+    trees: Vec<(PathBuf, QosStatsRow)>,
 }
 
 impl Walk {
@@ -126,6 +136,16 @@ impl Walk {
             }
             self.files += 1;
         } else if m.is_dir() {
+            match get_xattr(path, xattr_names::QOS_STATS) {
+                Ok(v) => {
+                    let line = String::from_utf8_lossy(&v);
+                    let row =
+                        QosStatsRow::parse(line.trim()).with_context(|| format!("qos stats of {}", path.display()))?;
+                    self.trees.push((path.to_path_buf(), row));
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
+                Err(e) => return Err(e).with_context(|| format!("qos stats of {}", path.display())),
+            }
             let entries = std::fs::read_dir(path).with_context(|| format!("listing {}", path.display()))?;
             for e in entries {
                 let e = e.with_context(|| format!("listing {}", path.display()))?;
@@ -136,11 +156,21 @@ impl Walk {
     }
 }
 
-fn alg_name(id: u8, level: i32) -> String {
+/// The level as a compression spec (`lz4:fast=32`, `zstd:-5`, `none`).
+fn level_name(id: u8, level: i32) -> String {
     match Algorithm::from_id(id) {
         Some(Algorithm::None) => "none".into(),
-        Some(a) => format!("{}:{level}", a.name()),
+        Some(alg) => Codec { alg, level }.to_string(),
         None => format!("alg{id}:{level}"),
+    }
+}
+
+/// `part` of `whole` in percent, one decimal.
+fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        (part as f64 * 1000.0 / whole as f64).round() / 10.0
     }
 }
 
@@ -196,6 +226,8 @@ pub fn run(args: StatsArgs) -> Result<()> {
                 serde_json::json!({
                     "algorithm": Algorithm::from_id(*id).map_or("unknown", |a| a.name()),
                     "level": level,
+                    "spec": level_name(*id, *level),
+                    "share_percent": share(s.uncompressed, total.uncompressed),
                     "disk_bytes": s.disk,
                     "uncompressed_bytes": s.uncompressed,
                     "referenced_bytes": s.referenced,
@@ -217,6 +249,7 @@ pub fn run(args: StatsArgs) -> Result<()> {
         if let Some(p) = &properties {
             out["properties"] = serde_json::json!(p.iter().map(crate::cmd_prop::Row::json).collect::<Vec<_>>());
         }
+        out["qos_trees"] = serde_json::json!(w.trees.iter().map(|(p, r)| tree_json(p, r)).collect::<Vec<_>>());
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
@@ -225,20 +258,40 @@ pub fn run(args: StatsArgs) -> Result<()> {
     }
     println!("Mount {} ({compression})", root.display());
     println!("Processed {} files.", w.files);
-    println!("{:<12} {:>5} {:>12} {:>12} {:>12}", "Type", "Perc", "Disk Usage", "Uncompressed", "Referenced");
+    println!(
+        "{:<14} {:>5} {:>12} {:>12} {:>12} {:>7}",
+        "Type", "Perc", "Disk Usage", "Uncompressed", "Referenced", "Share"
+    );
     let line = |name: &str, s: &Sums| {
         println!(
-            "{:<12} {:>4}% {:>12} {:>12} {:>12}",
+            "{:<14} {:>4}% {:>12} {:>12} {:>12} {:>6.1}%",
             name,
             s.percent(),
             human(s.disk),
             human(s.uncompressed),
-            human(s.referenced)
+            human(s.referenced),
+            share(s.uncompressed, total.uncompressed)
         )
     };
     line("TOTAL", &total);
     for ((id, level), s) in &w.rows {
-        line(&alg_name(*id, *level), s);
+        line(&level_name(*id, *level), s);
+    }
+    if !w.trees.is_empty() {
+        println!("QoS trees (MB/s; achieved over the last 10 s and since the tree was first seen):");
+        println!("  {:<30} {:>8} {:>8} {:>8} {:>8} {:>6}  levels", "Tree", "Target", "Allot", "Last", "Mean", "Ratio");
+        for (p, r) in &w.trees {
+            println!(
+                "  {:<30} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>6.2}  {}",
+                p.display(),
+                r.target_bps / 1e6,
+                r.allotted_bps / 1e6,
+                r.last_bps / 1e6,
+                r.mean_bps / 1e6,
+                r.ratio,
+                levels_text(r)
+            );
+        }
     }
     if let Some(props) = properties {
         println!("Properties of {}:", path.display());
@@ -252,4 +305,32 @@ pub fn run(args: StatsArgs) -> Result<()> {
 /// Effective properties of a directory, inherited values named by their directory.
 fn directory_properties(dir: &Path) -> Result<Vec<crate::cmd_prop::Row>> {
     crate::cmd_prop::effective_rows(dir, &[], &crate::cmd_prop::ancestors(dir))
+}
+
+/// A tree's levels by share of its input, most used first: `zstd:9 71%, zstd:8 29%`.
+fn levels_text(r: &QosStatsRow) -> String {
+    let total: u64 = r.levels.iter().map(|l| l.1).sum();
+    if total == 0 {
+        return "-".into();
+    }
+    r.levels
+        .iter()
+        .map(|(c, i, _)| format!("{c} {:.0}%", *i as f64 * 100.0 / total as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn tree_json(path: &Path, r: &QosStatsRow) -> serde_json::Value {
+    serde_json::json!({
+        "path": path.display().to_string(),
+        "tree": r.tree,
+        "target_bps": r.target_bps,
+        "allotted_bps": r.allotted_bps,
+        "last_bps": r.last_bps,
+        "mean_bps": r.mean_bps,
+        "ratio": r.ratio,
+        "levels": r.levels.iter().map(|(c, i, s)| serde_json::json!({
+            "codec": c.to_string(), "input_bytes": i, "stored_bytes": s,
+        })).collect::<Vec<_>>(),
+    })
 }

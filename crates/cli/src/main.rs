@@ -52,10 +52,27 @@ fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("squeezefs: {e:#}");
+            eprintln!("squeezefs: {}", one_line(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes joined by ": ", leaving out a cause whose message the line
+/// already ends with (an error that quotes its source in its own message, as the engine's
+/// and the devices' errors do, and also names it as its `source`).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let msg = cause.to_string();
+        if line.is_empty() {
+            line = msg;
+        } else if !line.ends_with(&msg) {
+            line.push_str(": ");
+            line.push_str(&msg);
+        }
+    }
+    line
 }
 
 fn run() -> anyhow::Result<()> {
@@ -73,5 +90,23 @@ fn run() -> anyhow::Result<()> {
         Command::Stats(a) => cmd_stats::run(a),
         Command::Plot(a) => cmd_plot::run(a),
         Command::Prop(a) => cmd_prop::run(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_cause_quoted_by_its_error_is_not_printed_twice() {
+        use squeezefs_pipeline::{EngineError, IoError};
+        let failed = EngineError::Io(IoError::WriterStopped);
+        let e = anyhow::Error::new(EngineError::Suspended(std::sync::Arc::new(failed))).context("closing pool p");
+        assert_eq!(
+            one_line(&e),
+            "closing pool p: pool suspended after a failed transaction group: device I/O: the device writer stopped"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(one_line(&plain), "outer: inner");
     }
 }

@@ -1,7 +1,7 @@
 //! Opening a pool from a command: a pool whose previous holder is still closing it (a mount
 //! daemon flushing after `umount`) is waited for, a bounded time, instead of refused; a
 //! pool in use (a live mount, another command) is refused at once (pipeline pool_lock.rs).
-use squeezefs_pipeline::{Engine, EngineError, OpenOptions};
+use squeezefs_pipeline::{Engine, EngineError, OpenOptions, PoolError};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ pub fn open_waiting(pool: &Path, opts: &OpenOptions, wait: Duration) -> anyhow::
     let mut told = false;
     loop {
         match Engine::open(pool, opts) {
-            Err(EngineError::PoolClosing { holder, .. }) => {
+            Err(EngineError::Pool(PoolError::Closing { holder, .. })) => {
                 if start.elapsed() >= wait {
                     anyhow::bail!(
                         "pool {} is still open by {} after waiting {} s for it to close (its daemon is still \

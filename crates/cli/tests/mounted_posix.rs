@@ -803,7 +803,7 @@ fn kill_daemon_and_remount(m: &mut Mounted) {
     m.mount();
 }
 
-/// Found in review: the FUSE kernel module sets `dirsync`/`sync` on its superblock but syncs
+/// The FUSE kernel module sets `dirsync`/`sync` on its superblock but syncs
 /// no directory operation (ext4 commits its journal before a create or rename returns under
 /// either). The daemon ignored both flags: names made under them were lost to a crash up to
 /// `txg_timeout` later. Under `sync` the kernel follows each data write with an fsync, and
@@ -1351,7 +1351,7 @@ fn a_pool_mounts_again_right_after_umount_returns() {
     }
 }
 
-/// Found in review: `squeezefs stats` on a file another process is still writing showed
+/// `squeezefs stats` on a file another process is still writing showed
 /// 0 bytes. With the writeback cache the kernel holds the written pages until writeback or
 /// close; the daemon's commit on the root's usage read cannot see them, so the command must
 /// have the kernel write them back first (syncfs) for "everything written so far" to hold.
@@ -1415,7 +1415,7 @@ fn noise(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Found in review: with the pool directory's filesystem full, new names made the txg's
+/// With the pool directory's filesystem full, new names made the txg's
 /// metadata commit fail; the pool was suspended (every call failed until a remount, and the
 /// names created since the last commit were gone). Through a mount: creates get ENOSPC,
 /// deletions go through and make room, unmount flushes cleanly and the names are kept.
@@ -1502,7 +1502,7 @@ fn full_pool_filesystem_gives_enospc_and_deletions_make_room() {
     run_ok(&["fsck", pool_s]);
 }
 
-/// Found in review: when the flush at unmount failed (here: another program filled the
+/// When the flush at unmount failed (here: another program filled the
 /// device's filesystem after the write was accepted, so the txg could not place it), the
 /// daemon logged the error and `squeezefs umount` still exited 0: the data was lost without
 /// a word to the caller. Now umount fails and says the flush failed.

@@ -4,7 +4,7 @@
 //! measured a codec on the data actually written. They are never used where a measurement
 //! exists.
 //!
-//! Anchors are the figures of DESIGN.md §11 (lz4 --fast=17, lz4, zstd --fast=5, zstd 1/3/9/15
+//! Anchors are the figures of docs/design.md §14 (lz4 --fast=17, lz4, zstd --fast=5, zstd 1/3/9/15
 //! on the Silesia subset); the other levels are interpolated between them, following the
 //! shape `squeezefs bench` shows on the corpus (ratios of neighbouring levels, the lz4
 //! acceleration and zstd negative-level curves). deflate is libdeflate's, lz4hc liblz4's.
@@ -34,7 +34,7 @@ impl Nominal {
     }
 }
 
-/// zstd levels 1..=22: MB/s and ratio (DESIGN.md §11 at 1, 3, 9, 15).
+/// zstd levels 1..=22: MB/s and ratio (docs/design.md §14 at 1, 3, 9, 15).
 const ZSTD_POSITIVE: [(f64, f64); 22] = [
     (358.0, 3.73),
     (300.0, 3.84),
@@ -102,13 +102,14 @@ fn row(table: &[(f64, f64)], level: i32) -> Nominal {
 pub fn nominal(codec: Codec) -> Nominal {
     match codec.alg {
         Algorithm::None => Nominal { compress_mb_s: f64::INFINITY, ratio: 1.0 },
-        // lz4: 665 MB/s and 2.55 at acceleration 1, 1118 MB/s and 1.92 at 17 (§11); speed grows
+        // lz4: 665 MB/s and 2.55 at acceleration 1, 1118 MB/s and 1.92 at 17 (docs/design.md §14); speed grows
         // linearly with the acceleration, the gain (ratio - 1) shrinks exponentially
         Algorithm::Lz4 => {
             let a = codec.level.max(1) as f64 - 1.0;
             Nominal { compress_mb_s: 665.0 * (1.0 + 0.0426 * a), ratio: 1.0 + 1.55 * (-0.0297 * a).exp() }
         }
-        // zstd negative levels: 430 MB/s and 3.2 at -1, 520 MB/s and 2.46 at -5 (§11)
+        // zstd negative levels: 520 MB/s and 2.46 at -5 (docs/design.md §14), 430 MB/s and 3.2 at
+        // -1 (placed between -5 and level 1)
         Algorithm::Zstd if codec.level < 0 => {
             let n = (-(codec.level as f64)) - 1.0;
             Nominal { compress_mb_s: 430.0 * (1.0 + 0.0523 * n), ratio: 1.0 + 2.2 * (-0.1025 * n).exp() }

@@ -1,4 +1,4 @@
-//! The compression-spec grammar (DESIGN.md §4): one parser for mount options, properties and
+//! The compression-spec grammar (docs/design.md §8): one parser for mount options, properties and
 //! the CLI, accepting btrfs, ZFS and thesis spellings; `Display` prints the canonical form and
 //! `parse(display(x)) == x` for every spec the parser can produce.
 //!
@@ -10,7 +10,7 @@
 //! | `lz4`, `lz4:fast=N`, `lz4fast-N`, `lz4-fast-N` | lz4, acceleration N | `lz4`, `lz4:fast=N` |
 //! | `lz4hc`, `lz4hc:N`, `lz4hc-N` | lz4hc | `lz4hc:N` |
 //! | `lzo` | lzo1x-1 (cargo feature `lzo`) | `lzo` |
-//! | `auto`, `auto:MIN..MAX`, `auto:MIN..`, `auto:..MAX` | adaptive (DESIGN.md §5) | `auto`, `auto:MIN..MAX` |
+//! | `auto`, `auto:MIN..MAX`, `auto:MIN..`, `auto:..MAX` | adaptive (docs/design.md §9) | `auto`, `auto:MIN..MAX` |
 //! | `qos:N`, `qos-N`, `qos=N` | throughput target | `qos:N` |
 //!
 //! Level 0 means "the default" for zstd (3) and zlib (3), as btrfs does. Names are matched
@@ -33,7 +33,7 @@ use std::str::FromStr;
 /// Fastest codec of a bare `auto`: lz4 at acceleration 64 still saves a little on most data
 /// at several GB/s per core, the step above storing raw when the CPU is the bottleneck.
 pub const AUTO_DEFAULT_MIN: Codec = Codec { alg: Algorithm::Lz4, level: 64 };
-/// Strongest codec of a bare `auto`: zstd:15 (6.6 MB/s per core in DESIGN.md §11) already fits
+/// Strongest codec of a bare `auto`: zstd:15 (6.6 MB/s per core in docs/design.md §14) already fits
 /// only devices slower than about 25 MB/s; stronger levels gain 1–2% for 3× the CPU.
 pub const AUTO_DEFAULT_MAX: Codec = Codec { alg: Algorithm::Zstd, level: 15 };
 /// Largest accepted `qos:N` target, MB/s.
@@ -41,7 +41,7 @@ pub const QOS_MAX_MB_PER_S: u32 = 1_000_000;
 /// Largest number of codecs one codec list may expand to (`lz4:fast=1..65537` is a mistake).
 pub const MAX_LIST_LEN: usize = 1000;
 
-/// A parsed compression spec (DESIGN.md §4).
+/// A parsed compression spec (docs/design.md §8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Spec {

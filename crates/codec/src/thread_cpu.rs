@@ -1,5 +1,5 @@
 //! CPU time of the calling thread, for charging compression work by CPU rather than by wall
-//! clock (DESIGN.md §5: a controller must see what compression costs even when other work
+//! clock (docs/design.md §9: a controller must see what compression costs even when other work
 //! shares the cores; wall time would also count the time the thread was not running).
 
 /// Nanoseconds of CPU the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`); 0 if the clock

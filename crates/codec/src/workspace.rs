@@ -1,4 +1,4 @@
-//! Workspace pool (DESIGN.md §7): codec contexts shared by all compress/decompress callers.
+//! Workspace pool (docs/design.md §8): codec contexts shared by all compress/decompress callers.
 //!
 //! A workspace is one codec context of a *family* (zstd/lz4/lz4hc/deflate/lzo compressor,
 //! zstd/deflate decompressor) with a *capacity level*. Its memory is computed from the codec
@@ -36,7 +36,7 @@
 //! Counters: besides the pool's own (`PoolStats`, under the mutex), the compression work done
 //! through it — calls, source bytes, the calling threads' CPU time inside the codec — in
 //! atomics outside the lock, for the throughput benchmark and, later, the auto controller
-//! (DESIGN.md §5: measured CPU time, not wall time).
+//! (docs/design.md §9: measured CPU time, not wall time).
 //!
 //! Tunables (`WorkspaceConfig`): max_bytes, idle_timeout, block_size.
 
@@ -253,7 +253,7 @@ struct State {
     stats: PoolStats,
 }
 
-/// Pooled compression/decompression contexts, bounded memory (DESIGN.md §7).
+/// Pooled compression/decompression contexts, bounded memory (docs/design.md §8).
 pub struct Workspaces {
     cfg: WorkspaceConfig,
     sizes: SizeTable,

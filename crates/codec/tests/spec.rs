@@ -319,7 +319,7 @@ proptest! {
     }
 }
 
-/// Found in review: `split_at_checked(1)` is `None` both for an empty rest and for a rest
+/// `split_at_checked(1)` is `None` both for an empty rest and for a rest
 /// whose first character is not ASCII, so `zstdé` parsed as plain `zstd` (level 3) and a
 /// mistyped mount option was taken silently.
 #[test]

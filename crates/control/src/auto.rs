@@ -1,4 +1,4 @@
-//! The auto controller (DESIGN.md §5): for each record, the level that keeps the devices busy
+//! The auto controller (docs/design.md §9): for each record, the level that keeps the devices busy
 //! with the strongest compression the CPU allows.
 //!
 //! ```text
@@ -99,8 +99,13 @@
 //!                               short of queue costs ratio (faster levels) while a long queue
 //!                               costs nothing but memory
 //!   min_gain 0.03               3% smaller than raw, or the rung is not worth CPU
-//!   confident_bytes 1 MiB       8 records of 128 KiB: measurement noise of a near-hull rung
-//!                               stays below its distance to the hull line
+//!   confident_bytes 256 KiB     2 records of 128 KiB. Real data changes every few MiB (the
+//!                               corpus alternates text, binaries, a database, XML): each
+//!                               change marks the rungs stale and the relevant ones are
+//!                               explored again, so with 8 records per rung a third to a half
+//!                               of all records were explorations (bench/auto-eval.sh traces,
+//!                               docs/benchmarks.md); 2 records still keep the simulation's
+//!                               noise (±15% cost, ±8% ratio) from reordering the hull
 //!   probe_bytes 64 MiB          ≤ 0.2% of the records probed on incompressible data
 //!   stale_bytes 1 GiB           rungs not used for that long are measured again before use
 //!   explore_timeout 1 s         an exploration whose result never came back is given up
@@ -152,7 +157,7 @@ impl Default for Tunables {
             gain_min: 0.25,
             gain_max: 4.0,
             min_gain: 0.03,
-            confident_bytes: 1 << 20,
+            confident_bytes: 256 << 10,
             probe_bytes: 64 << 20,
             stale_bytes: 1 << 30,
             explore_timeout_secs: 1.0,
@@ -194,6 +199,11 @@ pub enum Reason {
     Hold,
     /// not chosen by auto (a fixed policy, in a trace)
     Fixed,
+    /// chosen by the QoS plan of the record's tree (qos/levels.rs)
+    Qos,
+    /// stored raw without compressing: the compressibility heuristic found nothing to gain
+    /// (chosen by the compress stage before any policy is asked)
+    Incompressible,
 }
 
 impl Reason {
@@ -205,13 +215,24 @@ impl Reason {
             Reason::Probe => "probe",
             Reason::Hold => "hold",
             Reason::Fixed => "fixed",
+            Reason::Qos => "qos",
+            Reason::Incompressible => "incompressible",
         }
     }
 
     pub fn from_name(s: &str) -> Option<Reason> {
-        [Reason::Model, Reason::Guard, Reason::Explore, Reason::Probe, Reason::Hold, Reason::Fixed]
-            .into_iter()
-            .find(|r| r.name() == s)
+        [
+            Reason::Model,
+            Reason::Guard,
+            Reason::Explore,
+            Reason::Probe,
+            Reason::Hold,
+            Reason::Fixed,
+            Reason::Qos,
+            Reason::Incompressible,
+        ]
+        .into_iter()
+        .find(|r| r.name() == s)
     }
 }
 
@@ -266,6 +287,8 @@ pub struct AutoController {
     tun: Tunables,
     cands: Vec<Codec>,
     nominal: Vec<Point>,
+    /// ln of each candidate's nominal cost (estimates look for the nominally nearest rung)
+    nominal_ln_cost: Vec<f64>,
     meters: Vec<LevelMeter>,
     /// epoch in which each candidate was last measured (None: never)
     measured_epoch: Vec<Option<u32>>,
@@ -276,6 +299,11 @@ pub struct AutoController {
     epoch: u32,
     bytes: u64,
     ladder: Vec<Rung>,
+    /// the ladder's points, their costs and the indices of their lower hull (kept with it by
+    /// `rebuild`: `decide` needs them for every record)
+    ladder_pts: Vec<Point>,
+    ladder_costs: Vec<f64>,
+    ladder_hull: Vec<usize>,
     /// every candidate's point (measured or estimated) that saves enough, hull or not
     singles: Vec<(RungId, Point)>,
     dirty: bool,
@@ -308,6 +336,7 @@ impl AutoController {
     pub fn new(min: Codec, max: Codec, tun: Tunables) -> AutoController {
         let cands = candidates(min, max);
         let nominal: Vec<Point> = cands.iter().map(|c| Point::nominal(*c)).collect();
+        let nominal_ln_cost: Vec<f64> = nominal.iter().map(|p| p.cost.ln()).collect();
         let start_cost = Point::nominal(START).cost.ln();
         let probe = (0..cands.len())
             .min_by(|&a, &b| {
@@ -319,6 +348,7 @@ impl AutoController {
             tun,
             cands,
             nominal,
+            nominal_ln_cost,
             meters: vec![LevelMeter::new(); n],
             measured_epoch: vec![None; n],
             measured_at: vec![0; n],
@@ -326,6 +356,9 @@ impl AutoController {
             epoch: 0,
             bytes: 0,
             ladder: Vec::new(),
+            ladder_pts: Vec::new(),
+            ladder_costs: Vec::new(),
+            ladder_hull: Vec::new(),
             singles: Vec::new(),
             dirty: true,
             lo: (n > 0).then_some(probe),
@@ -395,11 +428,15 @@ impl AutoController {
     /// the fresh rung nominally nearest to it (cost by the measured/nominal cost ratio, the
     /// saving 1/s − 1 by the measured/nominal saving ratio).
     fn estimate(&self, i: usize) -> Point {
+        let fresh: Vec<usize> = (0..self.cands.len()).filter(|&j| self.fresh(j)).collect();
+        self.estimate_among(i, &fresh)
+    }
+
+    /// [`Self::estimate`] given the fresh candidates (`rebuild` lists them once for all).
+    fn estimate_among(&self, i: usize, fresh: &[usize]) -> Point {
         let nom = self.nominal[i];
-        let near = (0..self.cands.len()).filter(|&j| self.fresh(j)).min_by(|&a, &b| {
-            let d = |j: usize| (self.nominal[j].cost.ln() - nom.cost.ln()).abs();
-            d(a).total_cmp(&d(b))
-        });
+        let d = |j: usize| (self.nominal_ln_cost[j] - self.nominal_ln_cost[i]).abs();
+        let near = fresh.iter().copied().min_by(|&a, &b| d(a).total_cmp(&d(b)));
         let Some(j) = near else { return nom };
         let m = self.measured_point(j);
         let nj = self.nominal[j];
@@ -418,14 +455,16 @@ impl AutoController {
 
     fn rebuild(&mut self) {
         let limit = 1.0 - self.tun.min_gain;
+        // every candidate's point once: measured if fresh, else estimated from the fresh ones
+        let n = self.cands.len();
+        let is_fresh: Vec<bool> = (0..n).map(|i| self.fresh(i)).collect();
+        let fresh: Vec<usize> = (0..n).filter(|&i| is_fresh[i]).collect();
+        let confident: Vec<bool> = (0..n).map(|i| is_fresh[i] && self.confident(i)).collect();
+        let points: Vec<Point> =
+            (0..n).map(|i| if is_fresh[i] { self.measured_point(i) } else { self.estimate_among(i, &fresh) }).collect();
         // confident rungs: the hull of raw and their points that save enough
         let mut pts = vec![(None, Point::RAW)];
-        pts.extend(
-            (0..self.cands.len())
-                .filter(|&i| self.confident(i))
-                .map(|i| (Some(i), self.measured_point(i)))
-                .filter(|(_, p)| p.stored <= limit),
-        );
+        pts.extend((0..n).filter(|&i| confident[i]).map(|i| (Some(i), points[i])).filter(|(_, p)| p.stored <= limit));
         let just: Vec<Point> = pts.iter().map(|p| p.1).collect();
         let mut ladder: Vec<Rung> = lower_hull(&just)
             .into_iter()
@@ -433,20 +472,18 @@ impl AutoController {
             .collect();
         // the others wherever they fall: tentative ones (too few records) by their measurement,
         // unmeasured and stale ones by estimate; both are explored before the position uses them
-        for i in (0..self.cands.len()).filter(|&i| !self.confident(i)) {
-            let fresh = self.fresh(i);
-            let pt = if fresh { self.measured_point(i) } else { self.estimate(i) };
-            if pt.stored <= limit {
-                ladder.push(Rung { id: Some(i), pt, measured: fresh, confident: false });
+        for i in (0..n).filter(|&i| !confident[i]) {
+            if points[i].stored <= limit {
+                ladder.push(Rung { id: Some(i), pt: points[i], measured: is_fresh[i], confident: false });
             }
         }
         ladder.sort_by(|a, b| a.pt.cost.total_cmp(&b.pt.cost).then(b.confident.cmp(&a.confident)));
+        self.ladder_pts = ladder.iter().map(|r| r.pt).collect();
+        self.ladder_costs = self.ladder_pts.iter().map(|p| p.cost).collect();
+        self.ladder_hull = lower_hull(&self.ladder_pts);
         self.ladder = ladder;
         // every candidate as a single level, hull or not
-        self.singles = (0..self.cands.len())
-            .map(|i| (Some(i), if self.fresh(i) { self.measured_point(i) } else { self.estimate(i) }))
-            .filter(|(_, p)| p.stored <= limit)
-            .collect();
+        self.singles = (0..n).map(|i| (Some(i), points[i])).filter(|(_, p)| p.stored <= limit).collect();
         self.dirty = false;
     }
 
@@ -462,13 +499,12 @@ impl AutoController {
     /// The model's target on the ladder, or None without a device measurement.
     fn target(&self, n: f64, o: f64, dev_bps: Option<f64>) -> Option<Target> {
         let d = dev_bps.filter(|d| *d > 0.0 && d.is_finite())?;
-        let pts: Vec<Point> = self.ladder.iter().map(|r| r.pt).collect();
-        let costs: Vec<f64> = pts.iter().map(|p| p.cost).collect();
+        let (pts, costs) = (&self.ladder_pts, &self.ladder_costs);
         if n.is_nan() || n <= 0.0 {
             return Some(Target { k: 0, f: 0.0, cpu_bound: false, relevant: vec![] });
         }
         // the crossing on the hull of the whole ladder (estimates included)
-        let hull = lower_hull(&pts);
+        let hull = &self.ladder_hull;
         let ne = n * self.gain * 1e9; // input bytes per second per (ns/B)
         let surplus = |p: Point| ne * p.stored - d * (o + p.cost);
         let last = *hull.last().expect("raw is on every hull");
@@ -494,7 +530,7 @@ impl AutoController {
         let w = |p: Point| (ne / (o + p.cost).max(1e-9)).min(d / p.stored);
         let best = self.singles.iter().copied().fold((None, Point::RAW), |b, p| if w(p.1) > w(b.1) { p } else { b });
         let cpu_bound = best.1.cost > c_star;
-        let (k, f) = locate(&costs, if cpu_bound { best.1.cost } else { c_star });
+        let (k, f) = locate(costs, if cpu_bound { best.1.cost } else { c_star });
         if cpu_bound {
             relevant.extend(self.ladder.iter().position(|r| r.id == best.0));
         }
@@ -734,12 +770,16 @@ impl AutoController {
     /// stream) with `overhead_ns_per_byte` of other pipeline CPU still meets `rate_bps`
     /// input bytes per second, on this controller's ladder (estimates included).
     pub fn mix_for_rate(&mut self, cores: f64, overhead_ns_per_byte: f64, rate_bps: f64) -> Mix {
+        strongest_for_rate(&self.rate_hull(), cores, overhead_ns_per_byte, rate_bps)
+    }
+
+    /// The lower convex hull of the current ladder (estimates included), raw first, by rising
+    /// cost: the mixes a rate-driven choice (QoS) moves along.
+    pub fn rate_hull(&mut self) -> Vec<(Codec, Point)> {
         if self.dirty {
             self.rebuild();
         }
         let pts: Vec<Point> = self.ladder.iter().map(|r| r.pt).collect();
-        let hull: Vec<(Codec, Point)> =
-            lower_hull(&pts).into_iter().map(|k| (self.codec(self.ladder[k].id), self.ladder[k].pt)).collect();
-        strongest_for_rate(&hull, cores, overhead_ns_per_byte, rate_bps)
+        lower_hull(&pts).into_iter().map(|k| (self.codec(self.ladder[k].id), self.ladder[k].pt)).collect()
     }
 }

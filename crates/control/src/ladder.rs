@@ -186,7 +186,7 @@ pub fn locate(costs: &[f64], c: f64) -> (usize, f64) {
 /// The strongest mix on `hull` (points ordered by rising cost, as [`lower_hull`] returns them)
 /// whose compression throughput on `cores` cores, with `overhead_ns` of other pipeline CPU per
 /// byte, is at least `rate_bps` input bytes per second: cost per byte ≤ cores / rate −
-/// overhead. The QoS level choice (DESIGN.md §6); raw when even storing raw cannot keep up.
+/// overhead. The QoS level choice (docs/design.md §9); raw when even storing raw cannot keep up.
 pub fn strongest_for_rate(hull: &[(Codec, Point)], cores: f64, overhead_ns: f64, rate_bps: f64) -> Mix {
     let positive = |x: f64| x > 0.0 && x.is_finite();
     if hull.is_empty() || !positive(cores) || !positive(rate_bps) {

@@ -1,5 +1,6 @@
 //! Controllers as pure functions of measured inputs: device choice (smallest expected queue
-//! delay), auto (the level that keeps the devices busy), the QoS level for a target rate.
+//! delay), auto (the level that keeps the devices busy), and QoS trees ([`qos`]: admission
+//! nested like HTB, levels per tree for their rates, the compress queue across trees).
 //! No clocks and no threads here: callers pass measurements in and get a decision out, so
 //! every controller is testable without a filesystem. The only I/O is the /proc reader in
 //! [`cpu`] (behind the [`CpuSource`] trait) and the [`trace`] file writer and reader.
@@ -10,6 +11,7 @@ mod device_choice;
 pub mod ewma;
 pub mod ladder;
 pub mod measure;
+pub mod qos;
 pub mod trace;
 
 pub use auto::{AutoController, AutoInputs, Decision, Reason, Sample, Tunables};

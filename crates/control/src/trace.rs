@@ -15,7 +15,7 @@
 //! | `inode` | the file the record belongs to |
 //! | `tree` | the QoS tree it was written under (the inode of the directory holding `qos`), 0 = none |
 //! | `codec` | the level, as a canonical spec (`none` = stored raw without compressing) |
-//! | `why` | `model`, `guard`, `explore`, `probe`, `hold` (auto's reasons), `fixed` (not auto) |
+//! | `why` | `model`, `guard`, `explore`, `probe`, `hold` (auto's reasons), `fixed` (not auto), `qos` (the tree's QoS plan), `incompressible` (stored raw: the heuristic found nothing to gain, no policy asked) |
 //! | `input_bytes`, `stored_bytes` | the record's size and what was stored (input size if the output did not save space) |
 //! | `ratio` | input / stored, three decimals (redundant, for reading by eye) |
 //! | `cpu_ns` | thread CPU time inside the codec |

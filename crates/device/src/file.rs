@@ -10,12 +10,25 @@
 //! `WRITEBACK_KICK_BYTES` were written since the last kick, the written range gets
 //! `sync_file_range(SYNC_FILE_RANGE_WRITE)` (asynchronous; a hint — durability still comes
 //! only from `sync`), so the `fdatasync` before a commit waits for the tail, not for the
-//! whole txg. `write_vectored_at` writes a run of contiguous records with `pwritev` straight
+//! whole txg.
+//!
+//! Writeback watcher (`Device::measure_drain`, which the engine's device queue calls): a
+//! thread per device file waits for each kicked range's writeback in turn
+//! (`SYNC_FILE_RANGE_WAIT_*`) and reports how long the device took for it — from the kick,
+//! or from the previous range's completion if later — to `DeviceStats::record_drain`; a sync
+//! kicks the writes since the last kick first, so that they are timed too. That is
+//! the device's drain rate, where timing `write_at` measures the page cache. The kicked
+//! ranges whose writeback is not done form a window: past `WRITEBACK_WINDOW_BYTES` a write
+//! waits for the watcher, so a device slower than its writer holds up the writer (and the
+//! engine's queue for the device grows) instead of the page cache filling with its data.
+//! Without a watcher (tools, tests using the file directly) kicks are hints only.
+//!
+//! `write_vectored_at` writes a run of contiguous records with `pwritev` straight
 //! from their buffers (the device queue's coalesced runs). The host filesystem running out of space (ENOSPC) while a
 //! growable file grows is reported as `Full` too, so the engine sees one "no space" error.
 
 use crate::power_loss::{recorder_for, PowerLoss};
-use crate::{end_offset, Device, DeviceError};
+use crate::{end_offset, Device, DeviceError, DeviceStats};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt};
@@ -46,12 +59,18 @@ pub struct FileDevice {
     power: Option<Arc<PowerLoss>>,
     /// Range written since the last writeback kick.
     unkicked: std::sync::Mutex<Unkicked>,
+    /// The writeback watcher, once `measure_drain` started it.
+    watcher: std::sync::OnceLock<Watcher>,
     /// The host filesystem refused a hole punch (EOPNOTSUPP): `discard` does nothing.
     no_punch: AtomicBool,
 }
 
 /// Start writeback after this many bytes written (see the module comment).
 pub const WRITEBACK_KICK_BYTES: u64 = 4 << 20;
+/// Kicked bytes whose writeback may be unfinished before a write waits (see the module
+/// comment): two kicks, so the device always has one range to work on while the watcher
+/// waits for the other.
+pub const WRITEBACK_WINDOW_BYTES: u64 = 2 * WRITEBACK_KICK_BYTES;
 
 #[derive(Default)]
 struct Unkicked {
@@ -60,9 +79,13 @@ struct Unkicked {
     bytes: u64,
 }
 
+/// A range to write back: offset, length, and the bytes written into it since the last kick
+/// (fewer than its length when the writes left gaps).
+type Kick = (u64, u64, u64);
+
 impl Unkicked {
     /// Add a write of `len` bytes at `offset`; the range to kick when enough accumulated.
-    fn add(&mut self, offset: u64, end: u64) -> Option<(u64, u64)> {
+    fn add(&mut self, offset: u64, end: u64) -> Option<Kick> {
         if self.bytes == 0 {
             (self.lo, self.hi) = (offset, end);
         } else {
@@ -73,8 +96,85 @@ impl Unkicked {
         if self.bytes < WRITEBACK_KICK_BYTES {
             return None;
         }
-        self.bytes = 0;
-        Some((self.lo, self.hi - self.lo))
+        let bytes = std::mem::take(&mut self.bytes);
+        Some((self.lo, self.hi - self.lo, bytes))
+    }
+}
+
+/// The writeback watcher's end of the window (see the module comment).
+struct Watcher {
+    tx: std::sync::mpsc::Sender<(Kick, std::time::Instant)>,
+    window: Arc<Window>,
+}
+
+#[derive(Default)]
+struct Window {
+    /// bytes kicked whose writeback the watcher has not seen finish
+    bytes: std::sync::Mutex<u64>,
+    finished: std::sync::Condvar,
+    /// the watcher thread ended: nobody will shrink the window any more
+    gone: AtomicBool,
+}
+
+impl Window {
+    fn lock(&self) -> std::sync::MutexGuard<'_, u64> {
+        self.bytes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wait until at most `WRITEBACK_WINDOW_BYTES` are in flight (or the watcher is gone).
+    fn wait_room(&self) {
+        let mut b = self.lock();
+        while *b > WRITEBACK_WINDOW_BYTES && !self.gone.load(Ordering::Acquire) {
+            b = self
+                .finished
+                .wait_timeout(b, std::time::Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// Marks the window's watcher gone when its thread ends, however it ends.
+struct Gone(Arc<Window>);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        self.0.gone.store(true, Ordering::Release);
+        self.0.finished.notify_all();
+    }
+}
+
+/// The watcher thread: each kicked range in turn, its writeback waited for and timed.
+fn watch(
+    file: File,
+    rx: std::sync::mpsc::Receiver<(Kick, std::time::Instant)>,
+    window: Arc<Window>,
+    stats: Arc<DeviceStats>,
+) {
+    use std::os::fd::AsRawFd;
+    let _gone = Gone(window.clone());
+    let mut prev: Option<std::time::Instant> = None;
+    for ((off, len, bytes), kicked) in rx {
+        // SAFETY: plain syscall on our own descriptor. A failure (a writeback error) is
+        // reported by the next fdatasync, which durability depends on; here it only ends
+        // this range's wait.
+        unsafe {
+            libc::sync_file_range(
+                file.as_raw_fd(),
+                off as libc::off64_t,
+                len as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+            );
+        }
+        let done = std::time::Instant::now();
+        // the device worked on this range from its kick, or from the previous range's end
+        // if that came later (one range after the other); a range a sync wrote back with
+        // the previous one finishes at once, and the previous one's time covered both
+        let from = prev.map_or(kicked, |p| p.max(kicked));
+        stats.record_drain(bytes, done.saturating_duration_since(from));
+        prev = Some(done);
+        *window.lock() -= len;
+        window.finished.notify_all();
     }
 }
 
@@ -107,15 +207,11 @@ impl FileDevice {
         } else if ft.is_file() {
             (opts.capacity, false, meta.len())
         } else {
-            return Err(DeviceError::Other(format!(
-                "{name} is neither a regular file nor a block device; a device must be one of those"
-            )));
+            return Err(DeviceError::NotFileOrBlockDevice { path: name });
         };
         if let Some(cap) = capacity {
             if !block_device && len > cap {
-                return Err(DeviceError::Other(format!(
-                    "{name} holds {len} bytes, more than its fixed capacity of {cap} bytes"
-                )));
+                return Err(DeviceError::LargerThanCapacity { path: name, len, capacity: cap });
             }
         }
         Ok(Self {
@@ -126,6 +222,7 @@ impl FileDevice {
             len: AtomicU64::new(len),
             power: recorder_for(path),
             unkicked: Default::default(),
+            watcher: std::sync::OnceLock::new(),
             no_punch: AtomicBool::new(false),
         })
     }
@@ -153,18 +250,32 @@ impl FileDevice {
         self.len.fetch_max(end, Ordering::AcqRel);
         if self.power.is_none() {
             let kick = self.unkicked.lock().unwrap_or_else(|p| p.into_inner()).add(offset, end);
-            if let Some((off, len)) = kick {
-                use std::os::fd::AsRawFd;
-                // SAFETY: plain syscall on our own open descriptor; a failure only means
-                // the writeback starts at fdatasync, so the result is ignored.
-                unsafe {
-                    libc::sync_file_range(
-                        self.file.as_raw_fd(),
-                        off as libc::off64_t,
-                        len as libc::off64_t,
-                        libc::SYNC_FILE_RANGE_WRITE,
-                    );
+            if let Some(k) = kick {
+                self.kick(k);
+                if let Some(w) = self.watcher.get() {
+                    w.window.wait_room();
                 }
+            }
+        }
+    }
+
+    /// Start the writeback of a range, and have the watcher (if any) time it.
+    fn kick(&self, (off, len, bytes): Kick) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: plain syscall on our own open descriptor; a failure only means the
+        // writeback starts at fdatasync, so the result is ignored.
+        unsafe {
+            libc::sync_file_range(
+                self.file.as_raw_fd(),
+                off as libc::off64_t,
+                len as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+        if let Some(w) = self.watcher.get() {
+            *w.window.lock() += len;
+            if w.tx.send(((off, len, bytes), std::time::Instant::now())).is_err() {
+                *w.window.lock() -= len;
             }
         }
     }
@@ -297,11 +408,37 @@ impl Device for FileDevice {
     }
 
     fn sync(&self) -> Result<(), DeviceError> {
+        if self.watcher.get().is_some() {
+            // the writes since the last kick are timed too: a device that took less than a
+            // kick's worth between syncs (small txgs) is measured all the same
+            let tail = {
+                let mut u = self.unkicked.lock().unwrap_or_else(|p| p.into_inner());
+                let bytes = std::mem::take(&mut u.bytes);
+                (bytes > 0).then(|| (u.lo, u.hi - u.lo, bytes))
+            };
+            if let Some(k) = tail {
+                self.kick(k);
+            }
+        }
         match &self.power {
             Some(p) => p.sync(&self.file),
             None => self.file.sync_data(),
         }
         .map_err(|e| self.io_err(e))
+    }
+
+    fn measure_drain(&self, stats: Arc<DeviceStats>) -> bool {
+        if self.power.is_some() {
+            // the power-loss recorder models writes only: no writeback to watch
+            return false;
+        }
+        let Ok(file) = self.file.try_clone() else { return false };
+        let window = Arc::new(Window::default());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let w = window.clone();
+        let spawned =
+            std::thread::Builder::new().name("sqz-writeback".into()).spawn(move || watch(file, rx, w, stats)).is_ok();
+        spawned && self.watcher.set(Watcher { tx, window }).is_ok()
     }
 
     /// Punches the whole host pages inside the range out of a device *file* (the partial
@@ -368,12 +505,56 @@ mod tests {
         let per_kick = WRITEBACK_KICK_BYTES.div_ceil(step);
         assert_eq!(kicked.len() as u64, 64 / per_kick);
         let mut covered = 0;
-        for (off, len) in &kicked {
+        for (off, len, bytes) in &kicked {
             assert_eq!(*len, per_kick * step, "a kick spans exactly its writes");
+            assert_eq!(bytes, len, "no gaps between them");
             assert_eq!(off % step, 0);
             covered += len;
         }
         assert_eq!(covered + u.bytes, 64 * step);
+    }
+
+    #[test]
+    fn the_watcher_measures_the_drain_and_bounds_the_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = FileDevice::create(&dir.path().join("d"), None).unwrap();
+        let stats = Arc::new(DeviceStats::new());
+        assert!(dev.measure_drain(stats.clone()));
+        let chunk = vec![7u8; 1 << 20];
+        for i in 0..40u64 {
+            dev.write_at(&chunk, i << 20).unwrap();
+            let in_flight = *dev.watcher.get().unwrap().window.lock();
+            assert!(in_flight <= WRITEBACK_WINDOW_BYTES, "{in_flight} bytes in flight after a write");
+        }
+        dev.sync().unwrap();
+        // every kick's writeback finishes and is measured (a rate, whatever the host's speed)
+        let w = &dev.watcher.get().unwrap().window;
+        let t0 = std::time::Instant::now();
+        while *w.lock() > 0 {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(30), "kicked writeback never finished");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(stats.throughput_bps() > 0.0, "no drain measured");
+        assert_eq!(stats.snapshot().written_bytes, 0, "drain samples are not writes");
+        // less than a kick between syncs is measured too: the sync kicks it
+        let small = FileDevice::create(&dir.path().join("s"), None).unwrap();
+        let s2 = Arc::new(DeviceStats::new());
+        assert!(small.measure_drain(s2.clone()));
+        small.write_at(&chunk[..100 << 10], 0).unwrap();
+        small.sync().unwrap();
+        let t0 = std::time::Instant::now();
+        while s2.throughput_bps() <= 0.0 {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(30), "a synced tail was never measured");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // the watcher ends with the device
+        let w = dev.watcher.get().unwrap().window.clone();
+        drop(dev);
+        let t0 = std::time::Instant::now();
+        while !w.gone.load(Ordering::Acquire) {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(30), "the watcher outlived its device");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     #[test]

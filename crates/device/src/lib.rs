@@ -35,8 +35,10 @@ pub enum DeviceError {
     },
     #[error("device {path} is full: {capacity} bytes")]
     Full { path: String, capacity: u64 },
-    #[error("{0}")]
-    Other(String),
+    #[error("{path} is neither a regular file nor a block device; a device must be one of those")]
+    NotFileOrBlockDevice { path: String },
+    #[error("{path} holds {len} bytes, more than its fixed capacity of {capacity} bytes")]
+    LargerThanCapacity { path: String, len: u64, capacity: u64 },
     #[error("read of {len} bytes at offset {offset} is past the end of {path} ({device_len} bytes)")]
     OutOfRange { path: String, offset: u64, len: u64, device_len: u64 },
 }
@@ -75,6 +77,13 @@ pub trait Device: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Measure the rate at which the device itself takes data — not the speed of handing
+    /// writes to a cache in front of it — into `stats` (`DeviceStats::record_drain`), from
+    /// now on; whether this device does. The default does not, and the caller's timing of
+    /// each write stays the measurement. [`FileDevice`] does (its writeback watcher).
+    fn measure_drain(&self, _stats: std::sync::Arc<DeviceStats>) -> bool {
+        false
+    }
 }
 
 /// Shared devices: the engine holds `Arc<dyn Device>`, tests keep a clone of an
@@ -104,6 +113,9 @@ impl<T: Device + ?Sized> Device for std::sync::Arc<T> {
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         (**self).discard(offset, len)
     }
+    fn measure_drain(&self, stats: std::sync::Arc<DeviceStats>) -> bool {
+        (**self).measure_drain(stats)
+    }
 }
 
 impl<T: Device + ?Sized> Device for Box<T> {
@@ -130,6 +142,9 @@ impl<T: Device + ?Sized> Device for Box<T> {
     }
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         (**self).discard(offset, len)
+    }
+    fn measure_drain(&self, stats: std::sync::Arc<DeviceStats>) -> bool {
+        (**self).measure_drain(stats)
     }
 }
 

@@ -4,14 +4,24 @@
 //! * `queued_bytes`: bytes handed to the device's write queue and not yet written
 //!   (`queued_add` when a record is queued, `queued_sub` when its write completed).
 //! * `last_write_latency`: duration of the most recent `write_at`.
-//! * `throughput_bps`: moving average of write throughput (bytes / duration of each write).
-//!   Exponentially weighted by bytes: a write of `b` bytes gets weight
-//!   `b / (b + THROUGHPUT_WINDOW_BYTES)`, so the average spans roughly the last
-//!   `THROUGHPUT_WINDOW_BYTES` written whatever the write size (the thesis averages over the
-//!   last 1000 ZIOs of ~128 KiB, i.e. ~128 MiB; squeezefs writes larger batches and wants to
-//!   follow a device whose speed changes within a few txgs, hence a smaller window).
-//!   The first measurement sets the average; writes of zero bytes or zero duration are
-//!   ignored (thesis eq. 5.2 ignores zero samples too).
+//! * `throughput_bps`: moving average of write throughput: bytes written over the time the
+//!   writes took, over roughly the last `THROUGHPUT_WINDOW_BYTES` written. What is averaged
+//!   is the time per byte of each write (duration / bytes), exponentially weighted by bytes:
+//!   a write of `b` bytes gets weight `b / (b + THROUGHPUT_WINDOW_BYTES)`, so the average
+//!   spans about the last window whatever the write size, and the throughput is its
+//!   inverse — the ratio of the sums, which is what draining a queue takes. (Averaging each
+//!   write's bytes/s instead overstates a device whose writes alternate between fast, into
+//!   the page cache, and slow, waiting for the writeback window: three writes at 1 GB/s and
+//!   one at 6 MB/s would average to 750 MB/s for a device that drains 25 MB/s.) The thesis
+//!   averages over the last 1000 ZIOs of ~128 KiB, i.e. ~128 MiB; squeezefs writes larger
+//!   batches and wants to follow a device whose speed changes within a few txgs, hence a
+//!   smaller window. The first measurement sets the average; writes of zero bytes or zero
+//!   duration are ignored (thesis eq. 5.2 ignores zero samples too).
+//!
+//!   When the device measures its own drain rate (`Device::measure_drain`: a device file
+//!   behind the page cache, whose writes return long before the data is on the device),
+//!   that rate is the average instead: `record_drain` feeds it the same way, and the
+//!   writes' own timing no longer does.
 //!
 //! All fields are atomics: writers update without locks; readers may see one update late.
 
@@ -25,9 +35,12 @@ pub const THROUGHPUT_WINDOW_BYTES: u64 = 16 * 1024 * 1024;
 pub struct DeviceStats {
     queued: AtomicU64,
     last_latency_ns: AtomicU64,
-    /// f64 bytes/s as bits; 0.0 = not measured yet.
-    throughput_bits: AtomicU64,
+    /// f64 seconds per byte (the averaged quantity, see the module comment) as bits;
+    /// 0.0 = not measured yet.
+    secs_per_byte_bits: AtomicU64,
     written_total: AtomicU64,
+    /// the throughput comes from `record_drain`, not from the writes' timing
+    drain_measured: std::sync::atomic::AtomicBool,
 }
 
 /// A consistent-enough copy of the statistics for a controller.
@@ -58,12 +71,34 @@ impl DeviceStats {
     pub fn record_write(&self, bytes: u64, duration: Duration) {
         self.last_latency_ns.store(duration_to_nanos(duration), Ordering::Relaxed);
         self.written_total.fetch_add(bytes, Ordering::Relaxed);
+        if !self.drain_measured.load(Ordering::Relaxed) {
+            self.average(bytes, duration);
+        }
+    }
+
+    /// The device measures its drain rate (`Device::measure_drain` said so): the writes'
+    /// timing, which measures the cache in front of it, stops feeding the throughput, which
+    /// stays unmeasured (0) until the first `record_drain`.
+    pub fn drain_measured_by_device(&self) {
+        if !self.drain_measured.swap(true, Ordering::Relaxed) {
+            self.secs_per_byte_bits.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The device took `bytes` in `duration` of its own work (see the module comment): from
+    /// the first call on, the throughput average is of these.
+    pub fn record_drain(&self, bytes: u64, duration: Duration) {
+        self.drain_measured_by_device();
+        self.average(bytes, duration);
+    }
+
+    fn average(&self, bytes: u64, duration: Duration) {
         let Some(sample) = throughput_bps(bytes, duration) else {
             return;
         };
         let w = sample_weight(bytes);
-        let _ = self.throughput_bits.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
-            Some(ewma(f64::from_bits(bits), sample, w).to_bits())
+        let _ = self.secs_per_byte_bits.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+            Some(ewma(f64::from_bits(bits), 1.0 / sample, w).to_bits())
         });
     }
 
@@ -72,7 +107,12 @@ impl DeviceStats {
     }
 
     pub fn throughput_bps(&self) -> f64 {
-        f64::from_bits(self.throughput_bits.load(Ordering::Relaxed))
+        let spb = f64::from_bits(self.secs_per_byte_bits.load(Ordering::Relaxed));
+        if spb > 0.0 && spb.is_finite() {
+            1.0 / spb
+        } else {
+            0.0
+        }
     }
 
     pub fn snapshot(&self) -> DeviceStatsSnapshot {
@@ -162,6 +202,25 @@ mod tests {
     }
 
     #[test]
+    fn a_measured_drain_replaces_the_timing_of_writes() {
+        let s = DeviceStats::new();
+        // writes into a cache: 1 GB/s
+        s.record_write(16 * MIB, Duration::from_secs_f64(16.0 * MIB as f64 / 1e9));
+        assert!(s.throughput_bps() > 9e8);
+        // once the device says it measures its drain, the cache's speed is no figure
+        let d = DeviceStats::new();
+        d.drain_measured_by_device();
+        d.record_write(16 * MIB, Duration::from_millis(16));
+        assert_eq!(d.throughput_bps(), 0.0, "unmeasured until the first drain sample");
+        // the device drains 25 MB/s: that is the throughput from the first drain sample on
+        s.record_drain(4 * MIB, Duration::from_secs_f64(4.0 * MIB as f64 / 25e6));
+        assert!((s.throughput_bps() - 25e6).abs() < 1.0, "{}", s.throughput_bps());
+        s.record_write(16 * MIB, Duration::from_millis(1));
+        assert!((s.throughput_bps() - 25e6).abs() < 1.0, "fast writes no longer count");
+        assert_eq!(s.snapshot().written_bytes, 32 * MIB, "written bytes still count");
+    }
+
+    #[test]
     fn weight_grows_with_write_size() {
         assert!(sample_weight(4096) < sample_weight(MIB));
         assert!((sample_weight(THROUGHPUT_WINDOW_BYTES) - 0.5).abs() < 1e-12);
@@ -170,14 +229,39 @@ mod tests {
     }
 
     #[test]
-    fn small_slow_write_barely_moves_a_large_average() {
+    fn a_slow_write_counts_by_the_time_it_took() {
         let s = DeviceStats::new();
-        s.record_write(64 * MIB, Duration::from_millis(640)); // 100 MiB/s-ish
+        s.record_write(64 * MIB, Duration::from_millis(640)); // 100 MiB/s
         let before = s.throughput_bps();
-        s.record_write(4096, Duration::from_millis(100)); // latency spike
+        // a small write that stalled 100 ms: the device took no data meanwhile, and over the
+        // window (16 MiB, 160 ms at 100 MiB/s) that is a lot; its bytes alone would say little
+        s.record_write(4096, Duration::from_millis(100));
         let after = s.throughput_bps();
-        assert!((before - after) / before < 0.001, "{before} -> {after}");
+        assert!(after < 0.7 * before && after > 0.5 * before, "{before} -> {after}");
         assert_eq!(s.snapshot().last_write_latency, Duration::from_millis(100));
+        // a tiny fast write moves it little
+        let s = DeviceStats::new();
+        s.record_write(64 * MIB, Duration::from_millis(640));
+        s.record_write(4096, Duration::from_micros(1));
+        assert!((s.throughput_bps() - before).abs() / before < 0.001);
+    }
+
+    #[test]
+    fn writes_alternating_fast_and_waiting_average_to_what_the_device_drains() {
+        // three 1 MiB writes into the page cache (1 ms each), one that waits for the
+        // writeback window (the device drains 25 MB/s: 4 MiB take 168 ms in all)
+        let s = DeviceStats::new();
+        let drain = 4.0 * MIB as f64 / 25e6;
+        for _ in 0..64 {
+            for _ in 0..3 {
+                s.record_write(MIB, Duration::from_millis(1));
+            }
+            s.record_write(MIB, Duration::from_secs_f64(drain - 0.003));
+        }
+        // (the recency weighting leans to the last write: within 15% either way; the average
+        // of each write's bytes/s would say about 750 MB/s)
+        let t = s.throughput_bps();
+        assert!((t - 25e6).abs() < 0.15 * 25e6, "{t}");
     }
 
     #[test]

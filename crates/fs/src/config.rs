@@ -15,6 +15,9 @@ pub struct FsConfig {
     pub check_permissions: bool,
     /// mount-wide compression; `None` keeps the engine's default
     pub compression: Option<Compression>,
+    /// `qos=`: the whole filesystem is a QoS tree paced to this many bytes/s (what the root
+    /// directory inherits when it has no `qos` of its own)
+    pub qos: Option<u64>,
     /// `noatime`: reads never update atime (the daemon, not the kernel, keeps atime for a
     /// FUSE mount, so the mount flag alone does not stop the updates)
     pub noatime: bool,
@@ -35,6 +38,7 @@ impl Default for FsConfig {
             read_only: false,
             check_permissions: true,
             compression: None,
+            qos: None,
             noatime: false,
             nodiratime: false,
             dirsync: false,

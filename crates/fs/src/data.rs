@@ -6,6 +6,7 @@ use crate::error::{FsError, Result};
 use crate::handles::Handle;
 use crate::perm::{self, MAY_READ, MAY_WRITE};
 use crate::{inodes, time, Fs};
+use squeezefs_codec::{AUTO_DEFAULT_MAX, AUTO_DEFAULT_MIN};
 use squeezefs_pipeline::{FileKind, Ino, InodeAttr};
 
 pub const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
@@ -149,8 +150,27 @@ impl Fs {
     /// Write `data` at `offset`; `append` writes at the current end of file instead.
     /// `from_page_cache` marks writeback-cache flushes: the kernel then owns mtime and
     /// setuid clearing and sends them as setattr.
+    /// In a QoS tree the write first waits for its tree's admission (qos.rs PACING), holding
+    /// no lock.
     pub fn write(&self, c: &Creds, ino: Ino, offset: u64, data: &[u8], from_page_cache: bool) -> Result<usize> {
         self.check_writable()?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let tree = self.qos_pace(ino, data.len() as u64)?;
+        self.write_admitted(c, ino, offset, data, from_page_cache, tree)
+    }
+
+    /// `write` once admitted into QoS tree `tree` (`NO_TREE`: none).
+    fn write_admitted(
+        &self,
+        c: &Creds,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        from_page_cache: bool,
+        tree: squeezefs_pipeline::TreeId,
+    ) -> Result<usize> {
         if data.is_empty() {
             return Ok(0);
         }
@@ -160,8 +180,14 @@ impl Fs {
         }
         let data = &data[..data.len().min((MAX_FILE_SIZE - offset).min(usize::MAX as u64) as usize)];
         // the file's compression from its properties: cached, no walk up the tree (inherit.rs)
-        let policy = self.write_policy(ino)?;
-        self.engine.write_with_compression(ino, offset, data, policy)?;
+        let mut policy = self.write_policy(ino)?;
+        if tree != squeezefs_pipeline::NO_TREE && policy.is_none() && self.compression().is_none() {
+            // nothing chose a compression (no property, no mount option): in a QoS tree the
+            // tree's rate does, on the adaptive ladder; a fixed compression chosen anywhere
+            // (`none` included) is kept
+            policy = Some((squeezefs_codec::Spec::Auto { min: AUTO_DEFAULT_MIN, max: AUTO_DEFAULT_MAX }, false));
+        }
+        self.engine.write_stated(ino, offset, data, policy, tree)?;
         if !from_page_cache {
             self.file_modified(c, ino)?;
         }
@@ -182,10 +208,13 @@ impl Fs {
     }
 
     /// O_APPEND write through a handle: at the end of file.
+    /// Paced before the append lock is taken: a waiting appender holds up nobody else.
     pub fn append(&self, c: &Creds, ino: Ino, data: &[u8]) -> Result<u64> {
+        self.check_writable()?;
+        let tree = self.qos_pace(ino, data.len() as u64)?;
         let _g = self.handles.append_lock(ino);
         let off = self.stat(ino)?.size;
-        self.write(c, ino, off, data, false)?;
+        self.write_admitted(c, ino, off, data, false, tree)?;
         Ok(off)
     }
 

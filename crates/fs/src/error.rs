@@ -53,8 +53,8 @@ pub enum FsError {
     Property(#[from] crate::props::PropError),
     #[error("inappropriate ioctl for device")]
     NoTty,
-    #[error("checksum mismatch: {0}")]
-    Corrupt(String),
+    #[error("checksum mismatch: inode {ino} at offset {offset}")]
+    Corrupt { ino: squeezefs_pipeline::Ino, offset: u64 },
     #[error("engine: {0}")]
     Engine(EngineError),
 }
@@ -66,7 +66,7 @@ impl From<EngineError> for FsError {
             EngineError::Exists => FsError::Exists,
             EngineError::NoSpace | EngineError::NoMetaSpace { .. } => FsError::NoSpace,
             EngineError::ReadOnly => FsError::ReadOnly,
-            EngineError::Checksum { ino, offset } => FsError::Corrupt(format!("inode {ino} at offset {offset}")),
+            EngineError::Checksum { ino, offset } => FsError::Corrupt { ino, offset },
             other => FsError::Engine(other),
         }
     }
@@ -99,7 +99,7 @@ impl FsError {
             FsError::TooManyLinks => libc::EMLINK,
             FsError::NoDevice => libc::ENODEV,
             FsError::Busy => libc::EBUSY,
-            FsError::Corrupt(_) | FsError::Engine(_) => libc::EIO,
+            FsError::Corrupt { .. } | FsError::Engine(_) => libc::EIO,
         }
     }
 }
@@ -119,6 +119,6 @@ mod tests {
         assert_eq!(FsError::from(meta_full).errno(), libc::ENOSPC);
         assert_eq!(FsError::from(EngineError::ReadOnly).errno(), libc::EROFS);
         assert_eq!(FsError::from(EngineError::Checksum { ino: 5, offset: 0 }).errno(), libc::EIO);
-        assert_eq!(FsError::from(EngineError::Other("x".into())).errno(), libc::EIO);
+        assert_eq!(FsError::from(EngineError::Aborted).errno(), libc::EIO);
     }
 }

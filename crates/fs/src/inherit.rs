@@ -1,4 +1,4 @@
-//! Dynamic inheritance of properties, ZFS style (DESIGN.md §8): an inode's effective value of
+//! Dynamic inheritance of properties, ZFS style (docs/design.md §10): an inode's effective value of
 //! a property is its own, else its nearest ancestor directory's, else the mount option's,
 //! else the built-in default. Changing a directory's property or moving a file or a tree
 //! changes what everything below inherits, at once.
@@ -74,7 +74,10 @@ impl Fs {
                 force,
                 (Value::Size(self.engine.info().recordsize), Source::Default),
                 (Value::Spec(Spec::Off), Source::Default),
-                (Value::Rate(None), Source::Default),
+                match self.mount_qos() {
+                    Some(r) => (Value::Rate(Some(r)), Source::Mount),
+                    None => (Value::Rate(None), Source::Default),
+                },
             ],
         }
     }

@@ -23,6 +23,7 @@ mod name;
 mod namespace;
 pub mod perm;
 pub mod props;
+mod qos;
 pub mod time;
 pub mod usage;
 mod xattr;
@@ -37,12 +38,17 @@ pub use name::NAME_MAX;
 /// Names of the virtual extended attributes served by the fs core.
 pub mod xattr_names {
     pub use crate::usage::XATTR_USAGE as USAGE;
-    pub use crate::xattr::{XATTR_EFFECTIVE as EFFECTIVE, XATTR_MOUNT as MOUNT, XATTR_REMOUNT as REMOUNT};
+    pub use crate::xattr::{
+        XATTR_EFFECTIVE as EFFECTIVE, XATTR_MOUNT as MOUNT, XATTR_QOS_STATS as QOS_STATS, XATTR_REMOUNT as REMOUNT,
+    };
 }
-pub use squeezefs_pipeline::{FileKind, Ino, InodeAttr, StatFs, Timestamp, ROOT_INO};
+pub use squeezefs_pipeline::{
+    EngineError, FileKind, Ino, InodeAttr, PanicSite, QosStatsRow, QosTree, StatFs, Timestamp, TreeId,
+    DEFAULT_QOS_BURST, NO_TREE, QOS_BURST_RANGE, ROOT_INO,
+};
 
 use parking_lot::Mutex;
-use squeezefs_pipeline::{Engine, EngineError, MetaTx};
+use squeezefs_pipeline::{Engine, MetaTx};
 use std::sync::Arc;
 
 /// The filesystem core over one open engine.
@@ -50,6 +56,10 @@ pub struct Fs {
     engine: Arc<Engine>,
     cfg: FsConfig,
     compression: Mutex<Option<Compression>>,
+    /// the mount-wide `qos` rate, bytes/s: starts as `cfg.qos`, a remount may change it
+    mount_qos: Mutex<Option<u64>>,
+    /// the QoS trees the engine was told about (qos.rs)
+    qos_reg: Mutex<qos::QosReg>,
     /// `noatime` in effect: starts as `cfg.noatime`, a remount may change it
     noatime: std::sync::atomic::AtomicBool,
     inodes: inodes::InodeTable,
@@ -72,6 +82,8 @@ impl Fs {
         }
         let fs = Fs {
             compression: Mutex::new(cfg.compression),
+            mount_qos: Mutex::new(cfg.qos),
+            qos_reg: Mutex::new(qos::QosReg::default()),
             noatime: std::sync::atomic::AtomicBool::new(cfg.noatime),
             engine,
             cfg,
@@ -157,6 +169,19 @@ impl Fs {
         *self.compression.lock()
     }
 
+    /// Change the mount-wide `qos` rate (bytes/s; `None`: no target) for writes from now on
+    /// (remount).
+    pub fn set_mount_qos(&self, rate: Option<u64>) {
+        *self.mount_qos.lock() = rate;
+        // what every inode inherits from the mount changed
+        self.inodes.bump_gen();
+    }
+
+    /// The mount-wide `qos` rate, bytes/s.
+    pub fn mount_qos(&self) -> Option<u64> {
+        *self.mount_qos.lock()
+    }
+
     /// Make every cached property resolution stale, as a property change does (benchmarks:
     /// the cost of resolving after a change; inherit.rs).
     #[doc(hidden)]
@@ -237,7 +262,7 @@ impl Fs {
             Err(FsError::Engine(e)) => Err(e),
             Err(e) => {
                 fs_err = Some(e);
-                Err(EngineError::Other("transaction aborted by a failed fs check".into()))
+                Err(EngineError::Aborted)
             }
         });
         match (r, fs_err) {

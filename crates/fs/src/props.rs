@@ -1,4 +1,4 @@
-//! Properties of files and directories (DESIGN.md §8): their names, the grammar of their
+//! Properties of files and directories (docs/design.md §10): their names, the grammar of their
 //! values, the canonical text a value is stored as, and which kinds of inode take them.
 //! Pure functions, no I/O; the CLI uses the same parser to refuse a bad value before it
 //! reaches the daemon, and the daemon refuses it again (EINVAL) whatever sent it.
@@ -103,7 +103,7 @@ impl Prop {
             Prop::BackgroundCompression => {
                 "codec that idle-time rewriting converts data to (stored; takes effect in a later release)"
             }
-            Prop::Qos => "write-rate target of a directory tree (stored; takes effect in a later release)",
+            Prop::Qos => "write-rate target of a directory tree: writes paced to it, levels chosen to meet it",
         }
     }
 
@@ -284,10 +284,10 @@ pub fn parse_recordsize(t: &str) -> Result<u32, String> {
 /// A rate in bytes per second; `None` for `none`/`off`.
 pub fn parse_rate(t: &str) -> Result<Option<u64>, String> {
     let l = t.to_ascii_lowercase();
-    if l == "none" || l == "off" {
+    let body = ["qos:", "qos-", "qos="].iter().find_map(|p| l.strip_prefix(p)).unwrap_or(&l);
+    if body == "none" || body == "off" {
         return Ok(None);
     }
-    let body = ["qos:", "qos-", "qos="].iter().find_map(|p| l.strip_prefix(p)).unwrap_or(&l);
     let body = body.strip_suffix("/s").unwrap_or(body);
     let (num, unit) = number_and_unit(body);
     let mult: f64 = match unit.as_str() {
@@ -559,6 +559,7 @@ mod tests {
         assert_eq!(parse_rate("1048576B"), Ok(Some(1 << 20)));
         assert_eq!(parse_rate("none"), Ok(None));
         assert_eq!(parse_rate("off"), Ok(None));
+        assert_eq!(parse_rate("qos:none"), Ok(None));
         for bad in ["", "fast", "50X", "0", "1B", "2000000G", "1..5M", ".", "qos:", "-5M"] {
             assert!(parse_rate(bad).is_err(), "{bad}");
         }

@@ -447,7 +447,7 @@ fn noatime_mount_reads_leave_atime_alone() {
     }
 }
 
-/// Found in review: a directory removed while open is an orphan (nlink 0, no name), as a file is;
+/// A directory removed while open is an orphan (nlink 0, no name), as a file is;
 /// fsck must accept it as it accepts orphan files. It reports two problems instead — also
 /// on the pool a crash leaves (the orphan is committed; it is freed only at the next mount).
 #[test]
@@ -473,7 +473,7 @@ fn fsck_accepts_a_directory_removed_while_open() {
     engine.close().unwrap();
 }
 
-/// Found in review: `rename` refuses to move a directory below itself by asking the in-memory
+/// `rename` refuses to move a directory below itself by asking the in-memory
 /// parent map (`InodeTable::is_within`), which it updates only after the metadata
 /// transaction published. Two crossed renames (a → b/a and b → a/b) can both pass the check:
 /// the second transaction runs as soon as the first drops the metadata lock, before the first
@@ -510,7 +510,7 @@ fn crossed_directory_renames_never_make_a_cycle() {
     }
 }
 
-/// Found in review: an open file unlinked (or renamed over) and then lost to a crash is freed at
+/// An open file unlinked (or renamed over) and then lost to a crash is freed at
 /// the next mount, with its space, and fsck is clean.
 #[test]
 fn unlinked_and_replaced_open_files_are_freed_after_a_crash() {
@@ -549,7 +549,7 @@ fn unlinked_and_replaced_open_files_are_freed_after_a_crash() {
     assert_eq!(fs.read(fs.lookup(&root(), ROOT_INO, b"g").unwrap().ino, 0, 10).unwrap(), b"new");
 }
 
-/// Found in review: unlink decides "orphan or delete" from the reference count inside its
+/// Unlink decides "orphan or delete" from the reference count inside its
 /// transaction; a concurrent last release decides "delete or keep" from nlink read outside
 /// any transaction. Release between the two (refs already 0, nlink not yet published as 0)
 /// keeps the inode; unlink then publishes it as an orphan that nothing will ever release:
@@ -804,7 +804,7 @@ fn reads_far_past_the_end_are_empty() {
     assert_eq!(errno(fs.write(&r, f, u64::MAX - 1, b"xy", false)), libc::EFBIG);
 }
 
-/// Found in review: under `dirsync` a namespace change is durable when its call returns, and
+/// Under `dirsync` a namespace change is durable when its call returns, and
 /// under `sync` every metadata change is (ext4 commits its journal first: IS_DIRSYNC,
 /// IS_SYNC). The FUSE kernel module puts the flags on its superblock but acts on them only
 /// for data writes (an fsync after each); the fs core ignored them, so a create, mkdir,

@@ -15,9 +15,14 @@
 //!   value and source (props.rs `encode_effective`), what `squeezefs prop get` shows;
 //! * `user.squeezefs.mount` (get, root directory): the mount's settings, daemon pid and
 //!   request transport;
+//! * `user.squeezefs.qos-stats` (get, a directory holding `qos`, or the root of a mount
+//!   with `qos=`): the tree's stats line (control::qos::stats TEXT: target, allotment,
+//!   achieved throughput over the last 10 s and since the tree was first seen, ratio and
+//!   levels of its records), what `squeezefs stats` shows per tree; ENODATA elsewhere;
 //! * `trusted.squeezefs.remount` (set, root directory, root only): comma-separated
-//!   `compress=SPEC` or `compress-force=SPEC` (applied to data written from now on) and
-//!   `noatime` or `relatime` (reads from now on); what `squeezefs mount -o remount` sends.
+//!   `compress=SPEC` or `compress-force=SPEC` (applied to data written from now on),
+//!   `qos=RATE` or `qos=none` (the mount-wide tree, writes from now on) and `noatime` or
+//!   `relatime` (reads from now on); what `squeezefs mount -o remount` sends.
 //!
 //! (The transport answers a fourth, `user.squeezefs.requests` on the root: FUSE requests
 //! served per opcode; squeezefs-fuse `requests.rs`.)
@@ -38,10 +43,11 @@ const SIZE_MAX: usize = 65536;
 
 pub const XATTR_MOUNT: &str = "user.squeezefs.mount";
 pub const XATTR_EFFECTIVE: &str = "user.squeezefs.effective";
+pub const XATTR_QOS_STATS: &str = "user.squeezefs.qos-stats";
 /// Answered by the transport (squeezefs-fuse `requests.rs`).
 const XATTR_REQUESTS: &str = "user.squeezefs.requests";
 /// Names in the properties' namespace that are not properties.
-const VIRTUAL: [&str; 4] = [usage::XATTR_USAGE, XATTR_MOUNT, XATTR_EFFECTIVE, XATTR_REQUESTS];
+const VIRTUAL: [&str; 5] = [usage::XATTR_USAGE, XATTR_MOUNT, XATTR_EFFECTIVE, XATTR_REQUESTS, XATTR_QOS_STATS];
 pub const XATTR_REMOUNT: &str = "trusted.squeezefs.remount";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -110,6 +116,9 @@ impl Fs {
         if name == XATTR_EFFECTIVE.as_bytes() {
             return Ok(props::encode_effective(&self.effective(ino)?));
         }
+        if name == XATTR_QOS_STATS.as_bytes() {
+            return self.qos_stats_line(ino);
+        }
         self.engine.get_xattr(ino, name)?.ok_or(FsError::NoXattr)
     }
 
@@ -139,6 +148,9 @@ impl Fs {
             Some(Compression { spec, force: true }) => s.push_str(&format!("compress-force={spec}\n")),
             Some(Compression { spec, force: false }) => s.push_str(&format!("compress={spec}\n")),
             None => s.push_str("compress=none\n"),
+        }
+        if let Some(r) = self.mount_qos() {
+            s.push_str(&format!("qos={}\n", Value::Rate(Some(r))));
         }
         s.push_str(if self.read_only() { "ro\n" } else { "rw\n" });
         s.push_str(if self.noatime() { "noatime\n" } else { "relatime\n" });
@@ -287,6 +299,7 @@ impl Fs {
         let text = std::str::from_utf8(value).map_err(|_| FsError::Invalid("remount options are not UTF-8"))?;
         let mut new = None;
         let mut noatime = None;
+        let mut qos = None;
         for opt in text.split(',').map(str::trim).filter(|o| !o.is_empty()) {
             let (force, spec) = if let Some(s) = opt.strip_prefix("compress-force=") {
                 (true, s)
@@ -295,16 +308,22 @@ impl Fs {
             } else if opt == "noatime" || opt == "relatime" {
                 noatime = Some(opt == "noatime");
                 continue;
+            } else if let Some(r) = opt.strip_prefix("qos=") {
+                qos = Some(props::parse_rate(r).map_err(|_| FsError::Invalid("bad qos rate"))?);
+                continue;
             } else {
                 return Err(FsError::Invalid(
-                    "remount accepts compress=SPEC, compress-force=SPEC, noatime and relatime",
+                    "remount accepts compress=SPEC, compress-force=SPEC, qos=RATE, noatime and relatime",
                 ));
             };
             let spec: Spec = spec.parse().map_err(|_| FsError::Invalid("bad compression spec"))?;
             new = Some(Compression { spec, force });
         }
-        if new.is_none() && noatime.is_none() {
+        if new.is_none() && noatime.is_none() && qos.is_none() {
             return Err(FsError::Invalid("empty remount option list"));
+        }
+        if let Some(q) = qos {
+            self.set_mount_qos(q);
         }
         if let Some(c) = new {
             // commit what was written under the old setting first, so the new one

@@ -1,4 +1,4 @@
-//! Review (crash recovery and checking tools): fsck on the pool a crash leaves right after
+//! Crash recovery and checking tools: fsck on the pool a crash leaves right after
 //! an `rmdir` of a directory the kernel still references (an orphan directory).
 use squeezefs_fs::{Creds, Fs, FsConfig, ROOT_INO};
 use squeezefs_pipeline::{Engine, MkfsOptions, OpenOptions};

@@ -113,6 +113,8 @@ pub mod init {
     pub const CACHE_SYMLINKS: u64 = 1 << 23;
     pub const HANDLE_KILLPRIV_V2: u64 = 1 << 28;
     pub const INIT_EXT: u64 = 1 << 30;
+    /// shared mmap of files opened with FOPEN_DIRECT_IO (QoS trees' writers)
+    pub const DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
     pub const OVER_IO_URING: u64 = 1 << 41;
 
     /// Names of the bits above, for the log.
@@ -129,6 +131,7 @@ pub mod init {
             CACHE_SYMLINKS => "CACHE_SYMLINKS",
             HANDLE_KILLPRIV_V2 => "HANDLE_KILLPRIV_V2",
             INIT_EXT => "INIT_EXT",
+            DIRECT_IO_ALLOW_MMAP => "DIRECT_IO_ALLOW_MMAP",
             OVER_IO_URING => "OVER_IO_URING",
             _ => "?",
         }
@@ -136,6 +139,7 @@ pub mod init {
 }
 
 /// `fuse_open_out.open_flags`.
+pub const FOPEN_DIRECT_IO: u32 = 1 << 0;
 pub const FOPEN_KEEP_CACHE: u32 = 1 << 1;
 /// `fuse_write_in.write_flags`: the write comes from the kernel's page cache.
 pub const FUSE_WRITE_CACHE: u32 = 1 << 0;

@@ -6,7 +6,12 @@
 //! (header, argument struct and payload back to back), decoded ([`abi::decode`]), handled
 //! by the [`OpCore`], and its reply encoded into the same buffer (out header + body) and
 //! written back; then the core's after-reply work runs (the relatime update of a READ).
-//! FORGET and BATCH_FORGET get no reply. A thread ends when the connection is gone
+//! FORGET and BATCH_FORGET get no reply. A request that may wait long
+//! ([`OpCore::may_wait`]: an fsync, a WRITE into a QoS tree waiting for its admission) is
+//! handed, with the buffer holding it, to a helper thread that handles it and writes its
+//! reply on the same descriptor; the receiving thread goes on with a spare buffer from the
+//! session's pool (`Spares`), so a paced tree never holds the threads that other trees and
+//! readers need. A thread ends when the connection is gone
 //! (ENODEV: unmounted or aborted); when the last one has ended, [`Session::run`] flushes
 //! and closes the pool.
 //!
@@ -23,6 +28,8 @@ use std::sync::Arc;
 /// Read buffer per thread: the largest request (a 1 MiB write after its header and
 /// argument struct) with room to spare; also the reply buffer (a 1 MiB read).
 const BUF_LEN: usize = MAX_WRITE as usize + 4096;
+/// Spare request buffers a session keeps for threads whose buffer went to a helper.
+const SPARE_BUFFERS: usize = 8;
 /// Requests the kernel keeps in flight in the background (readahead, writeback).
 const MAX_BACKGROUND: u16 = 64;
 /// Background requests past which the kernel counts the connection congested.
@@ -52,6 +59,8 @@ pub fn init_reply(kernel: &abi::InitIn, wants: InitWants) -> abi::InitOut {
         // (GETXATTR security.capability per write() and a GETATTR per chown: 2.5 of ~14
         // requests per file of a tar extract) — the superblock gets SB_NOSEC
         | init::HANDLE_KILLPRIV_V2
+        // writers in QoS trees get FOPEN_DIRECT_IO (opcore.rs): their files stay mappable
+        | init::DIRECT_IO_ALLOW_MMAP
         | init::INIT_EXT;
     if wants.writeback {
         wanted |= init::WRITEBACK_CACHE;
@@ -159,9 +168,12 @@ impl Session {
         }
         fds.push(main);
         let mut handles = Vec::with_capacity(fds.len());
+        let spares = Arc::new(Spares::default());
         for (i, fd) in fds.into_iter().enumerate() {
-            let core = self.core.clone();
-            handles.push(std::thread::Builder::new().name(format!("sqz-fuse-{i}")).spawn(move || serve(&fd, &core))?);
+            let (core, spares) = (self.core.clone(), spares.clone());
+            handles.push(
+                std::thread::Builder::new().name(format!("sqz-fuse-{i}")).spawn(move || serve(&fd, &core, &spares))?,
+            );
         }
         let mut result = Ok(());
         for h in handles {
@@ -241,34 +253,68 @@ fn send(fd: &OwnedFd, buf: &mut [u8], unique: u64, body: Result<usize, i32>) -> 
     true
 }
 
-/// One thread's loop: read, decode, handle, reply, until the connection ends.
-fn serve(fd: &OwnedFd, core: &OpCore) -> io::Result<()> {
+/// Request buffers for threads whose own went to a helper with a waiting request.
+#[derive(Default)]
+struct Spares(std::sync::Mutex<Vec<Vec<u8>>>);
+
+impl Spares {
+    fn take(&self) -> Vec<u8> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).pop().unwrap_or_else(|| vec![0u8; BUF_LEN])
+    }
+
+    fn give(&self, buf: Vec<u8>) {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if g.len() < SPARE_BUFFERS {
+            g.push(buf);
+        }
+    }
+}
+
+/// One thread's loop: read, then handle and reply here, or (a request that may wait long)
+/// on a helper; until the connection ends.
+fn serve(fd: &Arc<OwnedFd>, core: &Arc<OpCore>, spares: &Arc<Spares>) -> io::Result<()> {
     let mut buf = vec![0u8; BUF_LEN];
     while let Some(n) = read_request(fd, &mut buf)? {
         let h = InHeader::parse(&buf);
-        let body_end = (h.len as usize).clamp(abi::IN_HEADER_LEN, n);
-        let body = &buf[abi::IN_HEADER_LEN..body_end];
-        let alen = abi::arg_len(h.opcode).min(body.len());
-        let handled = if abi::fills_reply_buffer(h.opcode) {
-            // the argument struct is all these requests carry: copied out, the buffer
-            // takes the reply body
-            let mut arg = [0u8; abi::OP_IN_LEN];
-            arg[..alen].copy_from_slice(&body[..alen]);
-            core.serve(&h, abi::decode(h.opcode, &arg[..alen], &[]), &mut buf[abi::OUT_HEADER_LEN..])
-        } else if h.opcode == op::INIT {
-            core.serve(&h, Err(libc::EIO), &mut [])
-        } else {
-            let (arg, payload) = body.split_at(alen);
-            core.serve(&h, abi::decode(h.opcode, arg, payload), &mut [])
-        };
-        if matches!(handled.reply, crate::opcore::Reply::None) {
+        if core.may_wait(&h) {
+            let mine = std::mem::replace(&mut buf, spares.take());
+            let (fd, core, spares) = (fd.clone(), core.clone(), spares.clone());
+            core.clone().helpers().run(move || {
+                let mut mine = mine;
+                handle(&fd, &core, &mut mine, n);
+                spares.give(mine);
+            });
             continue;
         }
-        let body = handled.reply.encode(&mut buf[abi::OUT_HEADER_LEN..]);
-        send(fd, &mut buf, h.unique, body);
-        core.after_reply(handled);
+        handle(fd, core, &mut buf, n);
     }
     Ok(())
+}
+
+/// Decode, handle and answer the request of `n` bytes in `buf`.
+fn handle(fd: &OwnedFd, core: &OpCore, buf: &mut [u8], n: usize) {
+    let h = InHeader::parse(buf);
+    let body_end = (h.len as usize).clamp(abi::IN_HEADER_LEN, n);
+    let body = &buf[abi::IN_HEADER_LEN..body_end];
+    let alen = abi::arg_len(h.opcode).min(body.len());
+    let handled = if abi::fills_reply_buffer(h.opcode) {
+        // the argument struct is all these requests carry: copied out, the buffer
+        // takes the reply body
+        let mut arg = [0u8; abi::OP_IN_LEN];
+        arg[..alen].copy_from_slice(&body[..alen]);
+        core.serve(&h, abi::decode(h.opcode, &arg[..alen], &[]), &mut buf[abi::OUT_HEADER_LEN..])
+    } else if h.opcode == op::INIT {
+        core.serve(&h, Err(libc::EIO), &mut [])
+    } else {
+        let (arg, payload) = body.split_at(alen);
+        core.serve(&h, abi::decode(h.opcode, arg, payload), &mut [])
+    };
+    if matches!(handled.reply, crate::opcore::Reply::None) {
+        return;
+    }
+    let body = handled.reply.encode(&mut buf[abi::OUT_HEADER_LEN..]);
+    send(fd, buf, h.unique, body);
+    core.after_reply(handled);
 }
 
 #[cfg(test)]

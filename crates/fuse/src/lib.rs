@@ -29,6 +29,7 @@
 pub mod abi;
 mod devfuse;
 mod fusermount;
+pub mod helpers;
 pub mod mount;
 pub mod mount_config;
 pub mod opcore;

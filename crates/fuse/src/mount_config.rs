@@ -3,17 +3,26 @@
 //! Accepted (anything else is refused before anything is mounted):
 //! * squeezefs: `compress=SPEC`, `compress-force=SPEC` (codec spec grammar),
 //!   `recordsize=SIZE` (power of two, 4K..1M), `remount`,
+//!   `qos=RATE` (also spelt `qos:RATE`, `qos-RATE`): the whole filesystem is a QoS tree
+//!   paced to RATE (the `qos` property's grammar, squeezefs_fs::props: `50` or `50M` =
+//!   50 MB/s, `1G`, `500K`, `64MiB`, `1048576B`; `qos=none` = no mount-wide target),
+//!   `qos-burst=DURATION` (every QoS tree's bucket depth: `250ms`, `0.5s`, `1`; seconds
+//!   when bare; 10 ms … 10 s; default 250 ms: how long a writer held up elsewhere keeps its
+//!   tree's rate, and the largest burst above it),
 //!   `uring=auto|on|off` (the FUSE-over-io_uring transport, `crate::uring`; `mount::plan_uring`:
 //!   `auto` uses it for root mounts on kernels that have it, writing Y to the kernel's
 //!   `enable_uring` parameter when it is N, and falls back to /dev/fuse saying why; `on`
-//!   refuses to mount instead of falling back; `off` serves /dev/fuse only);
+//!   refuses to mount instead of falling back; `off` serves /dev/fuse only),
+//!   `trace=FILE` (one CSV row per record compressed, crates/control trace.rs; a relative
+//!   FILE is taken from the mounting process's directory, and FILE must lie in an existing
+//!   directory outside the mount itself: [`MountConfig::resolve_trace`]);
 //! * FUSE: `allow_other`, `default_permissions`, `fsname=NAME`;
 //! * generic (as in fstab): `ro`, `rw`, `defaults`, `dev`/`nodev`, `suid`/`nosuid`,
 //!   `exec`/`noexec`, `atime`/`noatime`/`relatime`/`strictatime`/`nodiratime`,
 //!   `sync`/`async`/`dirsync`, and the mount(8)-only `auto`/`noauto`/`user`/`users`/
 //!   `nouser`/`nofail`/`_netdev`/`x-*`/`comment=*`, which are ignored.
 //!
-//! Remount: `compress=` and `compress-force=` change; everything else keeps the value the
+//! Remount: `compress=`, `compress-force=` and `qos=` change; everything else keeps the value the
 //! filesystem was mounted with. `mount -o remount,OPTS MNT` hands the helper the live
 //! mount's options from /proc/mounts followed by OPTS, so a remount also accepts the FUSE
 //! kernel options only the kernel sets (`user_id=`, `group_id=`, `max_read=`, `blksize=`,
@@ -29,6 +38,7 @@
 //! single mount string naming both is a contradiction either reading accepts.
 use squeezefs_codec::Spec;
 use squeezefs_fs::Compression;
+use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct KernelFlags {
@@ -52,6 +62,11 @@ pub enum UringMode {
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct MountConfig {
     pub compression: Option<Compression>,
+    /// `qos=`: `None` when the string does not name it, `Some(None)` for `qos=none`, else
+    /// the mount-wide rate in bytes/s
+    pub qos: Option<Option<u64>>,
+    /// `qos-burst=`: the QoS trees' bucket depth (the engine's default when `None`)
+    pub qos_burst: Option<std::time::Duration>,
     pub recordsize: Option<u32>,
     pub read_only: bool,
     pub allow_other: bool,
@@ -67,6 +82,8 @@ pub struct MountConfig {
     /// options fixed at mount time that this option string names (their values are in the
     /// fields above); a remount may only restate them (`check_remount`)
     pub restated: Restated,
+    /// `trace=FILE`: as given until [`MountConfig::resolve_trace`] makes it absolute
+    pub trace: Option<PathBuf>,
 }
 
 /// Which of the options that a remount cannot change an option string names.
@@ -117,7 +134,7 @@ const KERNEL_SET_OPTIONS: [&str; 5] = ["user_id", "group_id", "max_read", "blksi
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MountOptionError {
-    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, recordsize=SIZE, uring=auto|on|off, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, diratime/nodiratime, sync/async, defaults, noauto, nofail, _netdev)")]
+    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, qos=RATE, qos-burst=DURATION, recordsize=SIZE, uring=auto|on|off, trace=FILE, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, diratime/nodiratime, sync/async, defaults, noauto, nofail, _netdev)")]
     Unknown(String),
     #[error("mount option '{name}={value}': {reason}")]
     BadValue { name: String, value: String, reason: String },
@@ -125,7 +142,7 @@ pub enum MountOptionError {
     MissingValue(String),
     #[error("mount option '{0}' takes no value")]
     UnexpectedValue(String),
-    #[error("'{0}' cannot be changed by remount (remount changes compress=, compress-force=, dev/nodev, suid/nosuid, exec/noexec and atime/noatime; the other options keep the values the filesystem was mounted with)")]
+    #[error("'{0}' cannot be changed by remount (remount changes compress=, compress-force=, qos=, dev/nodev, suid/nosuid, exec/noexec and atime/noatime; the other options keep the values the filesystem was mounted with)")]
     NotRemountable(String),
     #[error("mount option '{0}' is set by the FUSE kernel module, not by the user (it is accepted only in a remount, where mount(8) repeats the live mount's options)")]
     KernelSet(String),
@@ -147,6 +164,36 @@ pub fn parse_recordsize(v: &str) -> Result<u32, String> {
         return Err("must be a power of two from 4K to 1M".into());
     }
     Ok(bytes as u32)
+}
+
+/// `qos=` value: the `qos` property's rate grammar (`None` for `none`/`off`).
+fn qos_rate(name: &str, v: &str) -> Result<Option<u64>, MountOptionError> {
+    squeezefs_fs::props::parse_rate(v.trim()).map_err(|reason| MountOptionError::BadValue {
+        name: name.into(),
+        value: v.into(),
+        reason: format!("{reason}; accepted: {}", squeezefs_fs::props::Prop::Qos.accepted()),
+    })
+}
+
+/// `qos-burst=`: `250ms`, `0.5s`, `1` (seconds), within 10 ms … 10 s.
+fn qos_burst(name: &str, v: &str) -> Result<std::time::Duration, MountOptionError> {
+    let bad = |reason: &str| MountOptionError::BadValue {
+        name: name.into(),
+        value: v.into(),
+        reason: format!("{reason}; accepted: a duration from 10ms to 10s, e.g. 250ms, 0.5s or 1"),
+    };
+    let t = v.trim().to_ascii_lowercase();
+    let (num, scale) = match t.strip_suffix("ms") {
+        Some(n) => (n, 1e-3),
+        None => (t.strip_suffix('s').unwrap_or(&t), 1.0),
+    };
+    let secs = num.trim().parse::<f64>().ok().filter(|x| x.is_finite()).ok_or_else(|| bad("not a duration"))? * scale;
+    let range = squeezefs_fs::QOS_BURST_RANGE;
+    let d = std::time::Duration::try_from_secs_f64(secs).map_err(|_| bad("not a duration"))?;
+    if !range.contains(&d) {
+        return Err(bad("out of range"));
+    }
+    Ok(d)
 }
 
 fn spec(name: &str, v: &str) -> Result<Spec, MountOptionError> {
@@ -178,7 +225,11 @@ impl MountConfig {
         for opt in opts.split(',').map(str::trim).filter(|o| !o.is_empty()) {
             let (name, value) = match opt.split_once('=') {
                 Some((n, v)) => (n, Some(v)),
-                None => (opt, None),
+                // `qos:50M` and `qos-50M`, the spellings of the spec grammar
+                None => match opt.strip_prefix("qos:").or_else(|| opt.strip_prefix("qos-")) {
+                    Some(v) => ("qos", Some(v)),
+                    None => (opt, None),
+                },
             };
             let flag = |c: &mut MountConfig, set: &dyn Fn(&mut MountConfig)| {
                 if value.is_some() {
@@ -191,6 +242,15 @@ impl MountConfig {
                 "compress" | "compress-force" => {
                     let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
                     c.compression = Some(Compression { spec: spec(name, v)?, force: name == "compress-force" });
+                }
+                "qos" => {
+                    let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
+                    c.qos = Some(qos_rate(name, v)?);
+                }
+                "qos-burst" => {
+                    let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
+                    c.qos_burst = Some(qos_burst(name, v)?);
+                    changed_at_remount.push(name.into());
                 }
                 "recordsize" => {
                     let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
@@ -215,6 +275,18 @@ impl MountConfig {
                             })
                         }
                     };
+                    changed_at_remount.push(name.into());
+                }
+                "trace" => {
+                    let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
+                    if v.is_empty() || v.ends_with('/') {
+                        return Err(MountOptionError::BadValue {
+                            name: name.into(),
+                            value: v.into(),
+                            reason: "expected the path of a file to write the trace to, e.g. /var/tmp/trace.csv".into(),
+                        });
+                    }
+                    c.trace = Some(PathBuf::from(v));
                     changed_at_remount.push(name.into());
                 }
                 "fsname" => {
@@ -355,15 +427,53 @@ impl MountConfig {
         (new != live.flags).then_some(new)
     }
 
-    /// The value sent to a live mount for `remount` (see squeezefs_fs xattr docs).
+    /// Make `trace=FILE` absolute (relative to `cwd`) and check that it can be a trace file
+    /// of a mount on `mountpoint` (canonical): its directory exists, FILE is not a directory,
+    /// and it is not on the mount itself (the daemon would write every row through its own
+    /// FUSE mount, to itself).
+    pub fn resolve_trace(&mut self, cwd: &Path, mountpoint: &Path) -> Result<(), MountOptionError> {
+        let Some(given) = self.trace.clone() else { return Ok(()) };
+        let bad = |reason: String| MountOptionError::BadValue {
+            name: "trace".into(),
+            value: given.display().to_string(),
+            reason,
+        };
+        let path = cwd.join(&given);
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(bad("expected the path of a file".into()));
+        };
+        let dir = std::fs::canonicalize(dir).map_err(|e| bad(format!("its directory {}: {e}", dir.display())))?;
+        if !dir.is_dir() {
+            return Err(bad(format!("{} is not a directory", dir.display())));
+        }
+        let path = dir.join(name);
+        // the mount point itself counts as on the mount: once mounted it is the mount's root
+        if path.starts_with(mountpoint) {
+            return Err(bad(format!(
+                "the trace file must not be on the mount itself ({}); put it outside, e.g. in /var/tmp",
+                mountpoint.display()
+            )));
+        }
+        if path.is_dir() {
+            return Err(bad(format!("{} is a directory", path.display())));
+        }
+        self.trace = Some(path);
+        Ok(())
+    }
+
+    /// The value sent to a live mount for `remount` (see squeezefs_fs xattr docs): the
+    /// compression and the mount-wide `qos`, when named.
     pub fn remount_request(&self) -> Option<String> {
-        self.compression.map(|c| {
+        let compression = self.compression.map(|c| {
             if c.force {
                 format!("compress-force={}", c.spec)
             } else {
                 format!("compress={}", c.spec)
             }
-        })
+        });
+        let qos = self.qos.map(|q| format!("qos={}", squeezefs_fs::props::Value::Rate(q)));
+        let parts: Vec<String> = compression.into_iter().chain(qos).collect();
+        (!parts.is_empty()).then(|| parts.join(","))
     }
 }
 
@@ -418,6 +528,57 @@ mod tests {
     }
 
     #[test]
+    fn qos_takes_the_rate_grammar_in_every_spelling() {
+        assert_eq!(MountConfig::parse("").unwrap().qos, None);
+        for (opts, want) in [
+            ("qos=50M", Some(50_000_000)),
+            ("qos=50", Some(50_000_000)),
+            ("qos:50", Some(50_000_000)),
+            ("qos-50M", Some(50_000_000)),
+            ("qos=1G", Some(1_000_000_000)),
+            ("qos=500K", Some(500_000)),
+            ("qos=64MiB", Some(64 << 20)),
+            ("qos=1048576B", Some(1 << 20)),
+            ("qos=qos:25", Some(25_000_000)),
+            ("qos=none", None),
+            ("qos=off", None),
+        ] {
+            assert_eq!(MountConfig::parse(opts).unwrap().qos, Some(want), "{opts}");
+        }
+        assert_eq!(
+            MountConfig::parse("qos-burst=250ms").unwrap().qos_burst,
+            Some(std::time::Duration::from_millis(250))
+        );
+        assert_eq!(
+            MountConfig::parse("qos-burst=0.5s").unwrap().qos_burst,
+            Some(std::time::Duration::from_millis(500))
+        );
+        assert_eq!(MountConfig::parse("qos-burst=2").unwrap().qos_burst, Some(std::time::Duration::from_secs(2)));
+        for bad in ["qos-burst=1ms", "qos-burst=11", "qos-burst=fast", "qos-burst=-1", "qos-burst=nan"] {
+            let msg = MountConfig::parse(bad).unwrap_err().to_string();
+            assert!(msg.contains("10ms to 10s"), "{bad}: {msg}");
+        }
+        assert_eq!(
+            MountConfig::parse("remount,qos-burst=1s"),
+            Err(MountOptionError::NotRemountable("qos-burst".into()))
+        );
+        // the last one named wins, as for every option
+        assert_eq!(MountConfig::parse("qos=10M,qos=none").unwrap().qos, Some(None));
+        assert_eq!(MountConfig::parse("qos"), Err(MountOptionError::MissingValue("qos".into())));
+        for bad in ["qos=fast", "qos=0", "qos=50X", "qos=", "qos:", "qos=-5M", "qos=2000000G"] {
+            let e = MountConfig::parse(bad).unwrap_err();
+            let msg = e.to_string();
+            assert!(matches!(e, MountOptionError::BadValue { .. }), "{bad}: {msg}");
+            assert!(msg.contains("accepted") && msg.contains("50M"), "{bad}: {msg}");
+        }
+        // a remount changes it, and sends it to the daemon
+        let c = MountConfig::parse("remount,qos=20M").unwrap();
+        assert_eq!(c.remount_request().as_deref(), Some("qos=20M"));
+        let c = MountConfig::parse("remount,compress=lz4,qos=none").unwrap();
+        assert_eq!(c.remount_request().as_deref(), Some("compress=lz4,qos=none"));
+    }
+
+    #[test]
     fn uring_takes_auto_on_or_off() {
         assert_eq!(MountConfig::parse("").unwrap().uring, UringMode::Auto);
         assert_eq!(MountConfig::parse("uring=on").unwrap().uring, UringMode::On);
@@ -425,6 +586,40 @@ mod tests {
         assert!(matches!(MountConfig::parse("uring=yes"), Err(MountOptionError::BadValue { .. })));
         assert_eq!(MountConfig::parse("uring"), Err(MountOptionError::MissingValue("uring".into())));
         assert_eq!(MountConfig::parse("remount,uring=off"), Err(MountOptionError::NotRemountable("uring".into())));
+    }
+
+    #[test]
+    fn trace_names_a_file_outside_the_mount() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let mnt = root.join("mnt");
+        std::fs::create_dir_all(mnt.join("sub")).unwrap();
+        // relative to the mounting process's directory
+        let mut c = MountConfig::parse("compress=auto,trace=t.csv").unwrap();
+        assert_eq!(c.trace, Some(PathBuf::from("t.csv")));
+        c.resolve_trace(&root, &mnt).unwrap();
+        assert_eq!(c.trace, Some(root.join("t.csv")));
+        let refused = |opts: &str, want: &str| {
+            let e = match MountConfig::parse(opts) {
+                Err(e) => e,
+                Ok(mut c) => c.resolve_trace(&root, &mnt).unwrap_err(),
+            };
+            assert!(matches!(e, MountOptionError::BadValue { .. } | MountOptionError::MissingValue(_)), "{e}");
+            assert!(e.to_string().contains(want), "{opts}: {e} lacks {want:?}");
+        };
+        refused("trace", "needs a value");
+        refused("trace=", "path of a file");
+        refused("trace=dir/", "path of a file");
+        refused("trace=nowhere/t.csv", "its directory");
+        refused(&format!("trace={}", mnt.join("sub/t.csv").display()), "must not be on the mount itself");
+        refused(&format!("trace={}", mnt.display()), "must not be on the mount itself");
+        refused(&format!("trace={}", root.join("mnt/../mnt/t.csv").display()), "must not be on the mount itself");
+        std::fs::create_dir(root.join("d")).unwrap();
+        refused(&format!("trace={}", root.join("d").display()), "is a directory");
+        assert_eq!(
+            MountConfig::parse("remount,trace=/tmp/x.csv"),
+            Err(MountOptionError::NotRemountable("trace".into()))
+        );
     }
 
     #[test]
@@ -530,7 +725,7 @@ mod tests {
         assert_eq!(MountConfig::parse("remount,user_id"), Err(MountOptionError::MissingValue("user_id".into())));
     }
 
-    /// Found in review: `nodiratime` and `diratime` are separate mount flags;
+    /// `nodiratime` and `diratime` are separate mount flags;
     /// they never switch `noatime` off (checked: `mount -t tmpfs -o noatime,nodiratime`
     /// shows `noatime,nodiratime`, `-o noatime,diratime` shows `noatime`). The parser lets
     /// the last atime-ish word decide, so the common fstab `noatime,nodiratime` mounts with
@@ -545,7 +740,7 @@ mod tests {
         assert_eq!(c.per_mount_flags(&live), None, "remount,nodiratime must not clear noatime");
     }
 
-    /// Found in review: `nodiratime` was accepted and had no effect.
+    /// `nodiratime` was accepted and had no effect.
     #[test]
     fn nodiratime_reaches_the_config() {
         assert!(MountConfig::parse("relatime,nodiratime").unwrap().nodiratime);

@@ -8,6 +8,19 @@
 //! Request counting (`user.squeezefs.requests`, requests.rs) happens in `serve`, so both
 //! transports count the same way: every request but INIT, counted before it is handled.
 //!
+//! QoS trees (squeezefs_fs qos.rs): a WRITE into a tree waits in the fs core until its
+//! tree admits it. [`OpCore::may_wait`] names such requests (and FSYNC, which waits for a
+//! txg commit) so that each transport hands them to a helper thread ([`crate::helpers`])
+//! with the buffer holding the request, and goes on serving everyone else: one tree's
+//! pacing holds no thread other trees' writers or any reader need. A file of a tree opened
+//! for writing is opened with FOPEN_DIRECT_IO: each write(2) then reaches us as WRITEs
+//! from the writer's own thread and is paced on its own. Through the writeback cache the
+//! paced tree's dirty pages would fill the page cache of the whole mount (the kernel's
+//! dirty limits are per FUSE connection), and `balance_dirty_pages` would throttle the
+//! writers of every other tree with them. While a WRITE waits the kernel holds that file's
+//! inode lock only (other writers and truncates of the same file wait, as they would
+//! behind ext4's throttled writer); reads of cached pages do not take it.
+//!
 //! A panic while handling a request is caught here, on either transport: the request gets
 //! EIO, the pool is suspended (`Engine::suspend`: the panic may have left the engine's
 //! state half changed, so nothing more is written; reads go on), and the log names the
@@ -18,7 +31,7 @@
 //! site names (crates/pipeline/src/fault.rs) arm a panic there.
 use crate::abi::{self, fattr, op, Attr, InHeader, Kstatfs, Op};
 use crate::requests::{self, RequestCounts};
-use squeezefs_fs::{Creds, FileKind, Fs, FsError, Ino, InodeAttr, SetAttr, TimeSet, Timestamp};
+use squeezefs_fs::{Creds, EngineError, FileKind, Fs, FsError, Ino, InodeAttr, PanicSite, SetAttr, TimeSet, Timestamp};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +63,7 @@ pub enum Reply {
     Created {
         attr: InodeAttr,
         fh: u64,
+        open_flags: u32,
     },
     Bytes(Vec<u8>),
     /// the reply body is already in the first `n` bytes of the reply buffer (read data,
@@ -98,9 +112,9 @@ impl Reply {
                 abi::put_open_out(out, 0, *fh, *flags);
                 need
             }
-            Reply::Created { attr: a, fh } => {
+            Reply::Created { attr: a, fh, open_flags } => {
                 abi::put_entry_out(out, 0, a.ino, a.generation, TTL.as_secs(), &attr(a));
-                abi::put_open_out(out, abi::ENTRY_OUT_LEN, *fh, abi::FOPEN_KEEP_CACHE);
+                abi::put_open_out(out, abi::ENTRY_OUT_LEN, *fh, *open_flags);
                 need
             }
             Reply::Bytes(v) => {
@@ -142,6 +156,8 @@ impl From<Reply> for Handled {
 /// The fs core as both transports serve it.
 pub struct OpCore {
     fs: Arc<Fs>,
+    /// threads for requests that may wait long (`may_wait`)
+    helpers: crate::helpers::Helpers,
     /// the kernel writeback cache is on (asked for at INIT on writable mounts)
     writeback: bool,
     requests: Arc<RequestCounts>,
@@ -161,7 +177,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
 
 /// typed error → errno, logging the errors that mean damage or an engine failure
 pub fn errno(e: &FsError) -> i32 {
-    if matches!(e, FsError::Corrupt(_) | FsError::Engine(_)) {
+    if matches!(e, FsError::Corrupt { .. } | FsError::Engine(_)) {
         log::error!("{e}");
     }
     e.errno()
@@ -302,6 +318,7 @@ impl OpCore {
     pub fn new(fs: Arc<Fs>, writeback: bool, requests: Arc<RequestCounts>) -> OpCore {
         OpCore {
             fs,
+            helpers: crate::helpers::Helpers::new("sqz-fuse-wait"),
             writeback,
             requests,
             #[cfg(feature = "fault-injection")]
@@ -320,6 +337,32 @@ impl OpCore {
         }
     }
 
+    /// Whether handling request `h` may wait long (module doc): an FSYNC (a txg commit) or
+    /// a WRITE into a QoS tree (its admission). The transports hand these to a helper.
+    pub fn may_wait(&self, h: &InHeader) -> bool {
+        match h.opcode {
+            op::FSYNC | op::FSYNCDIR => true,
+            op::WRITE => self.fs.in_qos_tree(h.nodeid),
+            _ => false,
+        }
+    }
+
+    /// The helper threads for requests that `may_wait`.
+    pub fn helpers(&self) -> &crate::helpers::Helpers {
+        &self.helpers
+    }
+
+    /// Open flags of a regular file opened with `flags` (module doc: direct I/O for writers
+    /// into a QoS tree; otherwise the page cache, kept across opens: we are the only writer).
+    fn open_flags(&self, ino: Ino, flags: i32) -> u32 {
+        let writes = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if writes && self.fs.in_qos_tree(ino) {
+            abi::FOPEN_DIRECT_IO
+        } else {
+            abi::FOPEN_KEEP_CACHE
+        }
+    }
+
     /// The relatime update of a READ, once its reply is on its way.
     pub fn after_reply(&self, h: Handled) {
         if let Some(ino) = h.atime_after {
@@ -329,6 +372,10 @@ impl OpCore {
 
     /// The session ended (unmount): flush and close the pool.
     pub fn destroy(&self) {
+        // requests still on helpers (a writer paced at unmount time) finish first
+        if !self.helpers.wait_done(Duration::from_secs(30)) {
+            log::warn!("unmount: requests still waiting on helper threads after 30 s; closing the pool anyway");
+        }
         if let Err(e) = self.fs.shutdown() {
             log::error!("flushing the pool at unmount: {e}");
         }
@@ -346,13 +393,14 @@ impl OpCore {
         match std::panic::catch_unwind(run) {
             Ok(handled) => handled,
             Err(p) => {
-                let why = format!(
-                    "panic in the FUSE request handler ({} of node {}): {}",
+                let message = panic_message(&*p);
+                log::error!(
+                    "panic in the FUSE request handler ({} of node {}): {message}",
                     requests::op_name(h.opcode),
-                    h.nodeid,
-                    panic_message(&*p)
+                    h.nodeid
                 );
-                self.fs.engine().suspend(&why);
+                let site = PanicSite::Request { node: h.nodeid };
+                self.fs.engine().suspend(EngineError::Panicked { site, message: message.into() });
                 match h.opcode {
                     op::FORGET | op::BATCH_FORGET => Reply::None,
                     _ => Reply::Error(libc::EIO),
@@ -430,7 +478,7 @@ impl OpCore {
             Op::Link { oldnodeid, name } => entry(fs.link(&c, oldnodeid, ino, name)),
             // we are the only writer: cached pages stay valid across opens
             Op::Open { flags } => match fs.open(&c, ino, flags as i32) {
-                Ok(fh) => Reply::Open { fh, flags: abi::FOPEN_KEEP_CACHE },
+                Ok(fh) => Reply::Open { fh, flags: self.open_flags(ino, flags as i32) },
                 Err(e) => Reply::Error(errno(&e)),
             },
             Op::Read { offset, size } => {
@@ -474,7 +522,10 @@ impl OpCore {
             Op::Releasedir { fh } => empty(fs.releasedir(fh)),
             Op::Access { mask } => empty(fs.access(&c, ino, mask)),
             Op::Create { flags, mode, name } => match fs.create(&c, ino, name, mode & 0o7777, flags as i32) {
-                Ok((attr, fh)) => Reply::Created { attr, fh },
+                Ok((attr, fh)) => {
+                    let open_flags = self.open_flags(attr.ino, flags as i32);
+                    Reply::Created { attr, fh, open_flags }
+                }
                 Err(e) => Reply::Error(errno(&e)),
             },
             // no interrupt support: ENOSYS tells the kernel to stop sending INTERRUPT

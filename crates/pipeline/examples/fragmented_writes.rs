@@ -7,8 +7,8 @@
 //! other one is deleted (N free pieces of 1 KiB between live records), then one file of M MiB
 //! is written in writes of BYTES and synced. Prints the wall time of that write and, as the
 //! reference in the same run, of the same write into a fresh pool with no fragments.
-//! Admission (once per write) and placement (once per record) used to walk every free
-//! piece: their cost grew with N.
+//! Admission (once per write) and placement (once per record) must not walk every free
+//! piece, or their cost grows with N.
 
 use squeezefs_pipeline::*;
 use std::path::{Path, PathBuf};

@@ -23,7 +23,7 @@
 //! hurt records of a txg that has not committed. A partial sector left free (a run's unused
 //! end, or a freed record beside live ones) is reused only once the whole sector is free.
 //!
-//! Two images per device (inner.rs, early_place.rs). The *live* image (`untracked`) is where
+//! Two images per device (space.rs, early_place.rs). The *live* image (`untracked`) is where
 //! every placement is taken: the syncing txg's run, and the runs of open layers placing
 //! records early (`alloc_in`, a run held by the layer). The *durable* image is what commits
 //! persist: a commit takes exactly the ranges its pointers refer to (`alloc_exact`) and
@@ -168,9 +168,8 @@ impl DevSpace {
     /// each less one record. A record never spans two ranges, so a range whose remainder is
     /// shorter than the next record loses that remainder (under `record`, the partial sector
     /// where a run ends included). Write admission uses this, not `free_bytes`: a write
-    /// accepted on whole free sectors that lie in pieces smaller than its records made the
-    /// txg fail in placement and suspended the pool
-    /// (tests/enospc.rs::fragmented_free_sectors_do_not_suspend_the_pool).
+    /// accepted on whole free sectors that lie in pieces smaller than its records would fail
+    /// its txg in placement and suspend the pool.
     pub fn placeable_bytes(&self, record: u64) -> Option<u64> {
         // only ranges of more than `record` whole bytes contribute: the index lists them
         let bigger = || -> u64 { self.by_whole.range((record.saturating_add(1), 0)..).map(|&(w, _)| w - record).sum() };
@@ -637,7 +636,7 @@ mod tests {
         assert!(d.free.is_empty());
     }
 
-    /// Found in review: a capacity that is not a multiple of the sector (a fixed device file
+    /// A capacity that is not a multiple of the sector (a fixed device file
     /// of `--capacity` bytes, a block device whose size is not a multiple of 4096) leaves a
     /// partial last sector that `alloc` can never hand out; `free_bytes` counted it.
     #[test]

@@ -5,14 +5,15 @@
 //! their words) that per-record compression cannot, and one row per bundle replaces the
 //! inline rows and per-record padding of small files.
 //!
-//! Life of a bundle:
-//!   PLANNED     `select` (sync stage 1) chose its members among the txg's records and
+//! Life of a bundle (the stages are sync.rs `STAGES`):
+//!   PLANNED     `select` (stage `bundle`) chose its members among the txg's records and
 //!               copied their bytes back to back into one buffer;
-//!   COMPRESSING one compress job on the workers, with the sync stage's own jobs;
-//!   PLACED      `place` (stage 3) put it on a device like any record and queued its
+//!   COMPRESSING one compress job on the workers, with the sync stage's own jobs (stage
+//!               `compress`);
+//!   PLACED      `place` (stage `place`) put it on a device like any record and queued its
 //!               write; each member got an extent pointer to its slice;
-//!   LIVE        the txg's commit wrote the bundle row (member count = its members) in the
-//!               same transaction as the members' extent rows;
+//!   LIVE        the txg's commit (commit.rs) wrote the bundle row (member count = its
+//!               members) in the same transaction as the members' extent rows;
 //!   FREED       every commit that removes member extent rows (a record rewritten, cut by a
 //!               truncation, punched, its file deleted) decrements the count in the same
 //!               transaction (`apply_drops`); the one that reaches 0 deletes the row and
@@ -20,7 +21,8 @@
 //!               commit is durable).
 //! A bundle is never changed in place: a member that changes is written anew by its txg
 //! (copy on write; read-modify-write of a partial change reads the old slice through the
-//! bundle), and the bundle keeps its space until its last member is gone.
+//! bundle, read.rs `load_bundled`), and the bundle keeps its space until its last member
+//! is gone.
 //! A txg that fails before its commit gives the bundle's placement back as any record's.
 //!
 //! Which records: in a pool with `INCOMPAT_BUNDLES`, on an engine opened with
@@ -35,46 +37,162 @@
 
 use crate::devq::Payload;
 use crate::dirty::{Layer, Rec};
-use crate::early::{CompressResult, Slot};
-use crate::error::{EngineError, Result};
-use crate::inner::Inner;
+use crate::error::{Corruption, Result};
 use crate::policy::{Compressed, Policy};
-use crate::units::{granule_bytes, record_start_byte};
-use crossbeam_channel::Sender;
+use crate::units::granule_bytes;
 use redb::ReadableTable;
 use squeezefs_codec::heuristic::is_zeros;
 use squeezefs_meta::bundle::member_share;
-use squeezefs_meta::{tables, Bundle, BundleSlice, ExtentPtr, Ino, StoredRecord};
+use squeezefs_meta::{tables, Bundle, BundleSlice, DeviceExtent, ExtentPtr, Ino, StoredRecord};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Fewest members worth a bundle: one member alone gains nothing from it.
 pub const MIN_MEMBERS: usize = 2;
 
-/// The engine's bundle state: whether it bundles, and the next bundle id.
-#[derive(Default)]
+/// The engine's bundle state: whether it bundles (fixed at open), and the next bundle id.
 pub struct Bundles {
-    enabled: AtomicBool,
+    enabled: bool,
     next_id: AtomicU64,
 }
 
 impl Bundles {
-    /// Set at open: bundling on or off, and the first id to hand out (the largest id in the
-    /// store + 1; ids of freed bundles may come back after a reopen, when nothing refers to
+    /// Bundling on or off, and the first id to hand out (the largest id in the store + 1,
+    /// `next_id`; ids of freed bundles may come back after a reopen, when nothing refers to
     /// them any more).
-    pub fn init(&self, enabled: bool, next_id: u64) {
-        self.enabled.store(enabled, Ordering::Relaxed);
-        self.next_id.store(next_id.max(1), Ordering::Relaxed);
+    pub fn new(enabled: bool, next_id: u64) -> Bundles {
+        Bundles { enabled, next_id: AtomicU64::new(next_id.max(1)) }
     }
 
     pub fn enabled(&self) -> bool {
-        self.enabled.load(Ordering::Relaxed)
+        self.enabled
     }
 
     fn alloc_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Stage `bundle` (after `cut`): take the records that go into bundles out of `jobs`
+    /// (which stay in job order) and group them (`recordsize`: the pool's; `global`: the
+    /// pool's policy, for layers without their own). `jobs` must be in job order.
+    pub fn select(
+        &self,
+        recordsize: u64,
+        global: Policy,
+        frozen: &[(Ino, Arc<Layer>)],
+        jobs: Vec<Job>,
+    ) -> (Vec<Job>, Vec<Plan>) {
+        if !self.enabled {
+            return (jobs, Vec::new());
+        }
+        let rs = recordsize as usize;
+        let mut keep = Vec::with_capacity(jobs.len());
+        // per policy: the group being filled
+        let mut open: Vec<Group> = Vec::new();
+        let mut groups: Vec<(Policy, Vec<Job>)> = Vec::new();
+        for (li, idx) in jobs {
+            let layer = &frozen[li].1;
+            let policy = layer.policy.unwrap_or(global);
+            let len = match layer.recs.get(&idx) {
+                Some(Rec::Data(d))
+                    if !policy.stores_raw()
+                        && d.early().is_none()
+                        && d.raw().is_some_and(|b| !b.is_empty() && b.len() < rs && !is_zeros(b)) =>
+                {
+                    d.len()
+                }
+                _ => {
+                    keep.push((li, idx));
+                    continue;
+                }
+            };
+            let g = match open.iter().position(|g| g.policy == policy) {
+                Some(g) => g,
+                None => {
+                    open.push(Group { policy, jobs: Vec::new(), bytes: 0 });
+                    open.len() - 1
+                }
+            };
+            let group = &mut open[g];
+            if group.bytes + len > rs {
+                groups.push((policy, std::mem::take(&mut group.jobs)));
+                group.bytes = 0;
+            }
+            group.jobs.push((li, idx));
+            group.bytes += len;
+        }
+        groups.extend(open.into_iter().map(|g| (g.policy, g.jobs)));
+        let mut plans = Vec::new();
+        for (policy, members) in groups {
+            if members.len() < MIN_MEMBERS {
+                keep.extend(members);
+                continue;
+            }
+            let mut buf = Vec::new();
+            let mut ms = Vec::with_capacity(members.len());
+            for (li, idx) in members {
+                let Some(Rec::Data(d)) = frozen[li].1.recs.get(&idx) else { unreachable!("selected above") };
+                let bytes = d.raw().expect("selected raw records only");
+                ms.push(Member {
+                    layer: li,
+                    idx,
+                    offset: buf.len() as u32,
+                    len: bytes.len() as u32,
+                    hash: xxh3_64(bytes),
+                });
+                buf.extend_from_slice(bytes);
+            }
+            plans.push(Plan { policy, ino: frozen[ms[0].layer].0, members: ms, buf: Arc::new(buf) });
+        }
+        keep.sort_unstable();
+        (keep, plans)
+    }
+
+    /// Stage `place`: the bundle's stored bytes, from its compression result, and its
+    /// members' extent pointers once `put` placed and queued those bytes (returning where);
+    /// `granule`: the pool's packing unit.
+    pub fn place(
+        &self,
+        txg: u64,
+        granule: u64,
+        plan: &Plan,
+        c: Compressed,
+        put: impl FnOnce(Payload) -> Result<DeviceExtent>,
+    ) -> Result<(Vec<MemberPtr>, Option<NewBundle>)> {
+        let (alg, level, hash, payload) = match c {
+            // members are never all zeros (`select`), so neither is the bundle; should it
+            // be, every member reads as zeros, which is what a hole is
+            Compressed::Zeros => return Ok((plan.members.iter().map(|m| (m.layer, m.idx, None)).collect(), None)),
+            Compressed::Raw { hash } => (0u8, 0, hash, Payload::Raw(plan.buf.clone())),
+            Compressed::Packed { codec, bytes, hash } => (codec.alg.id(), codec.level, hash, Payload::Owned(bytes)),
+        };
+        let ext = put(payload)?;
+        let id = self.alloc_id();
+        let logical = plan.buf.len() as u32;
+        let footprint = granule_bytes(u64::from(ext.psize), granule);
+        let members = plan
+            .members
+            .iter()
+            .map(|m| {
+                let e = ExtentPtr {
+                    logical: m.len,
+                    alg,
+                    level,
+                    hash: m.hash,
+                    birth: txg,
+                    stored: StoredRecord::Bundled(BundleSlice {
+                        bundle: id,
+                        offset: m.offset,
+                        share: member_share(m.len, logical, footprint),
+                    }),
+                };
+                (m.layer, m.idx, Some(e))
+            })
+            .collect();
+        let row = Bundle { alg, level, logical, hash, birth: txg, ext, members: plan.members.len() as u32 };
+        Ok((members, Some(NewBundle { id, row })))
     }
 }
 
@@ -94,13 +212,15 @@ pub struct Member {
 /// A bundle planned by `select`.
 pub struct Plan {
     pub policy: Policy,
+    /// the file of the first member (what the level decision and its trace see)
+    pub ino: Ino,
     pub members: Vec<Member>,
     /// the members' bytes, back to back
     pub buf: Arc<Vec<u8>>,
 }
 
 /// A record of the txg: (index of its file's layer in the frozen list, record index).
-type Job = (usize, u64);
+pub type Job = (usize, u64);
 
 /// What `place` gives each member: its job and its extent pointer (`None`: a hole).
 pub type MemberPtr = (usize, u64, Option<ExtentPtr>);
@@ -118,132 +238,7 @@ pub struct NewBundle {
     pub row: Bundle,
 }
 
-/// Stage 1 (after `cut`): take the records that go into bundles out of `jobs` (which stay
-/// in job order) and group them. `jobs` must be in job order.
-pub fn select(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], jobs: Vec<Job>) -> (Vec<Job>, Vec<Plan>) {
-    if !inner.bundles.enabled() {
-        return (jobs, Vec::new());
-    }
-    let rs = inner.recordsize as usize;
-    let global = *inner.policy.read();
-    let mut keep = Vec::with_capacity(jobs.len());
-    // per policy: the group being filled
-    let mut open: Vec<Group> = Vec::new();
-    let mut groups: Vec<(Policy, Vec<Job>)> = Vec::new();
-    for (li, idx) in jobs {
-        let layer = &frozen[li].1;
-        let policy = layer.policy.unwrap_or(global);
-        let len = match layer.recs.get(&idx) {
-            Some(Rec::Data(d))
-                if policy.codec().is_some()
-                    && d.early().is_none()
-                    && d.raw().is_some_and(|b| !b.is_empty() && b.len() < rs && !is_zeros(b)) =>
-            {
-                d.len()
-            }
-            _ => {
-                keep.push((li, idx));
-                continue;
-            }
-        };
-        let g = match open.iter().position(|g| g.policy == policy) {
-            Some(g) => g,
-            None => {
-                open.push(Group { policy, jobs: Vec::new(), bytes: 0 });
-                open.len() - 1
-            }
-        };
-        let group = &mut open[g];
-        if group.bytes + len > rs {
-            groups.push((policy, std::mem::take(&mut group.jobs)));
-            group.bytes = 0;
-        }
-        group.jobs.push((li, idx));
-        group.bytes += len;
-    }
-    groups.extend(open.into_iter().map(|g| (g.policy, g.jobs)));
-    let mut plans = Vec::new();
-    for (policy, members) in groups {
-        if members.len() < MIN_MEMBERS {
-            keep.extend(members);
-            continue;
-        }
-        let mut buf = Vec::new();
-        let mut ms = Vec::with_capacity(members.len());
-        for (li, idx) in members {
-            let Some(Rec::Data(d)) = frozen[li].1.recs.get(&idx) else { unreachable!("selected above") };
-            let bytes = d.raw().expect("selected raw records only");
-            ms.push(Member { layer: li, idx, offset: buf.len() as u32, len: bytes.len() as u32, hash: xxh3_64(bytes) });
-            buf.extend_from_slice(bytes);
-        }
-        plans.push(Plan { policy, members: ms, buf: Arc::new(buf) });
-    }
-    keep.sort_unstable();
-    (keep, plans)
-}
-
-/// Stage 2: one compress job per bundle, its result sent on `tx` as job `(first + b, 0)`
-/// for bundle `b`. The caller queues the slots (urgent, with the txg's own).
-pub fn compress_jobs(inner: &Inner, plans: &[Plan], first: usize, tx: &Sender<CompressResult>) -> Vec<Arc<Slot>> {
-    plans
-        .iter()
-        .enumerate()
-        .map(|(b, p)| {
-            Slot::new(p.buf.clone(), p.policy, Arc::new(AtomicU32::new(0)), None, inner).forward_to(
-                tx.clone(),
-                first + b,
-                0,
-            )
-        })
-        .collect()
-}
-
-/// Stage 3: the bundle's stored bytes, from its compression result, and its members'
-/// extent pointers once `put` placed and queued those bytes (returning where).
-pub fn place(
-    inner: &Inner,
-    txg: u64,
-    plan: &Plan,
-    c: Compressed,
-    put: impl FnOnce(Payload) -> Result<squeezefs_meta::DeviceExtent>,
-) -> Result<(Vec<MemberPtr>, Option<NewBundle>)> {
-    let (alg, level, hash, payload) = match c {
-        // members are never all zeros (`select`), so neither is the bundle; should it be,
-        // every member reads as zeros, which is what a hole is
-        Compressed::Zeros => return Ok((plan.members.iter().map(|m| (m.layer, m.idx, None)).collect(), None)),
-        Compressed::Raw { hash } => {
-            (0u8, 0, hash, Payload::Owned(Arc::new(crate::outbuf::OutBytes::unpooled(plan.buf.to_vec()))))
-        }
-        Compressed::Packed { codec, bytes, hash } => (codec.alg.id(), codec.level, hash, Payload::Owned(bytes)),
-    };
-    let ext = put(payload)?;
-    let id = inner.bundles.alloc_id();
-    let logical = plan.buf.len() as u32;
-    let footprint = granule_bytes(u64::from(ext.psize), inner.granule);
-    let members = plan
-        .members
-        .iter()
-        .map(|m| {
-            let e = ExtentPtr {
-                logical: m.len,
-                alg,
-                level,
-                hash: m.hash,
-                birth: txg,
-                stored: StoredRecord::Bundled(BundleSlice {
-                    bundle: id,
-                    offset: m.offset,
-                    share: member_share(m.len, logical, footprint),
-                }),
-            };
-            (m.layer, m.idx, Some(e))
-        })
-        .collect();
-    let row = Bundle { alg, level, logical, hash, birth: txg, ext, members: plan.members.len() as u32 };
-    Ok((members, Some(NewBundle { id, row })))
-}
-
-/// Stage 6: the rows of the bundles this txg placed.
+/// Commit: the rows of the bundles this txg placed.
 pub fn insert_new(tx: &redb::WriteTransaction, new: &[NewBundle]) -> Result<()> {
     if new.is_empty() {
         return Ok(());
@@ -251,13 +246,13 @@ pub fn insert_new(tx: &redb::WriteTransaction, new: &[NewBundle]) -> Result<()> 
     let mut t = tx.open_table(tables::BUNDLES)?;
     for b in new {
         if t.insert(b.id, &b.row.encode()[..])?.is_some() {
-            return Err(EngineError::Corrupt(format!("bundle id {} is in use already (the store is damaged)", b.id)));
+            return Err(Corruption::BundleIdInUse { id: b.id }.into());
         }
     }
     Ok(())
 }
 
-/// Stage 6: one member gone per entry of `drops` (a bundle id). A bundle left without
+/// Commit: one member gone per entry of `drops` (a bundle id). A bundle left without
 /// members is deleted and its range goes to `frees` (device, offset, footprint). A drop
 /// naming a missing bundle, or more drops than members, means a damaged store: the commit
 /// fails (the pool suspends) rather than free space something may still point to.
@@ -278,17 +273,10 @@ pub fn apply_drops(
     for (id, n) in counts {
         let mut b = match t.get(id)? {
             Some(v) => Bundle::decode(v.value())?,
-            None => {
-                return Err(EngineError::Corrupt(format!(
-                    "a removed record lies in bundle {id}, which does not exist (the store is damaged)"
-                )))
-            }
+            None => return Err(Corruption::DropFromMissingBundle { id }.into()),
         };
         if n > b.members {
-            return Err(EngineError::Corrupt(format!(
-                "{n} records of bundle {id} removed, but it counts {} (the store is damaged)",
-                b.members
-            )));
+            return Err(Corruption::BundleOverdrawn { id, removed: n, members: b.members }.into());
         }
         b.members -= n;
         if b.members == 0 {
@@ -346,49 +334,4 @@ pub fn as_record(b: &Bundle) -> ExtentPtr {
         birth: b.birth,
         stored: StoredRecord::Device(b.ext),
     }
-}
-
-/// The slice `s` of its bundle, checked against its own checksum: `load` of a bundled
-/// record. The decoded bundle goes into the record cache, so the next members (the next
-/// small files of a directory) cost neither a device read nor a decode.
-pub fn load_member(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, s: BundleSlice) -> Result<Arc<Vec<u8>>> {
-    let off = record_start_byte(idx, inner.recordsize);
-    let b = {
-        let rx = inner.db.begin_read()?;
-        row(&rx, s.bundle)?
-    };
-    let Some(b) = b else {
-        // a pointer looked up before the commit that removed it and the bundle's last
-        // member: look it up again once
-        inner.ext_cache.invalidate(ino, Some(idx));
-        return match crate::read::extent(inner, ino, idx)? {
-            Some(e2) if e2 != *e => crate::read::load(inner, ino, idx, &e2),
-            _ => Err(EngineError::Corrupt(format!(
-                "inode {ino} offset {off}: its record lies in bundle {}, which does not exist",
-                s.bundle
-            ))),
-        };
-    };
-    let end = u64::from(s.offset) + u64::from(e.logical);
-    if end > u64::from(b.logical) || u64::from(b.logical) > inner.recordsize {
-        return Err(EngineError::Corrupt(format!(
-            "inode {ino} offset {off}: slice {}+{} of bundle {} ({} bytes; record size {})",
-            s.offset, e.logical, s.bundle, b.logical, inner.recordsize
-        )));
-    }
-    let whole = crate::read::load(inner, ino, idx, &as_record(&b))?;
-    let part = &whole[s.offset as usize..end as usize];
-    let h = xxh3_64(part);
-    if h != e.hash {
-        log::error!(
-            "checksum mismatch: inode {ino} file offset {off} (bytes {}..{end} of bundle {}): stored xxh3 {:016x}, computed {h:016x}",
-            s.offset,
-            s.bundle,
-            e.hash
-        );
-        return Err(EngineError::Checksum { ino, offset: off });
-    }
-    let mut out = inner.rec_cache.take_buffer(part.len());
-    out.copy_from_slice(part);
-    Ok(Arc::new(out))
 }

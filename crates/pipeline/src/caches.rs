@@ -1,4 +1,4 @@
-//! Read-side caches.
+//! Read-side caches ([`ReadCaches`]: everything the read path keeps between reads).
 //!
 //! * [`ExtentCache`]: (inode, record) → extent pointer (or "none": a hole), bounded by entry
 //!   count. Staleness guard: every commit that changes extents bumps `gen`; a lookup done
@@ -8,12 +8,83 @@
 //!   offset, checksum), bounded by bytes, evicted in insertion order (a CLOCK-free FIFO is
 //!   enough under the kernel page cache). Identity includes the checksum, so space reused
 //!   by a later record can never serve old bytes.
+//! * Read-ahead state: the end of each file's last read (sequential detection) and the
+//!   records a prefetch job decodes right now, so a reader waits for that decode instead
+//!   of doing it twice.
 
-use parking_lot::Mutex;
+use crate::locks::{Mutex, Rank};
+use parking_lot::Condvar;
+use rustc_hash::FxHashMap;
 use squeezefs_meta::{ExtentPtr, Ino};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// The read path's caches and read-ahead state.
+pub struct ReadCaches {
+    pub extents: ExtentCache,
+    pub records: RecordCache,
+    /// sequential-read detection: inode → end of its last read
+    readahead: Mutex<FxHashMap<Ino, u64>>,
+    /// prefetches decoding now (record keys), so one record is decoded once
+    prefetching: Mutex<HashSet<RecordKey>>,
+    /// notified whenever a prefetch finishes
+    prefetch_cv: Condvar,
+}
+
+impl ReadCaches {
+    pub fn new(record_bytes: usize) -> ReadCaches {
+        ReadCaches {
+            extents: ExtentCache::new(1 << 18),
+            records: RecordCache::new(record_bytes),
+            readahead: Mutex::new(Rank::Leaf, FxHashMap::default()),
+            prefetching: Mutex::new(Rank::Leaf, HashSet::new()),
+            prefetch_cv: Condvar::new(),
+        }
+    }
+
+    /// A read of `[off, end)` of `ino`: whether it continues the file's last read (or
+    /// starts the file), i.e. is sequential.
+    pub fn note_read(&self, ino: Ino, off: u64, end: u64) -> bool {
+        let mut ra = self.readahead.lock();
+        if ra.len() > 4096 {
+            ra.clear();
+        }
+        let seq = ra.get(&ino).is_some_and(|&e| e == off) || off == 0;
+        ra.insert(ino, end);
+        seq
+    }
+
+    /// The last read of `ino` ended at or past `pos`.
+    pub fn read_past(&self, ino: Ino, pos: u64) -> bool {
+        self.readahead.lock().get(&ino).is_some_and(|&e| e >= pos)
+    }
+
+    /// A prefetch job claims the decode of `k`; false if another one has it.
+    pub fn claim_prefetch(&self, k: RecordKey) -> bool {
+        self.prefetching.lock().insert(k)
+    }
+
+    /// The prefetch of `k` ended (decoded, failed or panicked): readers waiting go on.
+    pub fn end_prefetch(&self, k: &RecordKey) {
+        self.prefetching.lock().remove(k);
+        self.prefetch_cv.notify_all();
+    }
+
+    pub fn is_prefetching(&self, k: &RecordKey) -> bool {
+        self.prefetching.lock().contains(k)
+    }
+
+    /// Wait while a prefetch decodes `k` (it runs on a worker, which never waits for
+    /// anything; queued prefetches are not claimed, so a worker never waits for a job
+    /// queued behind itself).
+    pub fn wait_prefetch(&self, k: &RecordKey) {
+        let mut inflight = self.prefetching.lock();
+        while inflight.contains(k) {
+            inflight.wait_for(&self.prefetch_cv, std::time::Duration::from_millis(20));
+        }
+    }
+}
 
 pub struct ExtentCache {
     map: Mutex<BTreeMap<(Ino, u64), Option<ExtentPtr>>>,
@@ -23,7 +94,7 @@ pub struct ExtentCache {
 
 impl ExtentCache {
     pub fn new(max_entries: usize) -> ExtentCache {
-        ExtentCache { map: Mutex::new(BTreeMap::new()), max_entries, gen: AtomicU64::new(0) }
+        ExtentCache { map: Mutex::default(), max_entries, gen: AtomicU64::new(0) }
     }
 
     pub fn gen(&self) -> u64 {
@@ -90,9 +161,12 @@ struct RecInner {
 impl RecordCache {
     pub fn new(max_bytes: usize) -> RecordCache {
         RecordCache {
-            inner: Mutex::new(RecInner { map: HashMap::new(), order: VecDeque::new(), bytes: 0 }),
+            inner: Mutex::new(
+                crate::locks::Rank::Leaf,
+                RecInner { map: HashMap::new(), order: VecDeque::new(), bytes: 0 },
+            ),
             max_bytes,
-            spare: Mutex::new(Vec::new()),
+            spare: Mutex::default(),
         }
     }
 

@@ -10,10 +10,11 @@
 //! txg then fails) and the writer goes on with the next batch.
 //! Tunables: `MAX_BATCH_BYTES` (8 MiB: the most one batch, and one write, takes).
 
-use crate::dirty::{Layer, Rec};
+use crate::error::IoError;
 use crate::fault::Faults;
+use crate::locks::Mutex;
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Condvar;
 use squeezefs_device::{Device, DeviceStats};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -21,21 +22,18 @@ use std::time::Instant;
 
 pub const MAX_BATCH_BYTES: usize = 8 << 20;
 
-/// Bytes to write: owned (compressed output) or a raw record inside a frozen layer.
+/// Bytes to write, shared with their owner until written: compressed output, or the
+/// buffer of a record stored raw (a frozen layer's, never changed again).
 pub enum Payload {
     Owned(Arc<crate::outbuf::OutBytes>),
-    LayerRec { layer: Arc<Layer>, idx: u64 },
+    Raw(Arc<Vec<u8>>),
 }
 
 impl Payload {
     pub fn bytes(&self) -> &[u8] {
         match self {
             Payload::Owned(v) => v,
-            Payload::LayerRec { layer, idx } => match layer.recs.get(idx) {
-                // sync.rs queues raw payloads of raw records only (place() checks)
-                Some(Rec::Data(d)) => d.raw().unwrap_or_default(),
-                _ => &[],
-            },
+            Payload::Raw(v) => v,
         }
     }
 }
@@ -44,7 +42,7 @@ impl Payload {
 /// early_place.rs); the sync driver waits for zero.
 #[derive(Default, Debug)]
 pub struct Completion {
-    state: Mutex<(usize, Option<String>)>,
+    state: Mutex<(usize, Option<IoError>)>,
     cv: Condvar,
 }
 
@@ -52,7 +50,7 @@ impl Completion {
     pub fn add(&self, n: usize) {
         self.state.lock().0 += n;
     }
-    fn done(&self, err: Option<String>) {
+    fn done(&self, err: Option<IoError>) {
         let mut s = self.state.lock();
         s.0 -= 1;
         if s.1.is_none() {
@@ -68,15 +66,15 @@ impl Completion {
     }
 
     /// The first error so far, without waiting.
-    pub fn error(&self) -> Option<String> {
+    pub fn error(&self) -> Option<IoError> {
         self.state.lock().1.clone()
     }
 
     /// Wait for every write; the first error, if any.
-    pub fn wait(&self) -> Option<String> {
+    pub fn wait(&self) -> Option<IoError> {
         let mut s = self.state.lock();
         while s.0 > 0 {
-            self.cv.wait(&mut s);
+            s.wait(&self.cv);
         }
         s.1.clone()
     }
@@ -97,6 +95,11 @@ pub struct DevQueue {
 impl DevQueue {
     pub fn start(dev: Arc<dyn Device>, index: usize, faults: Arc<Faults>) -> DevQueue {
         let stats = Arc::new(DeviceStats::new());
+        // a device that measures how fast it takes data (a device file: its writeback) feeds
+        // the throughput figure itself; otherwise the writes' timing below does
+        if dev.measure_drain(stats.clone()) {
+            stats.drain_measured_by_device();
+        }
         let (tx, rx) = unbounded();
         let st = stats.clone();
         let thread = std::thread::Builder::new()
@@ -114,7 +117,7 @@ impl DevQueue {
                 // writer gone: complete with an error rather than hang the txg
                 let req = e.0;
                 self.stats.queued_sub(n);
-                req.done.done(Some("device writer stopped".into()));
+                req.done.done(Some(IoError::WriterStopped));
             }
         }
     }
@@ -140,7 +143,7 @@ impl Taken {
         self.0.as_ref().expect("a taken request is finished only once")
     }
 
-    fn finish(mut self, err: Option<String>) {
+    fn finish(mut self, err: Option<IoError>) {
         if let Some(r) = self.0.take() {
             r.done.done(err);
         }
@@ -150,7 +153,7 @@ impl Taken {
 impl Drop for Taken {
     fn drop(&mut self) {
         if let Some(r) = self.0.take() {
-            r.done.done(Some("the device writer panicked".into()));
+            r.done.done(Some(IoError::WriterPanicked));
         }
     }
 }
@@ -214,10 +217,7 @@ fn flush_run(dev: &dyn Device, stats: &DeviceStats, faults: &Faults, run: Vec<Ta
     };
     stats.record_write(total as u64, t0.elapsed());
     stats.queued_sub(total as u64);
-    let err = res.err().map(|e| match e {
-        squeezefs_device::DeviceError::Full { .. } => "no space".to_string(),
-        e => e.to_string(),
-    });
+    let err = res.err().map(|e| IoError::Device(Arc::new(e)));
     if let Some(e) = &err {
         log::error!("write of {total} bytes at {offset} on {} failed: {e}", dev.name());
     }
@@ -244,7 +244,7 @@ mod tests {
                 done: done.clone(),
             });
         }
-        assert_eq!(done.wait(), None);
+        assert!(done.wait().is_none());
         let snap = mem.snapshot();
         assert_eq!(&snap[0..100], &[1u8; 100][..]);
         assert_eq!(&snap[200..300], &[3u8; 100][..]);
@@ -315,7 +315,7 @@ mod tests {
         q.submit(req(1_000_000, 7, 6));
         q.submit(req(1000 + 3000 + 100_000 + 500, 1, 7));
         dev.gate.wait();
-        assert_eq!(done.wait(), None);
+        assert!(done.wait().is_none());
         let writes = dev.writes.lock().unwrap().clone();
         assert_eq!(writes, vec![(0, 10), (1000, 3000 + 100_000 + 500 + 1), (1_000_000, 7)]);
         let snap = dev.mem.snapshot();

@@ -13,13 +13,18 @@
 //! the commit stage once both layers are empty, and purged when the inode is deleted. A
 //! retired `FileData` is never used again: users re-look it up (`retired` flag).
 
-use crate::error::EngineError;
+use crate::accounting::{Accounting, Charge, LayerBytes};
+use crate::compress::Slot;
+use crate::early_place::{EarlyPlace, EarlyPlacement, EarlyRun};
+use crate::error::Corruption;
+use crate::locks::{Mutex, Rank};
 use crate::policy::Policy;
-use parking_lot::Mutex;
-use rustc_hash::FxHashMap;
+use crate::space::Space;
+use rustc_hash::{FxHashMap, FxHashSet};
 use squeezefs_codec::{Codec, Workspaces};
 use squeezefs_meta::Ino;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// One dirty record.
@@ -32,7 +37,7 @@ pub enum Rec {
 }
 
 /// The bytes of a dirty record, in one of two forms, plus, optionally, the
-/// early-compression slot started on exactly these bytes (early.rs).
+/// early-compression slot started on exactly these bytes (compress.rs, early.rs).
 ///
 /// Forms (`Body`):
 ///   RAW     the bytes themselves, in a record buffer;
@@ -55,7 +60,7 @@ pub enum Rec {
 #[derive(Debug, Default)]
 pub struct DataRec {
     body: Body,
-    early: Option<Arc<crate::early::Slot>>,
+    early: Option<Arc<Slot>>,
 }
 
 #[derive(Debug)]
@@ -81,24 +86,19 @@ pub struct PackedRec {
     /// length of the decoded record
     pub logical: usize,
     /// counts the record in the early-compression `ready` bytes until its txg takes it
-    pub ready: crate::early::ReadyCharge,
+    pub ready: Charge,
     /// where the record was placed and written while its layer was open (early_place.rs);
     /// dropping a placement its txg did not commit gives the space back
-    pub place: std::sync::OnceLock<crate::early_place::EarlyPlace>,
+    pub place: std::sync::OnceLock<EarlyPlace>,
 }
 
 impl PackedRec {
     /// The record's bytes (a read, or a change that must start from them).
     pub fn decode(&self, ws: &Workspaces) -> crate::Result<Vec<u8>> {
         let mut out = vec![0u8; self.logical];
-        let n = ws
-            .decompress(self.codec.alg, &self.bytes, &mut out)
-            .map_err(|e| EngineError::Corrupt(format!("a dirty record held compressed does not decode: {e}")))?;
+        let n = ws.decompress(self.codec.alg, &self.bytes, &mut out).map_err(Corruption::DirtyRecordUndecodable)?;
         if n != self.logical {
-            return Err(EngineError::Corrupt(format!(
-                "a dirty record held compressed decodes to {n} bytes, {} expected",
-                self.logical
-            )));
+            return Err(Corruption::DirtyRecordLength { got: n, want: self.logical }.into());
         }
         Ok(out)
     }
@@ -164,13 +164,13 @@ impl DataRec {
         }
     }
 
-    pub fn early(&self) -> Option<&Arc<crate::early::Slot>> {
+    pub fn early(&self) -> Option<&Arc<Slot>> {
         self.early.as_ref()
     }
 
     /// Attach a slot started on the current bytes (the caller holds the file lock and
     /// took `shared()` under the same hold).
-    pub fn set_early(&mut self, slot: Arc<crate::early::Slot>) {
+    pub fn set_early(&mut self, slot: Arc<Slot>) {
         self.early = Some(slot);
     }
 
@@ -194,21 +194,20 @@ impl DataRec {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Layer {
     pub recs: BTreeMap<u64, Rec>,
     /// Lower-layer records with index >= this are gone (truncation).
     pub trunc_floor: Option<u64>,
     /// File size (set when the layer is frozen).
     pub size: u64,
-    /// Bytes of record buffers held by this layer (dirty accounting).
-    pub bytes: u64,
+    /// Bytes of record buffers held by this layer (accounting.rs: changed there only).
+    pub bytes: LayerBytes,
     /// The run this layer's records are placed early into (early_place.rs); the sync stage
     /// places the layer's other records after them in it, then closes it. Locked only in
     /// the frozen layer (the open one is reached through the file lock, `get_mut`).
-    pub early_run: parking_lot::Mutex<Option<crate::early_place::EarlyRun>>,
-    /// records below this index were considered for early placement (early_place.rs
-    /// `place_in_order`)
+    pub early_run: Mutex<Option<EarlyRun>>,
+    /// records below this index were considered for early placement (`place_early`)
     pub early_next: u64,
     /// the file's compression when the layer was frozen (`FileData::policy`); `None`: the
     /// pool's
@@ -225,7 +224,60 @@ pub enum LayerView<'a> {
     Below,
 }
 
+impl Default for Layer {
+    fn default() -> Self {
+        Layer {
+            recs: BTreeMap::new(),
+            trunc_floor: None,
+            size: 0,
+            bytes: LayerBytes::default(),
+            early_run: Mutex::new(Rank::FrozenRun, None),
+            early_next: 0,
+            policy: None,
+        }
+    }
+}
+
 impl Layer {
+    /// Place and write the records of this open layer held PACKED and not placed yet
+    /// (early_place.rs), in file order: from `early_next`, through the packed records that
+    /// follow, up to the first record that is not held packed (raw, being filled,
+    /// compressed by nobody yet). A record packed out of order waits for the ones before
+    /// it, so one txg's records of a file lie on the device in file order (sequential
+    /// reads), as the sync stage places them. Records not placed here are placed by the
+    /// sync stage. The caller holds the file lock.
+    pub fn place_early(&mut self, early: &EarlyPlacement, space: &Space, acct: &Arc<Accounting>, max_inline: u64) {
+        if !early.allowed() {
+            return;
+        }
+        let mut next = self.early_next;
+        let mut todo: Vec<Arc<PackedRec>> = Vec::new();
+        // a small first record may go inline while it is the file's only one: it waits (and
+        // the records after it) until the layer holds a later record
+        let only_first = self.recs.range(1..).next().is_none();
+        for (&i, rec) in self.recs.range(self.early_next..) {
+            match rec {
+                Rec::Hole => {}
+                Rec::Data(d) => match d.packed_rec() {
+                    Some(p) if i == 0 && only_first && p.bytes.len() as u64 <= max_inline => break,
+                    Some(p) => {
+                        if p.place.get().is_none() {
+                            todo.push(p.clone());
+                        }
+                    }
+                    None => break,
+                },
+            }
+            next = i + 1;
+        }
+        self.early_next = next;
+        if todo.is_empty() {
+            return;
+        }
+        let cells: Vec<_> = todo.iter().map(|p| (&p.bytes, &p.place)).collect();
+        early.place(space, acct, self.early_run.get_mut(), &cells);
+    }
+
     pub fn view(&self, idx: u64) -> LayerView<'_> {
         match self.recs.get(&idx) {
             Some(Rec::Data(d)) => match d.packed_rec() {
@@ -286,11 +338,18 @@ impl FileData {
     /// Physical bytes for `st_blocks`: committed bytes plus dirty buffers (an upper bound
     /// until the txg commits).
     pub fn blocks_bytes(&self) -> u64 {
-        self.committed_blocks + self.open.bytes + self.syncing.as_ref().map_or(0, |l| l.bytes)
+        self.committed_blocks + self.open.bytes.get() + self.syncing.as_ref().map_or(0, |l| l.bytes.get())
     }
 }
 
 pub type FileRef = Arc<Mutex<FileData>>;
+
+/// Where a record lives: its file and record index (a background compression job packs its
+/// result there, early.rs).
+pub struct RecordHome {
+    pub file: std::sync::Weak<Mutex<FileData>>,
+    pub idx: u64,
+}
 
 const SHARDS: usize = 16;
 
@@ -301,7 +360,7 @@ pub struct FileTable {
 
 impl Default for FileTable {
     fn default() -> Self {
-        FileTable { shards: (0..SHARDS).map(|_| Mutex::new(FxHashMap::default())).collect() }
+        FileTable { shards: (0..SHARDS).map(|_| Mutex::new(Rank::FileShard, FxHashMap::default())).collect() }
     }
 }
 
@@ -323,7 +382,7 @@ impl FileTable {
             return Ok(f.clone());
         }
         let (size, blocks) = init()?;
-        let f = Arc::new(Mutex::new(FileData::new(size, blocks)));
+        let f = Arc::new(Mutex::new(Rank::File, FileData::new(size, blocks)));
         m.insert(ino, f.clone());
         Ok(f)
     }
@@ -342,19 +401,16 @@ impl FileTable {
         }
     }
 
-    /// Remove `ino` (deleted inode); returns the dirty bytes its open layer held.
-    pub fn purge(&self, ino: Ino) -> u64 {
+    /// Remove `ino` (deleted inode): its open layer's dirty bytes leave the accounting.
+    pub fn purge(&self, ino: Ino, acct: &Accounting) {
         let f = self.shard(ino).lock().remove(&ino);
-        match f {
-            Some(f) => {
-                let mut fd = f.lock();
-                fd.retired = true;
-                let b = fd.open.bytes;
-                fd.open = Layer::default();
-                fd.open_dirty = false;
-                b
-            }
-            None => 0,
+        if let Some(f) = f {
+            let mut fd = f.lock();
+            fd.retired = true;
+            let open = std::mem::take(&mut fd.open);
+            fd.open_dirty = false;
+            drop(fd);
+            acct.drop_layer(open.bytes);
         }
     }
 
@@ -364,6 +420,64 @@ impl FileTable {
             v.extend(s.lock().iter().map(|(k, f)| (*k, f.clone())));
         }
         v
+    }
+}
+
+/// The pool's dirty data: every file's layers, the inodes changed in the open txg, how many
+/// files the syncing txg holds, and the record buffers kept for reuse. Its bytes are
+/// counted in accounting.rs.
+pub struct DirtyData {
+    pub files: FileTable,
+    /// inodes with changes in the open txg
+    changed: Mutex<FxHashSet<Ino>>,
+    /// files whose layers the syncing txg holds (0 between txgs): write admission bounds the
+    /// short last records in flight with it
+    syncing_files: AtomicU64,
+    pub bufs: BufPool,
+}
+
+impl DirtyData {
+    /// `buf_bytes`: full-record buffers kept for reuse.
+    pub fn new(recordsize: u64, buf_bytes: usize) -> DirtyData {
+        DirtyData {
+            files: FileTable::default(),
+            changed: Mutex::new(Rank::DirtySet, FxHashSet::default()),
+            syncing_files: AtomicU64::new(0),
+            bufs: BufPool::new(recordsize as usize, buf_bytes),
+        }
+    }
+
+    /// `ino` changed in the open txg.
+    pub fn mark_changed(&self, ino: Ino) {
+        self.changed.lock().insert(ino);
+    }
+
+    /// Some inode changed in the open txg.
+    pub fn any_changed(&self) -> bool {
+        !self.changed.lock().is_empty()
+    }
+
+    pub fn is_changed(&self, ino: Ino) -> bool {
+        self.changed.lock().contains(&ino)
+    }
+
+    /// The inodes changed in the open txg, in order; the set starts empty again (quiesce).
+    pub fn take_changed(&self) -> Vec<Ino> {
+        let set = std::mem::take(&mut *self.changed.lock());
+        let mut v: Vec<Ino> = set.into_iter().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The syncing txg holds `n` files' layers (0: no txg syncs).
+    pub fn set_syncing_files(&self, n: usize) {
+        self.syncing_files.store(n as u64, Ordering::Relaxed);
+    }
+
+    /// Files with data in flight, plus one for a file about to be written: the open txg's
+    /// changed files and the syncing txg's (for bounds per file in flight).
+    pub fn files_in_flight(&self) -> u64 {
+        self.changed.lock().len() as u64 + self.syncing_files.load(Ordering::Relaxed) + 1
     }
 }
 
@@ -378,7 +492,7 @@ pub struct BufPool {
 
 impl BufPool {
     pub fn new(record: usize, max_bytes: usize) -> BufPool {
-        BufPool { bufs: Mutex::new(Vec::new()), record, max_bufs: max_bytes / record.max(1) }
+        BufPool { bufs: Mutex::new(Rank::Leaf, Vec::new()), record, max_bufs: max_bytes / record.max(1) }
     }
 
     /// An empty buffer with room for one record.

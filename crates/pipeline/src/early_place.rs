@@ -3,7 +3,7 @@
 //! device already (and its writeback started, devq.rs). The last txg of a stream then waits
 //! for the I/O of a few records instead of all of its data.
 //!
-//! Two space images (inner.rs). Placements, early or in the sync stage, are taken in the
+//! Two space images (space.rs). Placements, early or in the sync stage, are taken in the
 //! *live* image. The *durable* image is what the commits persist: the commit of a txg takes
 //! exactly the ranges of the records it points to (`DevSpace::alloc_exact`) and gives back
 //! its frees; the live image gets those frees only after the commit is durable. Hence:
@@ -35,20 +35,24 @@
 //! (`EARLY_ROOM_FACTOR` × max_dirty_bytes + `EARLY_ROOM_MIN`, refreshed per txg): near full,
 //! placement stays in the sync stage, which handles ENOSPC.
 //!
-//! Accounting: `Inner::placed_stored` counts an early placement's stored bytes from its
-//! placement until its txg commits (sync.rs) or it is dropped (here).
+//! Which records, and in what order, is the layer's business (dirty.rs
+//! `Layer::place_early`); this module places the records it is handed.
+//!
+//! Accounting: an early placement holds a `placed` charge (accounting.rs) of its stored
+//! bytes from its placement until its txg commits (sync.rs) or it is given up (here).
 //!
 //! Tunables: `EARLY_ROOM_FACTOR` (4), `EARLY_ROOM_MIN` (256 MiB).
 
+use crate::accounting::{Accounting, Charge, Counter, Event};
 use crate::alloc::{DevSpace, Run};
 use crate::devq::{Completion, Payload, WriteReq};
-use crate::dirty::{Layer, PackedRec, Rec};
-use crate::inner::Inner;
-use parking_lot::Mutex;
+use crate::locks::{Mutex, Rank};
+use crate::outbuf::OutBytes;
+use crate::space::Space;
 use squeezefs_control::choose_device;
 use squeezefs_meta::DeviceExtent;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 
 pub const EARLY_ROOM_FACTOR: u64 = 4;
 pub const EARLY_ROOM_MIN: u64 = 256 << 20;
@@ -66,19 +70,156 @@ struct Abandoned {
 }
 
 /// Early placements and run ends given up, waiting for the next txg (`reclaim`).
-#[derive(Default)]
 pub struct EarlySink {
     list: Mutex<Vec<Abandoned>>,
+}
+
+impl Default for EarlySink {
+    fn default() -> Self {
+        EarlySink { list: Mutex::new(Rank::Leaf, Vec::new()) }
+    }
 }
 
 impl EarlySink {
     fn push(&self, a: Abandoned) {
         self.list.lock().push(a);
     }
+}
 
-    /// Ranges waiting (tests).
+/// Early placement of the pool: whether it is on, and what was given up.
+pub struct EarlyPlacement {
+    /// early placements given up before their txg committed
+    sink: Arc<EarlySink>,
+    /// early placement is allowed: the pool's room is far above what dirty data can take
+    /// (refreshed per txg, `refresh_room`)
+    room: AtomicBool,
+    granule: u64,
+}
+
+impl EarlyPlacement {
+    pub fn new(granule: u64) -> EarlyPlacement {
+        EarlyPlacement { sink: Arc::default(), room: AtomicBool::new(false), granule }
+    }
+
+    /// Early placement is on (see the block comment).
+    pub fn allowed(&self) -> bool {
+        self.room.load(Ordering::Relaxed)
+    }
+
+    /// Ranges waiting for `reclaim` (tests).
     pub fn pending(&self) -> usize {
-        self.list.lock().len()
+        self.sink.list.lock().len()
+    }
+
+    /// Whether early placement is on: a writable pool that has not failed a txg, with room
+    /// (`placeable` bytes) far beyond what `max_dirty` bytes of dirty data can take. Called
+    /// as each txg starts and after a failed one.
+    pub fn refresh_room(&self, placeable: u64, max_dirty: u64, writable: bool, failed: bool) {
+        let want = EARLY_ROOM_FACTOR.saturating_mul(max_dirty).saturating_add(EARLY_ROOM_MIN);
+        let ok = !failed && writable && placeable >= want;
+        self.room.store(ok, Ordering::SeqCst);
+    }
+
+    /// Place and queue the writes of `todo` (stored bytes of records held PACKED in one open
+    /// layer, in file order, each with the cell its placement goes into) in the layer's
+    /// `run`, or in a new run on the device `choose_device` picks. Stops at the first record
+    /// that finds no room (the sync stage places the rest). The caller holds the file lock;
+    /// lock order: file, then the live space image.
+    pub fn place(
+        &self,
+        space: &Space,
+        acct: &Arc<Accounting>,
+        run: &mut Option<EarlyRun>,
+        todo: &[(&Arc<OutBytes>, &OnceLock<EarlyPlace>)],
+    ) {
+        let mut placed = Vec::with_capacity(todo.len());
+        {
+            let mut live = space.live();
+            for (bytes, cell) in todo {
+                let stored = bytes.len() as u64;
+                // no room: the sync stage places the rest
+                let Some((dev, offset)) = self.alloc(space, &mut live, run, stored) else { break };
+                placed.push((*bytes, *cell, dev, offset));
+            }
+        }
+        acct.record(Event::PlacedEarly(placed.len() as u64));
+        for (bytes, cell, dev, offset) in placed {
+            let stored = bytes.len() as u64;
+            let charge = acct.charge(Counter::Placed, stored);
+            // a completion of its own: giving the record up waits for this write only
+            let done = Arc::new(Completion::default());
+            done.add(1);
+            space.submit(dev, WriteReq { offset, payload: Payload::Owned(bytes.clone()), done: done.clone() });
+            let e = EarlyPlace {
+                ext: DeviceExtent { dev: dev as u32, offset, psize: stored as u32 },
+                footprint: crate::units::granule_bytes(stored, self.granule),
+                state: AtomicU8::new(VALID),
+                done,
+                sink: self.sink.clone(),
+                placed: charge,
+            };
+            // only this function sets it, under the file lock, for records found unset
+            let _ = cell.set(e);
+        }
+    }
+
+    /// Space for `stored` bytes in the layer's run, or in a new run on the device
+    /// `choose_device` picks (the old run's unused end goes to the sink).
+    fn alloc(
+        &self,
+        space: &Space,
+        live: &mut [DevSpace],
+        run: &mut Option<EarlyRun>,
+        stored: u64,
+    ) -> Option<(usize, u64)> {
+        if let Some(r) = run.as_mut() {
+            if let Some(off) = live[r.dev].alloc_in(&mut r.run, stored) {
+                return Some((r.dev, off));
+            }
+        }
+        let need = crate::units::granule_bytes(stored, self.granule).max(1);
+        // a growable device has the room of its own host filesystem (lock order: live
+        // space, then host space)
+        let host = space.host_rooms();
+        let mut views = space.device_views(live, |i| host.get(i).copied().flatten().map_or(0, |h| h.free));
+        loop {
+            let dev = choose_device(&views, need)?;
+            let mut fresh = None;
+            match live[dev].alloc_in(&mut fresh, stored) {
+                Some(off) => {
+                    // dropping the old run hands its unused end to the sink
+                    *run = Some(EarlyRun { dev, run: fresh, sink: self.sink.clone() });
+                    return Some((dev, off));
+                }
+                None => views[dev].free_bytes = 0,
+            }
+        }
+    }
+
+    /// Give the abandoned ranges back to the live image, each once its write has finished: a
+    /// range is never handed out again while a write into it may still land. The sync driver
+    /// calls it as a txg starts and after its commit without waiting (ranges still being
+    /// written stay for the next call), and at shutdown with `wait` (each waits for its own
+    /// write, queued already, so the wait is bounded by the device queue).
+    pub fn reclaim(&self, space: &Space, wait: bool) {
+        let list = std::mem::take(&mut *self.sink.list.lock());
+        if list.is_empty() {
+            return;
+        }
+        let (ready, busy): (Vec<Abandoned>, Vec<Abandoned>) = list.into_iter().partition(|a| {
+            a.done.as_ref().is_none_or(|d| {
+                if wait {
+                    // its error, if any, failed (or fails) the txg that used the placement
+                    let _ = d.wait();
+                }
+                d.is_idle()
+            })
+        });
+        if !busy.is_empty() {
+            self.sink.list.lock().extend(busy);
+        }
+        let ranges: Vec<(u32, u64, u64)> = ready.iter().map(|a| (a.dev, a.offset, a.footprint)).collect();
+        space.give_back(&ranges);
     }
 }
 
@@ -89,7 +230,8 @@ pub struct EarlyPlace {
     state: AtomicU8,
     done: Arc<Completion>,
     sink: Arc<EarlySink>,
-    placed: Arc<AtomicU64>,
+    /// the stored bytes, counted as placed until committed or given up
+    placed: Charge,
 }
 
 impl std::fmt::Debug for EarlyPlace {
@@ -105,6 +247,12 @@ impl EarlyPlace {
         self.state.load(Ordering::SeqCst) == VALID && self.done.error().is_none()
     }
 
+    /// The txg keeping this placement is about to release its dirty bytes: its stored
+    /// bytes stop counting as placed (accounting.rs: before the release).
+    pub fn uncount(&self) {
+        self.placed.take();
+    }
+
     /// Its txg committed a pointer to it (sync driver, after the durable commit).
     pub fn set_committed(&self) {
         self.state.store(COMMITTED, Ordering::SeqCst);
@@ -115,15 +263,13 @@ impl EarlyPlace {
         &self.done
     }
 
-    /// VALID → ABANDONED: the range goes to the sink, its bytes out of `placed_stored`.
+    /// VALID → ABANDONED: the range goes to the sink, its bytes out of `placed`.
     /// Does nothing in any other state (committed, or given up already).
     pub fn abandon(&self) {
         if self.state.compare_exchange(VALID, ABANDONED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
             return;
         }
-        let n = u64::from(self.ext.psize);
-        let prev = self.placed.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| Some(p.saturating_sub(n)));
-        debug_assert!(prev.is_ok_and(|p| p >= n), "placed_stored {prev:?} < {n}: a placement subtracted twice");
+        self.placed.take();
         self.sink.push(Abandoned {
             dev: self.ext.dev,
             offset: self.ext.offset,
@@ -160,14 +306,14 @@ impl EarlyRun {
 
     /// Space for `stored` bytes in this run (the sync stage places a frozen layer's other
     /// records after its early ones); `None` when its device has no room left.
-    pub fn alloc(&mut self, space: &mut [DevSpace], stored: u64) -> Option<(usize, u64)> {
-        space[self.dev].alloc_in(&mut self.run, stored).map(|off| (self.dev, off))
+    pub fn alloc(&mut self, live: &mut [DevSpace], stored: u64) -> Option<(usize, u64)> {
+        live[self.dev].alloc_in(&mut self.run, stored).map(|off| (self.dev, off))
     }
 
     /// End the run now: its unused end goes back to the live image at once (no write went
     /// there).
-    pub fn close(mut self, space: &mut [DevSpace]) {
-        space[self.dev].close_run_of(self.run.take());
+    pub fn close(mut self, live: &mut [DevSpace]) {
+        live[self.dev].close_run_of(self.run.take());
     }
 }
 
@@ -180,141 +326,4 @@ impl Drop for EarlyRun {
             }
         }
     }
-}
-
-/// Whether early placement is on: a writable pool that has not failed a txg, with room far
-/// beyond what dirty data can take. Called as each txg starts and after a failed one.
-pub fn refresh_room(inner: &Inner, failed: bool) {
-    let want = EARLY_ROOM_FACTOR.saturating_mul(inner.opts.max_dirty_bytes).saturating_add(EARLY_ROOM_MIN);
-    let ok = !failed && !inner.read_only && inner.placeable_bytes() >= want;
-    inner.early_room.store(ok, Ordering::SeqCst);
-}
-
-/// Place and queue the writes of the records of `layer` (the open layer of a file; the
-/// caller holds the file lock, lock order: file, then space) held PACKED and not placed
-/// yet, in file order: from `Layer::early_next`, through the packed records that follow,
-/// up to the first record that is not held packed (raw, being filled, compressed by
-/// nobody yet). A record packed out of order waits for the ones before it, so one txg's
-/// records of a file lie on the device in file order (sequential reads), as the sync stage
-/// places them. Records not placed here are placed by the sync stage.
-pub fn place_in_order(inner: &Inner, layer: &mut Layer) {
-    if !inner.early_room.load(Ordering::Relaxed) {
-        return;
-    }
-    let mut next = layer.early_next;
-    let mut todo: Vec<(u64, Arc<PackedRec>)> = Vec::new();
-    // a small first record may go inline while it is the file's only one: it waits (and
-    // the records after it) until the layer holds a later record
-    let only_first = layer.recs.range(1..).next().is_none();
-    for (&i, rec) in layer.recs.range(layer.early_next..) {
-        match rec {
-            Rec::Hole => {}
-            Rec::Data(d) => match d.packed_rec() {
-                Some(p) if i == 0 && only_first && p.bytes.len() as u64 <= inner.max_inline => break,
-                Some(p) => {
-                    if p.place.get().is_none() {
-                        todo.push((i, p.clone()));
-                    }
-                }
-                None => break,
-            },
-        }
-        next = i + 1;
-    }
-    layer.early_next = next;
-    if todo.is_empty() {
-        return;
-    }
-    let mut placed = Vec::with_capacity(todo.len());
-    {
-        let mut space = inner.space.lock();
-        for (_, p) in todo {
-            let stored = p.bytes.len() as u64;
-            // no room: the sync stage places the rest
-            let Some((dev, offset)) = alloc_for_layer(inner, &mut space, layer.early_run.get_mut(), stored) else {
-                break;
-            };
-            placed.push((p, dev, offset));
-        }
-    }
-    inner.compress_q.counters.placed_early.fetch_add(placed.len() as u64, Ordering::Relaxed);
-    for (p, dev, offset) in placed {
-        let stored = p.bytes.len() as u64;
-        inner.placed_stored.fetch_add(stored, Ordering::SeqCst);
-        // a completion of its own: giving the record up waits for this write only
-        let done = Arc::new(Completion::default());
-        done.add(1);
-        inner.devs[dev].queue.submit(WriteReq { offset, payload: Payload::Owned(p.bytes.clone()), done: done.clone() });
-        let e = EarlyPlace {
-            ext: DeviceExtent { dev: dev as u32, offset, psize: stored as u32 },
-            footprint: crate::units::granule_bytes(stored, inner.granule),
-            state: AtomicU8::new(VALID),
-            done,
-            sink: inner.early.clone(),
-            placed: inner.placed_stored.clone(),
-        };
-        // only this function sets it, under the file lock, for records it found unset
-        let _ = p.place.set(e);
-    }
-}
-
-/// Space for `stored` bytes in the layer's run, or in a new run on the device
-/// `choose_device` picks (the old run's unused end goes to the sink).
-fn alloc_for_layer(
-    inner: &Inner,
-    space: &mut [DevSpace],
-    run: &mut Option<EarlyRun>,
-    stored: u64,
-) -> Option<(usize, u64)> {
-    if let Some(r) = run.as_mut() {
-        if let Some(off) = space[r.dev].alloc_in(&mut r.run, stored) {
-            return Some((r.dev, off));
-        }
-    }
-    let need = crate::units::granule_bytes(stored, inner.granule).max(1);
-    // a growable device has the room of its own host filesystem (lock order: space, then
-    // host_space)
-    let host: Vec<u64> = {
-        let hs = inner.host_space.lock();
-        (0..inner.devs.len()).map(|i| hs.get(i).copied().flatten().map_or(0, |h| h.free)).collect()
-    };
-    let mut views = crate::sync::device_views(inner, space, |i| host[i]);
-    loop {
-        let dev = choose_device(&views, need)?;
-        let mut fresh = None;
-        match space[dev].alloc_in(&mut fresh, stored) {
-            Some(off) => {
-                // dropping the old run hands its unused end to the sink
-                *run = Some(EarlyRun { dev, run: fresh, sink: inner.early.clone() });
-                return Some((dev, off));
-            }
-            None => views[dev].free_bytes = 0,
-        }
-    }
-}
-
-/// Give the abandoned ranges back to the live image, each once its write has finished: a
-/// range is never handed out again while a write into it may still land. The sync driver
-/// calls it as a txg starts and after its commit without waiting (ranges still being written
-/// stay for the next call), and at shutdown with `wait` (each waits for its own write,
-/// queued already, so the wait is bounded by the device queue).
-pub fn reclaim(inner: &Inner, wait: bool) {
-    let list = std::mem::take(&mut *inner.early.list.lock());
-    if list.is_empty() {
-        return;
-    }
-    let (ready, busy): (Vec<Abandoned>, Vec<Abandoned>) = list.into_iter().partition(|a| {
-        a.done.as_ref().is_none_or(|d| {
-            if wait {
-                // its error, if any, failed (or fails) the txg that used the placement
-                let _ = d.wait();
-            }
-            d.is_idle()
-        })
-    });
-    if !busy.is_empty() {
-        inner.early.list.lock().extend(busy);
-    }
-    let ranges: Vec<(u32, u64, u64)> = ready.iter().map(|a| (a.dev, a.offset, a.footprint)).collect();
-    crate::sync::free_live(inner, &ranges);
 }

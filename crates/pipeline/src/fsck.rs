@@ -22,7 +22,7 @@
 
 use crate::error::Result;
 use crate::inner::Inner;
-use crate::sync::extent_footprint;
+use crate::units::extent_footprint;
 use crate::units::{record_len_in_file, records_for_size, MAX_FILE_SIZE};
 use redb::ReadableTable;
 use serde::Serialize;
@@ -53,13 +53,30 @@ impl FsckReport {
     }
 }
 
+/// Check the committed pool (see the block comment); a writable pool first commits what it
+/// holds, since the persisted space map matches the extents at commit points.
 pub fn fsck(inner: &Inner) -> Result<FsckReport> {
-    if !inner.read_only && inner.txg.error().is_none() {
-        // the persisted space map matches the extents at commit points: get to one
-        inner.txg.sync_and_wait(inner)?;
+    if !inner.read_only && inner.txg.halt_cause().is_none() {
+        inner.txg.sync_and_wait(&inner.dirty)?;
     }
     let mut r = FsckReport::default();
     let rx = inner.db.begin_read()?;
+    let inodes = load_inodes(&rx, &mut r)?;
+    check_device_count(inner, &rx, &mut r)?;
+    if !inodes.get(&ROOT_INO).is_some_and(|a| a.kind == FileKind::Dir) {
+        r.problems.push("root inode 1 is missing or not a directory".into());
+    }
+    let names = check_names(&rx, &inodes, &mut r)?;
+    check_links(&rx, &inodes, &names, &mut r)?;
+    let (mut exts, blocks, bundled) = check_extents(inner, &rx, &inodes, &mut r)?;
+    check_blocks(&inodes, &blocks, &mut r);
+    check_bundles(inner, &rx, bundled, &mut exts, &mut r)?;
+    check_space(inner, &rx, &mut exts, &mut r)?;
+    Ok(r)
+}
+
+/// Every inode record that decodes.
+fn load_inodes(rx: &redb::ReadTransaction, r: &mut FsckReport) -> Result<BTreeMap<Ino, InodeAttr>> {
     let mut inodes: BTreeMap<Ino, InodeAttr> = BTreeMap::new();
     for row in rx.open_table(tables::INODES)?.iter()? {
         let (k, v) = row?;
@@ -77,11 +94,18 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
                 .push(format!("inode {ino}: size {} is above the largest file size ({MAX_FILE_SIZE} bytes)", a.size));
         }
     }
-    check_device_count(inner, &rx, &mut r)?;
-    if !inodes.get(&ROOT_INO).is_some_and(|a| a.kind == FileKind::Dir) {
-        r.problems.push("root inode 1 is missing or not a directory".into());
-    }
-    // namespace
+    Ok(inodes)
+}
+
+/// Names counted per inode (`links`) and subdirectories per directory, from the dirents.
+struct Names {
+    links: HashMap<Ino, u32>,
+    subdirs: HashMap<Ino, u32>,
+}
+
+/// Dirents point to live inodes of the right kind; each dirent has its cookie row and vice
+/// versa.
+fn check_names(rx: &redb::ReadTransaction, inodes: &BTreeMap<Ino, InodeAttr>, r: &mut FsckReport) -> Result<Names> {
     let mut links: HashMap<Ino, u32> = HashMap::new();
     let mut subdirs: HashMap<Ino, u32> = HashMap::new();
     let mut cookies_seen: HashSet<(Ino, u64)> = HashSet::new();
@@ -131,6 +155,18 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
     for (dir, cookie) in cookies_seen {
         r.problems.push(format!("directory {dir}: an entry's cookie {cookie} has no listing row"));
     }
+    Ok(Names { links, subdirs })
+}
+
+/// Link counts match the names (directories: 2 + subdirectories); every inode is reachable
+/// or an orphan; symlinks have targets.
+fn check_links(
+    rx: &redb::ReadTransaction,
+    inodes: &BTreeMap<Ino, InodeAttr>,
+    names: &Names,
+    r: &mut FsckReport,
+) -> Result<()> {
+    let (links, subdirs) = (&names.links, &names.subdirs);
     let mut orphan_set = HashSet::new();
     for row in rx.open_table(tables::ORPHANS)?.iter()? {
         let ino = row?.0.value();
@@ -142,13 +178,13 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
         }
     }
     let symlinks = rx.open_table(tables::SYMLINKS)?;
-    for (ino, a) in &inodes {
+    for (ino, a) in inodes {
         let n = links.get(ino).copied().unwrap_or(0);
         if a.kind == FileKind::Dir {
             r.directories += 1;
             // an rmdir'ed directory the kernel still referenced stays as an orphan (no name,
             // link count 0) until its last reference goes, or until the next open after a
-            // crash (tests/orphan_dir.rs in the fs crate)
+            // crash
             if n == 0 && a.nlink == 0 && orphan_set.contains(ino) {
                 continue;
             }
@@ -170,13 +206,34 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
             r.problems.push(format!("symlink {ino} has no target"));
         }
     }
-    // extents and space
-    // per device: (offset, footprint, owner, birth txg) of every device extent and bundle
-    let mut per_dev: Vec<Vec<(u64, u64, Owner, u64)>> = vec![Vec::new(); inner.devs.len()];
-    // per bundle: (offset in the bundle, length, inode, record index) of its records
-    let mut bundled: BTreeMap<u64, Vec<(u64, u64, Ino, u64)>> = BTreeMap::new();
+    Ok(())
+}
+
+/// What `check_extents` found on the devices, indexed by device.
+struct DeviceExtents {
+    /// per device: (offset, footprint, owner, birth txg) of every device extent and bundle
+    per_dev: Vec<Vec<(u64, u64, Owner, u64)>>,
+    /// per device: the end of the stored bytes that reach furthest, and whose they are
+    reach: Vec<Option<(u64, Ino)>>,
+}
+
+/// Per bundle id: (offset in the bundle, length, inode, record index) of the records
+/// pointing into it.
+type BundleRefs = BTreeMap<u64, Vec<(u64, u64, Ino, u64)>>;
+
+/// Extents belong to an existing inode, lie below its size and on a sector in pools without
+/// byte packing; returns the device extents, the bytes each inode's extents occupy, and the
+/// records lying in bundles.
+fn check_extents(
+    inner: &Inner,
+    rx: &redb::ReadTransaction,
+    inodes: &BTreeMap<Ino, InodeAttr>,
+    r: &mut FsckReport,
+) -> Result<(DeviceExtents, HashMap<Ino, u64>, BundleRefs)> {
+    let mut per_dev: Vec<Vec<(u64, u64, Owner, u64)>> = vec![Vec::new(); inner.space.devs().len()];
+    let mut bundled = BundleRefs::new();
     // per device: the end of the stored bytes that reach furthest, and whose they are
-    let mut reach: Vec<Option<(u64, Ino)>> = vec![None; inner.devs.len()];
+    let mut reach: Vec<Option<(u64, Ino)>> = vec![None; inner.space.devs().len()];
     let mut blocks: HashMap<Ino, u64> = HashMap::new();
     for row in rx.open_table(tables::EXTENTS)?.iter()? {
         let (k, v) = row?;
@@ -232,16 +289,31 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
             }
         }
     }
-    check_bundles(inner, &rx, bundled, &mut per_dev, &mut reach, &mut r)?;
-    for (ino, a) in &inodes {
+    Ok((DeviceExtents { per_dev, reach }, blocks, bundled))
+}
+
+/// Each inode's `blocks_bytes` equals the bytes of its extents.
+fn check_blocks(inodes: &BTreeMap<Ino, InodeAttr>, blocks: &HashMap<Ino, u64>, r: &mut FsckReport) {
+    for (ino, a) in inodes {
         let b = blocks.get(ino).copied().unwrap_or(0);
         if a.blocks_bytes != b {
             r.problems.push(format!("inode {ino}: blocks_bytes {} but its extents occupy {b}", a.blocks_bytes));
         }
     }
+}
+
+/// Per device: extents and free ranges lie in the data area below the allocation end,
+/// never overlap, leave no byte unaccounted (no leak); free ranges are merged; records of
+/// different txgs never share a sector.
+fn check_space(
+    inner: &Inner,
+    rx: &redb::ReadTransaction,
+    exts_of: &mut DeviceExtents,
+    r: &mut FsckReport,
+) -> Result<()> {
     let ft = rx.open_table(tables::FREE_SPACE)?;
     let dt = rx.open_table(tables::DEVICES)?;
-    for (dev, exts) in per_dev.iter_mut().enumerate() {
+    for (dev, (exts, reach)) in exts_of.per_dev.iter_mut().zip(&exts_of.reach).enumerate() {
         let rec = match dt.get(dev as u32)? {
             Some(v) => DeviceRecord::decode(v.value())?,
             None => {
@@ -250,9 +322,9 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
             }
         };
         let end = rec.alloc_end;
-        let slot = &inner.devs[dev];
+        let slot = &inner.space.devs()[dev];
         let len = slot.dev.len();
-        if let Some((data_end, ino)) = reach[dev].filter(|&(e, _)| e > len) {
+        if let Some((data_end, ino)) = (*reach).filter(|&(e, _)| e > len) {
             r.problems.push(format!(
                 "device {dev} ({}) is {len} bytes, but the pool keeps data on it up to byte {data_end} (inode \
                  {ino}; allocation end {end}): the device was truncated below its allocation end, and the \
@@ -322,7 +394,7 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
             ));
         }
     }
-    Ok(r)
+    Ok(())
 }
 
 /// What owns a range of a device.
@@ -341,17 +413,16 @@ impl std::fmt::Display for Owner {
     }
 }
 
-/// Bundles against the records pointing into them (`bundled`: per bundle id, (offset,
-/// length, inode, record index) of each); each bundle's range goes into `per_dev` and
-/// `reach` for the space checks.
+/// Bundles against the records pointing into them (`bundled`); each bundle's range goes
+/// into `exts` for the space checks.
 fn check_bundles(
     inner: &Inner,
     rx: &redb::ReadTransaction,
-    mut bundled: BTreeMap<u64, Vec<(u64, u64, Ino, u64)>>,
-    per_dev: &mut [Vec<(u64, u64, Owner, u64)>],
-    reach: &mut [Option<(u64, Ino)>],
+    mut bundled: BundleRefs,
+    exts: &mut DeviceExtents,
     r: &mut FsckReport,
 ) -> Result<()> {
+    let DeviceExtents { per_dev, reach } = exts;
     for (id, row) in crate::bundle::all(rx)? {
         let mut refs = bundled.remove(&id).unwrap_or_default();
         let b = match row {
@@ -430,7 +501,7 @@ fn check_device_count(inner: &Inner, rx: &redb::ReadTransaction, r: &mut FsckRep
     if rows != u64::from(count) {
         r.problems.push(format!("the superblock names {count} devices but the devices table holds {rows}"));
     }
-    for (i, slot) in inner.devs.iter().enumerate() {
+    for (i, slot) in inner.space.devs().iter().enumerate() {
         match squeezefs_device::read_header(&*slot.dev) {
             Ok(h) if h.device_count != count => r.problems.push(format!(
                 "device {i} ({}): its header says the pool has {} devices, the superblock says {count}",

@@ -7,7 +7,7 @@
 //!   durable at the next txg commit; `fsync(ino)` returns only after a commit covering it.
 //! * The engine knows nothing of POSIX permissions; the fs core checks them.
 //!
-//! Durability model (DESIGN.md §10): every `meta_write` is one atomic change of the
+//! Durability model (docs/design.md §5): every `meta_write` is one atomic change of the
 //! in-memory namespace delta (nsdelta.rs; visible at once, no redb transaction); every txg
 //! ends with one durable redb commit that carries the txg's extent pointers, sizes and freed
 //! space and, with them, every namespace change made before it. A crash leaves the pool at the last
@@ -20,17 +20,26 @@
 //! Dropping an [`Engine`] without [`Engine::close`] behaves like a crash of the data path:
 //! dirty data not yet committed is lost (tests use this to check `fsync`).
 
+mod accounting;
 mod alloc;
 mod bundle;
 mod caches;
+mod commit;
+mod compress;
 mod devq;
 mod dirty;
+mod driver;
 mod early;
 mod early_place;
 mod error;
 mod fault;
+#[cfg(test)]
+mod fault_tests;
 pub mod fsck;
 mod inner;
+mod levels;
+mod locks;
+mod meta_compact;
 mod meta_space;
 mod metadb;
 mod metatx;
@@ -40,9 +49,11 @@ mod outbuf;
 mod policy;
 mod pool;
 pub mod pool_lock;
+mod qos;
 mod read;
 pub mod scrub;
 mod snapshot;
+mod space;
 mod sync;
 mod throttle;
 mod txg;
@@ -51,16 +62,23 @@ mod usage;
 mod workers;
 mod write;
 
-pub use early::EarlyStats;
-pub use error::{EngineError, Result};
+pub use accounting::EarlyStats;
+pub use error::{Corruption, EngineError, Internal, InvalidArg, IoError, PanicSite, PoolError, Result};
 pub use metatx::MetaTx;
-pub use options::{MkfsOptions, OpenOptions, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE};
+pub use options::{
+    MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_QOS_BURST, DEFAULT_RECORDSIZE,
+    META_FILE, QOS_BURST_RANGE,
+};
 pub use policy::ADAPTIVE_PLACEHOLDER;
-pub use pool::{now, DEFAULT_DEVICE_FILE, META_FILE};
+pub use pool::now;
+pub use qos::{QosAdmit, QosTree, TREE_BACKLOG_MIN_BYTES, TREE_BACKLOG_SECS};
 pub use read::PREFETCH_RECORDS;
+pub use space::DeviceStatus;
+pub use squeezefs_control::qos::{QosError, StatsRow as QosStatsRow, TreeId, TreeInfo, NO_TREE};
 pub use squeezefs_device::{Device, DeviceStatsSnapshot};
 pub use squeezefs_meta::{Bundle, BundleSlice, DeviceExtent, ExtentPtr, StoredRecord};
 pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
+pub use usage::UsageRow;
 
 use inner::Inner;
 use parking_lot::Mutex;
@@ -81,31 +99,6 @@ pub struct StatFs {
     pub avail_bytes: u64,
     pub sector: u32,
     pub inodes: u64,
-}
-
-/// One row of `squeezefs stats` (compsize columns).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UsageRow {
-    pub alg: squeezefs_codec::Algorithm,
-    pub level: i32,
-    /// bytes on disk
-    pub disk_bytes: u64,
-    /// bytes before compression
-    pub uncompressed_bytes: u64,
-    /// logical bytes referenced by files
-    pub referenced_bytes: u64,
-}
-
-/// What the controllers and `squeezefs stats` see of one device.
-#[derive(Clone, Debug)]
-pub struct DeviceStatus {
-    pub index: u32,
-    pub name: String,
-    pub stats: DeviceStatsSnapshot,
-    /// bytes allocated to records
-    pub used_bytes: u64,
-    /// free bytes; `None` for a growable device file
-    pub free_bytes: Option<u64>,
 }
 
 /// Pool-wide parameters fixed at mkfs.
@@ -138,19 +131,19 @@ impl Engine {
     /// injection). The metadata store is still `meta.redb` in `pool`.
     pub fn mkfs_with_devices(pool: &Path, devices: Vec<Arc<dyn Device>>, opts: &MkfsOptions) -> Result<()> {
         if devices.is_empty() {
-            return Err(EngineError::Invalid("mkfs_with_devices needs at least one device".into()));
+            return Err(error::InvalidArg::NoDevices.into());
         }
         pool::mkfs(pool, opts, Some(devices))
     }
 
-    /// Compact the metadata store of a closed pool (pool.rs `compact_meta`): (length before,
-    /// length after) of `meta.redb`.
+    /// Compact the metadata store of a closed pool (meta_compact.rs): (length before, length
+    /// after) of `meta.redb`.
     pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
-        pool::compact_meta(pool)
+        meta_compact::compact_meta(pool)
     }
 
-    /// Open a pool. Another process holding it gives [`EngineError::PoolInUse`], or
-    /// [`EngineError::PoolClosing`] while that process is closing it (try again shortly).
+    /// Open a pool. Another process holding it gives [`PoolError::InUse`], or
+    /// [`PoolError::Closing`] while that process is closing it (try again shortly).
     pub fn open(pool: &Path, opts: &OpenOptions) -> Result<Arc<Engine>> {
         Self::start(pool::open(pool, opts, None)?)
     }
@@ -177,8 +170,8 @@ impl Engine {
             Some(
                 std::thread::Builder::new()
                     .name("sqz-txg".into())
-                    .spawn(move || txg::driver(i2))
-                    .map_err(|e| EngineError::Other(format!("cannot start the txg driver: {e}")))?,
+                    .spawn(move || driver::driver(i2))
+                    .map_err(EngineError::Spawn)?,
             )
         };
         Ok(Arc::new(Engine {
@@ -191,19 +184,18 @@ impl Engine {
     /// Stop changing the pool after a failure whose effect on the engine's state is unknown
     /// (a panic caught at the FUSE edge): from now on writes, syncs and fsyncs fail with
     /// `Suspended`; what the last commit made durable stays, and `close` still works.
-    pub fn suspend(&self, why: &str) {
-        log::error!("{why}; pool suspended at txg {} (changes after it are not saved)", self.inner.txg.synced());
-        self.inner.suspend(why.to_string());
+    pub fn suspend(&self, cause: EngineError) {
+        self.inner.suspend(cause);
     }
 
     /// Make the next pass through the named place panic once (fault.rs `Site` names:
     /// compress, decode, device-write, txg). Test builds only.
     #[cfg(any(test, feature = "fault-injection"))]
     pub fn inject_panic(&self, site: &str) -> Result<()> {
-        let s = fault::Site::ALL.into_iter().find(|s| s.name() == site).ok_or_else(|| {
-            let names: Vec<&str> = fault::Site::ALL.iter().map(|s| s.name()).collect();
-            EngineError::Invalid(format!("no panic site {site:?} (sites: {})", names.join(", ")))
-        })?;
+        let s = fault::Site::ALL
+            .into_iter()
+            .find(|s| s.name() == site)
+            .ok_or(error::InvalidArg::UnknownPanicSite { sites: fault::Site::NAMES })?;
         self.inner.faults.arm(s);
         Ok(())
     }
@@ -219,10 +211,11 @@ impl Engine {
         if let Some(h) = self.driver.lock().take() {
             self.inner.txg.shutdown();
             let _ = h.join();
-            if let Some(e) = self.inner.txg.error() {
-                r = Err(EngineError::Suspended(e));
+            if let Some(cause) = self.inner.txg.halt_cause() {
+                r = Err(EngineError::Suspended(cause));
             }
         }
+        self.inner.compress.levels.flush_trace();
         r
     }
 
@@ -235,7 +228,7 @@ impl Engine {
             sector: self.inner.sector as u32,
             recordsize: self.inner.recordsize as u32,
             max_inline: self.inner.max_inline as u32,
-            devices: self.inner.devs.len(),
+            devices: self.inner.space.devs().len(),
             last_txg: self.inner.txg.synced(),
             pool_dir: self.inner.pool_dir.clone(),
         }
@@ -262,9 +255,8 @@ impl Engine {
         drop(writer);
         self.bound_delta(rows)?;
         for ino in deleted {
-            let b = inner.files.purge(ino);
-            let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(b)));
-            inner.ext_cache.invalidate(ino, None);
+            inner.dirty.files.purge(ino, &inner.acct);
+            inner.cache.extents.invalidate(ino, None);
         }
         Ok(v)
     }
@@ -307,13 +299,13 @@ impl Engine {
     fn make_meta_room(&self, kind: meta_space::Kind) -> Result<()> {
         let inner = &*self.inner;
         if inner.meta_space.older_than(meta_space::MAX_AGE) {
-            inner.meta_space.measured(inner::host_fs_of(&inner.pool_dir));
+            inner.meta_space.measured(space::host_fs_of(&inner.pool_dir));
         }
         let room = inner.meta_room(0);
         if room.is_some_and(|r| {
             meta_space::decide(r, meta_space::MAX_USUAL_CHARGE, kind) == meta_space::Decision::CommitFirst
         }) {
-            inner.txg.sync_and_wait(inner)?;
+            inner.txg.sync_and_wait(&inner.dirty)?;
         }
         Ok(())
     }
@@ -329,7 +321,7 @@ impl Engine {
         let mut decision = decide();
         if decision != meta_space::Decision::Admit {
             // before refusing, a fresh figure: another program may have freed space
-            inner.meta_space.measured(inner::host_fs_of(&inner.pool_dir));
+            inner.meta_space.measured(space::host_fs_of(&inner.pool_dir));
             decision = decide();
         }
         if decision != meta_space::Decision::Admit {
@@ -348,7 +340,7 @@ impl Engine {
             self.inner.txg.request_commit();
         }
         if rows > max.saturating_mul(4) {
-            self.inner.txg.sync_and_wait(&self.inner)?;
+            self.inner.txg.sync_and_wait(&self.inner.dirty)?;
         }
         Ok(())
     }
@@ -400,8 +392,8 @@ impl Engine {
             hi: hi.as_ref().map_or(std::ops::Bound::Unbounded, |h| std::ops::Bound::Excluded(&h[..])),
         };
         let mut out = Vec::new();
-        nsdelta::merged_rows(
-            &self.inner,
+        self.inner.ns.merged_rows(
+            &self.inner.db,
             None,
             |d| &d.xattrs,
             tables::XATTRS,
@@ -422,7 +414,7 @@ impl Engine {
         if let Some(row) = self.inner.ns.find(|d| d.symlinks.get(&ino).cloned()) {
             return row.ok_or(EngineError::NoInode(ino));
         }
-        let s = self.inner.snap.get(&self.inner.db)?;
+        let s = self.inner.ns.snap.get(&self.inner.db)?;
         let v = s.symlinks.get(ino)?.ok_or(EngineError::NoInode(ino))?.value().to_vec();
         Ok(v)
     }
@@ -451,8 +443,61 @@ impl Engine {
         data: &[u8],
         compression: Option<(squeezefs_codec::Spec, bool)>,
     ) -> Result<()> {
-        let p = compression.map(|(spec, force)| policy::Policy { spec, force });
+        self.write_stated(ino, offset, data, compression, NO_TREE)
+    }
+
+    /// `write_with_compression` of data in QoS tree `tree` (`NO_TREE`: none): its records
+    /// are compressed at the tree's levels and scheduled by its deadlines (qos.rs). The
+    /// caller asked admission first ([`Engine::qos_admit`]); this does not pace.
+    pub fn write_stated(
+        &self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+        compression: Option<(squeezefs_codec::Spec, bool)>,
+        tree: TreeId,
+    ) -> Result<()> {
+        let p = match (compression, tree) {
+            (Some((spec, force)), _) => Some(policy::Policy { spec, force, tree }),
+            (None, NO_TREE) => None,
+            // the pool's compression, for data of a tree (the tree has to travel with it)
+            (None, _) => Some(policy::Policy { tree, ..self.inner.compress.pool_policy() }),
+        };
         write::write(&self.inner, ino, offset, data, policy::Stated::Is(p))
+    }
+
+    /// Create or change QoS tree `tree` (a directory's inode number) with `rate_bps` under
+    /// `parent` (the tree of the nearest ancestor directory holding `qos`, if any).
+    pub fn qos_set_tree(
+        &self,
+        tree: TreeId,
+        parent: Option<TreeId>,
+        rate_bps: f64,
+    ) -> std::result::Result<(), QosError> {
+        if self.inner.qos.set_tree(tree, parent, rate_bps)? {
+            let weak = Arc::downgrade(&self.inner);
+            if let Err(e) = std::thread::Builder::new().name("sqz-qos".into()).spawn(move || qos::replan_loop(weak)) {
+                // admission still paces; the levels stay at the start level
+                log::error!("starting the QoS level thread: {e}; QoS trees keep their start level");
+            }
+        }
+        Ok(())
+    }
+
+    /// QoS tree `tree` is gone (its directory lost `qos`).
+    pub fn qos_remove_tree(&self, tree: TreeId) -> std::result::Result<(), QosError> {
+        self.inner.qos.remove_tree(tree)
+    }
+
+    /// May `bytes` be written into QoS tree `tree` now? `Wait(t)`: nothing was charged, ask
+    /// again at `t` (holding no lock meanwhile). Never sleeps.
+    pub fn qos_admit(&self, tree: TreeId, bytes: u64) -> QosAdmit {
+        self.inner.qos.admit(tree, bytes)
+    }
+
+    /// The QoS trees: admission state and stats line of each.
+    pub fn qos_trees(&self) -> Vec<QosTree> {
+        self.inner.qos.trees()
     }
 
     /// Truncate up or down.
@@ -497,7 +542,7 @@ impl Engine {
         if self.inner.read_only {
             return Ok(());
         }
-        self.inner.txg.wait_for_txg_in_flight_if_dirty(&self.inner, ino)
+        self.inner.txg.wait_for_txg_in_flight_if_dirty(&self.inner.dirty, ino)
     }
 
     pub fn sync(&self) -> Result<()> {
@@ -505,7 +550,10 @@ impl Engine {
         if self.inner.read_only {
             return Ok(());
         }
-        self.inner.txg.sync_and_wait(&self.inner)
+        let r = self.inner.txg.sync_and_wait(&self.inner.dirty);
+        // the rows of everything synced are in the trace file too
+        self.inner.compress.levels.flush_trace();
+        r
     }
 
     pub fn statfs(&self) -> Result<StatFs> {
@@ -513,8 +561,8 @@ impl Engine {
         // total counts every whole free sector; free only what new data is sure to get
         // (the admission figure), so `df` never shows room that writes are refused
         let avail = self.inner.placeable_bytes();
-        let free = self.inner.placeable_bytes_with_reserve(false);
-        let whole_free = self.inner.free_bytes().max(free);
+        let free = self.inner.space.placeable_bytes(None);
+        let whole_free = self.inner.space.free_bytes().max(free);
         let used: u64 = self.device_stats().iter().map(|d| d.used_bytes).sum();
         let inodes = self.inner.ns.total_inodes().max(0) as u64;
         Ok(StatFs {
@@ -533,14 +581,15 @@ impl Engine {
     }
 
     /// Mount-wide compression for data written from now on (mount option / remount).
-    /// `Spec::Auto` and `Spec::Qos` compress with zstd:3 until their controllers exist.
+    /// `Spec::Auto` chooses per record (levels.rs); `Spec::Qos` compresses with zstd:3 until
+    /// the QoS plan chooses.
     pub fn set_compression(&self, spec: squeezefs_codec::Spec, force: bool) {
-        *self.inner.policy.write() = policy::Policy { spec, force };
+        self.inner.compress.set_pool_policy(policy::Policy { spec, force, tree: NO_TREE });
     }
 
     /// The mount-wide compression: (spec, force).
     pub fn compression(&self) -> (squeezefs_codec::Spec, bool) {
-        let p = *self.inner.policy.read();
+        let p = self.inner.compress.pool_policy();
         (p.spec, p.force)
     }
 
@@ -571,38 +620,25 @@ impl Engine {
 
     /// Per-device queue, latency, throughput and space (for controllers and `stats`).
     pub fn device_stats(&self) -> Vec<DeviceStatus> {
-        let space = self.inner.space.lock();
-        self.inner
-            .devs
-            .iter()
-            .zip(space.iter())
-            .enumerate()
-            .map(|(i, (d, s))| DeviceStatus {
-                index: i as u32,
-                name: d.dev.name().to_string(),
-                stats: d.queue.stats.snapshot(),
-                used_bytes: s.end - s.data_start - s.free_range_bytes(),
-                free_bytes: s.free_bytes(),
-            })
-            .collect()
+        self.inner.space.device_status()
     }
 
     /// Bytes of dirty (uncommitted) data held in memory.
     pub fn dirty_bytes(&self) -> u64 {
-        self.inner.dirty_bytes.load(Ordering::Relaxed)
+        self.inner.acct.dirty()
     }
 
     /// Early compression figures (queue, results waiting for their txg, records held
     /// compressed; see early.rs).
     pub fn early_stats(&self) -> EarlyStats {
-        self.inner.compress_q.counters.stats()
+        self.inner.acct.early_stats()
     }
 
     /// The compression contexts' pool: memory, reuse, and the compression work done so far
     /// (calls, source bytes, CPU time inside the codec). All zeros before the first record
     /// is compressed.
     pub fn codec_stats(&self) -> squeezefs_codec::PoolStats {
-        self.inner.codec_stats()
+        self.inner.compress.codecs.stats()
     }
 
     /// Verify every checksum (see scrub.rs).
@@ -650,7 +686,7 @@ impl Engine {
 
     /// Bytes of decoded records held in the read cache now.
     pub fn record_cache_bytes(&self) -> usize {
-        self.inner.rec_cache.bytes()
+        self.inner.cache.records.bytes()
     }
 
     /// Committed inode record: redb's, without the namespace delta (tests, fsck).

@@ -4,15 +4,14 @@
 //! commit takes host space for every leaf it touches (and for inline data of small files).
 //! If the host filesystem under the pool directory is full, that commit fails, redb refuses
 //! every later transaction until the store is reopened (`PreviousIo`), and the pool is
-//! suspended: the open txg's acknowledged changes are lost to the next open. Found in review:
-//! a pool on a 16 MiB filesystem filled with data, then 1 000 creates suspended it
-//! (tests/enospc.rs::metadata_ops_on_a_full_host_filesystem_get_no_space_not_a_suspended_pool).
-//! So changes are admitted only while the commit that will carry them has room, as data
-//! writes are (write.rs `reserve`).
+//! suspended: the open txg's acknowledged changes are lost to the next open (a pool on a
+//! 16 MiB filesystem filled with data takes only about 1 000 creates to get there). So
+//! changes are admitted only while the commit that will carry them has room, as data writes
+//! are (write.rs `reserve`).
 //!
 //! Figures (per pool, for the filesystem of the pool directory; none for a store in memory):
 //!   free       statvfs available bytes, refreshed at the start and the end of every txg sync
-//!              (Inner::refresh_host_free) — after a commit it holds what redb really took —
+//!              (space.rs `Space::refresh_host`) — after a commit it holds what redb really took —
 //!              and before a metadata change when older than `MAX_AGE`;
 //!   reserve    `reserve_for(total)`: 1/64 of the filesystem, within [1 MiB, 64 MiB] (btrfs
 //!              keeps a global metadata reserve for the same reason);
@@ -40,7 +39,7 @@
 //! Tunables: `RESERVE_MIN`, `RESERVE_MAX`, `RESERVE_SHARE`, `ROW_CHARGE`, `EXTENT_ROW_CHARGE`,
 //! `MAX_USUAL_CHARGE`, `MAX_AGE`.
 
-use parking_lot::Mutex;
+use crate::locks::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const RESERVE_MIN: u64 = 1 << 20;

@@ -2,13 +2,12 @@
 //! byte of `meta.redb`.
 //!
 //! A read-only open (fsck, scrub, `-o ro`, a pool with unknown read-only-compatible features)
-//! used to open the store read-write: redb then marks the file on open and writes its
+//! must not write the store: opened read-write, redb marks the file on open and writes its
 //! clean-shutdown state on close, and on a pool that was not closed cleanly it runs its repair
-//! and commits. Now a read-only open uses redb's `ReadOnlyDatabase`. That one refuses a store
+//! and commits. So a read-only open uses redb's `ReadOnlyDatabase`. That one refuses a store
 //! that needs repair, so such a store is read into memory and repaired there: the checks see
 //! the committed state and the file stays as the crash left it, to be repaired by the next
-//! read-write open. (tests/checking_tools.rs::
-//! read_only_open_fsck_scrub_and_close_leave_meta_redb_untouched)
+//! read-write open.
 
 use crate::error::{EngineError, Result};
 use redb::ReadableDatabase;

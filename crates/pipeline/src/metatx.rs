@@ -3,9 +3,9 @@
 //! one step when the closure succeeds, and drops them when it fails. Reads see the
 //! transaction's own changes, then the namespace delta, then redb.
 
-use crate::error::{EngineError, Result};
+use crate::error::{Corruption, EngineError, InvalidArg, Result};
 use crate::inner::Inner;
-use crate::nsdelta::{merged_rows, ByteRows, Delta, KeyRange};
+use crate::nsdelta::{ByteRows, Delta, KeyRange};
 use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, encode_cookie_entry_for, encode_dirent_for};
 use squeezefs_meta::{keys, tables, FileKind, Ino, InodeAttr};
 use std::ops::Bound;
@@ -44,7 +44,7 @@ impl<'a> MetaTx<'a> {
     fn rx(&mut self) -> Result<&redb::ReadTransaction> {
         let gen = self.inner.ns.generation();
         if self.rx.as_ref().is_none_or(|(g, _)| *g != gen) {
-            self.rx = Some((gen, self.inner.snap.get(&self.inner.db)?));
+            self.rx = Some((gen, self.inner.ns.snap.get(&self.inner.db)?));
         }
         Ok(&self.rx.as_ref().expect("just set").1.rx)
     }
@@ -75,15 +75,7 @@ impl<'a> MetaTx<'a> {
     /// A fresh inode number (never handed out before in this pool's durable history; a
     /// transaction that aborts just skips its number).
     pub fn alloc_ino(&mut self) -> Result<Ino> {
-        // the counter stops at u64::MAX instead of wrapping: a wrapped counter handed out
-        // 0, 1 (the root) and then the numbers of live inodes
-        let ino = self
-            .inner
-            .next_ino
-            .fetch_update(std::sync::atomic::Ordering::Relaxed, std::sync::atomic::Ordering::Relaxed, |n| {
-                (n < u64::MAX).then(|| n + 1)
-            })
-            .map_err(|_| EngineError::Other("inode numbers exhausted".into()))?;
+        let ino = self.inner.ns.alloc_ino().ok_or(EngineError::InodesExhausted)?;
         self.fresh.push(ino);
         Ok(ino)
     }
@@ -110,7 +102,7 @@ impl<'a> MetaTx<'a> {
     /// Insert or update; `size`/`blocks_bytes` are ignored (data path owns them).
     pub fn put_inode(&mut self, attr: &InodeAttr) -> Result<()> {
         if attr.ino == 0 {
-            return Err(EngineError::Invalid("inode number 0 is never used".into()));
+            return Err(InvalidArg::InodeZero.into());
         }
         if let Some(i) = self.fresh.iter().position(|&f| f == attr.ino) {
             self.fresh.swap_remove(i);
@@ -180,11 +172,9 @@ impl<'a> MetaTx<'a> {
             },
         }
         .unwrap_or(3);
-        let next = cookie.checked_add(1).ok_or_else(|| {
-            EngineError::Corrupt(format!("directory {dir} has no readdir cookies left: the metadata store is damaged"))
-        })?;
+        let next = cookie.checked_add(1).ok_or_else(|| EngineError::from(Corruption::CookiesExhausted { dir }))?;
         self.d.next_cookie.insert(dir, Some(next));
-        let compact = self.inner.compact_rows.load(std::sync::atomic::Ordering::Relaxed);
+        let compact = self.inner.compact_rows;
         self.put_row(|d| &mut d.dirents, k, Some(encode_dirent_for(ino, kind, cookie, compact)));
         let entry = encode_cookie_entry_for(ino, kind, name, compact);
         self.put_row(|d| &mut d.cookies, keys::pair(dir, cookie).to_vec(), Some(entry));
@@ -260,11 +250,18 @@ pub(crate) fn list_cookies(
     }
     let a = keys::pair(dir, after + 1);
     let b = keys::pair(dir, u64::MAX);
-    merged_rows(inner, local, cookies, tables::DIR_COOKIES, KeyRange { lo: &a, hi: Bound::Included(&b) }, |k, v| {
-        let Some((_, cookie)) = keys::unpair(&k) else { return Ok(true) };
-        let (ino, kind, name) = decode_cookie_entry(&v)?;
-        out.push(squeezefs_meta::DirEntry { cookie, name, ino, kind });
-        Ok(out.len() < limit)
-    })?;
+    inner.ns.merged_rows(
+        &inner.db,
+        local,
+        cookies,
+        tables::DIR_COOKIES,
+        KeyRange { lo: &a, hi: Bound::Included(&b) },
+        |k, v| {
+            let Some((_, cookie)) = keys::unpair(&k) else { return Ok(true) };
+            let (ino, kind, name) = decode_cookie_entry(&v)?;
+            out.push(squeezefs_meta::DirEntry { cookie, name, ino, kind });
+            Ok(out.len() < limit)
+        },
+    )?;
     Ok(out)
 }

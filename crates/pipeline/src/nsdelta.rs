@@ -30,13 +30,15 @@
 //! Locks: `meta_lock` serializes writers (taken first); `rows` guards the generations.
 //! Durability: a change is durable when the txg commit holding it is; `fsync`/`sync` wait
 //! for that commit (writers mark the txg dirty), as for data.
-//! Tunable: `OpenOptions::max_delta_rows` (default `MAX_OPEN_ROWS`) — past it the txg driver is woken to commit early; past four
+//! Tunable: `OpenOptions::max_delta_rows` (default `options::DEFAULT_MAX_DELTA_ROWS`) — past it the txg driver is woken to commit early; past four
 //! times it writers wait for a commit (`Engine::bound_delta`), bounding the delta's memory
 //! (~200 B a row) when writers outrun the commits.
 
 use crate::error::{EngineError, Result};
-use crate::sync::extent_footprint;
-use parking_lot::{Mutex, RwLock};
+use crate::locks::{Mutex, Rank, RwLock};
+use crate::metadb::MetaDb;
+use crate::snapshot::SnapshotCache;
+use crate::units::extent_footprint;
 use redb::ReadableTable;
 use rustc_hash::FxHashMap;
 use squeezefs_meta::encode::{decode_inode, encode_inode_for};
@@ -44,11 +46,8 @@ use squeezefs_meta::{keys, tables, ExtentPtr, Ino, InodeAttr, StoredRecord};
 use std::collections::BTreeMap;
 use std::iter::Peekable;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// Default of `OpenOptions::max_delta_rows`: rows in `open` past which the txg driver is
-/// asked to commit (~200 B each).
-pub const MAX_OPEN_ROWS: usize = 256 * 1024;
 
 /// A byte-keyed table's changes: value, or `None` for removed.
 pub type ByteRows = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
@@ -67,7 +66,7 @@ pub struct Delta {
     pub deleted: Vec<Ino>,
     /// inodes created minus deleted (statfs counts them before the commit)
     pub inode_count: i64,
-    /// rows written (bounds memory; see MAX_OPEN_ROWS)
+    /// rows written (bounds memory; see `OpenOptions::max_delta_rows`)
     pub rows: usize,
 }
 
@@ -123,22 +122,28 @@ struct Generations {
 }
 
 pub struct NsDelta {
+    /// redb snapshot shared by the namespace's point reads until the next commit
+    /// (snapshot.rs); readers look at the delta before they take it (block comment)
+    pub snap: SnapshotCache,
     /// Serializes metadata writers (`meta_write`, `update_attr`) and the commit's take of
     /// `open`; taken before `rows`.
     pub meta_lock: Mutex<()>,
     rows: RwLock<Generations>,
+    /// next inode number; persisted in the superblock at every txg commit (at open, the
+    /// largest inode number in the store + 1 wins over a stale superblock value)
+    next_ino: AtomicU64,
 }
 
 impl Default for NsDelta {
     fn default() -> Self {
         NsDelta {
-            meta_lock: Mutex::new(()),
-            rows: RwLock::new(Generations {
-                open: Delta::default(),
-                committing: None,
-                generation: 0,
-                committed_inodes: 0,
-            }),
+            snap: SnapshotCache::default(),
+            next_ino: AtomicU64::new(squeezefs_meta::ROOT_INO + 1),
+            meta_lock: Mutex::new(Rank::MetaWriters, ()),
+            rows: RwLock::new(
+                Rank::NsRows,
+                Generations { open: Delta::default(), committing: None, generation: 0, committed_inodes: 0 },
+            ),
         }
     }
 }
@@ -213,9 +218,61 @@ impl NsDelta {
         g.committed_inodes + g.open.inode_count + g.committing.as_ref().map_or(0, |c| c.inode_count)
     }
 
-    /// At open: the inodes redb holds.
-    pub fn set_committed_inodes(&self, n: i64) {
+    /// At open: the inodes redb holds and the next inode number.
+    pub fn set_committed_inodes(&self, n: i64, next_ino: Ino) {
         self.rows.write().committed_inodes = n;
+        self.next_ino.store(next_ino, Ordering::Relaxed);
+    }
+
+    /// A fresh inode number, never handed out before in this pool's durable history;
+    /// `None` when they are exhausted. The counter stops at u64::MAX instead of wrapping:
+    /// a wrapped counter would hand out 0, 1 (the root) and then the numbers of live inodes.
+    pub fn alloc_ino(&self) -> Option<Ino> {
+        self.next_ino.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < u64::MAX).then(|| n + 1)).ok()
+    }
+
+    /// The next inode number (the commit persists it).
+    pub fn next_ino(&self) -> Ino {
+        self.next_ino.load(Ordering::Relaxed)
+    }
+
+    /// Rows of the byte-keyed `table` in `r`: `local` (a transaction's own changes, if any),
+    /// then the delta's generations, then redb, merged; `f` returns false to stop. The redb read
+    /// starts under the delta's rows lock, after the delta was looked at (block comment).
+    pub fn merged_rows(
+        &self,
+        db: &MetaDb,
+        local: Option<&Delta>,
+        sel: fn(&Delta) -> &ByteRows,
+        table: redb::TableDefinition<&'static [u8], &'static [u8]>,
+        r: KeyRange<'_>,
+        mut f: impl FnMut(Vec<u8>, Vec<u8>) -> Result<bool>,
+    ) -> Result<()> {
+        self.with_layers(|layers| {
+            let mut its: Vec<Box<dyn Iterator<Item = Row> + '_>> = Vec::new();
+            if let Some(l) = local {
+                its.push(layer_range(sel(l), r));
+            }
+            for l in layers {
+                its.push(layer_range(sel(l), r));
+            }
+            let s = self.snap.get(db)?;
+            let opened;
+            let t = match s.byte_table(table) {
+                Some(t) => t,
+                None => {
+                    opened = s.rx.open_table(table)?;
+                    &opened
+                }
+            };
+            for row in Merged::new(its, base_range(t, r)?) {
+                let (k, v) = row?;
+                if !f(k, v)? {
+                    break;
+                }
+            }
+            Ok(())
+        })
     }
 }
 
@@ -300,44 +357,6 @@ pub fn base_range<'t>(
 ) -> Result<impl Iterator<Item = Result<(Vec<u8>, Vec<u8>)>> + 't> {
     let it = t.range::<&[u8]>((Bound::Included(r.lo), r.hi))?;
     Ok(it.map(|r| r.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())).map_err(Into::into)))
-}
-
-/// Rows of the byte-keyed `table` in `r`: `local` (a transaction's own changes, if any),
-/// then the delta's generations, then redb, merged; `f` returns false to stop. The redb read
-/// starts under the delta's rows lock, after the delta was looked at (block comment).
-pub fn merged_rows(
-    inner: &crate::inner::Inner,
-    local: Option<&Delta>,
-    sel: fn(&Delta) -> &ByteRows,
-    table: redb::TableDefinition<&'static [u8], &'static [u8]>,
-    r: KeyRange<'_>,
-    mut f: impl FnMut(Vec<u8>, Vec<u8>) -> Result<bool>,
-) -> Result<()> {
-    inner.ns.with_layers(|layers| {
-        let mut its: Vec<Box<dyn Iterator<Item = Row> + '_>> = Vec::new();
-        if let Some(l) = local {
-            its.push(layer_range(sel(l), r));
-        }
-        for l in layers {
-            its.push(layer_range(sel(l), r));
-        }
-        let s = inner.snap.get(&inner.db)?;
-        let opened;
-        let t = match s.byte_table(table) {
-            Some(t) => t,
-            None => {
-                opened = s.rx.open_table(table)?;
-                &opened
-            }
-        };
-        for row in Merged::new(its, base_range(t, r)?) {
-            let (k, v) = row?;
-            if !f(k, v)? {
-                break;
-            }
-        }
-        Ok(())
-    })
 }
 
 /// An inode's record from a delta `row` (`None`: no generation holds it) over redb's

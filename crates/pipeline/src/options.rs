@@ -4,13 +4,24 @@ use squeezefs_codec::Spec;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Default record size: 128 KiB (DESIGN.md §2).
+/// The metadata store's file in the pool directory.
+pub const META_FILE: &str = "meta.redb";
+/// The pool's own growable device file, when mkfs names no device.
+pub const DEFAULT_DEVICE_FILE: &str = "data.0";
+/// Default record size: 128 KiB (docs/design.md §2).
 pub const DEFAULT_RECORDSIZE: u32 = 128 * 1024;
 /// Default largest stored size of a file kept inline in the metadata store.
 pub const DEFAULT_MAX_INLINE: u32 = 2048;
 /// Record sizes accepted by mkfs: powers of two in this range.
 pub const MIN_RECORDSIZE: u32 = 4096;
 pub const MAX_RECORDSIZE: u32 = 1024 * 1024;
+/// Default of `OpenOptions::max_delta_rows`: rows of metadata changes held in memory
+/// (nsdelta.rs, ~200 B each) past which the txg driver is asked to commit.
+pub const DEFAULT_MAX_DELTA_ROWS: usize = 256 * 1024;
+/// Default of `OpenOptions::qos_burst` (control::qos admission.rs TUNABLES).
+pub const DEFAULT_QOS_BURST: Duration = Duration::from_millis(250);
+/// The range `qos-burst=` accepts.
+pub const QOS_BURST_RANGE: std::ops::RangeInclusive<Duration> = Duration::from_millis(10)..=Duration::from_secs(10);
 
 #[derive(Clone, Debug, Default)]
 pub struct MkfsOptions {
@@ -50,6 +61,12 @@ pub struct OpenOptions {
     /// Rows of metadata changes held in memory before a commit is asked for (nsdelta.rs;
     /// writers wait past four times this).
     pub max_delta_rows: usize,
+    /// Write one CSV row per record compressed to this file (mount option `trace=FILE`;
+    /// crates/control trace.rs has the format). Created (truncated) at open.
+    pub trace: Option<PathBuf>,
+    /// QoS trees' bucket depth, seconds of their rate (mount option `qos-burst=`;
+    /// control::qos AdmissionTunables::burst_secs)
+    pub qos_burst: Duration,
     /// Store the short last records of files (small files, tails) compressed together in
     /// bundles (bundle.rs), in pools with `INCOMPAT_BUNDLES`. Off by default: a bundle keeps
     /// its whole space until its last member is rewritten or deleted, which suits a tree
@@ -68,7 +85,9 @@ impl Default for OpenOptions {
             workers: 0,
             record_cache_bytes: 64 * 1024 * 1024,
             devices: Vec::new(),
-            max_delta_rows: crate::nsdelta::MAX_OPEN_ROWS,
+            max_delta_rows: DEFAULT_MAX_DELTA_ROWS,
+            trace: None,
+            qos_burst: DEFAULT_QOS_BURST,
             bundle_small_records: false,
         }
     }

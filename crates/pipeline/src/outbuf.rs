@@ -14,7 +14,7 @@
 //! Tunables: `CLASS_BYTES` (16 KiB), `OutPool::new(max_bytes)`: idle bytes kept over all
 //! classes.
 
-use parking_lot::Mutex;
+use crate::locks::Mutex;
 use std::sync::Arc;
 
 /// Capacity granularity of pooled buffers.
@@ -44,7 +44,7 @@ struct Idle {
 
 impl OutPool {
     pub fn new(max_bytes: usize) -> Arc<OutPool> {
-        Arc::new(OutPool { idle: Mutex::new(Idle::default()), max_bytes })
+        Arc::new(OutPool { idle: Mutex::default(), max_bytes })
     }
 
     /// A held copy of `src` in a recycled buffer when one of its class is idle.

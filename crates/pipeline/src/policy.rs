@@ -1,13 +1,14 @@
-//! Compression policy and the per-record compress step (runs on a worker).
+//! Compression policy and the compression of one record with a chosen codec (runs on a
+//! worker, or on a writer in caller-runs).
 //!
-//! A policy is a [`Spec`] plus `force`: the mount-wide one, or a file's own, which the fs
-//! core resolves from properties and states with each write (dirty.rs `FileData::policy`).
-//! `Spec::Auto` and `Spec::Qos` map to zstd:3 until the auto/qos controllers land (a later
-//! issue): they are accepted and stored, and data is compressed with the controllers'
-//! starting level.
+//! A policy is a [`Spec`] plus `force`, and the QoS tree the data belongs to: the
+//! mount-wide one, or a file's own, which the fs core resolves from properties and states
+//! with each write (dirty.rs `FileData::policy`). Which codec a record gets under its
+//! policy is levels.rs's decision (for a QoS tree's record, `tree` ≠ `NO_TREE`, under an
+//! adaptive spec: its tree's plan, qos.rs); this module only compresses with it
+//! ([`compress_with`]).
 
 use crate::outbuf::{OutBytes, OutPool};
-use squeezefs_codec::heuristic::{self, is_zeros};
 use squeezefs_codec::{saves_a_sector, Algorithm, Codec, Spec, Workspaces};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -15,6 +16,8 @@ use xxhash_rust::xxh3::xxh3_64;
 pub struct Policy {
     pub spec: Spec,
     pub force: bool,
+    /// the QoS tree of the data (`squeezefs_control::qos::NO_TREE`: none)
+    pub tree: u64,
 }
 
 /// What a write says about its file's compression (`FileData::policy`).
@@ -26,19 +29,13 @@ pub enum Stated {
     Is(Option<Policy>),
 }
 
-/// The starting codec of the adaptive modes until their controllers exist.
+/// The codec `qos:N` compresses with until the QoS plan chooses per record (issue 24).
 pub const ADAPTIVE_PLACEHOLDER: Codec = Codec { alg: Algorithm::Zstd, level: 3 };
 
 impl Policy {
-    /// The codec to try for a record, `None` = store raw.
-    pub fn codec(&self) -> Option<Codec> {
-        match self.spec {
-            Spec::Off => None,
-            Spec::Fixed(c) if c.alg == Algorithm::None => None,
-            Spec::Fixed(c) => Some(c),
-            // controllers are a later issue; see module comment
-            _ => Some(ADAPTIVE_PLACEHOLDER),
-        }
+    /// Every record is stored raw (`off`, `none`): nothing to compress, nothing to decide.
+    pub fn stores_raw(&self) -> bool {
+        matches!(self.spec, Spec::Off) || matches!(self.spec, Spec::Fixed(c) if c.alg == Algorithm::None)
     }
 }
 
@@ -62,43 +59,36 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Heuristic, compression with early abort (output must save a sector), checksum of what
-/// will be stored. Never copies the raw record; the output goes into a buffer of `out`.
-pub fn compress_record<'a>(
+/// Compress `data` (not all zeros) with `codec` (not `Codec::NONE`), with early abort
+/// (the output must save at least one sector), and hash what will be stored. Never copies
+/// the raw record; the output goes into a buffer of `out`. Returns the result and the
+/// thread CPU nanoseconds the codec took: what a per-record controller measures (levels.rs).
+pub fn compress_with<'a>(
     data: &[u8],
-    policy: Policy,
+    codec: Codec,
     sector: usize,
-    trust_streak: bool,
     ws: impl FnOnce() -> &'a Workspaces,
     out: &std::sync::Arc<OutPool>,
-) -> Compressed {
-    if is_zeros(data) {
-        return Compressed::Zeros;
-    }
+) -> (Compressed, u64) {
     let raw = || Compressed::Raw { hash: xxh3_64(data) };
-    let Some(codec) = policy.codec() else { return raw() };
-    // the sampler is skipped while the file's previous records kept compressing (the
-    // codec's early abort still catches a record that does not save a sector)
-    if !policy.force && !trust_streak && heuristic::assess(data) != heuristic::Verdict::Compressible {
-        return raw();
-    }
     // the largest output that still saves a sector: the codec aborts early beyond it
     let limit = (data.len().div_ceil(sector)).saturating_sub(1) * sector;
-    if limit == 0 {
-        return raw();
+    if limit == 0 || codec.alg == Algorithm::None {
+        return (raw(), 0);
     }
     // compress into this thread's scratch buffer (mapped and warm after the first record)
     // and keep a copy in a recycled buffer of about the output's size (outbuf.rs): no
     // zero fill and no fresh pages per record, and the result held until its txg takes
     // only about the memory it needs
-    let packed = SCRATCH.with(|s| {
+    let (packed, cpu_ns) = SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
         if s.len() < limit {
             s.resize(limit, 0);
         }
-        ws().compress(codec, data, &mut s[..limit]).map(|n| out.copy_of(&s[..n]))
+        let (r, cpu_ns) = ws().compress_measured(codec, data, &mut s[..limit]);
+        (r.map(|n| out.copy_of(&s[..n])), cpu_ns)
     });
-    match packed {
+    let c = match packed {
         Ok(bytes) if saves_a_sector(bytes.len(), data.len(), sector) => {
             let hash = xxh3_64(&bytes);
             Compressed::Packed { codec, bytes: std::sync::Arc::new(bytes), hash }
@@ -109,7 +99,13 @@ pub fn compress_record<'a>(
             log::warn!("compression with {codec:?} failed ({e}); storing the record raw");
             raw()
         }
-    }
+    };
+    (c, cpu_ns)
+}
+
+/// Raw storage of `data`: its hash.
+pub fn raw_of(data: &[u8]) -> Compressed {
+    Compressed::Raw { hash: xxh3_64(data) }
 }
 
 #[cfg(test)]
@@ -117,15 +113,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn off_policy_stores_raw_and_zeros_become_holes() {
-        let p = Policy { spec: Spec::Off, force: false };
-        let no_ws = || -> &'static Workspaces { unreachable!("off never compresses") };
+    fn a_record_that_saves_no_sector_is_stored_raw_and_counted() {
+        let ws = Workspaces::new(Default::default());
         let out = OutPool::new(0);
-        assert!(matches!(compress_record(&[0u8; 4096], p, 512, false, no_ws, &out), Compressed::Zeros));
-        let data = vec![5u8; 4096];
-        match compress_record(&data, p, 512, false, no_ws, &out) {
-            Compressed::Raw { hash } => assert_eq!(hash, xxh3_64(&data)),
-            _ => panic!("expected raw"),
+        let zstd1 = Codec { alg: Algorithm::Zstd, level: 1 };
+        // one sector: nothing can save a sector
+        let small = vec![5u8; 512];
+        assert!(matches!(compress_with(&small, zstd1, 512, || &ws, &out).0, Compressed::Raw { .. }));
+        let data = vec![5u8; 8192];
+        match compress_with(&data, zstd1, 512, || &ws, &out) {
+            (Compressed::Packed { codec, bytes, .. }, cpu) => {
+                assert_eq!(codec, zstd1);
+                assert!(bytes.len() < 512);
+                assert!(cpu > 0, "the codec's CPU time is measured");
+            }
+            _ => panic!("a run of one byte compresses"),
         }
+        // noise: no sector saved, stored raw with its hash
+        let mut x = 1u64;
+        let noise: Vec<u8> = (0..8192)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        match compress_with(&noise, zstd1, 512, || &ws, &out).0 {
+            Compressed::Raw { hash } => assert_eq!(hash, xxh3_64(&noise)),
+            _ => panic!("noise does not compress"),
+        }
+        assert!(Policy { spec: Spec::Off, force: false, tree: 0 }.stores_raw());
+        assert!(Policy { spec: Spec::Fixed(Codec::NONE), force: true, tree: 0 }.stores_raw());
+        assert!(!Policy { spec: "auto".parse().unwrap(), force: false, tree: 0 }.stores_raw());
     }
 }

@@ -4,11 +4,11 @@
 
 use crate::caches::RecordKey;
 use crate::dirty::{Layer, LayerView};
-use crate::error::{EngineError, Result};
+use crate::error::{Corruption, EngineError, Internal, PanicSite, Result};
 use crate::inner::Inner;
 use crate::units::{record_start_byte, records_for_size};
 use squeezefs_codec::Algorithm;
-use squeezefs_meta::{keys, tables, ExtentPtr, Ino, StoredRecord};
+use squeezefs_meta::{keys, tables, BundleSlice, ExtentPtr, Ino, StoredRecord};
 use std::sync::Arc;
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -18,10 +18,10 @@ pub const PREFETCH_RECORDS: u64 = 16;
 
 /// Extent pointer of a committed record (cached).
 pub fn extent(inner: &Inner, ino: Ino, idx: u64) -> Result<Option<ExtentPtr>> {
-    if let Some(e) = inner.ext_cache.get(ino, idx) {
+    if let Some(e) = inner.cache.extents.get(ino, idx) {
         return Ok(e);
     }
-    let gen = inner.ext_cache.gen();
+    let gen = inner.cache.extents.gen();
     let rx = inner.db.begin_read()?;
     let t = rx.open_table(tables::EXTENTS)?;
     let k = keys::pair(ino, idx);
@@ -29,18 +29,18 @@ pub fn extent(inner: &Inner, ino: Ino, idx: u64) -> Result<Option<ExtentPtr>> {
         Some(v) => Some(ExtentPtr::decode(v.value())?),
         None => None,
     };
-    inner.ext_cache.insert(ino, idx, e.clone(), gen);
+    inner.cache.extents.insert(ino, idx, e.clone(), gen);
     Ok(e)
 }
 
 /// Extent pointers of several records of one file: cached ones from the cache, the others
 /// from one read transaction.
 pub fn extents_of(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Vec<Option<ExtentPtr>>> {
-    let mut out: Vec<Option<Option<ExtentPtr>>> = idxs.iter().map(|&i| inner.ext_cache.get(ino, i)).collect();
+    let mut out: Vec<Option<Option<ExtentPtr>>> = idxs.iter().map(|&i| inner.cache.extents.get(ino, i)).collect();
     if out.iter().all(Option::is_some) {
         return Ok(out.into_iter().map(Option::unwrap).collect());
     }
-    let gen = inner.ext_cache.gen();
+    let gen = inner.cache.extents.gen();
     let rx = inner.db.begin_read()?;
     let t = rx.open_table(tables::EXTENTS)?;
     for (slot, &idx) in out.iter_mut().zip(idxs) {
@@ -50,7 +50,7 @@ pub fn extents_of(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Vec<Option<Ex
                 Some(v) => Some(ExtentPtr::decode(v.value())?),
                 None => None,
             };
-            inner.ext_cache.insert(ino, idx, e.clone(), gen);
+            inner.cache.extents.insert(ino, idx, e.clone(), gen);
             *slot = Some(e);
         }
     }
@@ -68,7 +68,7 @@ pub fn committed_record(inner: &Inner, ino: Ino, idx: u64) -> Result<Option<Arc<
 fn record_key(e: &ExtentPtr) -> Option<RecordKey> {
     match e.stored {
         StoredRecord::Device(d) => Some((d.dev, d.offset, e.hash)),
-        // cached as its whole bundle (bundle.rs `load_member`)
+        // cached as its whole bundle (`load_bundled`)
         StoredRecord::Inline(_) | StoredRecord::Bundled(_) => None,
     }
 }
@@ -76,22 +76,17 @@ fn record_key(e: &ExtentPtr) -> Option<RecordKey> {
 /// Read, verify and decode the record an extent points to.
 pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<u8>>> {
     if let StoredRecord::Bundled(s) = e.stored {
-        return crate::bundle::load_member(inner, ino, idx, e, s);
+        return load_bundled(inner, ino, idx, e, s);
     }
     let key = record_key(e);
     if let Some(k) = &key {
-        if let Some(v) = inner.rec_cache.get(k) {
+        if let Some(v) = inner.cache.records.get(k) {
             return Ok(v);
         }
-        // a prefetch is decoding this record right now (on a running worker, which never
-        // waits for anything): wait for it instead of decoding it twice. Queued prefetches
-        // are not in the set, so a worker never waits for a job queued behind itself.
-        let mut inflight = inner.prefetching.lock();
-        while inflight.contains(k) {
-            inner.prefetch_cv.wait_for(&mut inflight, std::time::Duration::from_millis(20));
-        }
-        drop(inflight);
-        if let Some(v) = inner.rec_cache.get(k) {
+        // a prefetch is decoding this record right now: wait for it instead of decoding it
+        // twice
+        inner.cache.wait_prefetch(k);
+        if let Some(v) = inner.cache.records.get(k) {
             return Ok(v);
         }
     }
@@ -101,29 +96,23 @@ pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<
 fn load_uncached(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, key: Option<RecordKey>) -> Result<Arc<Vec<u8>>> {
     let offset_in_file = record_start_byte(idx, inner.recordsize);
     if u64::from(e.logical) > inner.recordsize || e.psize() > inner.recordsize {
-        return Err(EngineError::Corrupt(format!(
-            "inode {ino} offset {offset_in_file}: extent of {} stored / {} logical bytes exceeds the record size",
-            e.psize(),
-            e.logical
-        )));
+        return Err(
+            Corruption::ExtentTooLarge { ino, offset: offset_in_file, stored: e.psize(), logical: e.logical }.into()
+        );
     }
     let out = match &e.stored {
         StoredRecord::Inline(v) => {
             verify(e, v, ino, offset_in_file, "inline")?;
             Arc::new(decode(inner, e, v, ino, offset_in_file)?)
         }
-        StoredRecord::Bundled(s) => return crate::bundle::load_member(inner, ino, idx, e, *s),
+        StoredRecord::Bundled(s) => return load_bundled(inner, ino, idx, e, *s),
         StoredRecord::Device(d) => {
-            let dev = inner.devs.get(d.dev as usize).ok_or_else(|| {
-                EngineError::Corrupt(format!(
-                    "inode {ino} record {idx} points to device {} of {}",
-                    d.dev,
-                    inner.devs.len()
-                ))
+            let dev = inner.space.devs().get(d.dev as usize).ok_or_else(|| {
+                EngineError::from(Corruption::NoSuchDevice { ino, idx, dev: d.dev, devices: inner.space.devs().len() })
             })?;
             // read into a recycled buffer (read_exact_at fills all of it): a raw record is
             // then the decoded record itself, without a second buffer and copy
-            let mut buf = inner.rec_cache.take_buffer(d.psize as usize);
+            let mut buf = inner.cache.records.take_buffer(d.psize as usize);
             dev.dev.read_at(&mut buf, d.offset).map_err(|err| {
                 log::error!("read of inode {ino} at offset {offset_in_file} failed: {err}");
                 EngineError::from(err)
@@ -133,15 +122,64 @@ fn load_uncached(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, key: Option<R
                 Arc::new(buf)
             } else {
                 let out = decode(inner, e, &buf, ino, offset_in_file);
-                inner.rec_cache.give_buffer(buf);
+                inner.cache.records.give_buffer(buf);
                 Arc::new(out?)
             }
         }
     };
     if let Some(k) = key {
-        inner.rec_cache.insert(k, out.clone());
+        inner.cache.records.insert(k, out.clone());
     }
     Ok(out)
+}
+
+/// The slice `s` of its bundle (bundle.rs), checked against the record's own checksum: `load`
+/// of a bundled record. The decoded bundle goes into the record cache as a record of its
+/// own, so the next members (the next small files of a directory) cost neither a device
+/// read nor a decode.
+fn load_bundled(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, s: BundleSlice) -> Result<Arc<Vec<u8>>> {
+    let off = record_start_byte(idx, inner.recordsize);
+    let b = {
+        let rx = inner.db.begin_read()?;
+        crate::bundle::row(&rx, s.bundle)?
+    };
+    let Some(b) = b else {
+        // a pointer looked up before the commit that removed it and the bundle's last
+        // member: look it up again once
+        inner.cache.extents.invalidate(ino, Some(idx));
+        return match extent(inner, ino, idx)? {
+            Some(e2) if e2 != *e => load(inner, ino, idx, &e2),
+            _ => Err(Corruption::NoSuchBundle { ino, offset: off, bundle: s.bundle }.into()),
+        };
+    };
+    let end = u64::from(s.offset) + u64::from(e.logical);
+    if end > u64::from(b.logical) || u64::from(b.logical) > inner.recordsize {
+        return Err(Corruption::BundleSliceOutside {
+            ino,
+            offset: off,
+            start: s.offset,
+            len: e.logical,
+            bundle: s.bundle,
+            logical: b.logical,
+            recordsize: inner.recordsize,
+        }
+        .into());
+    }
+    let whole = load(inner, ino, idx, &crate::bundle::as_record(&b))?;
+    let part = &whole[s.offset as usize..end as usize];
+    let h = xxh3_64(part);
+    if h != e.hash {
+        log::error!(
+            "checksum mismatch: inode {ino} file offset {off} (bytes {}..{end} of bundle {}): stored xxh3 {:016x}, computed {h:016x}",
+            s.offset,
+            s.bundle,
+            e.hash
+        );
+        return Err(EngineError::Checksum { ino, offset: off });
+    }
+    let mut out = inner.cache.records.take_buffer(part.len());
+    out.copy_from_slice(part);
+    Ok(Arc::new(out))
 }
 
 /// The stored bytes match the extent's xxh3-64; a mismatch is logged with where the record
@@ -161,27 +199,24 @@ fn verify(e: &ExtentPtr, stored: &[u8], ino: Ino, off: u64, place: &str) -> Resu
 
 fn decode(inner: &Inner, e: &ExtentPtr, stored: &[u8], ino: Ino, off: u64) -> Result<Vec<u8>> {
     let logical = e.logical as usize;
-    let alg = Algorithm::from_id(e.alg)
-        .ok_or_else(|| EngineError::Corrupt(format!("inode {ino} offset {off}: unknown algorithm id {}", e.alg)))?;
+    let alg = Algorithm::from_id(e.alg).ok_or(Corruption::UnknownAlgorithm { ino, offset: off, id: e.alg })?;
     if alg == Algorithm::None {
         if stored.len() != logical {
-            return Err(EngineError::Corrupt(format!(
-                "inode {ino} offset {off}: raw record of {} bytes, {logical} expected",
-                stored.len()
-            )));
+            return Err(Corruption::RawLength { ino, offset: off, got: stored.len(), want: logical }.into());
         }
-        let mut out = inner.rec_cache.take_buffer(logical);
+        let mut out = inner.cache.records.take_buffer(logical);
         out.copy_from_slice(stored);
         return Ok(out);
     }
     // every byte is overwritten: a short decode is an error below, and `out` is dropped
-    let mut out = inner.rec_cache.take_buffer(logical);
-    let n = inner
-        .workspaces()
-        .decompress(alg, stored, &mut out)
-        .map_err(|err| EngineError::Corrupt(format!("inode {ino} offset {off}: {err}")))?;
+    let mut out = inner.cache.records.take_buffer(logical);
+    let n = inner.workspaces().decompress(alg, stored, &mut out).map_err(|source| Corruption::Undecodable {
+        ino,
+        offset: off,
+        source,
+    })?;
     if n != logical {
-        return Err(EngineError::Corrupt(format!("inode {ino} offset {off}: decoded {n} bytes, {logical} expected")));
+        return Err(Corruption::DecodedLength { ino, offset: off, got: n, want: logical }.into());
     }
     Ok(out)
 }
@@ -201,7 +236,7 @@ enum Source {
 pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> {
     inner.check_open()?;
     let rs = inner.recordsize;
-    let f = inner.files.get(ino);
+    let f = inner.dirty.files.get(ino);
     let size = match &f {
         Some(f) => f.lock().size,
         None => inner.inode_record(ino)?.size,
@@ -291,7 +326,7 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
         // cache holds what it read), so their buffers go to the next decode rather than
         // pushing records still ahead of the reader out of the cache
         for k in finished {
-            inner.rec_cache.release(&k);
+            inner.cache.records.release(&k);
         }
     }
     Ok(n)
@@ -316,8 +351,10 @@ type Fetched = (Vec<Option<Arc<Vec<u8>>>>, Vec<Option<RecordKey>>);
 fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
     let exts = extents_of(inner, ino, idxs)?;
     let keys: Vec<Option<RecordKey>> = exts.iter().map(|e| e.as_ref().and_then(record_key)).collect();
-    let misses =
-        exts.iter().filter(|e| e.as_ref().and_then(record_key).is_some_and(|k| !inner.rec_cache.contains(&k))).count();
+    let misses = exts
+        .iter()
+        .filter(|e| e.as_ref().and_then(record_key).is_some_and(|k| !inner.cache.records.contains(&k)))
+        .count();
     if misses < 2 || inner.workers.threads() < 2 {
         let recs = idxs
             .iter()
@@ -338,7 +375,7 @@ fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
         let tx = tx.clone();
         let me = me.clone();
         inner.workers.execute(move || {
-            let r = me.catch("a decode job", || {
+            let r = me.catch(PanicSite::DecodeJob, || {
                 me.faults.hit(crate::fault::Site::DecodeJob);
                 load_retrying(&me, ino, i, e)
             });
@@ -360,10 +397,7 @@ fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
     }
     // a record without its result must not read as a hole
     if received < expected && err.is_none() {
-        err = Some(EngineError::Other(format!(
-            "{} of {expected} decode jobs ended without a result",
-            expected - received
-        )));
+        err = Some(EngineError::Internal(Internal::DecodeResultsLost { missing: expected - received, expected }));
     }
     match err {
         Some(e) => Err(e),
@@ -376,7 +410,7 @@ fn fetch_committed(inner: &Inner, ino: Ino, idxs: &[u64]) -> Result<Fetched> {
 fn load_retrying(inner: &Inner, ino: Ino, idx: u64, e: ExtentPtr) -> Result<Arc<Vec<u8>>> {
     match load(inner, ino, idx, &e) {
         Err(EngineError::Checksum { .. }) => {
-            inner.ext_cache.invalidate(ino, Some(idx));
+            inner.cache.extents.invalidate(ino, Some(idx));
             match extent(inner, ino, idx)? {
                 Some(e2) if e2 != e => load(inner, ino, idx, &e2),
                 _ => load(inner, ino, idx, &e),
@@ -389,15 +423,7 @@ fn load_retrying(inner: &Inner, ino: Ino, idx: u64, e: ExtentPtr) -> Result<Arc<
 /// Sequential readers get the next records decoded in the background; returns whether this
 /// read was sequential.
 fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool) -> bool {
-    let sequential = {
-        let mut ra = inner.readahead.lock();
-        if ra.len() > 4096 {
-            ra.clear();
-        }
-        let seq = ra.get(&ino).is_some_and(|&e| e == off) || off == 0;
-        ra.insert(ino, end);
-        seq
-    };
+    let sequential = inner.cache.note_read(ino, off, end);
     if !sequential || !clean {
         return sequential;
     }
@@ -410,7 +436,7 @@ fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool
     for (idx, e) in idxs.into_iter().zip(exts) {
         let Some(e) = e else { continue };
         let Some(k) = record_key(&e) else { continue };
-        if inner.rec_cache.contains(&k) || inner.prefetching.lock().contains(&k) {
+        if inner.cache.records.contains(&k) || inner.cache.is_prefetching(&k) {
             continue;
         }
         let me = me.clone();
@@ -418,17 +444,16 @@ fn readahead(inner: &Inner, ino: Ino, off: u64, end: u64, size: u64, clean: bool
             // claim the record only once running: `load` waits for claimed records, and a
             // claim made at queue time let readers on the workers wait for a job queued
             // behind them (deadlock of every reader of the file, and of unmount)
-            if me.rec_cache.contains(&k) || !me.prefetching.lock().insert(k) {
+            if me.cache.records.contains(&k) || !me.cache.claim_prefetch(k) {
                 return;
             }
             let _claim = PrefetchClaim { inner: &me, key: k };
             // the reader got past this record while the job waited (it decoded the record
             // itself and dropped it behind): decoding it now would only refill the cache
-            let passed =
-                me.readahead.lock().get(&ino).is_some_and(|&pos| pos >= record_start_byte(idx + 1, me.recordsize));
+            let passed = me.cache.read_past(ino, record_start_byte(idx + 1, me.recordsize));
             if !passed {
                 // no reader waits for this result; a panic still suspends the pool
-                let _ = me.catch("a prefetch job", || load_uncached(&me, ino, idx, &e, Some(k)));
+                let _ = me.catch(PanicSite::PrefetchJob, || load_uncached(&me, ino, idx, &e, Some(k)));
             }
         });
     }
@@ -444,8 +469,7 @@ struct PrefetchClaim<'a> {
 
 impl Drop for PrefetchClaim<'_> {
     fn drop(&mut self) {
-        self.inner.prefetching.lock().remove(&self.key);
-        self.inner.prefetch_cv.notify_all();
+        self.inner.cache.end_prefetch(&self.key);
     }
 }
 
@@ -466,7 +490,7 @@ fn has_data(inner: &Inner, ino: Ino, idx: u64, open: Option<&Layer>, syncing: Op
 pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option<u64>> {
     inner.check_open()?;
     let rs = inner.recordsize;
-    let f = crate::write::file_ref(inner, ino)?;
+    let f = inner.file_ref(ino)?;
     // snapshot the layers (the open layer is copied as a set of indices only)
     let (size, open, syncing) = {
         let fd = f.lock();
@@ -492,7 +516,7 @@ pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option
         (fd.size, open, fd.syncing.clone())
     };
     drop(f);
-    inner.files.retire_if_clean(ino);
+    inner.dirty.files.retire_if_clean(ino);
     if off >= size {
         return Ok(None);
     }

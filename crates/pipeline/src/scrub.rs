@@ -49,7 +49,6 @@ pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> 
         let (k, v) = row?;
         let Some((ino, idx)) = keys::unpair(k.value()) else { continue };
         // a pointer that does not decode is damage of its file, not the end of the scrub
-        // (tests/checking_tools.rs::one_corrupt_extent_row_does_not_abort_scrub)
         match ExtentPtr::decode(v.value()) {
             Ok(e) => {
                 total += e.psize();
@@ -94,8 +93,8 @@ pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> 
         let (device, device_offset, problem) = match &e.stored {
             StoredRecord::Inline(v) => (None, None, check(v, e.hash)),
             StoredRecord::Device(d) => {
-                let p = match inner.devs.get(d.dev as usize) {
-                    None => Some(format!("points to device {} of {}", d.dev, inner.devs.len())),
+                let p = match inner.space.devs().get(d.dev as usize) {
+                    None => Some(format!("points to device {} of {}", d.dev, inner.space.devs().len())),
                     // a corrupt size is not allocated: no record stores more than it holds
                     Some(_) if e.psize() > inner.recordsize || u64::from(e.logical) > inner.recordsize => {
                         Some(format!(
@@ -168,7 +167,8 @@ pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> 
 /// A bundle's decoded bytes, read from its device and verified, or what is wrong.
 fn read_bundle(inner: &Inner, b: &squeezefs_meta::Bundle) -> std::result::Result<Vec<u8>, String> {
     let d = b.ext;
-    let dev = inner.devs.get(d.dev as usize).ok_or_else(|| format!("on device {} of {}", d.dev, inner.devs.len()))?;
+    let devs = inner.space.devs();
+    let dev = devs.get(d.dev as usize).ok_or_else(|| format!("on device {} of {}", d.dev, devs.len()))?;
     if u64::from(d.psize) > inner.recordsize || u64::from(b.logical) > inner.recordsize {
         return Err(format!("stored size {} / decoded size {} exceed the record size", d.psize, b.logical));
     }

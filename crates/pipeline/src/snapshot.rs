@@ -28,10 +28,10 @@
 //! the delta loads the new generation and gets a snapshot opened after that commit. Commits
 //! that happened before the reader's call bumped the generation before it loaded it, for
 //! the same reason. The only writer of redb while the pool is open is the txg commit
-//! (sync.rs); a commit whose bump a reader has not seen yet still has its rows in the delta.
+//! (commit.rs); a commit whose bump a reader has not seen yet still has its rows in the delta.
 
 use crate::error::Result;
-use parking_lot::Mutex;
+use crate::locks::Mutex;
 #[allow(unused_imports)]
 use redb::ReadableDatabase;
 use squeezefs_meta::tables;

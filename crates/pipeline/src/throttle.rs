@@ -7,10 +7,11 @@
 //! Tunables: `DELAY_MIN_PERCENT` (60, zfs_delay_min_dirty_percent), `DELAY_SCALE` (500 µs,
 //! zfs_delay_scale), `MAX_DELAY` (100 ms).
 
+use crate::accounting::Accounting;
 use crate::error::Result;
-use crate::inner::Inner;
-use crate::txg::SYNC_DIRTY_PERCENT;
-use std::sync::atomic::Ordering;
+use crate::locks::Mutex;
+use crate::txg::{TxgCtl, SYNC_DIRTY_PERCENT};
+use parking_lot::Condvar;
 use std::time::Duration;
 
 pub const DELAY_MIN_PERCENT: u64 = 60;
@@ -31,32 +32,52 @@ pub fn delay_for(dirty: u64, max: u64) -> Duration {
     DELAY_SCALE.mul_f64(num / den).min(MAX_DELAY)
 }
 
-pub fn delay(inner: &Inner) -> Result<()> {
-    let max = inner.opts.max_dirty_bytes;
-    loop {
-        let dirty = inner.dirty_bytes.load(Ordering::Relaxed);
-        if dirty < max {
-            let d = delay_for(dirty, max);
-            if !d.is_zero() {
-                inner.txg.kick();
-                std::thread::sleep(d);
-            }
-            return Ok(());
-        }
-        if let Some(e) = inner.txg.halted() {
-            return Err(e);
-        }
-        inner.txg.kick();
-        let mut g = inner.throttle_lock.lock();
-        inner.throttle_cv.wait_for(&mut g, Duration::from_millis(50));
-    }
+/// The throttle of one pool: where writers delayed at the dirty bound wait; every txg's
+/// end and every suspension wakes them.
+pub struct Throttle {
+    max_dirty: u64,
+    lock: Mutex<()>,
+    cv: Condvar,
 }
 
-/// Wake the driver when dirty data passed the sync threshold.
-pub fn maybe_kick(inner: &Inner) {
-    let threshold = inner.opts.max_dirty_bytes / 100 * SYNC_DIRTY_PERCENT;
-    if inner.dirty_bytes.load(Ordering::Relaxed) >= threshold {
-        inner.txg.kick();
+impl Throttle {
+    pub fn new(max_dirty: u64) -> Throttle {
+        Throttle { max_dirty, lock: Mutex::default(), cv: Condvar::new() }
+    }
+
+    /// Delay a writer for the dirty data in `acct` (see the block comment); at the maximum,
+    /// wait until a txg releases memory, or fail with the error of a halted pool.
+    pub fn delay(&self, acct: &Accounting, txg: &TxgCtl) -> Result<()> {
+        let max = self.max_dirty;
+        loop {
+            let dirty = acct.dirty();
+            if dirty < max {
+                let d = delay_for(dirty, max);
+                if !d.is_zero() {
+                    txg.kick();
+                    std::thread::sleep(d);
+                }
+                return Ok(());
+            }
+            if let Some(e) = txg.halted() {
+                return Err(e);
+            }
+            txg.kick();
+            let mut g = self.lock.lock();
+            g.wait_for(&self.cv, Duration::from_millis(50));
+        }
+    }
+
+    /// Wake the driver when dirty data passed the sync threshold.
+    pub fn maybe_kick(&self, acct: &Accounting, txg: &TxgCtl) {
+        if acct.dirty() >= self.max_dirty / 100 * SYNC_DIRTY_PERCENT {
+            txg.kick();
+        }
+    }
+
+    pub fn wake_all(&self) {
+        let _g = self.lock.lock();
+        self.cv.notify_all();
     }
 }
 

@@ -9,8 +9,8 @@
 //! * `QUIESCING`: the driver took N's dirty-inode set and freezes each file's open layer into
 //!   its syncing layer (per-file lock, one at a time: a write either lands wholly
 //!   in N or wholly in N+1). N+1 is OPEN from the moment N starts quiescing.
-//! * `SYNCING`: the stages of sync.rs run on N's frozen layers: cut → compress → allocate
-//!   → issue → flush → commit → release. Writers keep filling N+1 meanwhile
+//! * `SYNCING`: the stages of sync.rs (`STAGES`) run on N's frozen layers: cut → compress →
+//!   place → write → flush → commit → release. Writers keep filling N+1 meanwhile
 //!   (double buffering); only one txg syncs at a time.
 //! * `COMMITTED`: N's extent pointers, sizes, freed space and every namespace change before
 //!   the commit are durable (one durable redb commit). `fsync`/`sync` waiters
@@ -20,8 +20,8 @@
 //!   - someone waits for N (`fsync`, `sync`, `close`): `want >= N`;
 //!   - dirty data reached `SYNC_DIRTY_PERCENT` of `max_dirty_bytes` (ZFS
 //!     zfs_dirty_data_sync_percent);
-//!   - `early::EARLY_SYNC_BYTES` of records were compressed early and wait for a txg;
-//!   - the namespace delta holds more than `nsdelta::MAX_OPEN_ROWS` rows;
+//!   - `compress::EARLY_SYNC_BYTES` of records were compressed early and wait for a txg;
+//!   - the namespace delta holds more than `OpenOptions::max_delta_rows` rows;
 //!   - the txg has been open `txg_timeout` (default 5 s) and something changed.
 //!
 //! A failed sync moves the pool to one of two halted states; in both the pool on disk stays
@@ -41,14 +41,10 @@
 //! Tunables: `OpenOptions::txg_timeout`, `OpenOptions::max_dirty_bytes`,
 //! `SYNC_DIRTY_PERCENT` (20), `RETRY_INTERVAL` (1 s), the throttle in throttle.rs.
 
-use crate::dirty::Layer;
-use crate::inner::Inner;
-use crate::sync;
-use parking_lot::{Condvar, Mutex};
-#[allow(unused_imports)]
-use redb::{ReadableDatabase, ReadableTable};
+use crate::dirty::{DirtyData, Layer};
+use crate::locks::{Mutex, Rank};
+use parking_lot::Condvar;
 use squeezefs_meta::Ino;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,6 +61,15 @@ pub enum Phase {
     Syncing(u64),
 }
 
+/// Why the pool stopped syncing (see the block comment).
+#[derive(Clone, Debug)]
+pub enum Halt {
+    /// STALLED: the txg found no room before its commit stage; it is tried again
+    Stalled(Arc<crate::EngineError>),
+    /// SUSPENDED: nothing more is synced
+    Suspended(Arc<crate::EngineError>),
+}
+
 pub struct TxgState {
     /// the OPEN txg
     pub open: u64,
@@ -73,9 +78,8 @@ pub struct TxgState {
     /// highest txg someone waits for
     pub want: u64,
     pub phase: Phase,
-    pub error: Option<String>,
-    /// `error` is a STALLED txg's (no room; retried), not a suspension
-    pub stalled: bool,
+    /// STALLED or SUSPENDED, with the error that failed the txg; `None` while running
+    pub halt: Option<Halt>,
     pub shutdown: bool,
     /// exit without syncing (engine dropped without close)
     pub abandon: bool,
@@ -96,27 +100,33 @@ pub struct TxgCtl {
 impl TxgCtl {
     pub fn new(last_txg: u64) -> TxgCtl {
         TxgCtl {
-            st: Mutex::new(TxgState {
-                open: last_txg + 1,
-                synced: last_txg,
-                want: 0,
-                phase: Phase::Idle,
-                error: None,
-                stalled: false,
-                shutdown: false,
-                abandon: false,
-                exited: false,
-                opened_at: Instant::now(),
-                meta_dirty: false,
-                meta_full: false,
-            }),
+            st: Mutex::new(
+                Rank::TxgState,
+                TxgState {
+                    open: last_txg + 1,
+                    synced: last_txg,
+                    want: 0,
+                    phase: Phase::Idle,
+                    halt: None,
+                    shutdown: false,
+                    abandon: false,
+                    exited: false,
+                    opened_at: Instant::now(),
+                    meta_dirty: false,
+                    meta_full: false,
+                },
+            ),
             wake: Condvar::new(),
             done: Condvar::new(),
         }
     }
 
-    pub fn error(&self) -> Option<String> {
-        self.st.lock().error.clone()
+    /// The error that halted the pool (STALLED or SUSPENDED), if it is halted.
+    pub fn halt_cause(&self) -> Option<Arc<crate::EngineError>> {
+        match &self.st.lock().halt {
+            Some(Halt::Stalled(e) | Halt::Suspended(e)) => Some(e.clone()),
+            None => None,
+        }
     }
 
     /// The error a halted pool gives writers and syncs: NoSpace while a txg is STALLED,
@@ -126,12 +136,14 @@ impl TxgCtl {
     }
 
     fn halt_error(st: &TxgState) -> Option<crate::EngineError> {
-        let e = st.error.as_ref()?;
-        Some(if st.stalled { crate::EngineError::NoSpace } else { crate::EngineError::Suspended(e.clone()) })
+        Some(match st.halt.as_ref()? {
+            Halt::Stalled(_) => crate::EngineError::NoSpace,
+            Halt::Suspended(e) => crate::EngineError::Suspended(e.clone()),
+        })
     }
 
     fn is_suspended(st: &TxgState) -> bool {
-        st.error.is_some() && !st.stalled
+        matches!(st.halt, Some(Halt::Suspended(_)))
     }
 
     /// The error of a SUSPENDED pool; `None` while running or STALLED.
@@ -140,16 +152,23 @@ impl TxgCtl {
         Self::is_suspended(&st).then(|| Self::halt_error(&st)).flatten()
     }
 
-    /// → SUSPENDED (from any state; a suspension already there keeps its reason). A sync
-    /// in flight fails before its commit stage; waiters wake up to the error.
-    pub fn suspend(&self, why: String) {
+    /// → SUSPENDED with `cause` (from any state; a suspension already there keeps its
+    /// cause). A sync in flight fails before its commit stage; waiters wake up to the error.
+    pub fn suspend(&self, cause: Arc<crate::EngineError>) {
         let mut st = self.st.lock();
         if !Self::is_suspended(&st) {
-            st.error = Some(why);
-            st.stalled = false;
+            st.halt = Some(Halt::Suspended(cause));
         }
         self.done.notify_all();
         self.wake.notify_one();
+    }
+
+    /// The driver thread ended by a panic (driver.rs): waiters see `exited`.
+    pub fn driver_died(&self) {
+        let mut st = self.st.lock();
+        st.phase = Phase::Idle;
+        st.exited = true;
+        self.done.notify_all();
     }
 
     pub fn synced(&self) -> u64 {
@@ -176,7 +195,7 @@ impl TxgCtl {
 
     /// Make every change made before this call durable: wait for the commit of the txg
     /// holding them.
-    pub fn sync_and_wait(&self, inner: &Inner) -> crate::Result<()> {
+    pub fn sync_and_wait(&self, dirty: &DirtyData) -> crate::Result<()> {
         let mut st = self.st.lock();
         if let Some(e) = Self::halt_error(&st) {
             return Err(e);
@@ -184,7 +203,7 @@ impl TxgCtl {
         if st.exited {
             return Err(crate::EngineError::Closed);
         }
-        let open_clean = !st.meta_dirty && inner.dirty_set.lock().is_empty();
+        let open_clean = !st.meta_dirty && !dirty.any_changed();
         let target = match (open_clean, st.phase) {
             (true, Phase::Idle) => return Ok(()),
             // nothing changed since N was frozen: N's commit suffices
@@ -200,7 +219,7 @@ impl TxgCtl {
             if st.exited {
                 return Err(crate::EngineError::Closed);
             }
-            self.done.wait(&mut st);
+            st.wait(&self.done);
         }
         Ok(())
     }
@@ -210,16 +229,16 @@ impl TxgCtl {
     /// `Engine::order_data_before_rename`). The namespace delta is taken by the commit of
     /// the txg in flight, but data changed after that txg's freeze belongs to the next one;
     /// so while a txg N is quiescing or syncing and `ino` has changes in the open txg
-    /// (`dirty_set`, conservatively including changes N will still freeze), wait for N's
+    /// (`DirtyData::is_changed`, conservatively including changes N will still freeze), wait for N's
     /// commit. No txg in flight, or no open changes: the next commit takes both anyway.
     /// Without forcing a txg: the wait is at most the one already under way.
-    pub fn wait_for_txg_in_flight_if_dirty(&self, inner: &Inner, ino: Ino) -> crate::Result<()> {
+    pub fn wait_for_txg_in_flight_if_dirty(&self, dirty: &DirtyData, ino: Ino) -> crate::Result<()> {
         let mut st = self.st.lock();
         let n = match st.phase {
             Phase::Idle => return Ok(()),
             Phase::Quiescing(n) | Phase::Syncing(n) => n,
         };
-        if !inner.dirty_set.lock().contains(&ino) {
+        if !dirty.is_changed(ino) {
             return Ok(());
         }
         while st.synced < n {
@@ -229,7 +248,7 @@ impl TxgCtl {
             if st.exited {
                 return Err(crate::EngineError::Closed);
             }
-            self.done.wait(&mut st);
+            st.wait(&self.done);
         }
         Ok(())
     }
@@ -240,7 +259,7 @@ impl TxgCtl {
         st.abandon = true;
         self.wake.notify_one();
         while !st.exited {
-            self.done.wait(&mut st);
+            st.wait(&self.done);
         }
     }
 
@@ -250,13 +269,45 @@ impl TxgCtl {
         st.shutdown = true;
         self.wake.notify_one();
         while !st.exited {
-            self.done.wait(&mut st);
+            st.wait(&self.done);
         }
     }
 }
 
 /// A txg's frozen layers: (inode, its syncing layer) per file.
 pub type Frozen = Vec<(Ino, Arc<Layer>)>;
+
+/// Why a txg failed, and whether trying it again later is safe: a txg that found no room
+/// before its commit stage wrote nothing any pointer refers to (its placements were given
+/// back), so its frozen layers can be synced again once there is room (STALLED).
+pub struct SyncFailure {
+    pub error: crate::EngineError,
+    /// the frozen layers, handed back when the txg may be tried again
+    pub retry: Option<Frozen>,
+}
+
+/// What the driver asks of the engine: the figures its transitions look at, and the work
+/// of the QUIESCING and SYNCING states (driver.rs).
+pub trait TxgWork {
+    /// The open txg holds data changes (namespace changes are `TxgState::meta_dirty`).
+    fn data_changed(&self) -> bool;
+    /// Dirty bytes, and the level at which the open txg closes.
+    fn dirty_bytes(&self) -> (u64, u64);
+    /// Record bytes compressed early and waiting for a txg.
+    fn ready_bytes(&self) -> u64;
+    fn txg_timeout(&self) -> Duration;
+    /// Nothing to sync at a timeout: give back what early placement gave up meanwhile.
+    fn idle(&self);
+    /// The driver exits after its last commit: give back what early placement gave up,
+    /// waiting for their writes.
+    fn before_exit(&self);
+    /// QUIESCING: freeze the open layers of the files changed in the txg.
+    fn quiesce(&self) -> Frozen;
+    /// SYNCING: the stages of sync.rs.
+    fn sync(&self, txg: u64, frozen: Frozen) -> std::result::Result<(), SyncFailure>;
+    /// A txg ended (committed or failed): wake writers waiting for dirty memory.
+    fn txg_ended(&self);
+}
 
 /// What the driver does next.
 enum Next {
@@ -267,148 +318,149 @@ enum Next {
     Retry,
 }
 
-/// The driver thread: runs txgs one after another ([`drive`]). A panic in it suspends the
-/// pool and ends the thread as an exit would, so waiters and `close` see an error instead
-/// of waiting for it forever.
-pub fn driver(inner: Arc<Inner>) {
-    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drive(&inner))) {
-        inner.caught_panic("the txg driver", &*p);
-        let mut st = inner.txg.st.lock();
-        st.phase = Phase::Idle;
-        st.exited = true;
-        inner.txg.done.notify_all();
-        drop(st);
-        inner.throttle_cv.notify_all();
-    }
-}
-
-fn drive(inner: &Arc<Inner>) {
-    let ctl = &inner.txg;
+/// The driver: one thread per engine, runs txgs one after another through the states of
+/// the block comment.
+pub fn drive(ctl: &TxgCtl, work: &impl TxgWork) {
     // the STALLED txg and its frozen layers, kept for the next try
     let mut stalled: Option<(u64, Frozen)> = None;
     let mut last_try = Instant::now();
     let mut final_try = false;
     loop {
-        let next = {
-            let mut st = ctl.st.lock();
-            loop {
-                let has_work = st.meta_dirty || !inner.dirty_set.lock().is_empty();
-                if st.abandon {
-                    break Next::Exit;
-                }
-                if stalled.is_some() && st.stalled {
-                    // once more at shutdown, then give up (the pool is then SUSPENDED)
-                    if st.shutdown {
-                        if final_try {
-                            break Next::Exit;
-                        }
-                        final_try = true;
-                        break Next::Retry;
-                    }
-                    let since = last_try.elapsed();
-                    if since >= RETRY_INTERVAL {
-                        break Next::Retry;
-                    }
-                    ctl.done.notify_all();
-                    ctl.wake.wait_for(&mut st, RETRY_INTERVAL - since);
-                    continue;
-                }
-                if st.shutdown && (!has_work || st.error.is_some()) {
-                    break Next::Exit;
-                }
-                if st.error.is_some() {
-                    // suspended: wake waiters (they see the error) and idle
-                    ctl.done.notify_all();
-                    ctl.wake.wait_for(&mut st, Duration::from_secs(1));
-                    continue;
-                }
-                if st.shutdown || st.want >= st.open {
-                    break Next::Sync(open_next(&mut st));
-                }
-                let dirty = inner.dirty_bytes.load(Ordering::Relaxed);
-                let threshold = inner.opts.max_dirty_bytes / 100 * SYNC_DIRTY_PERCENT;
-                // compressed early and waiting: write it out, so its buffers return to the pool
-                let ready = inner.compress_q.counters.ready.load(Ordering::Relaxed);
-                if has_work && (dirty >= threshold || ready >= crate::early::EARLY_SYNC_BYTES || st.meta_full) {
-                    break Next::Sync(open_next(&mut st));
-                }
-                let elapsed = st.opened_at.elapsed();
-                if elapsed >= inner.opts.txg_timeout {
-                    if has_work {
-                        break Next::Sync(open_next(&mut st));
-                    }
-                    // idle: early placements given up since the last txg go back now (and
-                    // their host space with them), not only when the next txg starts
-                    parking_lot::MutexGuard::unlocked(&mut st, || crate::early_place::reclaim(inner, false));
-                    st.opened_at = Instant::now();
-                    continue;
-                }
-                ctl.wake.wait_for(&mut st, inner.opts.txg_timeout - elapsed);
-            }
-        };
+        let next = ctl.next(work, stalled.is_some(), &mut final_try, last_try);
         let (txg, frozen) = match next {
             Next::Exit => {
-                let (abandon, failed) = {
-                    let st = ctl.st.lock();
-                    (st.abandon, st.error.is_some())
-                };
-                if !abandon && !failed {
-                    // early placements given up since the last txg: their host space back
-                    crate::early_place::reclaim(inner, true);
-                }
-                let mut st = ctl.st.lock();
-                if let Some((txg, _)) = stalled.as_ref().filter(|_| st.stalled) {
-                    // the last try failed too: the txg's changes are lost with the process
-                    st.stalled = false;
-                    log::error!("txg {txg}: still no room at shutdown; its changes are not saved");
-                }
-                st.exited = true;
-                ctl.done.notify_all();
+                ctl.exit(work, stalled.as_ref().map(|(txg, _)| *txg));
                 return;
             }
             Next::Retry => stalled.take().expect("a stalled txg to retry"),
-            Next::Sync(txg) => (txg, quiesce(inner)),
+            Next::Sync(txg) => (txg, work.quiesce()),
         };
-        inner.syncing_files.store(frozen.len() as u64, Ordering::Relaxed);
         ctl.st.lock().phase = Phase::Syncing(txg);
-        inner.faults.hit(crate::fault::Site::TxgDriver);
-        let r = sync::sync_txg(inner, txg, frozen);
+        let r = work.sync(txg, frozen);
         last_try = Instant::now();
-        inner.syncing_files.store(0, Ordering::Relaxed);
-        let mut st = ctl.st.lock();
+        stalled = ctl.synced_txg(txg, r);
+        work.txg_ended();
+    }
+}
+
+impl TxgCtl {
+    /// Wait until the open txg must close (OPEN → QUIESCING), the STALLED one be tried
+    /// again, or the driver exit.
+    fn next(&self, work: &impl TxgWork, stalled: bool, final_try: &mut bool, last_try: Instant) -> Next {
+        let mut st = self.st.lock();
+        loop {
+            let has_work = st.meta_dirty || work.data_changed();
+            if st.abandon {
+                return Next::Exit;
+            }
+            if stalled && matches!(st.halt, Some(Halt::Stalled(_))) {
+                // once more at shutdown, then give up (the pool is then SUSPENDED)
+                if st.shutdown {
+                    if *final_try {
+                        return Next::Exit;
+                    }
+                    *final_try = true;
+                    return Next::Retry;
+                }
+                let since = last_try.elapsed();
+                if since >= RETRY_INTERVAL {
+                    return Next::Retry;
+                }
+                self.done.notify_all();
+                st.wait_for(&self.wake, RETRY_INTERVAL - since);
+                continue;
+            }
+            if st.shutdown && (!has_work || st.halt.is_some()) {
+                return Next::Exit;
+            }
+            if st.halt.is_some() {
+                // suspended: wake waiters (they see the error) and idle
+                self.done.notify_all();
+                st.wait_for(&self.wake, Duration::from_secs(1));
+                continue;
+            }
+            if st.shutdown || st.want >= st.open {
+                return Next::Sync(open_next(&mut st));
+            }
+            let (dirty, threshold) = work.dirty_bytes();
+            // compressed early and waiting: write it out, so its buffers return to the pool
+            let ready = work.ready_bytes();
+            if has_work && (dirty >= threshold || ready >= crate::compress::EARLY_SYNC_BYTES || st.meta_full) {
+                return Next::Sync(open_next(&mut st));
+            }
+            let elapsed = st.opened_at.elapsed();
+            let timeout = work.txg_timeout();
+            if elapsed >= timeout {
+                if has_work {
+                    return Next::Sync(open_next(&mut st));
+                }
+                // idle: early placements given up since the last txg go back now (and
+                // their host space with them), not only when the next txg starts
+                st.unlocked(|| work.idle());
+                st.opened_at = Instant::now();
+                continue;
+            }
+            st.wait_for(&self.wake, timeout - elapsed);
+        }
+    }
+
+    /// SYNCING → COMMITTED, STALLED or SUSPENDED with the outcome `r` of txg `txg`; returns
+    /// the frozen layers to try again (STALLED).
+    fn synced_txg(&self, txg: u64, r: std::result::Result<(), SyncFailure>) -> Option<(u64, Frozen)> {
+        let mut st = self.st.lock();
         st.phase = Phase::Idle;
+        let mut stalled = None;
         match r {
             Ok(()) => {
                 st.synced = txg;
-                if st.stalled {
+                // a suspension meanwhile stays (it failed no stage of this txg)
+                if matches!(st.halt, Some(Halt::Stalled(_))) {
                     log::warn!("txg {txg} committed after waiting for room; the pool runs again");
-                    st.error = None;
-                    st.stalled = false;
+                    st.halt = None;
                 }
             }
-            Err(sync::SyncFailure { error, .. }) if TxgCtl::is_suspended(&st) => {
+            Err(SyncFailure { error, .. }) if Self::is_suspended(&st) => {
                 log::error!("txg {txg} failed, pool suspended at txg {}: {error}", st.synced);
             }
-            Err(sync::SyncFailure { error, retry: Some(frozen) }) => {
-                if !st.stalled {
+            Err(SyncFailure { error, retry: Some(frozen) }) => {
+                if !matches!(st.halt, Some(Halt::Stalled(_))) {
                     log::warn!(
                         "txg {txg}: {error}; trying again every {} s (writes and syncs get ENOSPC until it fits)",
                         RETRY_INTERVAL.as_secs()
                     );
                 }
-                st.error = Some(error.to_string());
-                st.stalled = true;
+                st.halt = Some(Halt::Stalled(Arc::new(error)));
                 stalled = Some((txg, frozen));
             }
-            Err(sync::SyncFailure { error, retry: None }) => {
+            Err(SyncFailure { error, retry: None }) => {
                 log::error!("txg {txg} failed, pool suspended at txg {}: {error}", st.synced);
-                st.error = Some(error.to_string());
-                st.stalled = false;
+                st.halt = Some(Halt::Suspended(Arc::new(error)));
             }
         }
-        ctl.done.notify_all();
-        drop(st);
-        inner.throttle_cv.notify_all();
+        self.done.notify_all();
+        stalled
+    }
+
+    /// The driver exits: a txg still STALLED (`stalled`) is given up (SUSPENDED); waiters
+    /// wake up to `exited`.
+    fn exit(&self, work: &impl TxgWork, stalled: Option<u64>) {
+        let (abandon, failed) = {
+            let st = self.st.lock();
+            (st.abandon, st.halt.is_some())
+        };
+        if !abandon && !failed {
+            work.before_exit();
+        }
+        let mut st = self.st.lock();
+        if let Some(txg) = stalled.filter(|_| matches!(st.halt, Some(Halt::Stalled(_)))) {
+            // the last try failed too: the txg's changes are lost with the process
+            if let Some(Halt::Stalled(e)) = st.halt.take() {
+                st.halt = Some(Halt::Suspended(e));
+            }
+            log::error!("txg {txg}: still no room at shutdown; its changes are not saved");
+        }
+        st.exited = true;
+        self.done.notify_all();
     }
 }
 
@@ -421,67 +473,4 @@ fn open_next(st: &mut TxgState) -> u64 {
     st.meta_full = false;
     st.opened_at = Instant::now();
     txg
-}
-
-/// QUIESCING: freeze the open layer of every dirty file into its syncing layer.
-fn quiesce(inner: &Inner) -> Vec<(Ino, Arc<Layer>)> {
-    let inos = std::mem::take(&mut *inner.dirty_set.lock());
-    let mut inos: Vec<Ino> = inos.into_iter().collect();
-    inos.sort_unstable();
-    let rs = inner.recordsize;
-    let mut out = Vec::with_capacity(inos.len());
-    for ino in inos {
-        let Some(f) = inner.files.get(ino) else { continue };
-        let mut fd = f.lock();
-        if fd.retired || !fd.open_dirty {
-            continue;
-        }
-        debug_assert!(fd.syncing.is_none(), "one txg syncs at a time");
-        let mut layer = std::mem::take(&mut fd.open);
-        layer.size = fd.size;
-        layer.policy = fd.policy;
-        normalize(&mut layer, rs, inner);
-        let layer = Arc::new(layer);
-        fd.syncing = Some(layer.clone());
-        fd.open_dirty = false;
-        // records moved out of the open layer: a write that looked at the open layer before
-        // this freeze must redo its read-modify-write decisions (see write.rs)
-        fd.gen += 1;
-        out.push((ino, layer));
-    }
-    out
-}
-
-/// Give every data record exactly its logical length (zeros after a short buffer).
-fn normalize(layer: &mut Layer, rs: u64, inner: &Inner) {
-    let size = layer.size;
-    let mut grow: i64 = 0;
-    for (&idx, rec) in layer.recs.iter_mut() {
-        if let crate::dirty::Rec::Data(d) = rec {
-            let want = crate::units::record_len_in_file(idx, size, rs) as usize;
-            if want == 0 {
-                grow -= d.len() as i64;
-                *rec = crate::dirty::Rec::Hole;
-                continue;
-            }
-            if d.len() != want {
-                // changes the bytes: drops any early compression of the old ones. Records
-                // held packed are full and set_size cuts them, so they are never here; a
-                // failed decode (impossible for our own output) keeps the record as it is
-                match d.buf_mut(inner.workspaces()) {
-                    Ok(b) => {
-                        grow += want as i64 - b.len() as i64;
-                        b.resize(want, 0);
-                    }
-                    Err(e) => log::error!("record {idx}: cannot resize: {e}"),
-                }
-            }
-        }
-    }
-    layer.bytes = (layer.bytes as i64 + grow) as u64;
-    if grow >= 0 {
-        inner.dirty_bytes.fetch_add(grow as u64, Ordering::Relaxed);
-    } else {
-        inner.dirty_bytes.fetch_sub((-grow) as u64, Ordering::Relaxed);
-    }
 }

@@ -42,6 +42,19 @@ pub fn granule_bytes(stored: u64, granule: u64) -> u64 {
     stored.div_ceil(granule).saturating_mul(granule)
 }
 
+/// Physical bytes an extent occupies (for `blocks_bytes`, frees and fsck), in a pool whose
+/// records are packed at `granule` bytes: a device extent its stored length rounded to the
+/// granule, an inline one its stored bytes.
+pub fn extent_footprint(e: &squeezefs_meta::ExtentPtr, granule: u64) -> u64 {
+    match &e.stored {
+        squeezefs_meta::StoredRecord::Device(d) => granule_bytes(u64::from(d.psize), granule),
+        squeezefs_meta::StoredRecord::Inline(v) => v.len() as u64,
+        // its share of the bundle (bundle.rs): the bundle's own range is freed with its
+        // last member
+        squeezefs_meta::StoredRecord::Bundled(b) => u64::from(b.share),
+    }
+}
+
 /// `offset + len` if it stays within [`MAX_FILE_SIZE`].
 pub fn checked_end(offset: u64, len: u64) -> Option<u64> {
     offset.checked_add(len).filter(|&e| e <= MAX_FILE_SIZE)

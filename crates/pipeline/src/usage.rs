@@ -2,11 +2,23 @@
 
 use crate::error::Result;
 use crate::inner::Inner;
-use crate::sync::extent_footprint;
-use crate::UsageRow;
+use crate::units::extent_footprint;
 use squeezefs_codec::Algorithm;
 use squeezefs_meta::{keys, tables, ExtentPtr, Ino};
 use std::collections::BTreeMap;
+
+/// One row of `squeezefs stats` (compsize columns).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsageRow {
+    pub alg: squeezefs_codec::Algorithm,
+    pub level: i32,
+    /// bytes on disk
+    pub disk_bytes: u64,
+    /// bytes before compression
+    pub uncompressed_bytes: u64,
+    /// logical bytes referenced by files
+    pub referenced_bytes: u64,
+}
 
 pub fn usage(inner: &Inner, ino: Ino) -> Result<Vec<UsageRow>> {
     inner.inode_record(ino)?;

@@ -4,31 +4,19 @@
 //! layer or committed extent) *outside* the file lock; the file's `gen` tells whether a
 //! truncation or punch raced with the load, in which case the load is redone.
 
-use crate::dirty::{DataRec, FileRef, LayerView, Rec};
-use crate::early::{self, CallerResult, CompressQueue, Home, Slot};
-use crate::error::{EngineError, Result};
+use crate::compress::Slot;
+use crate::dirty::RecordHome;
+use crate::dirty::{DataRec, FileRef, Layer, LayerView, Rec};
+use crate::early::{self, CallerResult};
+use crate::error::{EngineError, InvalidArg, Result};
 use crate::inner::Inner;
 use crate::meta_space::{self, Decision};
 use crate::policy::Stated;
 use crate::read;
-use crate::throttle;
 use crate::units::{checked_end, record_len_in_file, record_start_byte, records_for_size, MAX_FILE_SIZE};
 use squeezefs_meta::{keys, tables, Ino};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering;
-
-/// The file's dirty state, created from the committed inode if needed.
-pub fn file_ref(inner: &Inner, ino: Ino) -> Result<FileRef> {
-    loop {
-        let f = inner.files.get_or_create(ino, || {
-            let a = inner.inode_record(ino)?;
-            Ok::<_, EngineError>((a.size, a.blocks_bytes))
-        })?;
-        if !f.lock().retired {
-            return Ok(f);
-        }
-    }
-}
+use std::sync::Arc;
 
 /// Content of record `idx` below the open layer (syncing layer, else committed), as an
 /// owned buffer; `None` = hole. The open layer's truncation floor short-cuts truncated
@@ -70,6 +58,91 @@ enum Fill<'a> {
     Zeros,
 }
 
+/// A change of the byte range `[off, end)`: which records it touches and what goes in.
+struct Change<'a> {
+    off: u64,
+    end: u64,
+    rs: u64,
+    first: u64,
+    last: u64,
+    fill: Fill<'a>,
+}
+
+impl<'a> Change<'a> {
+    fn new(off: u64, end: u64, rs: u64, fill: Fill<'a>) -> Change<'a> {
+        Change { off, end, rs, first: off / rs, last: (end - 1) / rs, fill }
+    }
+
+    /// The change covers record `idx` whole (its old bytes are not needed).
+    fn covers(&self, idx: u64) -> bool {
+        let s = record_start_byte(idx, self.rs);
+        self.off <= s && self.end >= s + self.rs
+    }
+
+    /// The bytes `[a, b)` of record `idx` the change writes.
+    fn span(&self, idx: u64) -> (usize, usize) {
+        let rstart = record_start_byte(idx, self.rs);
+        ((self.off.max(rstart) - rstart) as usize, (self.end.min(rstart + self.rs) - rstart) as usize)
+    }
+
+    fn is_data(&self) -> bool {
+        matches!(self.fill, Fill::Data(..))
+    }
+}
+
+/// Records below the open layer that a change starts from (`None`: a hole), loaded at
+/// file generation `gen`.
+struct Loads {
+    gen: u64,
+    records: HashMap<u64, Option<Vec<u8>>>,
+}
+
+/// Load, outside the file lock, the records the change modifies in part that the open
+/// layer does not hold, and admit their copies; `None` if the file was retired meanwhile.
+fn load_below(inner: &Inner, ino: Ino, f: &FileRef, ch: &Change<'_>, charged: Option<u64>) -> Result<Option<Loads>> {
+    let (gen, need) = {
+        let fd = f.lock();
+        if fd.retired {
+            return Ok(None);
+        }
+        let need: Vec<u64> =
+            (ch.first..=ch.last).filter(|&i| !fd.open.recs.contains_key(&i) && !ch.covers(i)).collect();
+        (fd.gen, need)
+    };
+    let mut records = HashMap::new();
+    for idx in need {
+        records.insert(idx, lower_record(inner, ino, f, idx)?);
+    }
+    // a record changed in part is copied into the open txg whole and stored anew (the old
+    // copy is freed only by the commit): admission counts the copies too, or partial
+    // punches (charged nothing) across a full pool would be accepted and fail the txg in
+    // placement
+    let copied: u64 = records.values().flatten().map(|b| b.len() as u64).sum();
+    if let Some(charged) = charged.filter(|_| copied > 0) {
+        reserve(inner, charged.saturating_add(copied))?;
+    }
+    Ok(Some(Loads { gen, records }))
+}
+
+/// What applying a change did: the open layer's buffers grew and shrank by these bytes;
+/// records it filled go to early compression; records the caller compressed went in packed.
+#[derive(Default)]
+struct Applied {
+    grown: u64,
+    freed: u64,
+    early: Vec<(Arc<Slot>, RecordHome)>,
+    any_packed: bool,
+}
+
+/// The engine, and how records a change fills start their early compression.
+struct ApplyCtx<'i> {
+    inner: &'i Inner,
+    ino: Ino,
+    policy: crate::policy::Policy,
+    streak: Arc<std::sync::atomic::AtomicU32>,
+    file: std::sync::Weak<crate::locks::Mutex<crate::dirty::FileData>>,
+}
+
 /// Apply `fill` to `[off, end)`. `Data` extends the size; `Zeros` (hole punching) never
 /// creates a buffer for a record that has no data. `packed`: whole records of `Data` the
 /// caller compressed already (caller-runs); they replace the record as they are.
@@ -84,188 +157,193 @@ fn apply(
     mut packed: BTreeMap<u64, CallerResult>,
     charged: Option<u64>,
 ) -> Result<()> {
-    let rs = inner.recordsize;
-    let first = off / rs;
-    let last = (end - 1) / rs;
-    let covers = |idx: u64| {
-        let s = record_start_byte(idx, rs);
-        off <= s && end >= s + rs
+    let ch = Change::new(off, end, inner.recordsize, fill);
+    let mut f = inner.file_ref(ino)?;
+    let mut loads = load_below(inner, ino, &f, &ch, charged)?;
+    let mut fd = f.lock();
+    // a truncation, punch or freeze since the loads (the file's `gen` moved), or the file's
+    // retirement, makes them stale: look the file up and load again
+    while fd.retired || loads.as_ref().is_none_or(|l| l.gen != fd.gen) {
+        drop(fd);
+        f = inner.file_ref(ino)?;
+        loads = load_below(inner, ino, &f, &ch, charged)?;
+        fd = f.lock();
+    }
+    let mut loaded = loads.map(|l| l.records).unwrap_or_default();
+    decode_packed_in_part(inner, &mut fd.open, &ch, &packed)?;
+    if let Fill::Data(_, Stated::Is(p)) = ch.fill {
+        fd.policy = p;
+    }
+    let ctx = ApplyCtx {
+        inner,
+        ino,
+        policy: fd.policy.unwrap_or_else(|| inner.compress.pool_policy()),
+        streak: fd.streak.clone(),
+        file: Arc::downgrade(&f),
     };
-    let mut f = file_ref(inner, ino)?;
-    loop {
-        let (gen, need) = {
-            let fd = f.lock();
-            if fd.retired {
-                drop(fd);
-                f = file_ref(inner, ino)?;
-                continue;
-            }
-            let need: Vec<u64> = (first..=last).filter(|&i| !fd.open.recs.contains_key(&i) && !covers(i)).collect();
-            (fd.gen, need)
-        };
-        let mut loaded: HashMap<u64, Option<Vec<u8>>> = HashMap::new();
-        for idx in need {
-            loaded.insert(idx, lower_record(inner, ino, &f, idx)?);
+    let mut applied = Applied::default();
+    for idx in ch.first..=ch.last {
+        let below = loaded.remove(&idx).flatten();
+        fill_record(&ctx, &mut fd.open, &ch, idx, packed.remove(&idx), below, &mut applied)?;
+    }
+    if ch.is_data() {
+        applied.grown += pad_touched(inner, &mut fd, &ch)?;
+    }
+    inner.acct.resize_layer(&mut fd.open.bytes, applied.grown, applied.freed);
+    if ch.is_data() {
+        fd.size = fd.size.max(end);
+    }
+    fd.open_dirty = true;
+    inner.dirty.mark_changed(ino);
+    if applied.any_packed {
+        fd.open.place_early(&inner.early, &inner.space, &inner.acct, inner.max_inline);
+    }
+    drop(fd);
+    if !applied.early.is_empty() {
+        let me = inner.self_arc();
+        for (s, home) in applied.early {
+            early::queue_background(&me, s, home);
         }
-        // a record changed in part is copied into the open txg whole and stored anew (the
-        // old copy is freed only by the commit): admission counts the copies too. Uncounted,
-        // punches (charged nothing) across a full pool were accepted and failed the txg in
-        // placement, suspending the pool
-        // (tests/enospc.rs::partial_hole_punches_of_committed_records_are_charged_the_records_they_copy),
-        // and a write's copy was seen only by the next write's admission
-        let copied: u64 = loaded.values().flatten().map(|b| b.len() as u64).sum();
-        if let Some(charged) = charged.filter(|_| copied > 0) {
-            reserve(inner, charged.saturating_add(copied))?;
-        }
-        let mut fd = f.lock();
-        if fd.retired || fd.gen != gen {
-            drop(fd);
-            f = file_ref(inner, ino)?;
+    }
+    Ok(())
+}
+
+/// Records held packed that the change modifies in part: decoded before anything changes,
+/// so a failed decode leaves the file as it was (decoding alone changes no byte and no
+/// accounting). Records the caller compressed whole are replaced, not decoded.
+fn decode_packed_in_part(
+    inner: &Inner,
+    open: &mut Layer,
+    ch: &Change<'_>,
+    packed: &BTreeMap<u64, CallerResult>,
+) -> Result<()> {
+    for idx in ch.first..=ch.last {
+        if matches!(packed.get(&idx), Some(CallerResult::Packed(_))) {
             continue;
         }
-        // records held packed that this change modifies in part: decoded before anything
-        // changes, so a failed decode leaves the file as it was (decoding alone changes no
-        // byte and no accounting)
-        for idx in first..=last {
-            if matches!(packed.get(&idx), Some(CallerResult::Packed(_))) {
-                continue; // replaced whole below
-            }
-            if let Some(Rec::Data(d)) = fd.open.recs.get_mut(&idx) {
-                if d.packed_rec().is_some() {
-                    d.buf_mut(inner.workspaces())?;
-                }
+        if let Some(Rec::Data(d)) = open.recs.get_mut(&idx) {
+            if d.packed_rec().is_some() {
+                d.buf_mut(inner.workspaces())?;
             }
         }
-        if let Fill::Data(_, Stated::Is(p)) = fill {
-            fd.policy = p;
-        }
-        let early_policy = fd.policy.unwrap_or_else(|| *inner.policy.read());
-        let mut grown: u64 = 0;
-        let mut freed: u64 = 0;
-        let mut early: Vec<std::sync::Arc<Slot>> = Vec::new();
-        let fd_streak = fd.streak.clone();
-        let mut any_packed = false;
-        for idx in first..=last {
-            let rstart = record_start_byte(idx, rs);
-            let a = (off.max(rstart) - rstart) as usize;
-            let b = (end.min(rstart + rs) - rstart) as usize;
-            let mut finished = None;
-            match packed.remove(&idx) {
-                Some(CallerResult::Finished(slot)) => finished = Some(slot),
-                Some(CallerResult::Packed(p)) => {
-                    // the whole record, compressed by the caller: replaces what was there
-                    any_packed = true;
-                    grown += p.logical as u64;
-                    let old = fd.open.recs.insert(idx, Rec::Data(DataRec::packed(p)));
-                    if let Some(Rec::Data(d)) = old {
-                        freed += d.len() as u64;
-                        if let Some(v) = d.into_vec() {
-                            inner.bufs.give(v);
-                        }
-                    }
-                    continue;
-                }
-                None => {}
-            }
-            let entry = match fd.open.recs.get_mut(&idx) {
-                Some(e) => e,
-                None => {
-                    let base = loaded.remove(&idx).flatten();
-                    if base.is_none() && matches!(fill, Fill::Zeros) {
-                        continue; // already a hole
-                    }
-                    // a write filling most of a fresh record gets a pooled full buffer
-                    let base =
-                        base.unwrap_or_else(|| if (b - a) as u64 * 2 >= rs { inner.bufs.take() } else { Vec::new() });
-                    grown += base.len() as u64;
-                    fd.open.recs.insert(idx, Rec::Data(DataRec::new(base)));
-                    fd.open.recs.get_mut(&idx).expect("just inserted")
-                }
-            };
-            if matches!(entry, Rec::Hole) {
-                if matches!(fill, Fill::Zeros) {
-                    continue;
-                }
-                *entry = Rec::Data(DataRec::default());
-            }
-            let Rec::Data(rec) = entry else { unreachable!() };
-            match fill {
-                Fill::Data(d, _) => {
-                    let was = rec.len();
-                    let buf = rec.buf_mut(inner.workspaces())?;
-                    let src = &d[(rstart + a as u64 - off) as usize..(rstart + b as u64 - off) as usize];
-                    if buf.len() <= a {
-                        // appending (the common case): one copy, no zero fill first
-                        grown += (b - buf.len()) as u64;
-                        buf.reserve(b - buf.len());
-                        buf.resize(a, 0);
-                        buf.extend_from_slice(src);
-                    } else {
-                        if buf.len() < b {
-                            grown += (b - buf.len()) as u64;
-                            buf.resize(b, 0);
-                        }
-                        buf[a..b].copy_from_slice(src);
-                    }
-                    if let Some(slot) = finished {
-                        // the caller compressed exactly these bytes (the write covers the
-                        // whole record): keep its result
-                        rec.set_early(slot);
-                    } else if was < rs as usize && buf.len() == rs as usize {
-                        // this write filled the record: compress it now (early.rs)
-                        let home = Home { file: std::sync::Arc::downgrade(&f), idx };
-                        let shared = rec.shared().expect("buf_mut above made the record raw");
-                        let slot = Slot::new(shared, early_policy, fd_streak.clone(), Some(home), inner);
-                        rec.set_early(slot.clone());
-                        early.push(slot);
-                    }
-                }
-                Fill::Zeros => {
-                    let hi = b.min(rec.len());
-                    if a < hi {
-                        rec.buf_mut(inner.workspaces())?[a..hi].fill(0);
-                    }
-                }
-            }
-        }
-        if matches!(fill, Fill::Data(..)) {
-            // records end at their logical length now, not at the quiesce (`normalize`), so
-            // the dirty bytes write admission compares with free space are the bytes the txg
-            // stores: the write's first and last records (a write into a hole or into a
-            // short committed record ends inside them) and the file's old last record
-            // when the write leaves a gap after it
-            let new_size = fd.size.max(end);
-            let old_last = (end > fd.size && fd.size > 0).then(|| (fd.size - 1) / rs);
-            let mut touched = vec![first, last];
-            touched.extend(old_last);
-            touched.dedup();
-            for idx in touched {
-                grown += pad_to_logical(inner, &mut fd.open, idx, new_size)?;
-            }
-        }
-        fd.open.bytes = fd.open.bytes + grown - freed;
-        inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
-        if freed > 0 {
-            let _ =
-                inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
-        }
-        if matches!(fill, Fill::Data(..)) {
-            fd.size = fd.size.max(end);
-        }
-        fd.open_dirty = true;
-        inner.dirty_set.lock().insert(ino);
-        if any_packed {
-            crate::early_place::place_in_order(inner, &mut fd.open);
-        }
-        drop(fd);
-        if !early.is_empty() {
-            let me = inner.self_arc();
-            for s in early {
-                CompressQueue::push(&me, s, false);
-            }
-        }
-        return Ok(());
     }
+    Ok(())
+}
+
+/// Apply the change to record `idx` of the open layer: `caller` is what caller-runs made
+/// of it (the whole record), `below` its content below the open layer if loaded.
+fn fill_record(
+    ctx: &ApplyCtx<'_>,
+    open: &mut Layer,
+    ch: &Change<'_>,
+    idx: u64,
+    caller: Option<CallerResult>,
+    below: Option<Vec<u8>>,
+    applied: &mut Applied,
+) -> Result<()> {
+    let inner = ctx.inner;
+    let (a, b) = ch.span(idx);
+    let finished = match caller {
+        Some(CallerResult::Packed(p)) => {
+            // the whole record, compressed by the caller: replaces what was there
+            applied.any_packed = true;
+            applied.grown += p.logical as u64;
+            if let Some(Rec::Data(d)) = open.recs.insert(idx, Rec::Data(DataRec::packed(p))) {
+                applied.freed += d.len() as u64;
+                if let Some(v) = d.into_vec() {
+                    inner.dirty.bufs.give(v);
+                }
+            }
+            return Ok(());
+        }
+        Some(CallerResult::Finished(slot)) => Some(slot),
+        None => None,
+    };
+    let zeros = matches!(ch.fill, Fill::Zeros);
+    let entry = match open.recs.entry(idx) {
+        std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+        // nothing there and nothing below: punching leaves the hole as it is
+        std::collections::btree_map::Entry::Vacant(_) if below.is_none() && zeros => return Ok(()),
+        std::collections::btree_map::Entry::Vacant(v) => {
+            // a write filling most of a fresh record gets a pooled full buffer
+            let base =
+                below.unwrap_or_else(|| if (b - a) as u64 * 2 >= ch.rs { inner.dirty.bufs.take() } else { Vec::new() });
+            applied.grown += base.len() as u64;
+            v.insert(Rec::Data(DataRec::new(base)))
+        }
+    };
+    if matches!(entry, Rec::Hole) {
+        if zeros {
+            return Ok(());
+        }
+        *entry = Rec::Data(DataRec::default());
+    }
+    let Rec::Data(rec) = entry else { unreachable!("a hole became data above") };
+    match ch.fill {
+        Fill::Data(d, _) => {
+            let was = rec.len();
+            let rstart = record_start_byte(idx, ch.rs);
+            let src = &d[(rstart + a as u64 - ch.off) as usize..(rstart + b as u64 - ch.off) as usize];
+            let buf = rec.buf_mut(inner.workspaces())?;
+            applied.grown += copy_into(buf, a, src) as u64;
+            let full = buf.len() == ch.rs as usize;
+            if let Some(slot) = finished {
+                // the caller compressed exactly these bytes (the write covers the whole
+                // record): keep its result
+                rec.set_early(slot);
+            } else if was < ch.rs as usize && full {
+                // this write filled the record: compress it now (early.rs)
+                let shared = rec.shared().expect("buf_mut above made the record raw");
+                let slot = Slot::new(shared, ctx.policy, ctx.ino, ctx.streak.clone(), &inner.acct);
+                rec.set_early(slot.clone());
+                applied.early.push((slot, RecordHome { file: ctx.file.clone(), idx }));
+            }
+        }
+        Fill::Zeros => {
+            let hi = b.min(rec.len());
+            if a < hi {
+                rec.buf_mut(inner.workspaces())?[a..hi].fill(0);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Copy `src` into `buf` at `a`, zero-filling any gap before it; returns how many bytes
+/// `buf` grew.
+fn copy_into(buf: &mut Vec<u8>, a: usize, src: &[u8]) -> usize {
+    let b = a + src.len();
+    let was = buf.len();
+    if was <= a {
+        // appending (the common case): one copy, no zero fill first
+        buf.reserve(b - was);
+        buf.resize(a, 0);
+        buf.extend_from_slice(src);
+    } else {
+        if was < b {
+            buf.resize(b, 0);
+        }
+        buf[a..b].copy_from_slice(src);
+    }
+    buf.len() - was
+}
+
+/// Records end at their logical length now, not at the quiesce (`normalize`), so the dirty
+/// bytes write admission compares with free space are the bytes the txg stores: the
+/// write's first and last records (a write into a hole or into a short committed record
+/// ends inside them) and the file's old last record when the write leaves a gap after it.
+/// Returns the zeros added.
+fn pad_touched(inner: &Inner, fd: &mut crate::dirty::FileData, ch: &Change<'_>) -> Result<u64> {
+    let new_size = fd.size.max(ch.end);
+    let old_last = (ch.end > fd.size && fd.size > 0).then(|| (fd.size - 1) / ch.rs);
+    let mut touched = vec![ch.first, ch.last];
+    touched.extend(old_last);
+    touched.dedup();
+    let mut grown = 0;
+    for idx in touched {
+        grown += pad_to_logical(inner, &mut fd.open, idx, new_size)?;
+    }
+    Ok(grown)
 }
 
 /// Zeros appended to open record `idx` up to its logical length in a file of `size` bytes
@@ -308,11 +386,11 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> 
         return Ok(());
     }
     let end = checked_end(off, data.len() as u64).ok_or_else(|| too_big(off, data.len() as u64))?;
-    throttle::delay(inner)?;
+    inner.throttle.delay(&inner.acct, &inner.txg)?;
     // the file now; a change meanwhile by another writer of the same file changes the
     // padding by at most a record, which the per-range record `placeable_bytes` keeps back
     let pad = {
-        let f = file_ref(inner, ino)?;
+        let f = inner.file_ref(ino)?;
         let fd = f.lock();
         let first_len = match fd.open.recs.get(&(off / inner.recordsize)) {
             Some(Rec::Data(d)) => Some(d.len() as u64),
@@ -323,13 +401,13 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> 
     let len = (data.len() as u64).saturating_add(pad);
     if meta_decision(inner, len) == Decision::CommitFirst {
         // estimates of the open txg's metadata are in the way: its commit measures them
-        inner.txg.sync_and_wait(inner)?;
+        inner.txg.sync_and_wait(&inner.dirty)?;
     }
     reserve(inner, len)?;
     let packed = caller_runs(inner, ino, off, data, stated)?;
-    CompressQueue::wait_backlog(inner);
+    early::wait_backlog(inner, stated_tree(inner, ino, stated)?);
     apply(inner, ino, off, end, Fill::Data(data, stated), packed, Some(data.len() as u64))?;
-    throttle::maybe_kick(inner);
+    inner.throttle.maybe_kick(&inner.acct, &inner.txg);
     Ok(())
 }
 
@@ -343,7 +421,7 @@ fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -
         return Ok(out);
     }
     let (streak, own) = {
-        let f = file_ref(inner, ino)?;
+        let f = inner.file_ref(ino)?;
         let fd = f.lock();
         (fd.streak.clone(), fd.policy)
     };
@@ -351,8 +429,11 @@ fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -
         Stated::Is(p) => p,
         Stated::Keep => own,
     };
-    let policy = own.unwrap_or_else(|| *inner.policy.read());
-    if policy.codec().is_none() {
+    let policy = own.unwrap_or_else(|| inner.compress.pool_policy());
+    // a QoS tree's records go through the compress queue, which schedules them by their
+    // tree's deadlines at its plan's levels (qos.rs); a writer stalled compressing them
+    // would also stall whatever else its thread serves
+    if policy.stores_raw() || policy.tree != squeezefs_control::qos::NO_TREE {
         return Ok(out);
     }
     for idx in first..end {
@@ -360,13 +441,21 @@ fn caller_runs(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -
             break;
         }
         let at = (record_start_byte(idx, rs) - off) as usize;
-        out.insert(idx, early::compress_in_caller(inner, &data[at..at + rs as usize], policy, &streak));
+        out.insert(idx, early::compress_in_caller(inner, ino, &data[at..at + rs as usize], policy, &streak));
     }
     Ok(out)
 }
 
+/// The QoS tree of a write's data: the one it states, else the file's.
+fn stated_tree(inner: &Inner, ino: Ino, stated: Stated) -> Result<u64> {
+    Ok(match stated {
+        Stated::Is(p) => p.map_or(0, |p| p.tree),
+        Stated::Keep => inner.file_ref(ino)?.lock().policy.map_or(0, |p| p.tree),
+    })
+}
+
 fn too_big(off: u64, len: u64) -> EngineError {
-    EngineError::Invalid(format!("range {off}+{len} exceeds the largest file size ({MAX_FILE_SIZE} bytes)"))
+    InvalidArg::RangeTooLarge { offset: off, len }.into()
 }
 
 /// ENOSPC before accepting data: the space records are sure to find (`placeable_bytes`)
@@ -375,18 +464,15 @@ fn too_big(off: u64, len: u64) -> EngineError {
 /// granule, which in pools made before PACKED_BYTES is the sector: there a record of 513
 /// bytes takes 1024. Only a file's last record is short (the others hold `recordsize`, a
 /// whole number of sectors), so the rounding is at most granule − 1 per file in the open
-/// txg and again per file in the syncing one; uncounted, it let twice the room be accepted
-/// (tests/enospc.rs::old_pool_write_admission_counts_sector_footprints).
+/// txg and again per file in the syncing one; uncounted, it would let twice the room be
+/// accepted.
 fn reserve(inner: &Inner, len: u64) -> Result<()> {
-    // the syncing txg's records already placed are in both `dirty_bytes` and the devices'
-    // used space: counted twice, a pool with room for the data refused writes while a
-    // large txg synced (found with examples/fragmented_writes.rs). Dirty first: see
-    // `Inner::placed_stored` for why that order never counts too little.
-    let dirty = inner.dirty_bytes.load(Ordering::SeqCst);
-    let dirty = dirty.saturating_sub(inner.placed_stored.load(Ordering::SeqCst));
+    // the syncing txg's records already placed are in both the dirty bytes and the devices'
+    // used space: counted once (accounting.rs `dirty_unplaced`)
+    let dirty = inner.acct.dirty_unplaced();
     let slack = inner.sector * 2;
     let rounding = if inner.granule > 1 {
-        let files = inner.dirty_set.lock().len() as u64 + inner.syncing_files.load(Ordering::Relaxed) + 1;
+        let files = inner.dirty.files_in_flight();
         files.saturating_mul(inner.granule - 1)
     } else {
         0
@@ -397,7 +483,7 @@ fn reserve(inner: &Inner, len: u64) -> Result<()> {
     }
     if meta_decision(inner, len) != Decision::Admit {
         // before refusing, a fresh figure: another program may have freed space
-        inner.meta_space.measured(crate::inner::host_fs_of(&inner.pool_dir));
+        inner.meta_space.measured(crate::space::host_fs_of(&inner.pool_dir));
         if meta_decision(inner, len) != Decision::Admit {
             return Err(inner.meta_space.refusal(&inner.pool_dir));
         }
@@ -416,99 +502,142 @@ fn meta_decision(inner: &Inner, len: u64) -> Decision {
     }
 }
 
+/// What `set_size` found under the file lock: the size grew (done), or it shrinks and the
+/// record the new size cuts in part was loaded from below at file generation `gen`, or
+/// the file was retired meanwhile.
+enum Resize {
+    Grown,
+    Shrink { gen: u64, loaded: Option<Vec<u8>> },
+    Retired,
+}
+
+impl Resize {
+    /// Still valid now that the file is locked again: the loads were made at its current
+    /// generation (a truncation, punch or freeze meanwhile makes them stale).
+    fn current(&self, fd: &crate::dirty::FileData) -> bool {
+        match self {
+            Resize::Grown => true,
+            Resize::Shrink { gen, .. } => !fd.retired && fd.gen == *gen,
+            Resize::Retired => false,
+        }
+    }
+}
+
 pub fn set_size(inner: &Inner, ino: Ino, size: u64) -> Result<()> {
     inner.check_writable()?;
     if size > MAX_FILE_SIZE {
         return Err(too_big(0, size));
     }
-    let rs = inner.recordsize;
-    let mut f = file_ref(inner, ino)?;
-    loop {
-        let (gen, old) = {
-            let mut fd = f.lock();
-            if fd.retired {
-                drop(fd);
-                f = file_ref(inner, ino)?;
-                continue;
-            }
-            if size >= fd.size {
-                if size > fd.size {
-                    // the old last record is a whole record (or longer) now: padded at once,
-                    // and charged, like a write's (`pad_to_logical`)
-                    if fd.size > 0 {
-                        let idx = (fd.size - 1) / rs;
-                        let want = record_len_in_file(idx, size, rs);
-                        if let Some(Rec::Data(d)) = fd.open.recs.get(&idx) {
-                            if d.packed_rec().is_none() && (d.len() as u64) < want {
-                                reserve(inner, want - d.len() as u64)?;
-                            }
-                        }
-                        let grown = pad_to_logical(inner, &mut fd.open, idx, size)?;
-                        fd.open.bytes += grown;
-                        inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
-                    }
-                    fd.size = size;
-                    fd.open_dirty = true;
-                    inner.dirty_set.lock().insert(ino);
-                }
-                return Ok(());
-            }
-            (fd.gen, fd.size)
-        };
-        let _ = old;
-        let partial = (!size.is_multiple_of(rs)).then_some(size / rs);
-        let loaded = match partial {
-            Some(p) if !f.lock().open.recs.contains_key(&p) => lower_record(inner, ino, &f, p)?,
-            _ => None,
-        };
-        // the record cut in part is stored anew: charged like a partial write's copy (`apply`)
-        if let Some(b) = &loaded {
-            reserve(inner, b.len() as u64)?;
-        }
-        let mut fd = f.lock();
-        if fd.retired || fd.gen != gen {
-            drop(fd);
-            f = file_ref(inner, ino)?;
-            continue;
-        }
-        // the record cut in part is decoded first if held packed (see `apply`)
-        if let Some(Rec::Data(d)) = partial.and_then(|p| fd.open.recs.get_mut(&p)) {
-            if d.packed_rec().is_some() {
-                d.buf_mut(inner.workspaces())?;
-            }
-        }
-        let floor = records_for_size(size, rs);
-        let dropped: Vec<u64> = fd.open.recs.range(floor..).map(|(k, _)| *k).collect();
-        let mut freed = 0u64;
-        for k in dropped {
-            if let Some(Rec::Data(b)) = fd.open.recs.remove(&k) {
-                freed += b.len() as u64;
-            }
-        }
-        let mut grown = 0u64;
-        if let Some(p) = partial {
-            let keep = (size - record_start_byte(p, rs)) as usize;
-            if let (std::collections::btree_map::Entry::Vacant(v), Some(b)) = (fd.open.recs.entry(p), loaded) {
-                grown += b.len() as u64;
-                v.insert(Rec::Data(DataRec::new(b)));
-            }
-            if let Some(Rec::Data(b)) = fd.open.recs.get_mut(&p) {
-                if b.len() > keep {
-                    freed += (b.len() - keep) as u64;
-                    b.buf_mut(inner.workspaces())?.truncate(keep);
-                }
-            }
-        }
-        fd.open.trunc_floor = Some(fd.open.trunc_floor.map_or(floor, |f| f.min(floor)));
-        fd.open.bytes = fd.open.bytes + grown - freed;
-        inner.dirty_bytes.fetch_add(grown, Ordering::Relaxed);
-        let _ = inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
-        fd.size = size;
-        fd.gen += 1;
-        fd.open_dirty = true;
-        inner.dirty_set.lock().insert(ino);
-        return Ok(());
+    let mut f = inner.file_ref(ino)?;
+    let mut step = grow_or_load(inner, ino, &f, size)?;
+    let mut fd = f.lock();
+    while !step.current(&fd) {
+        drop(fd);
+        f = inner.file_ref(ino)?;
+        step = grow_or_load(inner, ino, &f, size)?;
+        fd = f.lock();
     }
+    match step {
+        Resize::Shrink { loaded, .. } => shrink(inner, ino, &mut fd, size, loaded),
+        _ => Ok(()),
+    }
+}
+
+/// Grow the file to `size` (done under the file lock), or, when it shrinks, load the
+/// record the new size cuts in part from below (outside the file lock) and admit its copy.
+fn grow_or_load(inner: &Inner, ino: Ino, f: &FileRef, size: u64) -> Result<Resize> {
+    let rs = inner.recordsize;
+    let gen = {
+        let mut fd = f.lock();
+        if fd.retired {
+            return Ok(Resize::Retired);
+        }
+        if size >= fd.size {
+            if size > fd.size {
+                grow(inner, ino, &mut fd, size)?;
+            }
+            return Ok(Resize::Grown);
+        }
+        fd.gen
+    };
+    let loaded = match partial_record(size, rs) {
+        Some(p) if !f.lock().open.recs.contains_key(&p) => lower_record(inner, ino, f, p)?,
+        _ => None,
+    };
+    // the record cut in part is stored anew: charged like a partial write's copy (`apply`)
+    if let Some(b) = &loaded {
+        reserve(inner, b.len() as u64)?;
+    }
+    Ok(Resize::Shrink { gen, loaded })
+}
+
+/// The record a file of `size` bytes ends inside (`None`: it ends on a record boundary).
+fn partial_record(size: u64, rs: u64) -> Option<u64> {
+    (!size.is_multiple_of(rs)).then_some(size / rs)
+}
+
+/// Grow the file to `size`: the old last record is a whole record (or longer) now, padded
+/// at once and charged, like a write's (`pad_to_logical`).
+fn grow(inner: &Inner, ino: Ino, fd: &mut crate::dirty::FileData, size: u64) -> Result<()> {
+    let rs = inner.recordsize;
+    if fd.size > 0 {
+        let idx = (fd.size - 1) / rs;
+        let want = record_len_in_file(idx, size, rs);
+        if let Some(Rec::Data(d)) = fd.open.recs.get(&idx) {
+            if d.packed_rec().is_none() && (d.len() as u64) < want {
+                reserve(inner, want - d.len() as u64)?;
+            }
+        }
+        let grown = pad_to_logical(inner, &mut fd.open, idx, size)?;
+        inner.acct.resize_layer(&mut fd.open.bytes, grown, 0);
+    }
+    fd.size = size;
+    fd.open_dirty = true;
+    inner.dirty.mark_changed(ino);
+    Ok(())
+}
+
+/// Shrink the file to `size`: records past it go (the truncation floor hides the layers
+/// below), the record it ends inside is cut (`loaded`: that record from below, when the open
+/// layer does not hold it).
+fn shrink(inner: &Inner, ino: Ino, fd: &mut crate::dirty::FileData, size: u64, loaded: Option<Vec<u8>>) -> Result<()> {
+    let rs = inner.recordsize;
+    let partial = partial_record(size, rs);
+    // the record cut in part is decoded first if held packed (see `apply`)
+    if let Some(Rec::Data(d)) = partial.and_then(|p| fd.open.recs.get_mut(&p)) {
+        if d.packed_rec().is_some() {
+            d.buf_mut(inner.workspaces())?;
+        }
+    }
+    let floor = records_for_size(size, rs);
+    let dropped: Vec<u64> = fd.open.recs.range(floor..).map(|(k, _)| *k).collect();
+    let mut freed = 0u64;
+    for k in dropped {
+        if let Some(Rec::Data(b)) = fd.open.recs.remove(&k) {
+            freed += b.len() as u64;
+        }
+    }
+    let mut grown = 0u64;
+    if let Some(p) = partial {
+        let keep = (size - record_start_byte(p, rs)) as usize;
+        if let (std::collections::btree_map::Entry::Vacant(v), Some(b)) = (fd.open.recs.entry(p), loaded) {
+            grown += b.len() as u64;
+            v.insert(Rec::Data(DataRec::new(b)));
+        }
+        if let Some(Rec::Data(b)) = fd.open.recs.get_mut(&p) {
+            if b.len() > keep {
+                freed += (b.len() - keep) as u64;
+                b.buf_mut(inner.workspaces())?.truncate(keep);
+            }
+        }
+    }
+    fd.open.trunc_floor = Some(fd.open.trunc_floor.map_or(floor, |f| f.min(floor)));
+    inner.acct.resize_layer(&mut fd.open.bytes, grown, freed);
+    fd.size = size;
+    fd.gen += 1;
+    fd.open_dirty = true;
+    inner.dirty.mark_changed(ino);
+    Ok(())
 }
 
 pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
@@ -518,7 +647,7 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
     }
     let end = checked_end(off, len).unwrap_or(MAX_FILE_SIZE);
     let rs = inner.recordsize;
-    let f = file_ref(inner, ino)?;
+    let f = inner.file_ref(ino)?;
     let size = f.lock().size;
     let end = end.min(size);
     if off >= end {
@@ -560,12 +689,12 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
             // the scan and the lock (it bumps the extent-cache generation) means a rescan, and
             // so does a record retired between `file_ref` and the lock (a seek or a commit's
             // release retires clean records): markers put there would reach no reader and no
-            // txg (tests/races.rs::punch_hole_racing_seek_is_not_lost)
-            let seen = inner.ext_cache.gen();
+            // txg
+            let seen = inner.cache.extents.gen();
             let mut lower: Vec<u64> = committed_indices(inner, ino, full_lo, full_hi)?;
-            let f = file_ref(inner, ino)?;
+            let f = inner.file_ref(ino)?;
             let mut fd = f.lock();
-            if fd.retired || inner.ext_cache.gen() != seen {
+            if fd.retired || inner.cache.extents.gen() != seen {
                 continue;
             }
             if let Some(s) = &fd.syncing {
@@ -585,12 +714,10 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
                 }
                 fd.open.recs.insert(k, Rec::Hole);
             }
-            fd.open.bytes -= freed;
-            let _ =
-                inner.dirty_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| Some(d.saturating_sub(freed)));
+            inner.acct.resize_layer(&mut fd.open.bytes, 0, freed);
             fd.gen += 1;
             fd.open_dirty = true;
-            inner.dirty_set.lock().insert(ino);
+            inner.dirty.mark_changed(ino);
             break;
         }
     }
@@ -618,7 +745,7 @@ pub fn allocate(inner: &Inner, ino: Ino, off: u64, len: u64, keep_size: bool) ->
     let end = checked_end(off, len).ok_or_else(|| too_big(off, len))?;
     reserve(inner, len)?;
     if !keep_size {
-        let f = file_ref(inner, ino)?;
+        let f = inner.file_ref(ino)?;
         let size = f.lock().size;
         if end > size {
             set_size(inner, ino, end)?;

@@ -296,7 +296,7 @@ fn fsck_reports_a_sector_shared_by_records_of_two_txgs() {
     assert!(r.problems.iter().any(|p| p.contains("holds records of txg")), "{:?}", r.problems);
 }
 
-/// Found by a review: a free-space row starting near 2^64 made every open panic (sector
+/// A free-space row starting near 2^64 made every open panic (sector
 /// arithmetic in the allocator overflowed), so fsck could not even start. Such a row is now
 /// left out of the maps at open (its space is never handed out) and fsck reports it.
 #[test]
@@ -320,7 +320,7 @@ fn a_free_space_row_outside_the_data_area_does_not_stop_open_and_fsck_reports_it
     e.close().unwrap();
 }
 
-/// Found by a review: with the inode counter at its end, `alloc_ino` wrapped to 0 and 1 (the
+/// With the inode counter at its end, `alloc_ino` wrapped to 0 and 1 (the
 /// root) and then handed out the numbers of live files: creates turned into hard links to
 /// them. The counter now stops; every later create fails cleanly.
 #[test]
@@ -346,7 +346,7 @@ fn the_inode_counter_stops_at_its_end_instead_of_wrapping() {
     e.close().unwrap();
 }
 
-/// Found by a review: a directory whose next readdir cookie is u64::MAX made the next entry
+/// A directory whose next readdir cookie is u64::MAX made the next entry
 /// overflow the cookie (a panic on the request thread, the caller hung). It is an error now.
 #[test]
 fn a_directory_out_of_cookies_refuses_new_entries_with_an_error() {
@@ -368,7 +368,7 @@ fn a_directory_out_of_cookies_refuses_new_entries_with_an_error() {
     e.close().unwrap();
 }
 
-/// Found by a review: freeing an extent whose pointer names a device the pool does not have
+/// Freeing an extent whose pointer names a device the pool does not have
 /// panicked the txg thread (index out of bounds), which left every fsync waiting forever.
 /// The commit now fails with an error, so the pool suspends and waiters get it.
 #[test]

@@ -1,8 +1,7 @@
 //! Freed space goes back to the host: a pool's device file is a growable sparse file, and
 //! space freed by a commit is punched out of it (`Device::discard`), so deleting data
-//! shrinks what the pool occupies on the host filesystem. Before this, a deleted 1.36 GB
-//! tarball kept its 1.36 GB on the host (compare-btrfs "all-in" ratio 0.48 for the Linux
-//! tree), and only new writes could reuse it.
+//! shrinks what the pool occupies on the host filesystem: without it a deleted 1.36 GB
+//! tarball would keep its 1.36 GB on the host, and only new writes could reuse it.
 
 mod crash_common;
 
@@ -62,7 +61,7 @@ fn deleted_files_kept_their_host_space() {
     e.close().unwrap();
 }
 
-/// Found in review: on a growable pool, statfs' total counted the free ranges inside the
+/// On a growable pool, statfs' total counted the free ranges inside the
 /// device file on top of the host's free space, which already holds them (they were punched
 /// back to the host). `df`'s Used (total - free) therefore kept a deleted file's bytes for
 /// as long as its range stayed below the allocation end: deleting 8 MiB freed them on the

@@ -60,7 +60,7 @@ fn namespace_ops() {
     // a failed transaction leaves nothing behind
     let r: Result<()> = e.meta_write(|tx| {
         tx.dir_insert(ROOT_INO, b"ghost", f, FileKind::File)?;
-        Err(EngineError::Other("abort".into()))
+        Err(EngineError::Aborted)
     });
     assert!(r.is_err());
     assert!(e.lookup(ROOT_INO, b"ghost").unwrap().is_none());

@@ -133,7 +133,7 @@ fn raw_opts() -> OpenOptions {
     OpenOptions { compression: "none".parse().unwrap(), ..OpenOptions::default() }
 }
 
-/// Found in review: free space made only of whole sectors that are not contiguous was counted
+/// Free space made only of whole sectors that are not contiguous was counted
 /// (about half the device) and admitted a 128 KiB record, but no 256 contiguous free sectors
 /// existed, so the txg failed in `place` and the pool was suspended, losing the txg's writes.
 #[test]
@@ -199,7 +199,7 @@ fn mkfs_sector_packed(pool: &std::path::Path, mkfs: &MkfsOptions) {
     tx.commit().unwrap();
 }
 
-/// Found in review: in a sector-packed (old) pool a record of 513 stored bytes occupies 1024
+/// In a sector-packed (old) pool a record of 513 stored bytes occupies 1024
 /// bytes, but write admission compared free space with the *logical* dirty bytes: ~2x more
 /// data was accepted than the txg could place; it failed with NoSpace and suspended the pool.
 #[test]
@@ -246,10 +246,10 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Found in review: a pool on a growable device file. Write admission uses the host
-/// filesystem's free space, cached by `refresh_host_free`, which ran only at the start of a
+/// A pool on a growable device file. Write admission uses the host
+/// filesystem's free space, cached by `Space::refresh_host`, which ran only at the start of a
 /// txg's sync (and at open). After txg N had written its data, the cache still showed the
-/// space N took while `dirty_bytes` no longer counted N's bytes: the next writes were
+/// space N took while the dirty bytes no longer counted N's bytes: the next writes were
 /// admitted against space that was gone, and the txg that synced them failed on the host's
 /// ENOSPC and suspended the pool, instead of the write returning NoSpace.
 #[test]
@@ -276,7 +276,7 @@ fn growable_pool_admission_sees_the_host_space_the_last_txg_took() {
     assert!(r.is_ok(), "12 MiB accepted with ~9 MiB left on the host (refused: {refused}): {}", r.unwrap_err());
 }
 
-/// Found in review: a short record that is not the file's last (a write ending inside a
+/// A short record that is not the file's last (a write ending inside a
 /// record of a file that is, or later becomes, longer: a write into a hole, or past a gap)
 /// was charged its buffer's few bytes at admission, but the quiesce pads every record to its
 /// logical length (`normalize`) and the txg stores all of it: one byte written at the start
@@ -335,7 +335,7 @@ fn growing_a_file_past_its_short_last_record_is_charged_the_padding() {
     assert_fsck_clean(&e, "after the fill");
 }
 
-/// Found in review: a growable device file on another filesystem than the pool directory
+/// A growable device file on another filesystem than the pool directory
 /// (`mkfs --device /other/fs/file`). Write admission counted the free space of the pool
 /// directory's filesystem only, and device choice saw every growable device as unbounded:
 /// when the device's own filesystem filled, the txg failed on its ENOSPC and suspended the
@@ -397,7 +397,7 @@ fn full_pool_with_one_file(pool: &std::path::Path) -> (std::sync::Arc<Engine>, u
     (e, ino, records)
 }
 
-/// Found in review (random operations against a model on small devices): a hole punch
+/// A hole punch
 /// covering part of a committed record copies the whole record into the open txg, which
 /// stores it anew (copy on write: the old copy is freed only by the commit), but admission
 /// charged a punch nothing (and a write its own bytes only). One-byte punches across a full
@@ -491,7 +491,7 @@ fn fill_with_names(e: &Engine, prefix: &str) -> u64 {
     }
 }
 
-/// Found in review: admission counted the devices only, never the metadata store. On a pool
+/// Admission counted the devices only, never the metadata store. On a pool
 /// whose directory's filesystem was full of data, 1 000 creates made the txg's redb commit
 /// fail with ENOSPC: the pool was suspended, every later call failed, and the creates
 /// acknowledged since the last commit were lost. Now metadata changes are refused with
@@ -636,7 +636,7 @@ fn pool_with_unsynced_file_on(
     (e, pool, ino, data)
 }
 
-/// Found in review: another program filled the filesystem of a growable device between a
+/// Another program filled the filesystem of a growable device between a
 /// write's admission and its txg. The txg failed to place or write the records and the pool
 /// was suspended: the write was lost at close, although nothing of the txg had been
 /// committed and the room came back a moment later. Now the txg waits for room (writes and
@@ -691,7 +691,7 @@ fn a_txg_still_without_room_at_close_is_reported_lost() {
     let other = fill_host(&fs.0);
     assert!(matches!(e.sync(), Err(EngineError::NoSpace)));
     match e.close() {
-        Err(EngineError::Suspended(msg)) => assert!(msg.contains("no space"), "{msg}"),
+        Err(EngineError::Suspended(cause)) => assert!(matches!(*cause, EngineError::NoSpace), "{cause}"),
         other => panic!("close with the txg still waiting for room: {other:?}"),
     }
     drop(e);

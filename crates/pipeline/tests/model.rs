@@ -115,7 +115,7 @@ proptest! {
     }
 }
 
-/// Regression (h4's crash test, "acknowledged data reads back as zeros"): a write decided
+/// Regression ("acknowledged data reads back as zeros"): a write decided
 /// under the file lock that a record was already in the open layer, the txg froze that
 /// layer before the write applied its bytes, and the write then started the record from an
 /// empty buffer, so the record's earlier bytes became zeros. Many overlapping partial writes

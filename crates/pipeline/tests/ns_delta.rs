@@ -61,7 +61,7 @@ fn attribute_changes_are_visible_merged_and_durable() {
     // a failing closure changes nothing, even what it wrote before failing
     let r = e.update_attr(ino, |a: &mut InodeAttr| -> Result<((), bool), EngineError> {
         a.perm = 0o777;
-        Err(EngineError::Invalid("refused".into()))
+        Err(EngineError::Aborted)
     });
     assert!(r.is_err());
     assert_eq!(e.getattr(ino).unwrap().perm, 0o600);

@@ -253,7 +253,7 @@ fn a_pool_in_use_is_refused_and_a_closing_pool_opens_once_closed() {
     for ro in [false, true] {
         let err = Engine::open(&pool, &OpenOptions { read_only: ro, ..OpenOptions::default() }).err().unwrap();
         match &err {
-            EngineError::PoolInUse { holder, .. } => assert_eq!(holder.pid, Some(std::process::id())),
+            EngineError::Pool(PoolError::InUse { holder, .. }) => assert_eq!(holder.pid, Some(std::process::id())),
             other => panic!("read_only={ro}: {other}"),
         }
         assert!(err.to_string().contains("already open"), "{err}");
@@ -271,12 +271,12 @@ fn a_pool_in_use_is_refused_and_a_closing_pool_opens_once_closed() {
     let mut saw_closing = false;
     while !closer.is_finished() {
         match Engine::open_with_devices(&pool, vec![dev.clone() as Arc<dyn Device>], &fast_opts()) {
-            Err(EngineError::PoolClosing { holder, .. }) => {
+            Err(EngineError::Pool(PoolError::Closing { holder, .. })) => {
                 assert_eq!(holder.pid, Some(std::process::id()), "the closing holder is named");
                 saw_closing = true;
             }
             // before `close` began: still in use
-            Err(EngineError::PoolInUse { .. }) if !saw_closing => {}
+            Err(EngineError::Pool(PoolError::InUse { .. })) if !saw_closing => {}
             Err(other) => panic!("while the pool closes: {other}"),
             Ok(_) => panic!("opened while the store was still open"),
         }
@@ -285,7 +285,7 @@ fn a_pool_in_use_is_refused_and_a_closing_pool_opens_once_closed() {
     closer.join().unwrap().unwrap();
     assert!(saw_closing, "the close was never seen");
     // closed, but the store is open until the last reference goes: still closing
-    assert!(matches!(Engine::open(&pool, &fast_opts()), Err(EngineError::PoolClosing { .. })));
+    assert!(matches!(Engine::open(&pool, &fast_opts()), Err(EngineError::Pool(PoolError::Closing { .. }))));
     drop(e);
     let reopened = Engine::open_with_devices(&pool, vec![dev.clone() as Arc<dyn Device>], &fast_opts()).unwrap();
     dev.set_rate(0);
@@ -313,7 +313,7 @@ fn compact_meta_shrinks_the_store_and_is_refused_while_open() {
         e.sync().unwrap();
     }
     match Engine::compact_meta(d.path()) {
-        Err(EngineError::PoolInUse { .. }) => {}
+        Err(EngineError::Pool(PoolError::InUse { .. })) => {}
         other => panic!("compacting an open pool: {other:?}"),
     }
     e.close().unwrap();

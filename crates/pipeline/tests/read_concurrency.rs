@@ -63,7 +63,9 @@ fn reopen(pool: &std::path::Path, opts: &OpenOptions) -> std::sync::Arc<Engine> 
     loop {
         match Engine::open(pool, opts) {
             Ok(e) => return e,
-            Err(squeezefs_pipeline::EngineError::PoolClosing { .. }) if std::time::Instant::now() < deadline => {
+            Err(squeezefs_pipeline::EngineError::Pool(squeezefs_pipeline::PoolError::Closing { .. }))
+                if std::time::Instant::now() < deadline =>
+            {
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err(err) => panic!("reopen: {err}"),

@@ -1,4 +1,4 @@
-//! statfs' inode count while commits finish (a bug found in review: a commit in progress was counted twice).
+//! statfs' inode count while commits finish: a commit in progress must not be counted twice.
 
 mod crash_common;
 

@@ -42,21 +42,23 @@ const SPLIT_AFTER_SEQUENCES: sys::ZSTD_cParameter = sys::ZSTD_cParameter::ZSTD_c
 ///   table for sources ≤ 128 KiB gives level 1 a 2^13-entry table, which on a full record
 ///   forgets most earlier positions; 2^14 entries (64 KiB, still far under the btrfs workspace
 ///   figure) measured +2.8% ratio for −11% speed on the Silesia subset (`zstd -b1 -B128K
-///   --zstd=hlog=14`, docs/benchmarks.md). This is what lets packed zstd:1 beat btrfs by the
-///   ratio margin at the same level while staying faster than the zstd CLI's level 1;
+///   --zstd=hlog=14`, docs/benchmarks-archive.md, Codecs). This is what lets packed zstd:1
+///   beat btrfs by the ratio margin at the same level while staying faster than the zstd
+///   CLI's level 1;
 /// * `dfast` (level 4 on 128 KiB): both hash tables at most half a window's entries
 ///   (libzstd gives them one entry per byte: 1 MiB of tables for a 128 KiB record);
 /// * `lazy2` (levels 7–10 on 128 KiB): the post-block splitter on ([`post_block_splitter`];
 ///   not a table parameter, so it is set beside them). These levels spend their time
 ///   searching matches and then code a whole record with one set of entropy tables;
 ///   splitting where the statistics change measured +0.45% ratio at level 9 on the Silesia
-///   subset for about a fifth more CPU, and no workspace memory. libzstd makes the same split on its own from btopt on (level 13+). A hash log
-///   of 18 would add 0.1% more but 640 KiB per workspace, past the btrfs figures.
+///   subset for about a fifth more CPU, and no workspace memory. libzstd makes the same
+///   split on its own from btopt on (level 13+). A hash log of 18 would add 0.1% more but
+///   640 KiB per workspace, past the btrfs figures.
 /// * binary-tree strategies (btlazy2 and up, levels 11+): chain log at most the window log
 ///   (libzstd uses windowLog + 1, i.e. trees over the whole window; 2 MiB at 128 KiB).
 ///
 /// Levels 3, 5 and 6 are untouched, so their frames are byte-identical to the zstd CLI's;
-/// the capped levels lose a little ratio (measured in docs/benchmarks.md) and their
+/// the capped levels lose a little ratio (docs/benchmarks-archive.md, Codecs) and their
 /// workspaces stay under the btrfs figures for the same levels.
 pub(crate) fn cparams(level: i32, block: usize) -> sys::ZSTD_compressionParameters {
     use sys::ZSTD_strategy::*;

@@ -1,8 +1,8 @@
 //! A synthetic write pipeline to drive the auto controller over time: an application writing
 //! as fast as it can, compress workers sharing some cores, one device draining a FIFO queue at
-//! a fixed speed, dirty data bounded. Codec figures per data set come from DESIGN.md §11
+//! a fixed speed, dirty data bounded. Codec figures per data set come from docs/design.md §14
 //! (medium), `squeezefs bench` on the corpus xml (highly compressible ratios) and on
-//! /dev/urandom (incompressible speeds); levels §11 does not list are interpolated.
+//! /dev/urandom (incompressible speeds); levels §14 does not list are interpolated.
 
 #![allow(dead_code)]
 

@@ -26,9 +26,13 @@
 //! The kernel switches the connection to the rings once every CPU queue has an entry;
 //! until then (and for FORGET and INTERRUPT always) requests still come through /dev/fuse,
 //! which its threads keep serving (devfuse.rs). Requests are handled in the ring thread, one at a time per
-//! CPU, as libfuse does; requests that may wait long (fsync: a txg commit) are `LENT` to a
-//! helper thread, which hands the entry back through an eventfd the ring polls, so one
-//! process's fsync does not stall the other requests from its CPU.
+//! CPU, as libfuse does; requests that may wait long ([`OpCore::may_wait`]: fsync waiting
+//! for a txg commit, a WRITE into a QoS tree waiting for its admission) are `LENT` to a
+//! helper thread (crate::helpers), which hands the entry back through an eventfd the ring
+//! polls, so one process's fsync or one tree's pacing does not stall the other requests
+//! from its CPU. A lent entry is not with the kernel, so the queue registers a spare entry
+//! for it while fewer than `DEPTH` entries are free (at most `MAX_ENTRIES` in all): the
+//! other requests of the CPU keep finding `DEPTH` entries whatever number of requests wait.
 //!
 //! Placement: pinning the ring threads is half of it. The reply wakes the caller from the
 //! ring thread, and the scheduler puts a wakee on an idle CPU rather than on the busy
@@ -61,8 +65,9 @@
 //! (25%). SCHED_FIFO needs CAP_SYS_NICE (root mounts have it); where the kernel refuses it
 //! the thread stays QUIET.
 //!
-//! Tunables: `DEPTH` (entries per CPU), `PAYLOAD` (≥ the kernel's max payload: max_write /
-//! max_pages, 1 MiB here, or registration fails with EINVAL).
+//! Tunables: `DEPTH` (entries per CPU), `MAX_ENTRIES` (with spares for lent entries),
+//! `PAYLOAD` (≥ the kernel's max payload: max_write / max_pages, 1 MiB here, or registration
+//! fails with EINVAL).
 use crate::abi::{self, op};
 use crate::opcore::{Handled, OpCore, MAX_WRITE};
 use io_uring::{opcode, squeue, types, IoUring};
@@ -73,6 +78,8 @@ use std::sync::{mpsc, Arc};
 
 /// Entries per CPU queue.
 const DEPTH: usize = 8;
+/// Most entries per CPU queue, spares for lent entries included (each holds a `PAYLOAD`).
+const MAX_ENTRIES: usize = DEPTH + 32;
 /// Payload buffer per entry: the largest request or reply body (1 MiB write/read) + slack.
 const PAYLOAD: usize = MAX_WRITE as usize + 4096;
 /// Where root switches the transport on (the kernel reads it at INIT).
@@ -331,8 +338,8 @@ fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<OpCore>, started: &mpsc::Sen
     }
     let (done_tx, done_rx) = mpsc::channel();
     let mut q = Queue {
-        // DEPTH entry commands + the wake-up poll
-        ring: IoUring::builder().setup_cqsize(2 * (DEPTH as u32 + 1)).build(DEPTH as u32 + 1)?,
+        // an entry command each (spares included) + the wake-up poll
+        ring: IoUring::builder().setup_cqsize(2 * (MAX_ENTRIES as u32 + 1)).build(MAX_ENTRIES as u32 + 1)?,
         ents: (0..DEPTH).map(|_| Entry::new()).collect(),
         disp: disp.clone(),
         fd: fd.as_raw_fd(),
@@ -406,7 +413,7 @@ impl Queue {
     }
 
     fn push(&mut self, sqe: squeue::Entry128) -> io::Result<()> {
-        // at most one command per entry plus the poll is ever outstanding: DEPTH + 1 slots
+        // at most one command per entry plus the poll is ever outstanding: MAX_ENTRIES + 1 slots
         unsafe { self.ring.submission().push(&sqe) }.map_err(|_| io::Error::other("submission queue full"))
     }
 
@@ -454,8 +461,10 @@ impl Queue {
                 }
             }
         } else {
-            let opcode = abi::InHeader::parse(&e.header).opcode;
-            if is_slow(opcode) && self.lend(idx) {
+            let h = abi::InHeader::parse(&e.header);
+            let opcode = h.opcode;
+            if self.disp.may_wait(&h) && self.lend(idx) {
+                self.add_spare()?;
                 return Ok(());
             }
             if matches!(self.sched, Sched::Lazy | Sched::Fifo | Sched::Adaptive)
@@ -478,18 +487,17 @@ impl Queue {
         self.push(sqe)
     }
 
-    /// Hand entry `idx` (a request that may block for long, e.g. fsync waiting for a txg)
-    /// to a helper thread, so the other requests from this CPU keep being served. False
-    /// when no thread could be started (the caller then runs it here).
+    /// Hand entry `idx` (a request that may wait long: `OpCore::may_wait`) to a helper
+    /// thread, so the other requests from this CPU keep being served; its reply comes back
+    /// through `done_tx` and the eventfd. (Without a helper thread it runs here, and comes
+    /// back the same way.)
     fn lend(&mut self, idx: usize) -> bool {
         let e = &mut self.ents[idx];
         let lent =
             Lent { idx, header: e.header.as_mut_ptr(), payload: e.payload.as_mut_ptr(), payload_cap: e.payload.len() };
         let (disp, done, wake) = (self.disp.clone(), self.done_tx.clone(), self.wake.as_raw_fd());
         e.lent = true;
-        let spawned = std::thread::Builder::new().name(format!("sqz-uring-slow-{}", self.qid)).spawn(move || {
-            // a new thread inherits its creator's class: a slow request never runs SCHED_FIFO
-            set_policy(Policy::Other);
+        self.disp.clone().helpers().run(move || {
             let lent = lent;
             // SAFETY: see `Lent`; the lengths are the boxes' own
             let header = unsafe { std::slice::from_raw_parts_mut(lent.header, abi::HEADER_LEN) };
@@ -500,17 +508,24 @@ impl Queue {
             let one = 1u64;
             unsafe { libc::write(wake, (&raw const one).cast(), 8) };
         });
-        if spawned.is_err() {
-            self.ents[idx].lent = false;
-        }
-        spawned.is_ok()
+        true
     }
-}
 
-/// Requests that can wait for a txg commit (hundreds of ms under heavy writes): handled off
-/// the ring thread (`Queue::lend`).
-fn is_slow(opcode: u32) -> bool {
-    matches!(opcode, op::FSYNC | op::FSYNCDIR)
+    /// Register a spare entry while fewer than `DEPTH` entries are with the kernel (some
+    /// are lent), up to `MAX_ENTRIES` (module doc). A refused registration completes with
+    /// an error and marks the spare dead; the queue goes on with what it has.
+    fn add_spare(&mut self) -> io::Result<()> {
+        let free = self.ents.iter().filter(|e| !e.lent && !e.dead).count();
+        if free >= DEPTH || self.ents.len() >= MAX_ENTRIES {
+            return Ok(());
+        }
+        let idx = self.ents.len();
+        self.ents.push(Entry::new());
+        // SAFETY: as for the first entries (serve_queue): the buffers live in `self.ents`
+        // (boxed: a growing Vec moves only the handles) until the queue is dropped
+        let sqe = self.ents[idx].sqe(self.fd, self.qid, idx);
+        self.push(sqe)
+    }
 }
 
 /// Requests that carry real work (decompression, copies of large payloads, listings): a

@@ -1,0 +1,503 @@
+//! The compress stage's parts: the codecs every compression goes through ([`Codecs`]),
+//! one attempt to compress one record ([`Slot`]) and the queue of attempts waiting for a
+//! worker ([`CompressQueue`]). Who creates slots and runs the queue is early.rs (records
+//! filled in the open txg, and caller-runs) and sync.rs (the records of the syncing txg).
+//!
+//! Per-record decision: every record is compressed by [`Compression::compress`], given the
+//! file it belongs to, its policy (`Policy`: fixed, or adaptive) and what is known of the
+//! file so far (its streak): a zero test (a hole), then levels.rs `Levels::choose` (the
+//! decision point: heuristic, fixed codec, the auto controller, or for a record of a QoS
+//! tree its tree's plan), the codec run by `policy::compress_with` (which measures the
+//! codec's CPU time), and `Levels::finish` (the controller or the tree's meters fed the
+//! measurement, the trace row written).
+//!
+//! A `Slot` is one attempt to compress one record's exact bytes. States:
+//!   QUEUED   a queue entry for the slot waits; the slot holds the job (a shared handle on
+//!            the record buffer, the policy).
+//!   RUNNING  a worker took the job and compresses (no lock held while compressing).
+//!   DONE     the result is stored in the slot; its output bytes are charged to the dirty
+//!            counter (accounting.rs) until taken or dropped, its record bytes to `ready`.
+//!   TAKEN    the result went to the sync stage (through its channel) or into the record.
+//! Transitions:
+//!   QUEUED  → RUNNING   a worker pops an entry of the slot;
+//!   RUNNING → DONE      the worker finishes and nobody claimed the slot;
+//!   RUNNING → TAKEN     the worker finishes and the sync stage claimed the slot meanwhile:
+//!                       the result goes straight to the sync stage's channel;
+//!   RUNNING → TAKEN     the compression panicked (fault.rs): no result exists; a claimed
+//!                       slot's channel sender is dropped unused, so the sync stage waiting
+//!                       for it fails its txg (the pool is suspended already);
+//!   DONE    → TAKEN     the sync stage claims the slot: it sends the result itself;
+//!   DONE    → TAKEN     (packing, early.rs) right after finishing a background job, the
+//!                       worker moves a Packed result into its record if the record still
+//!                       holds this slot in its file's open layer (`take_packed`);
+//!   QUEUED  (claimed)   the sync stage registers its channel and pushes an urgent entry
+//!                       of the same slot, so the job runs ahead of background work;
+//!                       whichever entry a worker pops first runs the job, the other finds
+//!                       the slot no longer QUEUED and does nothing.
+//!
+//! Invariants:
+//!   - A slot belongs to the bytes its record held when it was created: the record drops
+//!     its slot on every mutation (dirty.rs `DataRec::buf_mut`), so a stale result is
+//!     unreachable (it lives on in a detached slot until the job ends, then is dropped).
+//!   - Nobody waits on a slot: workers never block on one, and the sync driver only
+//!     waits on its result channel, fed by jobs that are running or queued (queued jobs
+//!     always run: a worker-pool job is submitted for every entry, early.rs).
+//!   - A slot's charges are changed under its lock, together with its state: a claim
+//!     never takes out bytes that the finishing job has not added yet.
+//!
+//! Queue: `urgent` (the sync stage's records, FIFO) before `background` (early
+//! compression); `pop` takes urgent entries first. The background entries are scheduled
+//! per QoS tree (control::qos::sched `CompressScheduler`): each tree's records in order,
+//! QoS trees earliest deadline first with deadlines from their allotted rates, so a fast
+//! tree's records never wait behind a slow tree's expensive ones; records outside QoS trees
+//! in arrival order on the CPU the trees leave. A background entry carries where its record
+//! lives (`H`, dirty.rs `RecordHome`), so that the worker can pack the result into it; the
+//! bytes of one outside QoS trees count in the `backlog` until a worker runs it (a QoS
+//! tree's queued bytes are bounded per tree, qos.rs BACKLOG).
+
+use crate::accounting::{Accounting, Charge, Counter};
+use crate::levels::{Levels, Outcome, RecordInfo};
+use crate::locks::{Mutex, Rank, RwLock};
+use crate::outbuf::OutPool;
+use crate::policy::{compress_with, raw_of, Compressed, Policy, TRUST_AFTER};
+use crossbeam_channel::Sender;
+use squeezefs_codec::heuristic::is_zeros;
+use squeezefs_codec::{Codec, WorkspaceConfig, Workspaces};
+use squeezefs_control::qos::{CompressScheduler, SchedTunables, TreeId, NO_TREE};
+use squeezefs_meta::Ino;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// The compress stage's state: the pool's compression policy (a file's own, when it has
+/// one, travels with its dirty data), the level decisions, the codecs, the queue of work.
+pub struct Compression<H> {
+    policy: RwLock<Policy>,
+    pub levels: Levels,
+    pub codecs: Codecs,
+    pub queue: CompressQueue<H>,
+}
+
+impl<H> Compression<H> {
+    pub fn new(policy: Policy, levels: Levels, codecs: Codecs) -> Compression<H> {
+        Compression { policy: RwLock::new(Rank::Leaf, policy), levels, codecs, queue: CompressQueue::default() }
+    }
+
+    /// Compress one record of file `ino` whose `streak` records in a row compressed: the
+    /// one place a record's codec is decided and its compression measured (block comment).
+    /// `backlog`: more records wait for compression behind this one.
+    pub fn compress(&self, ino: Ino, data: &[u8], policy: Policy, streak: &AtomicU32, backlog: bool) -> Compressed {
+        if is_zeros(data) {
+            return Compressed::Zeros;
+        }
+        let trusted = policy.force || streak.load(Ordering::Relaxed) >= TRUST_AFTER;
+        let rec = RecordInfo { ino, data, trusted, backlog };
+        let choice = self.levels.choose(policy, &rec);
+        let (c, cpu_ns) = if choice.codec == Codec::NONE {
+            (raw_of(data), 0)
+        } else {
+            let (c, cpu_ns) = self.codecs.compress_with(data, choice.codec);
+            // the file's streak follows what its records do when compressed; a record stored
+            // raw by decision (auto's, the heuristic's) says nothing about that
+            match &c {
+                Compressed::Packed { .. } => {
+                    streak.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => streak.store(0, Ordering::Relaxed),
+            }
+            (c, cpu_ns)
+        };
+        let stored_bytes = match &c {
+            Compressed::Packed { bytes, .. } => bytes.len() as u64,
+            _ => data.len() as u64,
+        };
+        self.levels.finish(&rec, &choice, Outcome { stored_bytes, cpu_ns });
+        c
+    }
+
+    /// The mount-wide policy (files without their own).
+    pub fn pool_policy(&self) -> Policy {
+        *self.policy.read()
+    }
+
+    pub fn set_pool_policy(&self, p: Policy) {
+        *self.policy.write() = p;
+    }
+}
+
+/// The compression contexts and output buffers: everything compressing a record needs.
+pub struct Codecs {
+    ws: OnceLock<Workspaces>,
+    outs: Arc<OutPool>,
+    /// worker threads (sizes the contexts' memory bound)
+    threads: usize,
+    sector: usize,
+    /// the pool's record size: the largest source a record (or a bundle) hands a codec
+    recordsize: usize,
+}
+
+impl Codecs {
+    /// `out_bytes`: idle compressed-output buffers kept for reuse (outbuf.rs).
+    pub fn new(threads: usize, sector: u64, recordsize: u64, out_bytes: usize) -> Codecs {
+        Codecs {
+            ws: OnceLock::new(),
+            outs: OutPool::new(out_bytes),
+            threads,
+            sector: sector as usize,
+            recordsize: recordsize as usize,
+        }
+    }
+
+    /// Compression contexts, created on first use (a pool that stores raw never needs them).
+    pub fn workspaces(&self) -> &Workspaces {
+        self.ws.get_or_init(|| {
+            let workers = self.threads.max(1);
+            Workspaces::new(WorkspaceConfig {
+                max_bytes: (64usize << 20).max(workers * (8 << 20)),
+                idle_timeout: std::time::Duration::from_secs(60),
+                // contexts sized for the largest source they get: anything longer is refused
+                block_size: self.recordsize,
+            })
+        })
+    }
+
+    /// Figures of the compression contexts, without creating them.
+    pub fn stats(&self) -> squeezefs_codec::PoolStats {
+        self.ws.get().map(Workspaces::stats).unwrap_or_default()
+    }
+
+    /// Compress `data` with `codec` (policy.rs `compress_with`): the result and the codec's
+    /// CPU nanoseconds.
+    pub fn compress_with(&self, data: &[u8], codec: Codec) -> (Compressed, u64) {
+        compress_with(data, codec, self.sector, || self.workspaces(), &self.outs)
+    }
+}
+
+/// (layer index, record index, result) as the sync stage consumes them.
+pub type CompressResult = (usize, u64, Compressed);
+
+/// Where a claimed slot delivers its result.
+struct Forward {
+    tx: Sender<CompressResult>,
+    layer: usize,
+    idx: u64,
+}
+
+struct Job {
+    buf: Arc<Vec<u8>>,
+    /// records of the file that compressed in a row (policy::TRUST_AFTER)
+    streak: Arc<AtomicU32>,
+}
+
+enum State {
+    Queued(Job),
+    Running,
+    Done(Compressed),
+    Taken,
+}
+
+struct SlotState {
+    state: State,
+    forward: Option<Forward>,
+    /// output bytes of a DONE result, against `dirty`
+    dirty: Option<Charge>,
+    /// record bytes of a DONE result, against `ready`
+    ready: Option<Charge>,
+    /// record bytes of a queued background entry, against `backlog`
+    backlog: Option<Charge>,
+}
+
+pub struct Slot {
+    st: Mutex<SlotState>,
+    /// the policy the job compresses with: that of the write that filled the record
+    pub policy: Policy,
+    /// the file the record belongs to
+    pub ino: Ino,
+    acct: Arc<Accounting>,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = match self.st.lock().state {
+            State::Queued(_) => "queued",
+            State::Running => "running",
+            State::Done(_) => "done",
+            State::Taken => "taken",
+        };
+        write!(f, "Slot({st})")
+    }
+}
+
+/// What claiming a slot gave the sync stage.
+pub enum Claim {
+    /// The result was sent to the channel already (the slot was DONE).
+    Sent,
+    /// A worker runs the job and will send the result.
+    Running,
+    /// The job is still queued: push an urgent entry for it ([`CompressQueue::push`]).
+    Queued,
+    /// The slot cannot deliver (already taken): compress afresh.
+    Unusable,
+}
+
+/// What running a slot's job did (for the worker that ran it).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ran {
+    /// the result is DONE and Packed: the worker may pack it into its record
+    pub packable: bool,
+    /// `ready` reached `EARLY_SYNC_BYTES`: the txg driver should close the open txg
+    pub kick: bool,
+}
+
+/// Close the open txg once this many record bytes were compressed early and wait unclaimed.
+pub const EARLY_SYNC_BYTES: u64 = 16 << 20;
+
+/// Dirty bytes a DONE result holds: its output buffer.
+fn charge_of(c: &Compressed) -> u64 {
+    match c {
+        Compressed::Packed { bytes, .. } => bytes.capacity() as u64,
+        _ => 0,
+    }
+}
+
+impl Slot {
+    /// A QUEUED slot compressing `buf`.
+    pub fn new(
+        buf: Arc<Vec<u8>>,
+        policy: Policy,
+        ino: Ino,
+        streak: Arc<AtomicU32>,
+        acct: &Arc<Accounting>,
+    ) -> Arc<Slot> {
+        Arc::new(Slot {
+            st: Mutex::new(
+                Rank::Slot,
+                SlotState {
+                    state: State::Queued(Job { buf, streak }),
+                    forward: None,
+                    dirty: None,
+                    ready: None,
+                    backlog: None,
+                },
+            ),
+            policy,
+            ino,
+            acct: acct.clone(),
+        })
+    }
+
+    /// A slot DONE from the start (caller-runs computed `c` from the record's bytes, which
+    /// `ready` already counts).
+    pub fn finished(c: Compressed, policy: Policy, ino: Ino, ready: Charge, acct: &Arc<Accounting>) -> Arc<Slot> {
+        let dirty = Some(acct.charge(Counter::Dirty, charge_of(&c)));
+        Arc::new(Slot {
+            st: Mutex::new(
+                Rank::Slot,
+                SlotState { state: State::Done(c), forward: None, dirty, ready: Some(ready), backlog: None },
+            ),
+            policy,
+            ino,
+            acct: acct.clone(),
+        })
+    }
+
+    /// Make a fresh (unqueued) slot deliver to `tx` (the sync stage compressing a record
+    /// itself).
+    pub fn forward_to(self: Arc<Slot>, tx: Sender<CompressResult>, layer: usize, idx: u64) -> Arc<Slot> {
+        self.st.lock().forward = Some(Forward { tx, layer, idx });
+        self
+    }
+
+    /// The sync stage wants the result for (`layer`, `idx`) on `tx`.
+    pub fn claim(&self, tx: &Sender<CompressResult>, layer: usize, idx: u64) -> Claim {
+        let mut g = self.st.lock();
+        match std::mem::replace(&mut g.state, State::Taken) {
+            State::Done(c) => {
+                g.dirty.take();
+                g.ready.take();
+                drop(g);
+                let _ = tx.send((layer, idx, c));
+                Claim::Sent
+            }
+            State::Taken => Claim::Unusable,
+            other => {
+                if g.forward.is_some() {
+                    g.state = other;
+                    return Claim::Unusable;
+                }
+                let queued = matches!(other, State::Queued(_));
+                g.state = other;
+                g.forward = Some(Forward { tx: tx.clone(), layer, idx });
+                if queued {
+                    Claim::Queued
+                } else {
+                    Claim::Running
+                }
+            }
+        }
+    }
+
+    /// Run the job if it is still queued (called by a worker): `compress` compresses the
+    /// record's bytes (of file `ino`) with the slot's policy, or returns `None` when it
+    /// panicked.
+    pub fn run(&self, compress: impl FnOnce(Ino, &[u8], Policy, &AtomicU32) -> Option<Compressed>) -> Ran {
+        let job = {
+            let mut g = self.st.lock();
+            match std::mem::replace(&mut g.state, State::Running) {
+                State::Queued(j) => j,
+                other => {
+                    g.state = other;
+                    return Ran::default();
+                }
+            }
+        };
+        let len = job.buf.len() as u64;
+        let c = compress(self.ino, &job.buf, self.policy, &job.streak);
+        let packed = matches!(c, Some(Compressed::Packed { .. }));
+        // let go of the buffer before publishing: a writer or the buffer pool may then
+        // own it alone again (no copy on write)
+        drop(job);
+        let mut g = self.st.lock();
+        g.backlog.take();
+        let Some(c) = c else {
+            g.state = State::Taken;
+            let forward = g.forward.take();
+            drop(g);
+            drop(forward);
+            return Ran::default();
+        };
+        match g.forward.take() {
+            Some(f) => {
+                g.state = State::Taken;
+                drop(g);
+                let _ = f.tx.send((f.layer, f.idx, c));
+                Ran::default()
+            }
+            None => {
+                g.dirty = Some(self.acct.charge(Counter::Dirty, charge_of(&c)));
+                let ready = self.acct.charge(Counter::Ready, 0);
+                let kick = ready.add(len) >= EARLY_SYNC_BYTES;
+                g.ready = Some(ready);
+                g.state = State::Done(c);
+                Ran { packable: packed, kick }
+            }
+        }
+    }
+
+    /// DONE (Packed) → TAKEN for packing the result into its record (early.rs): the
+    /// compressed bytes and the record bytes' `ready` charge; `None` in any other state.
+    /// The caller holds the record's file lock and checked the record still holds this
+    /// slot (lock order: file, then slot).
+    pub fn take_packed(&self) -> Option<(Codec, Arc<crate::outbuf::OutBytes>, u64, Charge)> {
+        let mut g = self.st.lock();
+        let State::Done(Compressed::Packed { .. }) = &g.state else { return None };
+        let State::Done(Compressed::Packed { codec, bytes, hash }) = std::mem::replace(&mut g.state, State::Taken)
+        else {
+            unreachable!("matched above")
+        };
+        g.dirty.take();
+        let ready = g.ready.take().map_or_else(|| self.acct.charge(Counter::Ready, 0), |r| r.transfer());
+        Some((codec, bytes, hash, ready))
+    }
+
+    #[cfg(test)]
+    pub fn is_done(&self) -> bool {
+        matches!(self.st.lock().state, State::Done(_))
+    }
+}
+
+/// Compress tasks in two priorities (see the block comment); `H` says where a background
+/// entry's record lives.
+pub struct CompressQueue<H> {
+    q: Mutex<Lists<H>>,
+    /// entries queued (both lists), readable without the lock
+    len: AtomicUsize,
+}
+
+struct Lists<H> {
+    urgent: VecDeque<Arc<Slot>>,
+    background: CompressScheduler<(Arc<Slot>, H)>,
+}
+
+impl<H> Default for CompressQueue<H> {
+    fn default() -> Self {
+        CompressQueue {
+            q: Mutex::new(
+                Rank::Leaf,
+                Lists { urgent: VecDeque::new(), background: CompressScheduler::new(SchedTunables::default()) },
+            ),
+            len: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl<H> CompressQueue<H> {
+    /// Queue a background entry for `slot` at `now` (qos.rs clock), estimated to cost
+    /// `cost_ns` of codec CPU; outside QoS trees its bytes count in the backlog until it runs.
+    pub fn push_background(&self, slot: Arc<Slot>, home: H, now: f64, cost_ns: f64) {
+        let tree = slot.policy.tree;
+        let bytes = {
+            let mut g = slot.st.lock();
+            match &g.state {
+                State::Queued(j) => {
+                    let len = j.buf.len() as u64;
+                    if tree == NO_TREE {
+                        g.backlog = Some(slot.acct.charge(Counter::Backlog, len));
+                    }
+                    len
+                }
+                _ => 0,
+            }
+        };
+        self.q.lock().background.push(tree, bytes, cost_ns, now, (slot, home));
+        self.len.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Queue urgent entries (the sync stage's records), ahead of every background entry.
+    pub fn push_urgent(&self, slots: impl IntoIterator<Item = Arc<Slot>>) {
+        let mut q = self.q.lock();
+        let was = q.urgent.len();
+        q.urgent.extend(slots);
+        self.len.fetch_add(q.urgent.len() - was, Ordering::Relaxed);
+    }
+
+    /// The next entry to run at `now`: urgent first; a background entry comes with its home.
+    pub fn pop(&self, now: f64) -> Option<(Arc<Slot>, Option<H>)> {
+        let mut q = self.q.lock();
+        let e = match q.urgent.pop_front() {
+            Some(s) => Some((s, None)),
+            None => q.background.pop(now).map(|j| (j.item.0, Some(j.item.1))),
+        };
+        if e.is_some() {
+            self.len.fetch_sub(1, Ordering::Relaxed);
+        }
+        e
+    }
+
+    /// Set each QoS tree's lane rate (its allotment, bytes/s; 0: the tree is gone or idle).
+    pub fn set_rates(&self, rates: &[(TreeId, f64)]) {
+        let mut q = self.q.lock();
+        for &(t, r) in rates {
+            q.background.set_rate(t, r);
+        }
+    }
+
+    /// How late `tree`'s oldest queued record is at `now`, seconds.
+    pub fn lag(&self, tree: TreeId, now: f64) -> f64 {
+        self.q.lock().background.lag(tree, now)
+    }
+
+    /// Bytes of `tree` queued in the background.
+    pub fn queued(&self, tree: TreeId) -> u64 {
+        self.q.lock().background.queued(tree).0
+    }
+
+    /// Entries waiting (a snapshot: others may push or pop meanwhile).
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

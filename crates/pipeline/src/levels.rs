@@ -1,0 +1,461 @@
+//! The per-record level decision (docs/design.md §8): which codec a record is compressed
+//! with, given its policy and what the engine measures, and what its compression gave, fed
+//! back. Every record that is not a hole passes [`Levels::choose`] once and then
+//! [`Levels::finish`] (compress.rs `Compression::compress`): the one decision point of the
+//! compress stage, where the adaptive policies plug in.
+//!
+//! ```text
+//! choose(policy, record), in order:
+//!   off, none                      → raw, why `fixed`
+//!   the heuristic finds nothing    → raw, why `incompressible`; no controller is asked and no
+//!     to gain (skipped under          codec runs, so incompressible data costs no CPU at any
+//!     compress-force and while the    level
+//!     file's records keep
+//!     compressing: the streak)
+//!   fixed codec                    → that codec, why `fixed`
+//!   a QoS tree's record under an    → the level its tree's plan picks (qos.rs `Qos::pick`:
+//!     adaptive spec (`auto`, `qos:N`;  the rate decides), why `qos`; under a fixed spec the
+//!     `policy.tree` ≠ NO_TREE)         tree's records keep that codec (paced all the same)
+//!   auto:MIN..MAX                  → the engine's auto controller for that range decides
+//!                                    (crates/control auto.rs, pure) from the inputs below;
+//!                                    its answer may be raw (`Codec::NONE`)
+//!   qos:N (as a spec, outside a     → zstd:3 (the `qos` property or mount option makes a
+//!     QoS tree)                       tree; the spec alone paces nothing)
+//! finish(record, choice, outcome):
+//!   an auto choice that ran a codec → the controller's `observe` (codec CPU time of the call,
+//!     stored bytes: the input size when the output did not save a sector);
+//!   a QoS tree's record → its tree's meters and stats (`Qos::observe`); any other record's
+//!     codec CPU counts as CPU the QoS plan cannot use;
+//!   every record → one trace row when the engine traces (`OpenOptions::trace`).
+//!
+//! Inputs gathered for auto, without taking any lock of the engine's state:
+//!   devices   per device: averaged throughput (DeviceStats: the device's drain rate, which
+//!             its writeback watcher measures, device file.rs), room (a hint space.rs
+//!             refreshes at every placement), and queued bytes: its write queue, plus an even
+//!             share of the bytes compressed (or decided raw) and not yet handed to any
+//!             device. The thesis's queue is what left the compressor and waits for a
+//!             device; here records wait in memory for their txg too (raw ones always: only
+//!             compressed records are placed early), and a queue that left them out would
+//!             look empty whenever auto chose raw, and the guard would keep choosing raw.
+//!             Pending = stored bytes of records finished − bytes the devices wrote, both
+//!             counted from the last moment the engine held no dirty data (`rebase`), so
+//!             that records that never reach a device (overwritten, stored inline) do not
+//!             count for ever.
+//!   cores     CpuMeter over /proc/stat (cores not taken by other processes), and
+//!   overhead  OverheadMeter (process CPU − codec CPU per input byte): both sampled at most
+//!             every METER_PERIOD by whichever deciding thread comes first; the others use
+//!             the last figures (atomics)
+//!   workers   the compress workers
+//!   backlog   whether more records wait in the compress queue (the pipeline is saturated)
+//!
+//! Locks: one Mutex per auto range in use (normally one: the mount's), held for `decide`
+//! and again for `observe` (about a microsecond each, docs/benchmarks.md "auto: the cost of
+//! a decision"); the trace writer's Mutex for one row. No two are held together, none
+//! across compression, and no engine lock is held by the callers (Rank::Leaf).
+//! ```
+
+use crate::locks::{Mutex, Rank, RwLock};
+use crate::policy::{Policy, ADAPTIVE_PLACEHOLDER};
+use crate::qos::Qos;
+use squeezefs_codec::heuristic::{self, Verdict};
+use squeezefs_codec::{Algorithm, Codec, Spec};
+use squeezefs_control::cpu::process_cpu_ns;
+use squeezefs_control::qos::{TreeId, NO_TREE};
+use squeezefs_control::{
+    AutoController, AutoInputs, CpuMeter, CpuSource, DeviceView, OverheadMeter, ProcStat, Reason, Sample, TraceRow,
+    TraceWriter, Tunables,
+};
+use squeezefs_device::DeviceStats;
+use squeezefs_meta::Ino;
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the CPU and overhead meters are sampled (a /proc read each).
+pub const METER_PERIOD: Duration = Duration::from_millis(100);
+/// How often the trace file is flushed while rows come in (so a live trace can be plotted).
+pub const TRACE_FLUSH: Duration = Duration::from_secs(1);
+
+/// The record a decision is for.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordInfo<'a> {
+    pub ino: Ino,
+    pub data: &'a [u8],
+    /// skip the heuristic: compress-force, or the file's records kept compressing
+    pub trusted: bool,
+    /// more records wait for compression behind this one
+    pub backlog: bool,
+}
+
+/// The codec for one record and why.
+#[derive(Clone, Copy, Debug)]
+pub struct Choice {
+    /// `Codec::NONE`: store the record raw without running a codec
+    pub codec: Codec,
+    pub reason: Reason,
+    /// the expected queue delay the decision saw (auto only)
+    pub queue_delay_secs: Option<f64>,
+    /// seconds since the engine started, when chosen
+    pub at_secs: f64,
+    /// the auto controller that chose (index into `Levels::autos`)
+    auto: Option<usize>,
+    /// the record's QoS tree (NO_TREE: none)
+    tree: TreeId,
+}
+
+/// What compressing a record with its choice gave.
+#[derive(Clone, Copy, Debug)]
+pub struct Outcome {
+    /// bytes stored: the compressed size, or the input size when stored raw
+    pub stored_bytes: u64,
+    /// thread CPU time inside the codec (0 when none ran)
+    pub cpu_ns: u64,
+}
+
+/// One auto range in use and its controller.
+struct Auto {
+    spec: Spec,
+    ctl: Mutex<AutoController>,
+}
+
+/// The CPU figures auto needs, refreshed every `METER_PERIOD`.
+struct Meters {
+    /// nanoseconds since the engine started at which the next sample is due
+    next_ns: AtomicU64,
+    state: Mutex<MeterState>,
+    /// f64 bits; 0 = not measured yet
+    cores: AtomicU64,
+    overhead: AtomicU64,
+    /// the CPUs this process may use (the figure while `cores` is unmeasured)
+    cpus: f64,
+}
+
+struct MeterState {
+    src: Option<ProcStat>,
+    cpu: CpuMeter,
+    overhead: OverheadMeter,
+}
+
+struct Tracer {
+    out: TraceWriter<std::fs::File>,
+    last_flush: Instant,
+}
+
+/// The compress stage's level decisions (see the block comment).
+pub struct Levels {
+    start: Instant,
+    workers: usize,
+    devices: Vec<Arc<DeviceStats>>,
+    room: Arc<[AtomicU64]>,
+    autos: RwLock<Vec<Arc<Auto>>>,
+    tunables: Tunables,
+    meters: Meters,
+    /// input bytes of every record decided, and codec CPU of every call (OverheadMeter)
+    input_bytes: AtomicU64,
+    codec_ns: AtomicU64,
+    /// stored bytes of every record finished; and, at the last `rebase`, that figure and the
+    /// bytes the devices had written (pending bytes, block comment)
+    stored_bytes: AtomicU64,
+    base_stored: AtomicU64,
+    base_written: AtomicU64,
+    trace: Option<Mutex<Tracer>>,
+    /// a trace write failed: tracing stopped (logged once)
+    trace_failed: AtomicBool,
+    /// QoS trees: their levels and meters (qos.rs)
+    qos: Arc<Qos>,
+    /// nanoseconds since start when the next debug line of auto's inputs is due
+    next_debug_ns: AtomicU64,
+}
+
+thread_local! {
+    /// Device views of the decision being made on this thread (no allocation per record).
+    static VIEWS: RefCell<Vec<DeviceView>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Levels {
+    /// `devices`: each device's write statistics; `room`: each device's room hint (space.rs);
+    /// `trace`: the trace writer when the engine traces.
+    pub fn new(
+        workers: usize,
+        devices: Vec<Arc<DeviceStats>>,
+        room: Arc<[AtomicU64]>,
+        trace: Option<TraceWriter<std::fs::File>>,
+    ) -> Levels {
+        let src = ProcStat::new().map_err(|e| log::warn!("auto: the CPU meter is off ({e})")).ok();
+        let cpus = src
+            .as_ref()
+            .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |s| s.cpus().len().max(1))
+            as f64;
+        Levels {
+            start: Instant::now(),
+            workers: workers.max(1),
+            devices,
+            room,
+            autos: RwLock::new(Rank::Leaf, Vec::new()),
+            tunables: Tunables::default(),
+            meters: Meters {
+                next_ns: AtomicU64::new(0),
+                state: Mutex::new(Rank::Leaf, MeterState { src, cpu: CpuMeter::new(), overhead: OverheadMeter::new() }),
+                cores: AtomicU64::new(0),
+                overhead: AtomicU64::new(0),
+                cpus,
+            },
+            input_bytes: AtomicU64::new(0),
+            codec_ns: AtomicU64::new(0),
+            stored_bytes: AtomicU64::new(0),
+            base_stored: AtomicU64::new(0),
+            base_written: AtomicU64::new(0),
+            trace: trace.map(|out| Mutex::new(Rank::Leaf, Tracer { out, last_flush: Instant::now() })),
+            trace_failed: AtomicBool::new(false),
+            qos: Arc::new(Qos::default()),
+            next_debug_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// The same decisions, with the engine's QoS trees in `qos`.
+    pub fn with_qos(mut self, qos: Arc<Qos>) -> Levels {
+        self.qos = qos;
+        self
+    }
+
+    /// (cores available to us, pipeline overhead ns per input byte) now, sampling the
+    /// meters when due: what the QoS plan is made on too (qos.rs REPLAN).
+    pub fn cpu_figures(&self) -> (f64, f64) {
+        self.meters(self.now_secs())
+    }
+
+    /// Seconds since the engine started.
+    fn now_secs(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    fn tracing(&self) -> bool {
+        self.trace.is_some() && !self.trace_failed.load(Ordering::Relaxed)
+    }
+
+    /// The codec for `rec` under `policy` (see the block comment).
+    pub fn choose(&self, policy: Policy, rec: &RecordInfo) -> Choice {
+        let at_secs = self.now_secs();
+        let tree = policy.tree;
+        let plain =
+            |codec: Codec, reason: Reason| Choice { codec, reason, queue_delay_secs: None, at_secs, auto: None, tree };
+        let fixed = match policy.spec {
+            Spec::Off => return plain(Codec::NONE, Reason::Fixed),
+            Spec::Fixed(c) if c.alg == Algorithm::None => return plain(Codec::NONE, Reason::Fixed),
+            Spec::Fixed(c) => Some(c),
+            Spec::Auto { .. } => None,
+            // `qos:N` as a spec paces nothing (the property and mount option make trees)
+            _ if tree == NO_TREE => Some(ADAPTIVE_PLACEHOLDER),
+            _ => None,
+        };
+        if !rec.trusted && heuristic::assess(rec.data) != Verdict::Compressible {
+            return plain(Codec::NONE, Reason::Incompressible);
+        }
+        // an adaptive spec inside a QoS tree: the tree's plan chooses
+        if tree != NO_TREE && fixed.is_none() {
+            return plain(self.qos.pick(tree), Reason::Qos);
+        }
+        if let Some(c) = fixed {
+            return plain(c, Reason::Fixed);
+        }
+        let (i, auto) = self.auto_for(policy.spec);
+        let (cores, overhead) = self.meters(at_secs);
+        let d = VIEWS.with(|v| {
+            let mut v = v.borrow_mut();
+            self.views_into(&mut v);
+            let inputs = AutoInputs {
+                now_secs: at_secs,
+                record_bytes: rec.data.len() as u64,
+                devices: &v,
+                cores,
+                workers: self.workers,
+                overhead_ns_per_byte: overhead,
+                backlog: rec.backlog,
+            };
+            let mut ctl = auto.ctl.lock();
+            let d = ctl.decide(&inputs);
+            if log::log_enabled!(log::Level::Debug) && self.debug_due(at_secs) {
+                let ladder: Vec<String> = ctl
+                    .ladder()
+                    .iter()
+                    .map(|(c, p, m)| format!("{c}{}({:.2}ns,{:.3})", if *m { "" } else { "?" }, p.cost, p.stored))
+                    .collect();
+                log::debug!(
+                    "auto {}: cores {cores:.2}, overhead {overhead:.2} ns/B, devices {:?}, backlog {}, gain {:.2} → {} ({}); ladder {}",
+                    policy.spec,
+                    v.iter().map(|d| (d.queued_bytes, (d.throughput_bps / 1e6).round())).collect::<Vec<_>>(),
+                    rec.backlog,
+                    ctl.gain(),
+                    d.codec,
+                    d.reason.name(),
+                    ladder.join(" ")
+                );
+            }
+            d
+        });
+        Choice { codec: d.codec, reason: d.reason, queue_delay_secs: d.queue_delay_secs, at_secs, auto: Some(i), tree }
+    }
+
+    /// `rec` was compressed (or stored raw) as `choice` said, with `outcome`.
+    pub fn finish(&self, rec: &RecordInfo, choice: &Choice, outcome: Outcome) {
+        let input = rec.data.len() as u64;
+        self.input_bytes.fetch_add(input, Ordering::Relaxed);
+        self.stored_bytes.fetch_add(outcome.stored_bytes, Ordering::Relaxed);
+        if outcome.cpu_ns > 0 {
+            self.codec_ns.fetch_add(outcome.cpu_ns, Ordering::Relaxed);
+        }
+        if let (Some(i), false) = (choice.auto, choice.codec == Codec::NONE) {
+            let auto = self.autos.read().get(i).cloned();
+            if let Some(a) = auto {
+                a.ctl.lock().observe(&Sample {
+                    codec: choice.codec,
+                    input_bytes: input,
+                    stored_bytes: outcome.stored_bytes.min(input),
+                    cpu_ns: outcome.cpu_ns,
+                });
+            }
+        }
+        // a tree's record feeds its meters and stats; any other counts as CPU the QoS
+        // plan cannot use (qos.rs)
+        let ran = (choice.codec != Codec::NONE && outcome.cpu_ns > 0).then_some(choice.codec);
+        self.qos.observe(choice.tree, ran, input, outcome.stored_bytes.min(input), outcome.cpu_ns);
+        if self.tracing() {
+            self.trace_row(rec, choice, outcome);
+        }
+    }
+
+    /// The controller of `spec`'s auto range, created on first use.
+    fn auto_for(&self, spec: Spec) -> (usize, Arc<Auto>) {
+        if let Some(found) = self.autos.read().iter().enumerate().find(|(_, a)| a.spec == spec) {
+            return (found.0, found.1.clone());
+        }
+        let mut autos = self.autos.write();
+        if let Some(found) = autos.iter().enumerate().find(|(_, a)| a.spec == spec) {
+            return (found.0, found.1.clone());
+        }
+        let ctl = AutoController::for_spec(spec, self.tunables.clone()).expect("an auto spec");
+        let a = Arc::new(Auto { spec, ctl: Mutex::new(Rank::Leaf, ctl) });
+        autos.push(a.clone());
+        (autos.len() - 1, a)
+    }
+
+    /// Whether a debug line of auto's inputs is due (one every half second).
+    fn debug_due(&self, now_secs: f64) -> bool {
+        let now = (now_secs * 1e9) as u64;
+        let due = self.next_debug_ns.load(Ordering::Relaxed);
+        now >= due
+            && self.next_debug_ns.compare_exchange(due, now + 500_000_000, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
+
+    /// Every device's view now: throughput from its statistics, room from the hint, queue
+    /// from both and the pending bytes (block comment).
+    fn views_into(&self, v: &mut Vec<DeviceView>) {
+        v.clear();
+        let mut written = 0u64;
+        v.extend(self.devices.iter().zip(self.room.iter()).map(|(s, r)| {
+            let st = s.snapshot();
+            written = written.saturating_add(st.written_bytes);
+            DeviceView {
+                queued_bytes: st.queued_bytes,
+                throughput_bps: st.throughput_bps,
+                free_bytes: r.load(Ordering::Relaxed),
+            }
+        }));
+        let queued: u64 = v.iter().map(|d| d.queued_bytes).sum();
+        let share = self.pending_bytes(written).saturating_sub(queued) / v.len().max(1) as u64;
+        for d in v.iter_mut() {
+            d.queued_bytes = d.queued_bytes.saturating_add(share);
+        }
+    }
+
+    /// Stored bytes finished and not yet written by a device, given the bytes written now.
+    fn pending_bytes(&self, written: u64) -> u64 {
+        let stored = self.stored_bytes.load(Ordering::Relaxed).saturating_sub(self.base_stored.load(Ordering::Relaxed));
+        stored.saturating_sub(written.saturating_sub(self.base_written.load(Ordering::Relaxed)))
+    }
+
+    /// The engine holds no dirty data: count pending bytes from here (block comment).
+    pub fn rebase(&self) {
+        let written = self.devices.iter().map(|s| s.snapshot().written_bytes).fold(0u64, u64::saturating_add);
+        self.base_written.store(written, Ordering::Relaxed);
+        self.base_stored.store(self.stored_bytes.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// (available cores, pipeline overhead ns per byte), sampling the meters when due.
+    fn meters(&self, now_secs: f64) -> (f64, f64) {
+        let m = &self.meters;
+        let now_ns = (now_secs * 1e9) as u64;
+        let due = m.next_ns.load(Ordering::Relaxed);
+        if now_ns >= due
+            && m.next_ns
+                .compare_exchange(due, now_ns + METER_PERIOD.as_nanos() as u64, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            if let Some(mut st) = m.state.try_lock() {
+                let st = &mut *st;
+                if let Some(s) = st.src.as_mut().and_then(|s| s.sample().ok()) {
+                    if let Some(c) = st.cpu.update(now_secs, s) {
+                        m.cores.store(c.to_bits(), Ordering::Relaxed);
+                    }
+                }
+                let o = st.overhead.update(
+                    process_cpu_ns(),
+                    self.codec_ns.load(Ordering::Relaxed),
+                    self.input_bytes.load(Ordering::Relaxed),
+                );
+                if let Some(o) = o {
+                    m.overhead.store(o.to_bits(), Ordering::Relaxed);
+                }
+            }
+        }
+        let cores = f64::from_bits(m.cores.load(Ordering::Relaxed));
+        let cores = if cores > 0.0 { cores } else { m.cpus };
+        (cores, f64::from_bits(m.overhead.load(Ordering::Relaxed)))
+    }
+
+    fn trace_row(&self, rec: &RecordInfo, choice: &Choice, outcome: Outcome) {
+        let Some(t) = &self.trace else { return };
+        // the queues as the controller sees them (with the pending bytes)
+        let queued: Vec<u64> = VIEWS.with(|v| {
+            let mut v = v.borrow_mut();
+            self.views_into(&mut v);
+            v.iter().map(|d| d.queued_bytes).collect()
+        });
+        let row = TraceRow {
+            time_s: choice.at_secs,
+            inode: rec.ino,
+            tree: choice.tree,
+            codec: choice.codec,
+            reason: choice.reason,
+            input_bytes: rec.data.len() as u64,
+            stored_bytes: outcome.stored_bytes,
+            cpu_ns: outcome.cpu_ns,
+            queue_delay_secs: choice.queue_delay_secs,
+            queued: Cow::Owned(queued),
+        };
+        let mut t = t.lock();
+        let mut r = t.out.write(&row);
+        if r.is_ok() && t.last_flush.elapsed() >= TRACE_FLUSH {
+            t.last_flush = Instant::now();
+            r = t.out.flush();
+        }
+        if let Err(e) = r {
+            if !self.trace_failed.swap(true, Ordering::Relaxed) {
+                log::error!("writing the trace failed ({e}); tracing stopped, the data path goes on");
+            }
+        }
+    }
+
+    /// Write out the rows buffered so far (engine close, sync).
+    pub fn flush_trace(&self) {
+        if let (Some(t), true) = (&self.trace, self.tracing()) {
+            if let Err(e) = t.lock().out.flush() {
+                if !self.trace_failed.swap(true, Ordering::Relaxed) {
+                    log::error!("writing the trace failed ({e}); tracing stopped, the data path goes on");
+                }
+            }
+        }
+    }
+}
