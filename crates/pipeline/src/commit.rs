@@ -1,4 +1,4 @@
-//! The commit stage of a txg (sync.rs stage 6): one durable redb transaction holding the
+//! The commit stage of a txg (sync.rs stage 7): one durable redb transaction holding the
 //! txg's extent pointers, file sizes and physical bytes, the space it freed and took, every
 //! namespace change made before it, and the txg number. Its parts, in order:
 //!

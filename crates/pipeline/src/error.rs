@@ -330,7 +330,7 @@ pub enum PoolError {
         path: PathBuf,
         into: PathBuf,
         #[source]
-        source: redb::Error,
+        source: Box<redb::Error>,
     },
     #[error("cannot replace {} with its rebuilt copy {}: {source}", path.display(), from.display())]
     Replace {

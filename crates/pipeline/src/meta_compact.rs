@@ -39,7 +39,7 @@ pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
     let copied = rebuild(&db, &rebuilt).map_err(|source| PoolError::Rebuild {
         path: meta.clone(),
         into: rebuilt.clone(),
-        source,
+        source: Box::new(source),
     })?;
     if !copied {
         compact_in_place(&mut db, &meta)?;
