@@ -13,6 +13,7 @@ mod cmd_stats;
 mod cmd_umount;
 mod mount_helper;
 mod open_pool;
+mod xattr_io;
 
 #[derive(Parser)]
 #[command(name = "squeezefs", version, about = "A transparently compressing FUSE filesystem")]

@@ -48,6 +48,7 @@ mod policy;
 mod pool;
 pub mod pool_lock;
 mod qos;
+mod qos_replan;
 mod read;
 pub mod scrub;
 mod snapshot;
@@ -468,7 +469,9 @@ impl Engine {
     ) -> std::result::Result<(), QosError> {
         if self.inner.qos.set_tree(tree, parent, rate_bps)? {
             let weak = Arc::downgrade(&self.inner);
-            if let Err(e) = std::thread::Builder::new().name("sqz-qos".into()).spawn(move || qos::replan_loop(weak)) {
+            if let Err(e) =
+                std::thread::Builder::new().name("sqz-qos".into()).spawn(move || qos_replan::replan_loop(weak))
+            {
                 // admission still paces; the levels stay at the start level
                 log::error!("starting the QoS level thread: {e}; QoS trees keep their start level");
             }
