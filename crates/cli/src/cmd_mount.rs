@@ -6,7 +6,7 @@
 //!   exits 0 once the mount is live, or 1 with the child's error. The fork happens before
 //!   any thread exists (the engine starts threads when it opens the pool).
 //! * serve: open the pool, mount, answer INIT; report "ok"; detach stdio (stderr, and with it
-//!   every log message, goes to the pool's log file, see [`LOG_FILE`]); serve requests.
+//!   every log message, goes to the pool's log file, see [`crate::open_pool::LOG_FILE`]); serve requests.
 //! * stop: unmount (`squeezefs umount`, `umount`, SIGTERM/SIGINT/SIGHUP) ends the session;
 //!   the fs core then frees orphans and closes the engine (flush + commit); exit 0.
 //!
@@ -72,14 +72,11 @@ pub fn run(args: MountArgs) -> Result<()> {
             }
         });
     }
-    let log = pool.join(LOG_FILE);
+    let log = pool.join(crate::open_pool::LOG_FILE);
     daemonize(&log, |report| serve(&pool, &mountpoint, &cfg, args.wait, report))
 }
 
-/// The daemon's log in the pool directory: its stderr once it runs in the background, so
-/// errors after the mount went live (a failed txg, an unmount that could not flush) are kept.
-/// Opened for appending; a log over [`LOG_ROTATE_BYTES`] moves to `squeezefs.log.1` at mount.
-pub const LOG_FILE: &str = "squeezefs.log";
+/// A daemon log larger than this moves to `squeezefs.log.1` when the next mount starts.
 const LOG_ROTATE_BYTES: u64 = 1 << 20;
 
 /// One line in the daemon log, whatever the log filter says (mount and unmount are rare
@@ -116,7 +113,7 @@ fn remount(mountpoint: &Path, cfg: &MountConfig) -> Result<()> {
     let req = req.join(",");
     crate::cmd_stats::mount_info(mountpoint)
         .with_context(|| format!("{} is not the root of a squeezefs mount", mountpoint.display()))?;
-    crate::cmd_stats::set_xattr(mountpoint, squeezefs_fs::xattr_names::REMOUNT, req.as_bytes())
+    crate::xattr_io::set_xattr(mountpoint, squeezefs_fs::xattr_names::REMOUNT, req.as_bytes())
         .with_context(|| format!("remount {} with {req}", mountpoint.display()))?;
     Ok(())
 }

@@ -11,7 +11,7 @@
 //!
 //! Symbolic links are never followed and never carry properties; `-r` stays on PATH's
 //! filesystem.
-use crate::cmd_stats::{get_xattr, set_xattr};
+use crate::xattr_io::{get_xattr, set_xattr};
 use anyhow::{anyhow, bail, Context, Result};
 use squeezefs_fs::props::{self, Prop, Source};
 use squeezefs_fs::{xattr_names, FileKind};

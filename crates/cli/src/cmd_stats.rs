@@ -13,12 +13,11 @@
 //! `qos=` mount) answers `user.squeezefs.qos-stats` with its line (control::qos::stats
 //! TEXT); the command lists them: target, allotment, achieved throughput over the last
 //! 10 s and since the tree was first seen, ratio of its records and the levels chosen.
+use crate::xattr_io::get_xattr;
 use anyhow::{bail, Context, Result};
 use squeezefs_codec::{Algorithm, Codec};
 use squeezefs_fs::{usage, xattr_names, QosStatsRow};
 use std::collections::{BTreeMap, HashSet};
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -29,42 +28,6 @@ pub struct StatsArgs {
     /// Machine-readable output
     #[arg(long)]
     pub json: bool,
-}
-
-fn cpath(p: &Path) -> std::io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| std::io::Error::other("path contains NUL"))
-}
-
-/// lgetxattr with the size-probe protocol.
-pub fn get_xattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
-    let p = cpath(path)?;
-    let n = CString::new(name).map_err(std::io::Error::other)?;
-    loop {
-        let len = unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
-        if len < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let mut buf = vec![0u8; len as usize];
-        let got = unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if got >= 0 {
-            buf.truncate(got as usize);
-            return Ok(buf);
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::ERANGE) {
-            return Err(e);
-        }
-    }
-}
-
-pub fn set_xattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
-    let p = cpath(path)?;
-    let n = CString::new(name).map_err(std::io::Error::other)?;
-    let r = unsafe { libc::lsetxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// The `key=value` lines a squeezefs daemon reports on its root directory.

@@ -14,6 +14,7 @@ mod cmd_umount;
 mod mount_helper;
 mod open_pool;
 mod rootdir;
+mod xattr_io;
 
 #[derive(Parser)]
 #[command(name = "squeezefs", version, about = "A transparently compressing FUSE filesystem")]

@@ -50,7 +50,7 @@ mod policy;
 mod pool;
 pub mod pool_lock;
 mod qos;
-mod qos_thread;
+mod qos_replan;
 mod read;
 pub mod scrub;
 mod snapshot;
@@ -478,7 +478,7 @@ impl Engine {
         if self.inner.qos.set_tree(tree, parent, rate_bps)? {
             let weak = Arc::downgrade(&self.inner);
             if let Err(e) =
-                std::thread::Builder::new().name("sqz-qos".into()).spawn(move || qos_thread::replan_loop(weak))
+                std::thread::Builder::new().name("sqz-qos".into()).spawn(move || qos_replan::replan_loop(weak))
             {
                 // admission still paces; the levels stay at the start level
                 log::error!("starting the QoS level thread: {e}; QoS trees keep their start level");

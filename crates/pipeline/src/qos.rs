@@ -138,6 +138,11 @@ impl Qos {
         }
     }
 
+    /// Seconds between two replans of the QoS thread (qos_replan.rs).
+    pub fn replan_period_secs(&self) -> f64 {
+        self.lv.lock().levels.tunables().replan_secs
+    }
+
     /// Seconds since the engine opened.
     pub fn now(&self) -> f64 {
         self.epoch.elapsed().as_secs_f64()
@@ -268,11 +273,6 @@ impl Qos {
             }
             None => w.push((shown, input, stored)),
         }
-    }
-
-    /// Seconds between two replan rounds (control::qos `LevelTunables::replan_secs`).
-    pub fn replan_secs(&self) -> f64 {
-        self.lv.lock().levels.tunables().replan_secs
     }
 
     /// One replan (block comment, REPLAN): `workers` compress workers, `avail_cores` the

@@ -1,18 +1,18 @@
-//! The QoS thread: one replan round (qos.rs `Qos::replan`, block comment REPLAN) every
-//! `replan_secs` over the engine's measurements (device throughput, CPU figures, each
-//! tree's lag and queued bytes in the compress queue), the new rates handed to the compress
-//! queue's scheduler. It lives apart from qos.rs because it reads the whole engine, which
-//! holds the QoS state as one of its parts.
+//! The QoS thread: replans the QoS trees' levels and the compress queue's lane rates every
+//! `LevelTunables::replan_secs` (qos.rs, block comment REPLAN). It sits above the engine
+//! state it reads (`Inner`), so qos.rs itself never depends on the engine.
+//!
+//! States: not started (no tree yet) → running (spawned by the first `qos_set_tree`) →
+//! ended (the engine closed or was dropped). Between rounds it holds only a weak reference,
+//! so it never keeps a closed engine alive.
 
-use crate::inner::Inner;
 use squeezefs_control::qos::TreeId;
 use std::sync::atomic::Ordering;
-use std::sync::Weak;
 use std::time::Duration;
 
-/// The QoS thread (qos.rs block comment, REPLAN): replans every `replan_secs` until the
-/// engine closes; holds the engine only during a round.
-pub fn replan_loop(engine: Weak<Inner>) {
+/// The QoS thread (block comment, REPLAN): replans every `replan_secs` until the engine
+/// closes; holds the engine only during a round.
+pub fn replan_loop(engine: std::sync::Weak<crate::inner::Inner>) {
     let mut rates: Vec<(TreeId, f64)> = Vec::new();
     loop {
         let period = {
@@ -33,7 +33,7 @@ pub fn replan_loop(engine: Weak<Inner>) {
             set.extend(new.iter().copied());
             inner.compress.queue.set_rates(&set);
             rates = new;
-            q.replan_secs()
+            q.replan_period_secs()
         };
         std::thread::sleep(Duration::from_secs_f64(period.max(0.01)));
     }
