@@ -98,16 +98,14 @@ fn one_tree_is_paced_to_its_rate_whatever_the_number_of_writers() {
     let t = fs.qos_trees().unwrap().into_iter().find(|t| t.tree == tree).expect("the tree is known");
     assert_eq!(t.row.target_bps, 4e6);
     assert!(t.row.mean_bps > 0.0 && t.row.mean_bps < 4e6 * 1.2, "{:?}", t.row);
-    // with no compression chosen anywhere, the tree's records are compressed at its levels.
-    // How many depends on the CPU the plan finds: with other tests of this binary running
-    // on a loaded machine it may store most records raw (seen: 12.6 of 17.4 MB), so the
-    // share is a benchmark's figure (bench/qos-eval.sh); here the levels must be the plan's
-    // and what they compressed must have compressed.
-    let compressed: Vec<_> =
-        t.row.levels.iter().filter(|l| l.0.alg != squeezefs_codec::Algorithm::None && l.1 > 0).collect();
-    assert!(!compressed.is_empty(), "no record of the tree compressed: {:?}", t.row.levels);
+    // with no compression chosen anywhere, the tree's records are compressed at its plan's
+    // levels; how many the plan can afford depends on the CPU others leave (short of CPU
+    // it stores records raw), so the check is that it compressed some and that those
+    // compressed as its levels do, not how much of the input they were
+    let compressed: Vec<_> = t.row.levels.iter().filter(|l| l.0.alg != squeezefs_codec::Algorithm::None).collect();
     let (input, stored) = compressed.iter().fold((0u64, 0u64), |(i, s), l| (i + l.1, s + l.2));
-    assert!(input as f64 > 1.5 * stored as f64, "{:?}", t.row.levels);
+    assert!(input > 0, "no record of the tree was compressed: {:?}", t.row.levels);
+    assert!(input as f64 / stored as f64 > 1.5, "{:?}", t.row.levels);
 }
 
 #[test]
