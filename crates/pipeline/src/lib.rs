@@ -48,7 +48,9 @@ mod policy;
 mod pool;
 pub mod pool_lock;
 mod qos;
+mod qos_thread;
 mod read;
+mod rewrite;
 pub mod scrub;
 mod snapshot;
 mod space;
@@ -71,6 +73,7 @@ pub use policy::ADAPTIVE_PLACEHOLDER;
 pub use pool::now;
 pub use qos::{QosAdmit, QosTree, TREE_BACKLOG_MIN_BYTES, TREE_BACKLOG_SECS};
 pub use read::PREFETCH_RECORDS;
+pub use rewrite::{stored_codec, RewriteOutcome, RewriteSkip, RewriteTo};
 pub use space::DeviceStatus;
 pub use squeezefs_control::qos::{QosError, StatsRow as QosStatsRow, TreeId, TreeInfo, NO_TREE};
 pub use squeezefs_device::{Device, DeviceStatsSnapshot};
@@ -468,7 +471,9 @@ impl Engine {
     ) -> std::result::Result<(), QosError> {
         if self.inner.qos.set_tree(tree, parent, rate_bps)? {
             let weak = Arc::downgrade(&self.inner);
-            if let Err(e) = std::thread::Builder::new().name("sqz-qos".into()).spawn(move || qos::replan_loop(weak)) {
+            if let Err(e) =
+                std::thread::Builder::new().name("sqz-qos".into()).spawn(move || qos_thread::replan_loop(weak))
+            {
                 // admission still paces; the levels stay at the start level
                 log::error!("starting the QoS level thread: {e}; QoS trees keep their start level");
             }
@@ -660,6 +665,15 @@ impl Engine {
             }
         }
         Ok(out)
+    }
+
+    /// Rewrite committed record `idx` of `ino` with `to` if its committed extent is still
+    /// the one read (compare-and-swap under the file lock; rewrite.rs): the new encoding
+    /// goes into the open txg like a write of the same bytes, durable with its commit.
+    /// `if_different`: leave a record stored the way `to` asks already. Compresses on the
+    /// calling thread.
+    pub fn rewrite_record(&self, ino: Ino, idx: u64, to: RewriteTo, if_different: bool) -> Result<RewriteOutcome> {
+        rewrite::rewrite_record(&self.inner, ino, idx, to, if_different)
     }
 
     /// Bytes of decoded records held in the read cache now.

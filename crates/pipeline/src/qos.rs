@@ -124,6 +124,11 @@ fn nominal_cost(c: Codec) -> f64 {
 }
 
 impl Qos {
+    /// Seconds between two replans of the QoS thread (qos_thread.rs).
+    pub fn replan_secs(&self) -> f64 {
+        self.lv.lock().levels.tunables().replan_secs
+    }
+
     pub fn new(adm: AdmissionTunables, lv: LevelTunables) -> Qos {
         Qos {
             epoch: Instant::now(),
@@ -341,36 +346,6 @@ impl Qos {
                 .join("; ")
         );
         demands.iter().map(|d| (d.tree, d.rate_bps)).collect()
-    }
-}
-
-/// The QoS thread (block comment, REPLAN): replans every `replan_secs` until the engine
-/// closes; holds the engine only during a round.
-pub fn replan_loop(engine: std::sync::Weak<crate::inner::Inner>) {
-    let mut rates: Vec<(TreeId, f64)> = Vec::new();
-    loop {
-        let period = {
-            let Some(inner) = engine.upgrade() else { return };
-            if inner.closed.load(Ordering::Acquire) {
-                return;
-            }
-            let q = &inner.qos;
-            let device: f64 = inner.space.device_status().iter().map(|d| d.stats.throughput_bps).sum();
-            let now = q.now();
-            let cpu = inner.compress.levels.cpu_figures();
-            let new = q.replan(inner.workers.threads(), cpu, (device > 0.0).then_some(device), |t| {
-                (inner.compress.queue.lag(t, now), inner.compress.queue.queued(t))
-            });
-            // trees gone since the last round lose their lanes' rates
-            let mut set: Vec<(TreeId, f64)> =
-                rates.iter().filter(|(t, _)| !new.iter().any(|n| n.0 == *t)).map(|(t, _)| (*t, 0.0)).collect();
-            set.extend(new.iter().copied());
-            inner.compress.queue.set_rates(&set);
-            rates = new;
-            let period = q.lv.lock().levels.tunables().replan_secs;
-            period
-        };
-        std::thread::sleep(Duration::from_secs_f64(period.max(0.01)));
     }
 }
 
