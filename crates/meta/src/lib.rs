@@ -5,6 +5,7 @@
 //! in a table is encoded by hand (explicit little-endian, leading version byte) in `encode.rs`,
 //! `superblock.rs` and `extent.rs`, so the format is ours and not serde's or redb's.
 
+pub mod background;
 pub mod encode;
 pub mod error;
 pub mod extent;
@@ -13,6 +14,7 @@ pub mod records;
 pub mod superblock;
 pub mod tables;
 
+pub use background::{BgCursor, BgFrame};
 pub use error::MetaError;
 pub use extent::{DeviceExtent, ExtentPtr, StoredRecord};
 pub use records::*;

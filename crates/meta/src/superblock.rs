@@ -26,7 +26,11 @@ impl Features {
     /// extent's offset need not be sector-aligned; its footprint is its stored length).
     pub const INCOMPAT_PACKED_BYTES: u64 = 1 << 2;
 
-    pub const KNOWN_COMPAT: u64 = 0;
+    /// The `background` table may hold background compression's cursor (a build that does
+    /// not know it ignores the table; background compression then starts afresh).
+    pub const COMPAT_BACKGROUND: u64 = 1 << 0;
+
+    pub const KNOWN_COMPAT: u64 = Self::COMPAT_BACKGROUND;
     pub const KNOWN_RO_COMPAT: u64 = 0;
     pub const KNOWN_INCOMPAT: u64 =
         Self::INCOMPAT_INLINE_DATA | Self::INCOMPAT_PACKED_SECTORS | Self::INCOMPAT_PACKED_BYTES;

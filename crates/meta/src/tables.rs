@@ -27,3 +27,7 @@ pub const EXTENTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("extents
 /// (device u32 BE ‖ offset u64 BE) → length (u64): free ranges below the device's
 /// allocation end. Everything from the allocation end on is free too.
 pub const FREE_SPACE: TableDefinition<&[u8], u64> = TableDefinition::new("free_space");
+/// `0u8` → [`crate::BgCursor`] encoding: background compression's walk position and
+/// totals. One row, absent until background compression first saved it (compat feature
+/// `COMPAT_BACKGROUND`).
+pub const BACKGROUND: TableDefinition<u8, &[u8]> = TableDefinition::new("background");

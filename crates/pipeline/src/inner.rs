@@ -55,6 +55,8 @@ pub struct Inner {
     pub closed: AtomicBool,
     /// room for metadata commits on the pool directory's filesystem (meta_space.rs)
     pub meta_space: crate::meta_space::MetaSpace,
+    /// foreground activity and the background worker's cursor (bgstate.rs)
+    pub bg: crate::bgstate::BgState,
     /// panics armed for tests (fault.rs); shared with the device writers
     pub faults: Arc<Faults>,
     me: OnceLock<Weak<Inner>>,
@@ -149,6 +151,7 @@ impl Inner {
             opts,
             closed: AtomicBool::new(false),
             meta_space: Default::default(),
+            bg: Default::default(),
             faults,
             me: OnceLock::new(),
             released: ReleaseOnDrop::default(),
