@@ -2,6 +2,9 @@
 //! §15): when the last foreground operation happened, and the worker's cursor waiting for
 //! the next commit.
 //!
+//! It also knows the last txg that committed file data, so that a background pass starts
+//! only when there is data it has not looked at.
+//!
 //! Foreground operations are the API calls that serve applications: data reads and writes,
 //! size changes, namespace and attribute changes (`Engine::touch` in each). Lookups,
 //! listings and extended-attribute reads do not count: the background worker makes them
@@ -22,15 +25,39 @@ pub struct BgState {
     last_ns: AtomicU64,
     /// a cursor saved and not committed yet
     pending: Mutex<Option<BgCursor>>,
+    /// the last txg whose commit changed file data (the pool's last txg at open: what
+    /// happened before is not known)
+    data_txg: AtomicU64,
 }
 
 impl Default for BgState {
     fn default() -> Self {
-        BgState { epoch: Instant::now(), last_ns: AtomicU64::new(0), pending: Mutex::new(Rank::Leaf, None) }
+        BgState::new(0)
     }
 }
 
 impl BgState {
+    /// State of an engine opened at txg `last_txg`.
+    pub fn new(last_txg: u64) -> BgState {
+        BgState {
+            epoch: Instant::now(),
+            last_ns: AtomicU64::new(0),
+            pending: Mutex::new(Rank::Leaf, None),
+            data_txg: AtomicU64::new(last_txg),
+        }
+    }
+
+    /// Txg `txg` committed changes of file data (sync.rs, after its commit stage).
+    pub fn data_committed(&self, txg: u64) {
+        self.data_txg.fetch_max(txg, Ordering::Relaxed);
+    }
+
+    /// The last txg that committed changes of file data: a background pass has nothing new
+    /// to look at while its floor is at or above it.
+    pub fn data_txg(&self) -> u64 {
+        self.data_txg.load(Ordering::Relaxed)
+    }
+
     /// A foreground operation starts now.
     pub fn touch(&self) {
         let ns = self.epoch.elapsed().as_nanos() as u64;

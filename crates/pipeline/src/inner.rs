@@ -151,7 +151,7 @@ impl Inner {
             opts,
             closed: AtomicBool::new(false),
             meta_space: Default::default(),
-            bg: Default::default(),
+            bg: crate::bgstate::BgState::new(last_txg),
             faults,
             me: OnceLock::new(),
             released: ReleaseOnDrop::default(),

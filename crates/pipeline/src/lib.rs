@@ -691,6 +691,17 @@ impl Engine {
         self.inner.bg.idle_for()
     }
 
+    /// The last txg whose commit changed file data (since this engine opened; the pool's
+    /// last txg at open).
+    pub fn data_txg(&self) -> u64 {
+        self.inner.bg.data_txg()
+    }
+
+    /// The bound on dirty data in memory (`OpenOptions::max_dirty_bytes`).
+    pub fn max_dirty_bytes(&self) -> u64 {
+        self.inner.opts.max_dirty_bytes
+    }
+
     /// Background compression's cursor: the one saved last (committed or not), `None` if
     /// the pool never had one.
     pub fn background_cursor(&self) -> Result<Option<BgCursor>> {

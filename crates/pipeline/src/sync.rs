@@ -241,6 +241,9 @@ impl<'a> TxgSync<'a> {
         self.committing = true;
         let placed = std::mem::take(&mut self.placed);
         self.blocks = crate::commit::commit(self.inner, self.txg, &self.frozen, placed, &self.early_used)?;
+        if !self.frozen.is_empty() {
+            self.inner.bg.data_committed(self.txg);
+        }
         Ok(())
     }
 
