@@ -78,6 +78,8 @@ pub struct Fs {
     bg: background::Background,
     /// `squeezefs recompress` jobs running (recompress.rs)
     jobs_running: std::sync::atomic::AtomicUsize,
+    /// set by `shutdown`: running jobs stop, new ones are refused
+    closing: std::sync::atomic::AtomicBool,
 }
 
 impl Fs {
@@ -102,6 +104,7 @@ impl Fs {
             transport: Mutex::new(String::new()),
             bg: Default::default(),
             jobs_running: Default::default(),
+            closing: Default::default(),
         };
         if !fs.engine.read_only() && !fs.cfg.read_only {
             for ino in fs.engine.orphans()? {
@@ -127,7 +130,10 @@ impl Fs {
     /// The engine is closed whatever the sweep met: an orphan that cannot be freed (it stays
     /// listed and goes at the next mount) must not cost the final flush of everyone's data.
     pub fn shutdown(&self) -> Result<()> {
-        // the worker saves its position into the last commit
+        // recompress jobs stop (what they rewrote goes into the last commit), and the
+        // background worker saves its position into it
+        self.closing.store(true, std::sync::atomic::Ordering::Release);
+        self.wait_for_jobs(recompress::JOBS_STOP_WAIT);
         self.stop_background();
         let mut first_err = None;
         if !self.read_only() {

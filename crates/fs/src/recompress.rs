@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 pub const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 /// Most worker threads one job may ask for.
 pub const MAX_JOBS: usize = 64;
+/// How long an unmount waits for running jobs to stop (each stops within a record).
+pub const JOBS_STOP_WAIT: Duration = Duration::from_secs(30);
 /// Damaged records listed in a summary (the count covers them all).
 const MAX_LISTED_ERRORS: usize = 20;
 
@@ -106,6 +108,8 @@ pub enum JobError {
     ReadOnly,
     #[error("no paths to recompress")]
     NoPaths,
+    #[error("the filesystem is being unmounted")]
+    Unmounting,
     #[error("{path}: {source}")]
     Path { path: String, source: FsError },
     #[error("recompressing stopped: {0}")]
@@ -155,6 +159,19 @@ impl Fs {
         self.jobs_running.load(Ordering::Acquire)
     }
 
+    /// Whether the filesystem is being unmounted (`shutdown`): jobs stop.
+    pub fn closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    /// Wait until no job runs, at most `max`.
+    pub(crate) fn wait_for_jobs(&self, max: Duration) {
+        let t0 = Instant::now();
+        while self.recompress_jobs() > 0 && t0.elapsed() < max {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Run a recompress job (module comment). `progress` gets the counts every
     /// `PROGRESS_EVERY` and returns `false` to cancel.
     pub fn recompress(
@@ -165,6 +182,9 @@ impl Fs {
         let t0 = Instant::now();
         if self.read_only() {
             return Err(JobError::ReadOnly);
+        }
+        if self.closing() {
+            return Err(JobError::Unmounting);
         }
         if req.jobs == 0 || req.jobs > MAX_JOBS {
             return Err(JobError::BadJobs(req.jobs));
@@ -196,7 +216,7 @@ impl Fs {
                     }
                     std::thread::sleep(PROGRESS_EVERY);
                     fill(&mut counts, &work);
-                    if !progress(&counts) {
+                    if !progress(&counts) || self.closing() {
                         cancelled = true;
                         work.stop.store(true, Ordering::Release);
                     }
