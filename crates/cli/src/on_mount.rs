@@ -41,12 +41,35 @@ fn gone(what: &Path) -> anyhow::Error {
     )
 }
 
+/// The squeezefs mount point at or above `path` (the deepest one /proc/self/mountinfo lists)
+/// whose daemon is gone: asking it for its mount attribute, which the kernel never
+/// caches, fails with ENOTCONN. (Its cached attributes and names may still answer.)
+fn dead_mount_above(path: &Path) -> Option<PathBuf> {
+    let abs = std::path::absolute(path).ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = info
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let point = crate::cmd_mount::unescape_mount_field(left.split(' ').nth(4)?);
+            (right.split(' ').next()? == squeezefs_fuse::mount::FS_TYPE && abs.starts_with(&point)).then_some(point)
+        })
+        .max_by_key(|p| p.as_os_str().len())?;
+    let e = crate::cmd_stats::get_xattr(&mount, squeezefs_fs::xattr_names::MOUNT).err()?;
+    (e.raw_os_error() == Some(libc::ENOTCONN)).then_some(mount)
+}
+
 /// Locate `path` (module comment).
 pub fn locate(path: &Path) -> Result<OnMount> {
-    let canonical = std::fs::canonicalize(path).map_err(|e| match e.raw_os_error() {
-        Some(libc::ENOTCONN) => gone(path),
-        Some(libc::ENOENT) => anyhow!("{}: no such file or directory", path.display()),
-        _ => anyhow!("{}: {e}", path.display()),
+    let canonical = std::fs::canonicalize(path).map_err(|e| {
+        // a dead FUSE mount on the way answers ENOTCONN, though realpath may say ENOENT
+        if let Some(dead) = dead_mount_above(path) {
+            return gone(&dead);
+        }
+        match e.raw_os_error() {
+            Some(libc::ENOENT) => anyhow!("{}: no such file or directory", path.display()),
+            _ => anyhow!("{}: {e}", path.display()),
+        }
     })?;
     let root = mount_root(&canonical);
     let info = match crate::cmd_stats::get_xattr(&root, squeezefs_fs::xattr_names::MOUNT) {
