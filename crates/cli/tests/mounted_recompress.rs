@@ -206,7 +206,7 @@ fn writes_during_a_recompress_are_never_lost() {
         use std::os::unix::fs::FileExt;
         let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
         f.write_all_at(&patch, off as u64).unwrap();
-        if n % 7 == 0 {
+        if n.is_multiple_of(7) {
             f.sync_data().unwrap();
         }
         model[off..off + len].copy_from_slice(&patch);
