@@ -6,7 +6,8 @@
 //! ```text
 //!   LOOK    under the file lock: the open or syncing layer holds the record → Dirty (its
 //!           changes are not committed; their own txg stores them, with the compression of
-//!           their writes). Else note the extent-cache generation g, then look up the
+//!           their writes). Else take the file's commit token (which `FileData`, and its
+//!           `commits`: the commits that released a syncing layer of it), then look up the
 //!           committed extent E: none → Hole; a kind of record this operation does not
 //!           handle → Unsupported; stored the way `to` asks and `if_different` →
 //!           AlreadyThere.
@@ -15,23 +16,26 @@
 //!           stage's one decision point, levels.rs). Raw before and raw again → NoGain.
 //!   ADMIT   as a write of the record's length: the dirty throttle, then room on the
 //!           devices and for the metadata (write.rs `reserve`).
-//!   SWAP    under the file lock, a compare-and-swap on the extent. The generation is still
-//!           g, the open and syncing layers still do not hold the record and its length in
-//!           the file is unchanged → the new encoding goes into the open layer as the
-//!           record's content: PACKED when the record is whole (as caller-runs does,
-//!           early.rs), else RAW with a DONE slot holding the result → Rewritten. The
-//!           generation moved: E is looked up again; the same pointer → SWAP again (at most
-//!           MAX_SWAP_TRIES times in all, then Busy), another one → LOOK again (at most
-//!           MAX_LOOKS times, then Busy). The layers hold the record → Dirty. The length
-//!           changed → LOOK again.
+//!   SWAP    under the file lock, a compare-and-swap on the extent. The token is unchanged,
+//!           the open and syncing layers still do not hold the record and its length in the
+//!           file is unchanged → the new encoding goes into the open layer as the record's
+//!           content: PACKED when the record is whole (as caller-runs does, early.rs), else
+//!           RAW with a DONE slot holding the result → Rewritten. The token changed (a commit
+//!           of this file released, or its `FileData` was retired and made anew): the layers
+//!           hold the record → Dirty; else take the new token under this hold and look E up
+//!           again: the same pointer → SWAP again (at most MAX_SWAP_TRIES times in all, then
+//!           Busy), another one → LOOK again (at most MAX_LOOKS times, then Busy). The layers
+//!           hold the record → Dirty. The length changed → LOOK again.
 //! ```
 //!
-//! Why E is still the committed extent at the swap when the generation is still g: the
-//! only writer of extents is the commit stage, a commit bumps the generation
-//! (`ExtentCache::invalidate`) before it drops the syncing layer whose records it stored
-//! (sync.rs `release_layers`), and a record that a commit in flight stores is in a syncing
-//! layer until then. So either no commit stored the record since g, or its layer still
-//! holds it (→ Dirty).
+//! Why E is still the committed extent at the swap when the token did not change: the only
+//! writer of extents is the commit stage; a record it stores sits in the file's syncing
+//! layer from the freeze until the commit's release, which invalidates the extent cache, then
+//! under the file lock drops that layer and counts the commit (sync.rs `release_layers`). A
+//! commit storing the record that released after the token was taken changed the token; one
+//! not released yet still holds the record in its syncing layer (→ Dirty); one released
+//! before the token was taken is what the lookup of E, made after it, saw. Commits of other
+//! files do not matter, so a busy pool does not hold rewrites up.
 //!
 //! Why no write is lost: the bytes the swap puts into the open layer are exactly the
 //! record's content at that moment (E's, with nothing above it), and the swap is made under
@@ -62,7 +66,7 @@ use squeezefs_control::qos::NO_TREE;
 use squeezefs_meta::{ExtentPtr, Ino, StoredRecord};
 use std::sync::atomic::AtomicU32;
 
-/// Swaps tried for one record while commits of other records keep moving the generation.
+/// Swaps tried for one record while commits of its file keep changing its token.
 pub const MAX_SWAP_TRIES: u32 = 16;
 /// Times the record is looked up afresh because its own extent changed meanwhile.
 pub const MAX_LOOKS: u32 = 4;
@@ -159,11 +163,19 @@ fn layers_hold(fd: &crate::dirty::FileData, idx: u64) -> bool {
     fd.syncing.as_ref().is_some_and(|s| !matches!(s.view(idx), LayerView::Below))
 }
 
-/// The record as LOOK found it: its extent, the generation noted before the lookup and its
+/// The file's commit token (module comment): which `FileData` (its unique id), and its
+/// commits.
+type Token = (u64, u64);
+
+fn token_of(fd: &crate::dirty::FileData) -> Token {
+    (fd.id, fd.commits)
+}
+
+/// The record as LOOK found it: its extent, the token taken before the lookup and its
 /// length in the file then.
 struct Looked {
     e: ExtentPtr,
-    gen: u64,
+    token: Token,
     want: u64,
 }
 
@@ -175,18 +187,17 @@ fn look(
     to: &RewriteTo,
     if_different: bool,
 ) -> Result<std::result::Result<Looked, RewriteSkip>> {
-    let size = match inner.file_ref(ino) {
+    let (size, token) = match inner.file_ref(ino) {
         Ok(f) => {
             let fd = f.lock();
             if layers_hold(&fd, idx) {
                 return Ok(Err(RewriteSkip::Dirty));
             }
-            fd.size
+            (fd.size, token_of(&fd))
         }
         Err(EngineError::NoInode(_)) => return Ok(Err(RewriteSkip::Gone)),
         Err(e) => return Err(e),
     };
-    let gen = inner.cache.extents.gen();
     let Some(e) = crate::read::extent(inner, ino, idx)? else { return Ok(Err(RewriteSkip::Hole)) };
     if let Err(kind) = handled(&e.stored) {
         return Ok(Err(RewriteSkip::Unsupported(kind)));
@@ -203,7 +214,7 @@ fn look(
     if if_different && stored_codec(&e).is_some_and(|c| to.spec.stores_as(c)) {
         return Ok(Err(RewriteSkip::AlreadyThere));
     }
-    Ok(Ok(Looked { e, gen, want }))
+    Ok(Ok(Looked { e, token, want }))
 }
 
 /// The record's bytes encoded with `to` (ENCODE): `None` when nothing would change.
@@ -234,7 +245,7 @@ fn swap(
     c: Compressed,
     to: &RewriteTo,
 ) -> Result<Option<RewriteOutcome>> {
-    let mut gen = l.gen;
+    let mut token = l.token;
     for _ in 0..MAX_SWAP_TRIES {
         let f = match inner.file_ref(ino) {
             Ok(f) => f,
@@ -245,10 +256,14 @@ fn swap(
         if fd.retired {
             continue;
         }
-        if inner.cache.extents.gen() != gen {
+        if token_of(&fd) != token {
+            // a commit of this file released since the token was taken (or its FileData is
+            // new): is the record's extent still E? The new token comes first, as in LOOK.
+            if layers_hold(&fd, idx) {
+                return Ok(Some(RewriteOutcome::Skipped(RewriteSkip::Dirty)));
+            }
+            token = token_of(&fd);
             drop(fd);
-            // some commit changed extents since the lookup: is this record's still E?
-            gen = inner.cache.extents.gen();
             match crate::read::extent(inner, ino, idx)? {
                 Some(e) if e == l.e => continue,
                 _ => return Ok(None),

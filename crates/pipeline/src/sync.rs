@@ -479,6 +479,7 @@ fn release_layers(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], blocks: &HashMap<
             let mut fd = f.lock();
             if fd.syncing.as_ref().is_some_and(|s| Arc::ptr_eq(s, layer)) {
                 fd.syncing = None;
+                fd.commits += 1;
                 if let Some(b) = blocks.get(ino) {
                     fd.committed_blocks = *b;
                 }

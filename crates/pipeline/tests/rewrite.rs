@@ -378,3 +378,35 @@ fn a_power_cut_at_any_device_write_of_a_rewrite_leaves_every_record_readable() {
     eprintln!("{cut} crash points, {mixed} images with records in both encodings");
     assert!(cut > 3 && mixed > 0, "the cuts fell inside the rewrite");
 }
+
+/// Commits of other files (a pool busy with small files) never make a rewrite give up: the
+/// swap compares the file's own commit token, not a pool-wide generation.
+#[test]
+fn commits_of_other_files_do_not_hold_rewrites_up() {
+    let d = tempfile::tempdir().unwrap();
+    let data = text(20, 32 * RS as usize);
+    let opts = OpenOptions { txg_timeout: std::time::Duration::from_millis(5), ..lz4_opts() };
+    let (pool, ino) = pool_with_file(d.path(), &opts, "quiet", &data);
+    let e = Engine::open(&pool, &opts).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let busy = {
+        let (e, stop) = (e.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let f = create(&e, &format!("small{n}"));
+                e.write(f, 0, &text(n, 3000)).unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let out = rewrite_all(&e, ino, to("zstd:9"), true);
+    stop.store(true, Ordering::Relaxed);
+    let files = busy.join().unwrap();
+    assert!(files > 10, "the pool was busy: {files} files");
+    assert!(out.iter().all(|o| matches!(o, RewriteOutcome::Rewritten { .. })), "{out:?}");
+    e.sync().unwrap();
+    assert_eq!(read_all(&e, ino), data);
+    assert_clean(&e);
+}
