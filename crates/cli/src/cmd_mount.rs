@@ -30,7 +30,9 @@ pub struct MountArgs {
     pub pool: PathBuf,
     /// Directory to mount it on
     pub mountpoint: PathBuf,
-    /// Options, comma-separated: compress=SPEC, compress-force=SPEC, recordsize=SIZE, ro,
+    /// Options, comma-separated: compress=SPEC, compress-force=SPEC, background_compression=SPEC,
+    /// bg-idle=DURATION|off (idle time before background compression works, default 30s),
+    /// recordsize=SIZE, ro,
     /// allow_other, default_permissions, remount, uring=auto|on|off (auto, the default: FUSE
     /// over io_uring for root mounts, switching the kernel's enable_uring parameter on when
     /// it is off; off: /dev/fuse), trace=FILE (one CSV row per record compressed, for
@@ -302,6 +304,15 @@ fn serve(
             stop_on_signal(&mnt);
         })
         .context("starting the signal thread")?;
+    // the control channel (squeezefs recompress, stats): the mount works without it
+    let control = match squeezefs_ctlsock::Server::start(pool, fs.clone()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            log_event(&format!("no control channel (squeezefs recompress and stats cannot reach this mount): {e}"));
+            None
+        }
+    };
+    fs.start_background(cfg.bg_idle.unwrap_or(Some(squeezefs_fuse::mount_config::DEFAULT_BG_IDLE)));
     report(Ok(()));
     let spec = cfg.remount_request().unwrap_or_else(|| "pool's compression".into());
     log_event(&format!(
@@ -314,6 +325,9 @@ fn serve(
         log_event(&format!("requests come through /dev/fuse, not FUSE over io_uring: {why}"));
     }
     let served = session.run().context("serving FUSE requests");
+    if let Some(c) = control {
+        c.stop();
+    }
     // the session ran the flush at unmount before returning
     let flush = fs.shutdown_error();
     write_unmount_report(pool, flush.as_deref());
@@ -364,6 +378,7 @@ fn open_and_mount(
         read_only: cfg.read_only,
         check_permissions: !cfg.default_permissions,
         compression: cfg.compression,
+        background: cfg.background,
         qos: cfg.qos.flatten(),
         noatime: cfg.flags.noatime,
         nodiratime: cfg.nodiratime,

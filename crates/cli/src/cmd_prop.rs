@@ -28,7 +28,7 @@ mount option's, then the default; a change applies to data written afterwards):
   compression             compression spec: zstd:9, zstd-fast-5, gzip-6, lz4, lz4hc:9, none, ...
   compress-force          on | off: compress every record, skipping the compressibility check
   recordsize              4K ... 1M, power of two (stored; takes effect in a later release)
-  background_compression  fixed codec or none (stored; takes effect in a later release)
+  background_compression  fixed codec or none: what idle-time rewriting converts data to
   qos                     directories only: 50 (MB/s), 50M, 1G, 500K, none (stored; takes effect in a later release)
 
 The same values are the extended attributes user.squeezefs.NAME (setfattr/getfattr; cp -a,

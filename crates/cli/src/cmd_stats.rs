@@ -9,6 +9,10 @@
 //! then shows the directory's effective properties (what new files below it get;
 //! `squeezefs prop get`).
 //!
+//! Background compression: the daemon answers over its control socket (crates/ctlsock)
+//! with its state, totals converted, and the records below PATH it has still to convert
+//! (pending); shown last, or `not known` with the reason when the socket cannot be reached.
+//!
 //! QoS trees: every directory under PATH holding `qos` (and the mount's root under a
 //! `qos=` mount) answers `user.squeezefs.qos-stats` with its line (control::qos::stats
 //! TEXT); the command lists them: target, allotment, achieved throughput over the last
@@ -16,6 +20,8 @@
 use crate::xattr_io::get_xattr;
 use anyhow::{bail, Context, Result};
 use squeezefs_codec::{Algorithm, Codec};
+use squeezefs_ctlsock::proto::{self, Op};
+use squeezefs_ctlsock::{Client, Reply};
 use squeezefs_fs::{usage, xattr_names, QosStatsRow};
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::MetadataExt;
@@ -35,19 +41,6 @@ pub fn mount_info(root: &Path) -> Result<String> {
     let v = get_xattr(root, xattr_names::MOUNT)
         .with_context(|| format!("reading {} on {}", xattr_names::MOUNT, root.display()))?;
     Ok(String::from_utf8_lossy(&v).into_owned())
-}
-
-/// The root of the mount holding `path`: the topmost ancestor on the same device.
-fn mount_root(path: &Path) -> PathBuf {
-    let Ok(dev) = std::fs::metadata(path).map(|m| m.dev()) else { return path.to_path_buf() };
-    let mut root = path.to_path_buf();
-    while let Some(parent) = root.parent() {
-        match std::fs::metadata(parent) {
-            Ok(m) if m.dev() == dev => root = parent.to_path_buf(),
-            _ => break,
-        }
-    }
-    root
 }
 
 #[derive(Default, Clone, Copy)]
@@ -137,7 +130,7 @@ fn share(part: u64, whole: u64) -> f64 {
     }
 }
 
-fn human(n: u64) -> String {
+pub(crate) fn human(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
     let mut v = n as f64;
     let mut u = 0;
@@ -155,7 +148,7 @@ fn human(n: u64) -> String {
 pub fn run(args: StatsArgs) -> Result<()> {
     let path = std::fs::canonicalize(&args.path).with_context(|| format!("{}", args.path.display()))?;
     let dev = std::fs::metadata(&path)?.dev();
-    let root = mount_root(&path);
+    let root = crate::on_mount::mount_root(&path);
     let info = mount_info(&root).map_err(|_| anyhow::anyhow!("{} is not on a squeezefs mount", path.display()))?;
     let compression = info
         .lines()
@@ -175,6 +168,7 @@ pub fn run(args: StatsArgs) -> Result<()> {
     let mut w = Walk::default();
     w.visit(&path, dev)?;
     let properties = if path.is_dir() { Some(directory_properties(&path)?) } else { None };
+    let background = background(&path);
     let mut total = Sums::default();
     for s in w.rows.values() {
         total.disk += s.disk;
@@ -213,6 +207,15 @@ pub fn run(args: StatsArgs) -> Result<()> {
             out["properties"] = serde_json::json!(p.iter().map(crate::cmd_prop::Row::json).collect::<Vec<_>>());
         }
         out["qos_trees"] = serde_json::json!(w.trees.iter().map(|(p, r)| tree_json(p, r)).collect::<Vec<_>>());
+        match &background {
+            Ok((status, pending)) => {
+                out["background"] = serde_json::json!({ "status": status, "pending": pending });
+            }
+            Err(e) => {
+                out["background"] = serde_json::Value::Null;
+                out["background_error"] = serde_json::json!(format!("{e:#}"));
+            }
+        }
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
@@ -256,6 +259,10 @@ pub fn run(args: StatsArgs) -> Result<()> {
             );
         }
     }
+    match &background {
+        Ok((st, pending)) => print_background(st, pending),
+        Err(e) => println!("Background compression: not known ({e:#})"),
+    }
     if let Some(props) = properties {
         println!("Properties of {}:", path.display());
         for r in &props {
@@ -263,6 +270,43 @@ pub fn run(args: StatsArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Background compression's state and what it has still to convert below `path`, from the
+/// daemon over its control socket.
+fn background(path: &Path) -> Result<(proto::Background, proto::Pending)> {
+    let at = crate::on_mount::locate(path)?;
+    let reply = Client::connect(&at.pool)?
+        .call(Op::Background { path: proto::WirePath::from_bytes(&at.rel) }, &mut |_| true)?;
+    match reply {
+        Reply::Background { status, pending } => Ok((status, pending)),
+        other => bail!("unexpected answer: {other:?}"),
+    }
+}
+
+fn print_background(st: &proto::Background, p: &proto::Pending) {
+    let idle = st.idle_after_secs.map_or("off".to_string(), |s| format!("after {s} s idle"));
+    println!("Background compression: {} ({idle}; {} passes done)", st.state, st.passes);
+    println!(
+        "  pending here: {} records, {} ({} stored) in {} of {} files with a background codec",
+        p.records,
+        human(p.logical_bytes),
+        human(p.stored_bytes),
+        p.files_pending,
+        p.files_with_spec
+    );
+    println!(
+        "  converted (pool): {} records, {} of data, stored {} -> {}; this mount: {} records, {}",
+        st.converted_records,
+        human(st.converted_logical),
+        human(st.converted_before),
+        human(st.converted_after),
+        st.session_records,
+        human(st.session_logical)
+    );
+    if let Some(e) = &st.last_error {
+        println!("  last error: {e}");
+    }
 }
 
 /// Effective properties of a directory, inherited values named by their directory.

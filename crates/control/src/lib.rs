@@ -1,11 +1,13 @@
 //! Controllers as pure functions of measured inputs: device choice (smallest expected queue
 //! delay), auto (the level that keeps the devices busy), and QoS trees ([`qos`]: admission
-//! nested like HTB, levels per tree for their rates, the compress queue across trees).
+//! nested like HTB, levels per tree for their rates, the compress queue across trees), and
+//! when background compression works ([`background`]).
 //! No clocks and no threads here: callers pass measurements in and get a decision out, so
 //! every controller is testable without a filesystem. The only I/O is the /proc reader in
 //! [`cpu`] (behind the [`CpuSource`] trait) and the [`trace`] file writer and reader.
 
 mod auto;
+pub mod background;
 pub mod cpu;
 mod device_choice;
 pub mod ewma;

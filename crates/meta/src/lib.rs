@@ -6,6 +6,7 @@
 //! `superblock.rs`, `extent.rs` and `bundle.rs`, so the format is ours and not serde's or redb's.
 
 pub mod bundle;
+pub mod background;
 pub mod encode;
 pub mod error;
 pub mod extent;
@@ -15,6 +16,7 @@ pub mod superblock;
 pub mod tables;
 
 pub use bundle::Bundle;
+pub use background::{BgCursor, BgFrame};
 pub use error::MetaError;
 pub use extent::{BundleSlice, DeviceExtent, ExtentPtr, StoredRecord};
 pub use records::*;

@@ -32,7 +32,11 @@ impl Features {
     /// varints; an inode's times that equal another left out).
     pub const INCOMPAT_COMPACT_ROWS: u64 = 1 << 4;
 
-    pub const KNOWN_COMPAT: u64 = 0;
+    /// The `background` table may hold background compression's cursor (a build that does
+    /// not know it ignores the table; background compression then starts afresh).
+    pub const COMPAT_BACKGROUND: u64 = 1 << 0;
+
+    pub const KNOWN_COMPAT: u64 = Self::COMPAT_BACKGROUND;
     pub const KNOWN_RO_COMPAT: u64 = 0;
     pub const KNOWN_INCOMPAT: u64 = Self::INCOMPAT_INLINE_DATA
         | Self::INCOMPAT_PACKED_SECTORS

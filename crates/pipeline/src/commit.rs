@@ -17,7 +17,8 @@
 //!    any is deleted and its range freed.
 //! 6. `write_superblock` — txg number and inode counter.
 //! 7. `free_durable` and `write_space_map` — the frees go into the durable image and the
-//!    changed free-space rows and allocation ends into the store.
+//!    changed free-space rows and allocation ends into the store; `write_background` —
+//!    background compression's cursor, if one was saved since the last commit.
 //! 8. commit (fdatasync of the store), then `after_commit`: early placements kept become
 //!    COMMITTED, the snapshot cache and the delta move on, and the freed ranges go back to
 //!    the live image and the devices (space.rs `give_back`).
@@ -137,7 +138,18 @@ pub fn commit(
     write_superblock(&tx, txg, inner.ns.next_ino())?;
     free_durable(&mut durable, &frees)?;
     write_space_map(&tx, &mut durable)?;
-    tx.commit()?;
+    let bg = inner.bg.take();
+    let r = match &bg {
+        Some(c) => write_background(&tx, c),
+        None => Ok(()),
+    };
+    let r = r.and_then(|()| tx.commit().map_err(EngineError::from));
+    if let Err(e) = r {
+        if let Some(c) = bg {
+            inner.bg.put_back(c);
+        }
+        return Err(e);
+    }
     drop(durable);
     after_commit(inner, early_used, delta.is_some(), frees);
     Ok(blocks)
@@ -283,6 +295,22 @@ fn write_superblock(tx: &redb::WriteTransaction, txg: u64, next_ino: u64) -> Res
     sb.txg = txg;
     sb.next_ino = sb.next_ino.max(next_ino);
     sbt.insert(0u8, &sb.encode()[..])?;
+    Ok(())
+}
+
+/// Part 7c: background compression's cursor (bgstate.rs), with the compat feature that
+/// says the table may exist.
+fn write_background(tx: &redb::WriteTransaction, c: &squeezefs_meta::BgCursor) -> Result<()> {
+    tx.open_table(tables::BACKGROUND)?.insert(0u8, &c.encode()[..])?;
+    let mut sbt = tx.open_table(tables::SUPERBLOCK)?;
+    let mut sb = {
+        let v = sbt.get(0u8)?.ok_or(Corruption::SuperblockMissing)?;
+        Superblock::decode(v.value())?
+    };
+    if sb.features.compat & squeezefs_meta::Features::COMPAT_BACKGROUND == 0 {
+        sb.features.compat |= squeezefs_meta::Features::COMPAT_BACKGROUND;
+        sbt.insert(0u8, &sb.encode()[..])?;
+    }
     Ok(())
 }
 

@@ -61,6 +61,8 @@ pub struct Inner {
     pub closed: AtomicBool,
     /// room for metadata commits on the pool directory's filesystem (meta_space.rs)
     pub meta_space: crate::meta_space::MetaSpace,
+    /// foreground activity and the background worker's cursor (bgstate.rs)
+    pub bg: crate::bgstate::BgState,
     /// panics armed for tests (fault.rs); shared with the device writers
     pub faults: Arc<Faults>,
     me: OnceLock<Weak<Inner>>,
@@ -163,6 +165,7 @@ impl Inner {
             opts,
             closed: AtomicBool::new(false),
             meta_space: Default::default(),
+            bg: crate::bgstate::BgState::new(last_txg),
             faults,
             me: OnceLock::new(),
             released: ReleaseOnDrop::default(),

@@ -23,6 +23,7 @@
 mod accounting;
 mod alloc;
 mod bundle;
+mod bgstate;
 mod caches;
 mod commit;
 mod compress;
@@ -52,6 +53,7 @@ pub mod pool_lock;
 mod qos;
 mod qos_replan;
 mod read;
+mod rewrite;
 pub mod scrub;
 mod snapshot;
 mod space;
@@ -74,10 +76,11 @@ pub use policy::ADAPTIVE_PLACEHOLDER;
 pub use pool::now;
 pub use qos::{QosAdmit, QosTree, TREE_BACKLOG_MIN_BYTES, TREE_BACKLOG_SECS};
 pub use read::PREFETCH_RECORDS;
+pub use rewrite::{stored_codec, RewriteOutcome, RewriteSkip, RewriteTo};
 pub use space::DeviceStatus;
 pub use squeezefs_control::qos::{QosError, StatsRow as QosStatsRow, TreeId, TreeInfo, NO_TREE};
 pub use squeezefs_device::{Device, DeviceStatsSnapshot};
-pub use squeezefs_meta::{Bundle, BundleSlice, DeviceExtent, ExtentPtr, StoredRecord};
+pub use squeezefs_meta::{BgCursor, BgFrame, Bundle, BundleSlice, DeviceExtent, ExtentPtr, StoredRecord};
 pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
 pub use usage::UsageRow;
 
@@ -240,6 +243,7 @@ impl Engine {
     pub fn meta_write<T>(&self, f: impl FnOnce(&mut MetaTx<'_>) -> Result<T>) -> Result<T> {
         let inner = &*self.inner;
         inner.check_writable()?;
+        inner.bg.touch();
         self.make_meta_room(meta_space::Kind::Grows)?;
         let writer = inner.ns.meta_lock.lock();
         let mut mtx = MetaTx::new(inner);
@@ -272,6 +276,7 @@ impl Engine {
     ) -> std::result::Result<T, E> {
         let inner = &*self.inner;
         inner.check_writable()?;
+        inner.bg.touch();
         self.make_meta_room(meta_space::Kind::NoGrowth)?;
         let writer = inner.ns.meta_lock.lock();
         let mut a = self.getattr(ino)?;
@@ -422,6 +427,7 @@ impl Engine {
 
     /// Read up to `buf.len()` bytes at `offset`; short at EOF; holes read as zeros.
     pub fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.inner.bg.touch();
         read::read(&self.inner, ino, offset, buf)
     }
 
@@ -429,6 +435,7 @@ impl Engine {
     /// The file's data is compressed with the policy its last `write_with_compression`
     /// stated while it has uncommitted data, else the pool's.
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
+        self.inner.bg.touch();
         write::write(&self.inner, ino, offset, data, policy::Stated::Keep)
     }
 
@@ -464,6 +471,7 @@ impl Engine {
             // the pool's compression, for data of a tree (the tree has to travel with it)
             (None, _) => Some(policy::Policy { tree, ..self.inner.compress.pool_policy() }),
         };
+        self.inner.bg.touch();
         write::write(&self.inner, ino, offset, data, policy::Stated::Is(p))
     }
 
@@ -505,10 +513,12 @@ impl Engine {
 
     /// Truncate up or down.
     pub fn set_size(&self, ino: Ino, size: u64) -> Result<()> {
+        self.inner.bg.touch();
         write::set_size(&self.inner, ino, size)
     }
 
     pub fn punch_hole(&self, ino: Ino, offset: u64, len: u64) -> Result<()> {
+        self.inner.bg.touch();
         write::punch_hole(&self.inner, ino, offset, len)
     }
 
@@ -516,6 +526,7 @@ impl Engine {
     /// `keep_size`, extend the size to offset+len. (A compressing pool cannot reserve blocks
     /// for later writes; the range stays a hole until written.)
     pub fn allocate(&self, ino: Ino, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        self.inner.bg.touch();
         write::allocate(&self.inner, ino, offset, len, keep_size)
     }
 
@@ -685,6 +696,61 @@ impl Engine {
     /// engine was opened with `bundle_small_records`).
     pub fn bundling(&self) -> bool {
         self.inner.bundles.enabled()
+    }
+
+/// Rewrite committed record `idx` of `ino` with `to` if its committed extent is still
+    /// the one read (compare-and-swap under the file lock; rewrite.rs): the new encoding
+    /// goes into the open txg like a write of the same bytes, durable with its commit.
+    /// `if_different`: leave a record stored the way `to` asks already. Compresses on the
+    /// calling thread.
+    pub fn rewrite_record(&self, ino: Ino, idx: u64, to: RewriteTo, if_different: bool) -> Result<RewriteOutcome> {
+        rewrite::rewrite_record(&self.inner, ino, idx, to, if_different)
+    }
+
+    /// Time since the last foreground operation (data read or write, size change, namespace
+    /// or attribute change; bgstate.rs): what background compression waits on.
+    pub fn idle_for(&self) -> std::time::Duration {
+        self.inner.bg.idle_for()
+    }
+
+    /// The last txg whose commit changed file data (since this engine opened; the pool's
+    /// last txg at open).
+    pub fn data_txg(&self) -> u64 {
+        self.inner.bg.data_txg()
+    }
+
+    /// The bound on dirty data in memory (`OpenOptions::max_dirty_bytes`).
+    pub fn max_dirty_bytes(&self) -> u64 {
+        self.inner.opts.max_dirty_bytes
+    }
+
+    /// Background compression's cursor: the one saved last (committed or not), `None` if
+    /// the pool never had one.
+    pub fn background_cursor(&self) -> Result<Option<BgCursor>> {
+        self.inner.check_open()?;
+        if let Some(c) = self.inner.bg.pending() {
+            return Ok(Some(c));
+        }
+        let rx = self.inner.db.begin_read()?;
+        let t = match rx.open_table(tables::BACKGROUND) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let v = t.get(0u8)?;
+        Ok(match v {
+            Some(v) => Some(BgCursor::decode(v.value())?),
+            None => None,
+        })
+    }
+
+    /// Save background compression's cursor: durable with the next commit (which this
+    /// asks for, as a metadata change does).
+    pub fn save_background_cursor(&self, c: BgCursor) -> Result<()> {
+        self.inner.check_writable()?;
+        self.inner.bg.save(c);
+        self.inner.txg.note_meta_change();
+        Ok(())
     }
 
     /// Bytes of decoded records held in the read cache now.

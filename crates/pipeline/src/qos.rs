@@ -124,6 +124,11 @@ fn nominal_cost(c: Codec) -> f64 {
 }
 
 impl Qos {
+    /// Seconds between two replans of the QoS thread (qos_thread.rs).
+    pub fn replan_secs(&self) -> f64 {
+        self.lv.lock().levels.tunables().replan_secs
+    }
+
     pub fn new(adm: AdmissionTunables, lv: LevelTunables) -> Qos {
         Qos {
             epoch: Instant::now(),

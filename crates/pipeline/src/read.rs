@@ -93,6 +93,17 @@ pub fn load(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<
     load_uncached(inner, ino, idx, e, key)
 }
 
+/// Read, verify and decode the record an extent points to for a rewrite (rewrite.rs): a
+/// record in the cache is taken from there, one that is not is decoded without being
+/// cached, so rewriting a tree does not push the readers' records out of the cache for
+/// records that are about to be replaced.
+pub fn load_uncached_unless_cached(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr) -> Result<Arc<Vec<u8>>> {
+    if let Some(v) = record_key(e).and_then(|k| inner.cache.records.get(&k)) {
+        return Ok(v);
+    }
+    load_uncached(inner, ino, idx, e, None)
+}
+
 fn load_uncached(inner: &Inner, ino: Ino, idx: u64, e: &ExtentPtr, key: Option<RecordKey>) -> Result<Arc<Vec<u8>>> {
     let offset_in_file = record_start_byte(idx, inner.recordsize);
     if u64::from(e.logical) > inner.recordsize || e.psize() > inner.recordsize {

@@ -279,6 +279,9 @@ impl<'a> TxgSync<'a> {
         let placed = std::mem::take(&mut self.placed);
         let bundles = std::mem::take(&mut self.new_bundles);
         self.blocks = crate::commit::commit(self.inner, self.txg, &self.frozen, placed, &bundles, &self.early_used)?;
+        if !self.frozen.is_empty() {
+            self.inner.bg.data_committed(self.txg);
+        }
         Ok(())
     }
 
@@ -549,6 +552,7 @@ fn release_layers(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], blocks: &HashMap<
             let mut fd = f.lock();
             if fd.syncing.as_ref().is_some_and(|s| Arc::ptr_eq(s, layer)) {
                 fd.syncing = None;
+                fd.commits += 1;
                 if let Some(b) = blocks.get(ino) {
                     fd.committed_blocks = *b;
                 }
