@@ -4,7 +4,7 @@
 # passthrough FUSE filesystems take for the same extract, all in one run, rounds alternating.
 #
 #   bench/fuse-floor.sh [--rounds N] [--spec zstd:1] [--calls N]
-#                       [--variants "btrfs sq sq-devfuse overlay bindfs bindfs-mt"]
+#                       [--variants "btrfs tmpfs sq sq-devfuse overlay bindfs bindfs-mt"]
 #
 # Each round, on the same disk (/var/tmp or $BENCH_WORKDIR), in a rotating order:
 #  (a) round trips: N fgetxattr(2) calls on one open file (bench/fuse-floor/rtt.c), of
@@ -23,6 +23,8 @@
 #  (c) the subset extract (linux-source-6.1/{fs,net,include}: 10 368 entries, 121 MB, as
 #      bench/extract-subset.sh makes it) from /dev/shm with `tar -x`, timed until durable and
 #      unmounted, into: `btrfs` (mounted compress=SPEC on a loop device over a sparse file),
+#      `tmpfs` (a directory in /dev/shm: the kernel's own cost of creating the files, tar
+#      included, with no filesystem work and nothing to make durable),
 #      `sq` (squeezefs compress=SPEC, default transport), `sq-devfuse` (squeezefs
 #      compress=SPEC,uring=off), `overlay` (fuse-overlayfs with an empty lower directory and
 #      its upper directory on a btrfs mounted compress=SPEC), `bindfs` and `bindfs-mt`
@@ -31,9 +33,11 @@
 #      a reference run ends when its FUSE mount is unmounted, its daemon exited, and the
 #      btrfs below was synced and unmounted.
 #
-# Prints per-round rows and then the medians, and the floor: btrfs' time + the synchronous
-# requests of the extract (all but FORGET, BATCH_FORGET, RELEASE, RELEASEDIR, INTERRUPT) ×
-# the bare round trip (system.sqzfloor on squeezefs − the same call on btrfs), per transport.
+# Prints per-round rows and then the medians, and two floors per transport: R × T added to
+# btrfs' time (a FUSE filesystem that does its own work at btrfs' cost) and to tmpfs' time
+# (one that does no work at all), where R is the synchronous requests of the extract (all but
+# FORGET, BATCH_FORGET, RELEASE, RELEASEDIR, INTERRUPT) and T the bare round trip
+# (system.sqzfloor on squeezefs − the same call on btrfs).
 #
 # Runs as root. Installs btrfs-progs, linux-source-6.1, bindfs, fuse-overlayfs and gcc
 # (Debian packages) when missing. Environment: SQUEEZEFS_BIN (default: the release binary,
@@ -44,7 +48,7 @@ ROOT=$(pwd)
 ROUNDS=5
 SPEC=zstd:1
 CALLS=100000
-VARIANTS="btrfs sq sq-devfuse overlay bindfs bindfs-mt"
+VARIANTS="btrfs tmpfs sq sq-devfuse overlay bindfs bindfs-mt"
 die() { echo "fuse-floor: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -61,8 +65,8 @@ done
 case "$SPEC" in none|zstd|zstd:[1-9]|zstd:1[0-5]|zlib|zlib:[1-9]) ;;
     *) die "--spec: '$SPEC' is not accepted (none, zstd[:1..15], zlib[:1..9]: same spec on both)" ;; esac
 for v in $VARIANTS; do
-    case "$v" in btrfs|sq|sq-devfuse|overlay|bindfs|bindfs-mt) ;;
-        *) die "--variants: '$v' is not a variant (btrfs sq sq-devfuse overlay bindfs bindfs-mt)" ;; esac
+    case "$v" in btrfs|tmpfs|sq|sq-devfuse|overlay|bindfs|bindfs-mt) ;;
+        *) die "--variants: '$v' is not a variant (btrfs tmpfs sq sq-devfuse overlay bindfs bindfs-mt)" ;; esac
 done
 [[ " $VARIANTS " == *" btrfs "* ]] || die "--variants must include btrfs (the reference of every ratio)"
 [ "$(id -u)" = 0 ] || die "run as root (loop devices, mounts, tracefs)"
@@ -264,6 +268,11 @@ extract() { # variant → "seconds_total seconds_tar" (tar alone, then the flush
         btrfs)
             btrfs_up
             t0=$(now); tar -xf "$SRC" -C "$W/b"; t1=$(now); btrfs_down; t2=$(now) ;;
+        tmpfs)
+            local d
+            d=$(mktemp -d /dev/shm/sqz-floor-tmpfs.XXXXXX)
+            t0=$(now); tar -xf "$SRC" -C "$d"; t1=$(now); t2=$t1
+            rm -rf "$d" ;;
         sq|sq-devfuse)
             sq_up "$([ "$v" = sq-devfuse ] && echo uring=off)"
             sq_transport > "$W/out/transport.$v"
@@ -332,7 +341,7 @@ echo "|---|---|---|---|---|---|"
 declare -A MED MEDTAR
 for v in "${VS[@]}"; do MED[$v]=$(echo "${TIMES[$v]}" | median); MEDTAR[$v]=$(echo "${TARTIMES[$v]}" | median); done
 for v in "${VS[@]}"; do
-    case "$v" in btrfs) tr=kernel ;; sq|sq-devfuse) tr=$(transport "$v") ;; *) tr=/dev/fuse ;; esac
+    case "$v" in btrfs|tmpfs) tr=kernel ;; sq|sq-devfuse) tr=$(transport "$v") ;; *) tr=/dev/fuse ;; esac
     printf '| %s | %s | %.2f | **%.2f** | %.2f | %.2f |\n' "$v" "$tr" "${MED[$v]}" "$(echo "${MED[$v]} / ${MED[btrfs]}" | bc -l)" \
         "${MEDTAR[$v]}" "$(echo "${MED[$v]} - ${MEDTAR[$v]}" | bc -l)"
 done
@@ -392,17 +401,25 @@ for v in sq sq-devfuse; do
         END {printf "| %s | %.2f | %.2f | %.2f |\n", v, med(u, NR), med(k, NR), med(a, NR)}' v="$v" "$W/out/reqcpu.$v"
 done
 echo
-echo "Floor: btrfs + synchronous requests × bare round trip (system.sqzfloor on squeezefs − on btrfs):"
+echo "Floors, per transport: the synchronous requests of the extract × the bare round trip"
+echo "(system.sqzfloor on squeezefs − the same call on btrfs), added to btrfs' time (a FUSE"
+echo "filesystem doing its own work at btrfs' cost) and to tmpfs' time (one doing no work at all):"
 echo
-echo "| transport | bare round trip µs | sync requests | floor s | floor / btrfs | squeezefs s | squeezefs / btrfs | squeezefs − floor s |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| transport | bare round trip µs | sync requests | requests × round trip s | btrfs + that s | / btrfs | tmpfs + that s | / btrfs | squeezefs s | / btrfs | squeezefs − (btrfs + that) s |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for v in sq-devfuse sq; do
     [ -n "${MED[$v]:-}" ] && [ -n "${SYNCREQ[$v]:-}" ] || continue
     rt=$(echo "(${RT[$v.system.sqzfloor]} - ${RT[btrfs.system.sqzfloor]}) / 1000" | bc -l)
-    floor=$(echo "${MED[btrfs]} + ${SYNCREQ[$v]} * $rt / 1000000" | bc -l)
-    printf '| %s (%s) | %.2f | %s | %.2f | **%.2f** | %.2f | %.2f | %.2f |\n' "$v" "$(transport "$v")" "$rt" "${SYNCREQ[$v]}" \
-        "$floor" "$(echo "$floor / ${MED[btrfs]}" | bc -l)" "${MED[$v]}" "$(echo "${MED[$v]} / ${MED[btrfs]}" | bc -l)" \
-        "$(echo "${MED[$v]} - $floor" | bc -l)"
+    rr=$(echo "${SYNCREQ[$v]} * $rt / 1000000" | bc -l)
+    floor=$(echo "${MED[btrfs]} + $rr" | bc -l)
+    hard="-"; hardr="-"
+    if [ -n "${MED[tmpfs]:-}" ]; then
+        hard=$(printf '%.2f' "$(echo "${MED[tmpfs]} + $rr" | bc -l)")
+        hardr=$(printf '%.2f' "$(echo "$hard / ${MED[btrfs]}" | bc -l)")
+    fi
+    printf '| %s (%s) | %.2f | %s | %.2f | %.2f | **%.2f** | %s | %s | %.2f | **%.2f** | %.2f |\n' "$v" "$(transport "$v")" "$rt" \
+        "${SYNCREQ[$v]}" "$rr" "$floor" "$(echo "$floor / ${MED[btrfs]}" | bc -l)" "$hard" "$hardr" \
+        "${MED[$v]}" "$(echo "${MED[$v]} / ${MED[btrfs]}" | bc -l)" "$(echo "${MED[$v]} - $floor" | bc -l)"
 done
 echo
 echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
