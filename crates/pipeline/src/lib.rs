@@ -485,9 +485,16 @@ impl Engine {
     ) -> std::result::Result<(), QosError> {
         if self.inner.qos.set_tree(tree, parent, rate_bps)? {
             let weak = Arc::downgrade(&self.inner);
-            if let Err(e) =
-                std::thread::Builder::new().name("sqz-qos".into()).spawn(move || qos_replan::replan_loop(weak))
-            {
+            let spawned = std::thread::Builder::new().name("sqz-qos".into()).spawn(move || {
+                // a thread inherits its creator's scheduling class, and this one is started
+                // by a request, whose thread may wait as SCHED_IDLE or SCHED_FIFO (squeezefs-fuse
+                // sched.rs): the level thread runs as every engine thread does
+                let p = libc::sched_param { sched_priority: 0 };
+                // SAFETY: plain syscall on the calling thread with a valid parameter block
+                unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &p) };
+                qos_replan::replan_loop(weak)
+            });
+            if let Err(e) = spawned {
                 // admission still paces; the levels stay at the start level
                 log::error!("starting the QoS level thread: {e}; QoS trees keep their start level");
             }
