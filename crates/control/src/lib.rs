@@ -15,7 +15,7 @@ pub mod qos;
 pub mod trace;
 
 pub use auto::{AutoController, AutoInputs, Decision, Reason, Sample, Tunables};
-pub use cpu::{CpuMeter, CpuSample, CpuSource, OverheadMeter, ProcStat};
+pub use cpu::{CallTotals, CoresSample, CpuMeter, CpuSample, CpuSource, OverheadMeter, ProcStat, UsableCores};
 pub use device_choice::{
     choose_device, expected_completion_secs, min_queue_delay, queue_delay_secs, safety_buffer_bytes, DeviceView,
     DEFAULT_SAFETY_RECORDS,

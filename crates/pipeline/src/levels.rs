@@ -41,7 +41,10 @@
 //!             counted from the last moment the engine held no dirty data (`rebase`), so
 //!             that records that never reach a device (overwritten, stored inline) do not
 //!             count for ever.
-//!   cores     CpuMeter over /proc/stat (cores not taken by other processes), and
+//!   cores     UsableCores (crates/control cpu.rs): the cores our threads obtain when they
+//!             demand CPU — codec CPU ÷ codec wall time of the calls (`Outcome`), those made
+//!             with a backlog first, times the workers; never less than the process's CPU
+//!             per second; /proc/stat's idle + ours before any call — and
 //!   overhead  OverheadMeter (process CPU − codec CPU per input byte): both sampled at most
 //!             every METER_PERIOD by whichever deciding thread comes first; the others use
 //!             the last figures (atomics)
@@ -62,8 +65,8 @@ use squeezefs_codec::{Algorithm, Codec, Spec};
 use squeezefs_control::cpu::process_cpu_ns;
 use squeezefs_control::qos::{TreeId, NO_TREE};
 use squeezefs_control::{
-    AutoController, AutoInputs, CpuMeter, CpuSource, DeviceView, OverheadMeter, ProcStat, Reason, Sample, TraceRow,
-    TraceWriter, Tunables,
+    AutoController, AutoInputs, CallTotals, CoresSample, CpuSource, DeviceView, OverheadMeter, ProcStat, Reason,
+    Sample, TraceRow, TraceWriter, Tunables, UsableCores,
 };
 use squeezefs_device::DeviceStats;
 use squeezefs_meta::Ino;
@@ -112,6 +115,8 @@ pub struct Outcome {
     pub stored_bytes: u64,
     /// thread CPU time inside the codec (0 when none ran)
     pub cpu_ns: u64,
+    /// wall time of the same span (the scheduler's share of a core: cpu ÷ wall)
+    pub wall_ns: u64,
 }
 
 /// One auto range in use and its controller.
@@ -134,7 +139,7 @@ struct Meters {
 
 struct MeterState {
     src: Option<ProcStat>,
-    cpu: CpuMeter,
+    cores: UsableCores,
     overhead: OverheadMeter,
 }
 
@@ -155,6 +160,11 @@ pub struct Levels {
     /// input bytes of every record decided, and codec CPU of every call (OverheadMeter)
     input_bytes: AtomicU64,
     codec_ns: AtomicU64,
+    /// codec wall time of every call; codec CPU and wall time of the calls made with a
+    /// backlog (UsableCores)
+    codec_wall_ns: AtomicU64,
+    saturated_ns: AtomicU64,
+    saturated_wall_ns: AtomicU64,
     /// stored bytes of every record finished; and, at the last `rebase`, that figure and the
     /// bytes the devices had written (pending bytes, block comment)
     stored_bytes: AtomicU64,
@@ -197,13 +207,19 @@ impl Levels {
             tunables: Tunables::default(),
             meters: Meters {
                 next_ns: AtomicU64::new(0),
-                state: Mutex::new(Rank::Leaf, MeterState { src, cpu: CpuMeter::new(), overhead: OverheadMeter::new() }),
+                state: Mutex::new(
+                    Rank::Leaf,
+                    MeterState { src, cores: UsableCores::new(workers, cpus), overhead: OverheadMeter::new() },
+                ),
                 cores: AtomicU64::new(0),
                 overhead: AtomicU64::new(0),
                 cpus,
             },
             input_bytes: AtomicU64::new(0),
             codec_ns: AtomicU64::new(0),
+            codec_wall_ns: AtomicU64::new(0),
+            saturated_ns: AtomicU64::new(0),
+            saturated_wall_ns: AtomicU64::new(0),
             stored_bytes: AtomicU64::new(0),
             base_stored: AtomicU64::new(0),
             base_written: AtomicU64::new(0),
@@ -305,6 +321,11 @@ impl Levels {
         self.stored_bytes.fetch_add(outcome.stored_bytes, Ordering::Relaxed);
         if outcome.cpu_ns > 0 {
             self.codec_ns.fetch_add(outcome.cpu_ns, Ordering::Relaxed);
+            self.codec_wall_ns.fetch_add(outcome.wall_ns, Ordering::Relaxed);
+            if rec.backlog {
+                self.saturated_ns.fetch_add(outcome.cpu_ns, Ordering::Relaxed);
+                self.saturated_wall_ns.fetch_add(outcome.wall_ns, Ordering::Relaxed);
+            }
         }
         if let (Some(i), false) = (choice.auto, choice.codec == Codec::NONE) {
             let auto = self.autos.read().get(i).cloned();
@@ -395,13 +416,19 @@ impl Levels {
         {
             if let Some(mut st) = m.state.try_lock() {
                 let st = &mut *st;
-                if let Some(s) = st.src.as_mut().and_then(|s| s.sample().ok()) {
-                    if let Some(c) = st.cpu.update(now_secs, s) {
-                        m.cores.store(c.to_bits(), Ordering::Relaxed);
-                    }
+                let process = process_cpu_ns();
+                let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+                let sample = CoresSample {
+                    proc: st.src.as_mut().and_then(|s| s.sample().ok()),
+                    process_cpu_ns: process,
+                    saturated: CallTotals { cpu_ns: load(&self.saturated_ns), wall_ns: load(&self.saturated_wall_ns) },
+                    all: CallTotals { cpu_ns: load(&self.codec_ns), wall_ns: load(&self.codec_wall_ns) },
+                };
+                if let Some(c) = st.cores.update(now_secs, sample) {
+                    m.cores.store(c.to_bits(), Ordering::Relaxed);
                 }
                 let o = st.overhead.update(
-                    process_cpu_ns(),
+                    process,
                     self.codec_ns.load(Ordering::Relaxed),
                     self.input_bytes.load(Ordering::Relaxed),
                 );
