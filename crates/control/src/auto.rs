@@ -460,8 +460,14 @@ impl AutoController {
         let is_fresh: Vec<bool> = (0..n).map(|i| self.fresh(i)).collect();
         let fresh: Vec<usize> = (0..n).filter(|&i| is_fresh[i]).collect();
         let confident: Vec<bool> = (0..n).map(|i| is_fresh[i] && self.confident(i)).collect();
-        let points: Vec<Point> =
+        let mut points: Vec<Point> =
             (0..n).map(|i| if is_fresh[i] { self.measured_point(i) } else { self.estimate_among(i, &fresh) }).collect();
+        // the ladder is raw alone only on the probe rung's own evidence: a weak rung that saves
+        // nothing on some data (lz4:fast=32 on a binary) says little about zstd:1, and scaling
+        // every estimate by it would store everything raw until the next probe
+        if n > 0 && !is_fresh[self.probe] && points[self.probe].stored > limit {
+            points[self.probe] = self.nominal[self.probe];
+        }
         // confident rungs: the hull of raw and their points that save enough
         let mut pts = vec![(None, Point::RAW)];
         pts.extend((0..n).filter(|&i| confident[i]).map(|i| (Some(i), points[i])).filter(|(_, p)| p.stored <= limit));

@@ -325,6 +325,34 @@ fn remeasures_levels_whose_data_changed() {
     assert!(a.ladder().iter().filter(|r| r.2).count() >= 3);
 }
 
+/// A fast rung that saves nothing on a stretch of binary data (lz4:fast=32 on an office
+/// file) is no evidence that zstd:1 saves nothing: the ladder kept zstd:1's estimate scaled to
+/// zero and stored everything raw until the next probe, 64 MiB later, with the device queue
+/// full (bench/auto-eval.sh, medium data at 100 MB/s: 537 records in a row).
+#[test]
+fn a_weak_rung_saving_nothing_does_not_make_the_ladder_raw_alone() {
+    let mut a = ctl("auto:lz4fast-64..zstd:9");
+    measure_all(&mut a, Data::Medium);
+    let weak = lz4(32);
+    for _ in 0..24 {
+        a.observe(&Sample { codec: weak, input_bytes: REC, stored_bytes: REC, cpu_ns: REC / 2 });
+    }
+    let ladder = a.ladder();
+    assert!(ladder.len() > 1, "raw alone on lz4:fast=32's evidence: {ladder:?}");
+    let z1 = ladder.iter().find(|r| r.0 == zstd(1)).expect("zstd:1 stays on the ladder until measured");
+    assert!(!z1.2, "zstd:1 is not measured on the new data yet");
+    // a long queue: the controller measures zstd:1 on the new data instead of storing raw
+    let mut env = Env::new(2.0);
+    let d = device(100.0, 0.3);
+    let first: Vec<Decision> = (0..8).map(|_| env.decide(&mut a, &d)).collect();
+    assert!(first.iter().any(|x| x.codec == zstd(1) && x.reason == Reason::Explore), "{first:?}");
+    // if zstd:1 saves nothing either, the data is incompressible: raw alone
+    for _ in 0..4 {
+        a.observe(&Sample { codec: zstd(1), input_bytes: REC, stored_bytes: REC, cpu_ns: 3 * REC });
+    }
+    assert_eq!(a.ladder().len(), 1, "{:?}", a.ladder());
+}
+
 #[test]
 fn incompressible_data_is_stored_raw_without_burning_cpu() {
     let mut a = ctl("auto");
