@@ -4,8 +4,10 @@
 //! ```text
 //! MODEL (thesis §3.1, eq. 3.7, with the CPU the rest of the pipeline needs):
 //!   write throughput W = min( n / (o + c),  D / s )                     [input bytes/s]
-//!     n  cores compressing: min(compress workers, cores not taken by others), times a
-//!        correction g (below)
+//!     n  cores compressing: min(compress workers, usable cores), times a correction g
+//!        (below). Usable cores (cpu.rs `UsableCores`) are what our threads obtain from the
+//!        scheduler when they demand CPU, not what is idle: on a shared machine the
+//!        neighbours' load expands into whatever we leave idle
 //!     o  pipeline CPU per input byte outside the codec (copies, checksums, FUSE, devices)
 //!     c  codec CPU per input byte of the level (measured in thread CPU time, not wall time,
 //!        so that other work on the cores does not make a level look slow)
@@ -33,7 +35,9 @@
 //!   the nominally nearest measured rung). Only confident rungs can drop out, so one unlucky
 //!   record cannot hide a good level. A measured rung saving less than min_gain of the raw
 //!   size is no rung: on incompressible data the ladder is raw alone and no CPU goes into
-//!   compression. A rung is *fresh* while its measurement is of the current data; it goes
+//!   compression — but only on the probe rung's own evidence (below): until it is measured on
+//!   the current data it keeps its nominal point, since a fast rung saving nothing (an lz4
+//!   acceleration on a binary) says little about zstd:1. A rung is *fresh* while its measurement is of the current data; it goes
 //!   stale when another rung's figures drift (measure.rs: the data changed) or after
 //!   stale_bytes written since it was last used.
 //!
@@ -70,21 +74,30 @@
 //! FEEDBACK (`observe`): each compressed record updates its rung's averages; a drift marks
 //!   every other rung stale; a probe, or a record of a rung that was stale, restarts that
 //!   rung's averages (old data does not dilute them).
-//! CORRECTION g (the model's n and o come from meters, and the pipeline is not perfectly
-//!   parallel):
-//!   device-bound regime — the device queue tells the truth: ln g = p·e + I, where e is the
-//!     queue delay averaged over QUEUE_TAU_SECS against its target, relative, clamped to ±1,
-//!     p = gain_p_up above the target and gain_p_down below it (0 until the queue first
-//!     reached its target: an empty queue at start-up is not a slow CPU), and I integrates
-//!     gain_i·e per second, except while the target is pinned at the end of the ladder the
-//!     error pushes towards (no wind-up). Queue target: queue_target_secs, or 4 compression
-//!     times of the strongest rung in use if longer (room for the guard). The queue is itself
-//!     the integral of the rate mismatch, so a pure integral here would oscillate; the P part
-//!     damps it.
-//!   CPU-bound regime — the queue is empty and says nothing; the compression stage's own
-//!     throughput does: input bytes decided per second while saturated, over windows of at
-//!     least RATE_WINDOW_SECS and RATE_WINDOW_RECORDS records, against the model's
-//!     n / (o + c̄) for the mix used, moves ln g by RATE_WEIGHT of the difference.
+//! CORRECTION g (the model's n, o and D come from meters that can be off several times over
+//!   on a shared machine — a device's drain rate read after idle gaps overstates a throttled
+//!   device 2× —, and the pipeline is not perfectly parallel): ln g = P + I, from the queue
+//!   delay q averaged over QUEUE_TAU_SECS against its target q* (queue_target_secs, or 4
+//!   compression times of the strongest rung in use if longer: room for the guard).
+//!   queue above its target — the devices are the bottleneck, whatever the regime and
+//!     whether or not records wait for compression (a pessimistic model stores raw with the
+//!     queue full and the workers idle): P = gain_p_up·ln(q/q*), proportional to how many
+//!     times the target the queue holds, so a queue of seconds (the records decided before
+//!     the first drain measurement) asks for strong levels until it drains, and no memory of
+//!     it stays behind.
+//!   queue below its target, saturated pipeline, device-bound regime — the CPU fell short:
+//!     P = gain_p_down·e, e = (q − q*)/q* clamped to −1 (P is 0 until the queue first reached
+//!     its target: an empty queue at start-up is not a slow CPU). Otherwise below the target
+//!     (an unsaturated pipeline, the CPU-bound regime) the queue says nothing and g holds.
+//!   I integrates gain_i·e per second (e clamped to ±1) only while q ≤ 2 q* (near the target,
+//!     where it trims what the meters get wrong; far above it P acts and integrating would
+//!     wind up) and not while the target is pinned at the end of the ladder e pushes
+//!     towards. The queue is itself the integral of the rate mismatch, so a pure integral
+//!     here would oscillate; the P part damps it.
+//!   CPU-bound regime, queue not above its target — the queue is empty by design; the
+//!     compression stage's own throughput: input bytes decided per second while saturated,
+//!     over windows of at least RATE_WINDOW_SECS and RATE_WINDOW_RECORDS records, against
+//!     the model's n / (o + c̄) for the mix used, moves ln g by RATE_WEIGHT of the difference.
 //!   g stays within [gain_min, gain_max].
 //!
 //! QoS entry (`mix_for_rate`): the strongest mix whose compression throughput on the CPU left
@@ -94,10 +107,11 @@
 //! the place to re-tune them):
 //!   queue_target_secs 0.05      enough queue to ride out a slow record; little dirty memory
 //!   guard_safety_records 2      the records the other workers may be about to queue
-//!   gain_p_up 1, gain_p_down 0.3, gain_i 0.5/s, g in 0.25…4
+//!   gain_p_up 1, gain_p_down 0.3, gain_i 0.5/s, g in 0.25…8
 //!                               settles within a second; P down is weaker because running
 //!                               short of queue costs ratio (faster levels) while a long queue
-//!                               costs nothing but memory
+//!                               costs nothing but memory; up to 8× because two meters 2–3×
+//!                               off multiply
 //!   min_gain 0.03               3% smaller than raw, or the rung is not worth CPU
 //!   confident_bytes 256 KiB     2 records of 128 KiB. Real data changes every few MiB (the
 //!                               corpus alternates text, binaries, a database, XML): each
@@ -155,7 +169,7 @@ impl Default for Tunables {
             gain_p_down: 0.3,
             gain_i: 0.5,
             gain_min: 0.25,
-            gain_max: 4.0,
+            gain_max: 8.0,
             min_gain: 0.03,
             confident_bytes: 256 << 10,
             probe_bytes: 64 << 20,
@@ -174,7 +188,8 @@ pub struct AutoInputs<'a> {
     pub record_bytes: u64,
     /// the devices (queued bytes, averaged write throughput, free space)
     pub devices: &'a [DeviceView],
-    /// cores available to squeezefs (`CpuMeter`), or the machine's if not measured
+    /// cores our threads obtain when they demand CPU (`UsableCores`), or the machine's if
+    /// not measured
     pub cores: f64,
     /// compress workers
     pub workers: usize,
@@ -660,34 +675,39 @@ impl AutoController {
             frac = 0.0;
         }
 
-        // the queue correction, from the averaged queue against its target
-        if let (Some(avg), true, true, false) = (self.queue_avg.value(), inp.backlog, target.is_some(), self.cpu_bound)
-        {
+        // the queue correction, from the averaged queue against its target (block comment,
+        // CORRECTION g)
+        let mut queue_long = false;
+        if let (Some(avg), true) = (self.queue_avg.value(), target.is_some()) {
             let strongest = if frac > 0.0 { &self.ladder[lo + 1] } else { &self.ladder[lo] };
             let want = self.tun.queue_target_secs.max(4.0 * time(strongest));
             let err = ((avg - want) / want).clamp(-1.0, 1.0);
-            let (bottom, at_top) = self.pinned;
-            let (lmin, lmax) = (self.tun.gain_min.ln(), self.tun.gain_max.ln());
-            let wound = (err > 0.0 && at_top) || (err < 0.0 && bottom);
-            if !wound {
-                self.integral = (self.integral + self.tun.gain_i * err * dt).clamp(lmin, lmax);
+            queue_long = avg > want;
+            if queue_long || (inp.backlog && !self.cpu_bound) {
+                let (bottom, at_top) = self.pinned;
+                let (lmin, lmax) = (self.tun.gain_min.ln(), self.tun.gain_max.ln());
+                let wound = (err > 0.0 && at_top) || (err < 0.0 && bottom);
+                if !wound && avg <= 2.0 * want {
+                    self.integral = (self.integral + self.tun.gain_i * err * dt).clamp(lmin, lmax);
+                }
+                // an empty queue before it ever reached its target means a pipeline starting
+                // up, not a slow CPU
+                self.primed |= err >= 0.0;
+                let p = if queue_long {
+                    self.tun.gain_p_up * (avg / want).ln()
+                } else if self.primed {
+                    self.tun.gain_p_down * err
+                } else {
+                    0.0
+                };
+                self.gain = (p + self.integral).clamp(lmin, lmax).exp();
             }
-            // an empty queue before it ever reached its target means a pipeline starting up,
-            // not a slow CPU
-            self.primed |= err >= 0.0;
-            let p = if err > 0.0 {
-                self.tun.gain_p_up
-            } else if self.primed {
-                self.tun.gain_p_down
-            } else {
-                0.0
-            };
-            self.gain = (p * err + self.integral).clamp(lmin, lmax).exp();
         }
         // at the CPU-bound best rung the queue is empty by design and says nothing; the
         // compression stage's own throughput (records taken per second while saturated) against
-        // the model's n / (o + c) corrects g instead
-        if inp.backlog && self.cpu_bound && target.is_some() {
+        // the model's n / (o + c) corrects g instead — unless the queue is long: then the
+        // devices, not the CPU, set that throughput
+        if inp.backlog && self.cpu_bound && target.is_some() && !queue_long {
             let w = self.rate_window.get_or_insert((now, 0, 0.0));
             if now - w.0 >= RATE_WINDOW_SECS && w.1 >= RATE_WINDOW_RECORDS * rec {
                 let rate = w.1 as f64 / (now - w.0);

@@ -21,14 +21,20 @@
 //!                figure to trust) and over all calls (optimistic: a lone worker waking up
 //!                gets more than when all demand). Each interval with at least
 //!                SHARE_MIN_WALL_NS of calls updates an average over SHARE_TAU_SECS.
-//!       ours   = process CPU time ÷ wall time: what we obtain now, averaged over CPU_TAU_SECS.
+//!       ours   = process CPU time ÷ wall time: what we obtain now, averaged over CPU_TAU_SECS;
+//!                and the same over the saturated intervals only (at least SATURATED_SHARE
+//!                of SATURATED_MIN_RECORDS or more records decided with a backlog): what the
+//!                whole process obtains when it demands, writers compressing their own
+//!                records and FUSE threads included (the workers' share alone misses those:
+//!                with 12 runnable threads on 2 cores each thread gets a sixth of a core,
+//!                and the more of ours demand, the more we get).
 //!     usable = clamp( max(demand, ours), MIN_CORES, allowed CPUs ), where demand is, first
-//!     that applies: workers × saturated share if measured within SHARE_FRESH_SECS; workers
-//!     × share of all calls if measured within SHARE_FRESH_SECS; else `CpuMeter` (idle +
-//!     ours: before any codec call, or when nothing was compressed for a while). Never less
-//!     than `ours`: whatever the estimate, what we already get is available. An optimistic
-//!     figure corrects itself: the controller picks stronger levels, the workers saturate,
-//!     and the saturated share takes over.
+//!     that applies: max(workers × saturated share, ours while saturated), each if measured
+//!     within SHARE_FRESH_SECS; workers × share of all calls if measured within
+//!     SHARE_FRESH_SECS; else `CpuMeter` (idle + ours: before any codec call, or when nothing
+//!     was compressed for a while). Never less than `ours`: whatever the estimate, what we
+//!     already get is available. An optimistic figure corrects itself: the controller picks
+//!     stronger levels, the workers saturate, and the saturated figures take over.
 //!   `CpuMeter` — cores not taken by others: between two samples, others' busy ticks = all busy
 //!     ticks − ours; available = allowed CPUs − others' busy share × allowed CPUs, floored at
 //!     MIN_CORES (the scheduler always gives our runnable threads some share), averaged over
@@ -54,6 +60,11 @@ pub const SHARE_TAU_SECS: f64 = 0.5;
 pub const SHARE_MIN_WALL_NS: u64 = 2_000_000;
 /// A share measured longer ago than this no longer says what a demanding thread obtains.
 pub const SHARE_FRESH_SECS: f64 = 2.0;
+/// An interval is saturated when at least this share of its records were decided with a
+/// backlog…
+pub const SATURATED_SHARE: f64 = 0.75;
+/// …and it decided at least this many records.
+pub const SATURATED_MIN_RECORDS: u64 = 4;
 /// Bytes over which the pipeline overhead per byte is averaged.
 pub const OVERHEAD_WINDOW_BYTES: u64 = 64 << 20;
 /// Fewest input bytes between two overhead samples (smaller intervals are merged: the
@@ -243,6 +254,9 @@ pub struct CoresSample {
     pub saturated: CallTotals,
     /// every codec call
     pub all: CallTotals,
+    /// records decided with a backlog, and all records decided
+    pub saturated_records: u64,
+    pub records: u64,
 }
 
 /// The cores the pipeline's compression can count on (see the module comment).
@@ -258,6 +272,9 @@ pub struct UsableCores {
     saturated_at: f64,
     all: TimeEwma,
     all_at: f64,
+    /// process CPU per second over saturated intervals
+    ours_saturated: TimeEwma,
+    ours_saturated_at: f64,
 }
 
 impl UsableCores {
@@ -273,6 +290,8 @@ impl UsableCores {
             saturated_at: f64::NEG_INFINITY,
             all: TimeEwma::new(SHARE_TAU_SECS),
             all_at: f64::NEG_INFINITY,
+            ours_saturated: TimeEwma::new(SHARE_TAU_SECS),
+            ours_saturated_at: f64::NEG_INFINITY,
         }
     }
 
@@ -282,8 +301,14 @@ impl UsableCores {
         let Some((t0, p)) = self.prev.replace((now_secs, s)) else { return None };
         let dt = now_secs - t0;
         if dt > 0.0 {
-            let ours = s.process_cpu_ns.saturating_sub(p.process_cpu_ns) as f64 / 1e9 / dt;
-            self.ours.update(now_secs, ours.min(self.cpus));
+            let ours = (s.process_cpu_ns.saturating_sub(p.process_cpu_ns) as f64 / 1e9 / dt).min(self.cpus);
+            self.ours.update(now_secs, ours);
+            let records = s.records.saturating_sub(p.records);
+            let saturated = s.saturated_records.saturating_sub(p.saturated_records);
+            if records >= SATURATED_MIN_RECORDS && saturated as f64 >= SATURATED_SHARE * records as f64 {
+                self.ours_saturated.update(now_secs, ours);
+                self.ours_saturated_at = now_secs;
+            }
         }
         if let Some(x) = s.saturated.share_since(p.saturated) {
             self.saturated.update(now_secs, x);
@@ -293,12 +318,17 @@ impl UsableCores {
             self.all.update(now_secs, x);
             self.all_at = now_secs;
         }
-        let fresh = |at: f64| now_secs - at <= SHARE_FRESH_SECS;
-        let demand = match (self.saturated.value(), self.all.value()) {
-            (Some(x), _) if fresh(self.saturated_at) => self.workers * x,
-            (_, Some(x)) if fresh(self.all_at) => self.workers * x,
-            _ => idle.unwrap_or(self.cpus),
-        };
+        let fresh = |e: &TimeEwma, at: f64| e.value().filter(|_| now_secs - at <= SHARE_FRESH_SECS);
+        let saturated = [
+            fresh(&self.saturated, self.saturated_at).map(|x| self.workers * x),
+            fresh(&self.ours_saturated, self.ours_saturated_at),
+        ];
+        let demand = saturated
+            .into_iter()
+            .flatten()
+            .reduce(f64::max)
+            .or_else(|| fresh(&self.all, self.all_at).map(|x| self.workers * x))
+            .unwrap_or_else(|| idle.unwrap_or(self.cpus));
         let ours = self.ours.value().unwrap_or(0.0);
         Some(demand.max(ours).clamp(MIN_CORES.min(self.cpus), self.cpus))
     }
@@ -461,6 +491,11 @@ ctxt 12345
             add(&mut self.s.saturated, saturated);
             add(&mut self.s.all, saturated);
             add(&mut self.s.all, unsaturated);
+            // a record per 0.5 ms of calls: the interval's saturation is its share of calls
+            // made with a backlog
+            let records = |ms: f64| (ms * 2.0).round() as u64;
+            self.s.saturated_records += records(saturated.0);
+            self.s.records += records(saturated.0) + records(unsaturated.0);
             self.t += 0.1;
             self.m.update(self.t, self.s)
         }
@@ -507,6 +542,22 @@ ctxt 12345
         // everything taken by others and nothing obtained: the floor
         let mut f = Feed::new(1, 1);
         assert_eq!(f.steps(30, 1.0, 0.0, (0.0, 0.0), (0.0, 0.0)), MIN_CORES);
+    }
+
+    #[test]
+    fn usable_cores_count_what_the_whole_process_obtains_while_saturated() {
+        // 12 runnable threads on 2 cores: each of our 2 workers gets a sixth of a core, the
+        // writer compressing its own records and the FUSE threads get theirs too — the
+        // process obtains half a core while saturated, though only 0.25 on average because
+        // half the intervals are not saturated
+        let mut f = Feed::new(2, 2);
+        let mut c = None;
+        for _ in 0..15 {
+            c = f.step(1.5, 0.5, (180.0, 1.0 / 6.0), (0.0, 0.0)).or(c);
+            c = f.step(1.8, 0.0, (0.0, 0.0), (1.0, 1.0)).or(c);
+        }
+        let c = c.expect("a figure");
+        assert!((c - 0.5).abs() < 0.02, "{c}");
     }
 
     #[test]

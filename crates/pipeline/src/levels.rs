@@ -42,9 +42,11 @@
 //!             that records that never reach a device (overwritten, stored inline) do not
 //!             count for ever.
 //!   cores     UsableCores (crates/control cpu.rs): the cores our threads obtain when they
-//!             demand CPU — codec CPU ÷ codec wall time of the calls (`Outcome`), those made
-//!             with a backlog first, times the workers; never less than the process's CPU
-//!             per second; /proc/stat's idle + ours before any call — and
+//!             demand CPU — codec CPU ÷ codec wall time of the calls (`Outcome`) made with a
+//!             backlog, times the workers, or the process's CPU per second while most
+//!             records had a backlog, whichever is more; then the share of all calls; never
+//!             less than the process's CPU per second; /proc/stat's idle + ours before any
+//!             call — and
 //!   overhead  OverheadMeter (process CPU − codec CPU per input byte): both sampled at most
 //!             every METER_PERIOD by whichever deciding thread comes first; the others use
 //!             the last figures (atomics)
@@ -165,6 +167,9 @@ pub struct Levels {
     codec_wall_ns: AtomicU64,
     saturated_ns: AtomicU64,
     saturated_wall_ns: AtomicU64,
+    /// records finished, and those of them decided with a backlog (UsableCores)
+    records: AtomicU64,
+    saturated_records: AtomicU64,
     /// stored bytes of every record finished; and, at the last `rebase`, that figure and the
     /// bytes the devices had written (pending bytes, block comment)
     stored_bytes: AtomicU64,
@@ -220,6 +225,8 @@ impl Levels {
             codec_wall_ns: AtomicU64::new(0),
             saturated_ns: AtomicU64::new(0),
             saturated_wall_ns: AtomicU64::new(0),
+            records: AtomicU64::new(0),
+            saturated_records: AtomicU64::new(0),
             stored_bytes: AtomicU64::new(0),
             base_stored: AtomicU64::new(0),
             base_written: AtomicU64::new(0),
@@ -319,6 +326,10 @@ impl Levels {
         let input = rec.data.len() as u64;
         self.input_bytes.fetch_add(input, Ordering::Relaxed);
         self.stored_bytes.fetch_add(outcome.stored_bytes, Ordering::Relaxed);
+        self.records.fetch_add(1, Ordering::Relaxed);
+        if rec.backlog {
+            self.saturated_records.fetch_add(1, Ordering::Relaxed);
+        }
         if outcome.cpu_ns > 0 {
             self.codec_ns.fetch_add(outcome.cpu_ns, Ordering::Relaxed);
             self.codec_wall_ns.fetch_add(outcome.wall_ns, Ordering::Relaxed);
@@ -423,6 +434,8 @@ impl Levels {
                     process_cpu_ns: process,
                     saturated: CallTotals { cpu_ns: load(&self.saturated_ns), wall_ns: load(&self.saturated_wall_ns) },
                     all: CallTotals { cpu_ns: load(&self.codec_ns), wall_ns: load(&self.codec_wall_ns) },
+                    saturated_records: load(&self.saturated_records),
+                    records: load(&self.records),
                 };
                 if let Some(c) = st.cores.update(now_secs, sample) {
                     m.cores.store(c.to_bits(), Ordering::Relaxed);
