@@ -21,5 +21,5 @@ pub use device_choice::{
     DEFAULT_SAFETY_RECORDS,
 };
 pub use ladder::{Mix, Point};
-pub use measure::{queue_estimate, DeviceMeter, LevelMeter, QueueEstimate};
+pub use measure::{queue_estimate, BusyDrain, DeviceMeter, LevelMeter, QueueEstimate};
 pub use trace::{read_trace, Trace, TraceError, TraceRow, TraceWriter};

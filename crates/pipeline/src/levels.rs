@@ -30,7 +30,10 @@
 //!
 //! Inputs gathered for auto, without taking any lock of the engine's state:
 //!   devices   per device: averaged throughput (DeviceStats: the device's drain rate, which
-//!             its writeback watcher measures, device file.rs), room (a hint space.rs
+//!             its writeback watcher measures, device file.rs; bounded by its sustained
+//!             rate over spans in which its write queue never emptied, BusyDrain, sampled
+//!             with the CPU meters: a throttled device lets a burst through after each idle
+//!             gap, and the per-range average read 2–4.7× its limit), room (a hint space.rs
 //!             refreshes at every placement), and queued bytes: its write queue, plus an even
 //!             share of the bytes compressed (or decided raw) and not yet handed to any
 //!             device. The thesis's queue is what left the compressor and waits for a
@@ -67,8 +70,8 @@ use squeezefs_codec::{Algorithm, Codec, Spec};
 use squeezefs_control::cpu::process_cpu_ns;
 use squeezefs_control::qos::{TreeId, NO_TREE};
 use squeezefs_control::{
-    AutoController, AutoInputs, CallTotals, CoresSample, CpuSource, DeviceView, OverheadMeter, ProcStat, Reason,
-    Sample, TraceRow, TraceWriter, Tunables, UsableCores,
+    AutoController, AutoInputs, BusyDrain, CallTotals, CoresSample, CpuSource, DeviceView, OverheadMeter, ProcStat,
+    Reason, Sample, TraceRow, TraceWriter, Tunables, UsableCores,
 };
 use squeezefs_device::DeviceStats;
 use squeezefs_meta::Ino;
@@ -135,12 +138,16 @@ struct Meters {
     /// f64 bits; 0 = not measured yet
     cores: AtomicU64,
     overhead: AtomicU64,
+    /// per device, its sustained rate while its queue never emptied (BusyDrain), f64 bits;
+    /// 0 = not measured lately
+    busy_bps: Vec<AtomicU64>,
     /// the CPUs this process may use (the figure while `cores` is unmeasured)
     cpus: f64,
 }
 
 struct MeterState {
     src: Option<ProcStat>,
+    busy: Vec<BusyDrain>,
     cores: UsableCores,
     overhead: OverheadMeter,
 }
@@ -203,6 +210,7 @@ impl Levels {
             .as_ref()
             .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |s| s.cpus().len().max(1))
             as f64;
+        let n_devices = devices.len();
         Levels {
             start: Instant::now(),
             workers: workers.max(1),
@@ -214,10 +222,16 @@ impl Levels {
                 next_ns: AtomicU64::new(0),
                 state: Mutex::new(
                     Rank::Leaf,
-                    MeterState { src, cores: UsableCores::new(workers, cpus), overhead: OverheadMeter::new() },
+                    MeterState {
+                        src,
+                        busy: vec![BusyDrain::new(); n_devices],
+                        cores: UsableCores::new(workers, cpus),
+                        overhead: OverheadMeter::new(),
+                    },
                 ),
                 cores: AtomicU64::new(0),
                 overhead: AtomicU64::new(0),
+                busy_bps: (0..n_devices).map(|_| AtomicU64::new(0)).collect(),
                 cpus,
             },
             input_bytes: AtomicU64::new(0),
@@ -395,6 +409,13 @@ impl Levels {
                 free_bytes: r.load(Ordering::Relaxed),
             }
         }));
+        // a sustained rate measured with the queue full bounds the drain average (block comment)
+        for (d, b) in v.iter_mut().zip(self.meters.busy_bps.iter()) {
+            let busy = f64::from_bits(b.load(Ordering::Relaxed));
+            if busy > 0.0 && d.throughput_bps > 0.0 {
+                d.throughput_bps = d.throughput_bps.min(busy);
+            }
+        }
         let queued: u64 = v.iter().map(|d| d.queued_bytes).sum();
         let share = self.pending_bytes(written).saturating_sub(queued) / v.len().max(1) as u64;
         for d in v.iter_mut() {
@@ -439,6 +460,11 @@ impl Levels {
                 };
                 if let Some(c) = st.cores.update(now_secs, sample) {
                     m.cores.store(c.to_bits(), Ordering::Relaxed);
+                }
+                for ((dev, meter), out) in self.devices.iter().zip(st.busy.iter_mut()).zip(m.busy_bps.iter()) {
+                    let d = dev.snapshot();
+                    let bps = meter.update(now_secs, d.drained_bytes, d.queued_bytes > 0);
+                    out.store(bps.unwrap_or(0.0).to_bits(), Ordering::Relaxed);
                 }
                 let o = st.overhead.update(
                     process,
