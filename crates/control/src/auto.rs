@@ -78,7 +78,9 @@
 //!   on a shared machine — a device's drain rate read after idle gaps overstates a throttled
 //!   device 2× —, and the pipeline is not perfectly parallel): ln g = P + I, from the queue
 //!   delay q averaged over QUEUE_TAU_SECS against its target q* (queue_target_secs, or 4
-//!   compression times of the strongest rung in use if longer: room for the guard).
+//!   compression times of the strongest rung in use if longer: room for the guard; or the
+//!   device time of batch_bytes if longer still: a queue the pipeline holds by itself —
+//!   records waiting for their txg — says nothing about the device being slow).
 //!   queue above its target — the devices are the bottleneck, whatever the regime and
 //!     whether or not records wait for compression (a pessimistic model stores raw with the
 //!     queue full and the workers idle): P = gain_p_up·ln(q/q*), proportional to how many
@@ -123,6 +125,14 @@
 //!   probe_bytes 64 MiB          ≤ 0.2% of the records probed on incompressible data
 //!   stale_bytes 1 GiB           rungs not used for that long are measured again before use
 //!   explore_timeout 1 s         an exploration whose result never came back is given up
+//!   explore_reach 2             a rung is explored only if it costs at most twice the next
+//!                               rung up from the position (or zstd:1's nominal cost): with
+//!                               every relevant rung explored, a target swinging up the ladder
+//!                               had zstd:7–15 explored on a contended core, a third of the
+//!                               records and as much codec CPU as zstd:1 spent on everything
+//!   batch_bytes 0               the pipeline sets its txg's early-sync bytes (16 MiB): at
+//!                               20 MB/s that alone is 0.8 s of queue, and a 0.05 s target
+//!                               read it as a device 16 times too slow
 //! ```
 
 use crate::device_choice::DeviceView;
@@ -158,6 +168,12 @@ pub struct Tunables {
     pub probe_bytes: u64,
     pub stale_bytes: u64,
     pub explore_timeout_secs: f64,
+    /// bytes the pipeline queues for a device by itself (records waiting for their txg):
+    /// the queue target is at least this much of device time
+    pub batch_bytes: u64,
+    /// a rung is explored only if it costs at most this many times the next rung up (or the
+    /// probe rung's nominal cost)
+    pub explore_reach: f64,
 }
 
 impl Default for Tunables {
@@ -175,6 +191,8 @@ impl Default for Tunables {
             probe_bytes: 64 << 20,
             stale_bytes: 1 << 30,
             explore_timeout_secs: 1.0,
+            batch_bytes: 0,
+            explore_reach: 2.0,
         }
     }
 }
@@ -621,8 +639,17 @@ impl AutoController {
                 self.pinned = (k == 0 && f == 0.0, k == top);
                 let measured = |r: usize| self.ladder[r].measured;
                 // 3: a rung the decision depends on that is not measured on this data yet is
-                // explored; rungs the position only passes are not
-                if let Some(&r) = t.relevant.iter().find(|&&r| !self.ladder[r].confident) {
+                // explored if it costs at most explore_reach times the next rung up from the
+                // position (or the probe rung's nominal cost, if more), and so is that next rung
+                // on the way to a target more than a rung above (a target
+                // far up the ladder, where a queue or g swing puts it for a moment, is not
+                // worth zstd:9–15 records on a busy core: the position walks there)
+                let up = k > lo + 1 && lo < top;
+                let next_up = up.then_some(lo + 1);
+                let probe_cost = self.nominal.get(self.probe).map_or(0.0, |p| p.cost);
+                let reach = self.ladder[(lo + 1).min(top)].pt.cost.max(probe_cost) * self.tun.explore_reach;
+                let unknown = |r: &usize| self.ladder[*r].pt.cost <= reach && !self.ladder[*r].confident;
+                if let Some(r) = t.relevant.iter().copied().chain(next_up).find(unknown) {
                     if self.exploring.is_none() && fits(&self.ladder[r]) {
                         explore = Some(r);
                     }
@@ -680,7 +707,8 @@ impl AutoController {
         let mut queue_long = false;
         if let (Some(avg), true) = (self.queue_avg.value(), target.is_some()) {
             let strongest = if frac > 0.0 { &self.ladder[lo + 1] } else { &self.ladder[lo] };
-            let want = self.tun.queue_target_secs.max(4.0 * time(strongest));
+            let batch = q.device_bps.map_or(0.0, |d| self.tun.batch_bytes as f64 / d);
+            let want = self.tun.queue_target_secs.max(4.0 * time(strongest)).max(batch);
             let err = ((avg - want) / want).clamp(-1.0, 1.0);
             queue_long = avg > want;
             if queue_long || (inp.backlog && !self.cpu_bound) {

@@ -298,7 +298,7 @@ impl UsableCores {
     /// Add the sample taken at `now_secs`; returns the usable cores once two samples were seen.
     pub fn update(&mut self, now_secs: f64, s: CoresSample) -> Option<f64> {
         let idle = s.proc.and_then(|p| self.idle.update(now_secs, p));
-        let Some((t0, p)) = self.prev.replace((now_secs, s)) else { return None };
+        let (t0, p) = self.prev.replace((now_secs, s))?;
         let dt = now_secs - t0;
         if dt > 0.0 {
             let ours = (s.process_cpu_ns.saturating_sub(p.process_cpu_ns) as f64 / 1e9 / dt).min(self.cpus);

@@ -485,6 +485,74 @@ fn a_start_up_queue_does_not_wind_up_the_correction() {
     assert!((0.7..1.4).contains(&a.gain()), "gain {} with the queue at its target", a.gain());
 }
 
+/// After the data changed every rung is stale; a queue swinging long puts the target far up
+/// the ladder for a moment. Exploring there cost zstd:7–15 records on a contended core (a
+/// third of the records, bench/auto-eval.sh at 25 MB/s); the rungs explored stay within
+/// reach of the position, which walks up through them.
+#[test]
+fn explorations_stay_within_reach_of_the_position() {
+    let mut a = ctl("auto:lz4fast-64..zstd:19");
+    measure_all(&mut a, Data::Medium);
+    let mut env = Env::new(0.5);
+    let d = device(25.0, 0.1);
+    for _ in 0..300 {
+        let x = env.decide(&mut a, &d);
+        if x.codec != Codec::NONE {
+            a.observe(&sample(Data::Medium, x.codec));
+        }
+    }
+    // the data changes (highly compressible now): every other rung goes stale
+    for _ in 0..24 {
+        a.observe(&sample(Data::High, zstd(1)));
+    }
+    let start = env.decide(&mut a, &d).codec;
+    if start != Codec::NONE {
+        a.observe(&sample(Data::High, start));
+    }
+    let long = device(25.0, 2.0);
+    // and more CPU than before: the model's target is near the top (zstd:15–19)
+    env.cores = 2.0;
+    let cost = |c: Codec| if c == Codec::NONE { 0.0 } else { truth(Data::Medium, c).0 };
+    let mut explored = Vec::new();
+    let mut last = start;
+    for _ in 0..12 {
+        let x = env.decide(&mut a, &long);
+        if x.codec != Codec::NONE {
+            a.observe(&sample(Data::High, x.codec));
+        }
+        if x.reason == Reason::Explore {
+            // within reach of where the position was: twice the next rung up (about twice
+            // the current one's cost again), or of zstd:1
+            let reach = 4.0 * cost(last).max(cost(zstd(1)));
+            assert!(cost(x.codec) <= reach, "{} explored from {last}: {explored:?}", x.codec);
+            explored.push(x.codec);
+        }
+        last = x.codec;
+    }
+    assert!(cost(last) > cost(start), "the position walks up: {start} → {last}, explored {explored:?}");
+}
+
+/// Records wait in memory for their txg, which closes after 16 MiB: at 20 MB/s the queue holds
+/// 0.8 s by itself. Against a 0.05 s target that read as a device 16 times too slow and drove
+/// g to its maximum; the pipeline's batch sets the target's floor.
+#[test]
+fn a_queue_the_pipeline_holds_by_itself_is_no_sign_of_a_slow_device() {
+    let gain_after = |batch_bytes: u64| {
+        let tun = Tunables { batch_bytes, ..Tunables::default() };
+        let mut a = AutoController::for_spec("auto:lz4fast-64..zstd:9".parse().unwrap(), tun).unwrap();
+        measure_all(&mut a, Data::Medium);
+        let mut env = Env::new(0.5);
+        let d = device(20.0, 16.0 * (1 << 20) as f64 / 20e6);
+        for _ in 0..400 {
+            env.decide(&mut a, &d);
+        }
+        a.gain()
+    };
+    let with = gain_after(16 << 20);
+    assert!((0.8..1.25).contains(&with), "gain {with}");
+    assert!(gain_after(0) > 4.0, "without the batch floor the same queue reads as a slow device");
+}
+
 #[test]
 fn qos_mix_is_the_strongest_that_meets_the_rate() {
     let mut a = ctl("auto");
