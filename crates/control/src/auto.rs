@@ -99,7 +99,8 @@
 //!   CPU-bound regime, queue not above its target — the queue is empty by design; the
 //!     compression stage's own throughput: input bytes decided per second while saturated,
 //!     over windows of at least RATE_WINDOW_SECS and RATE_WINDOW_RECORDS records, against
-//!     the model's n / (o + c̄) for the mix used, moves ln g by RATE_WEIGHT of the difference.
+//!     the model's n / (o + c̄) for the mix used, moves ln g by RATE_WEIGHT of the difference
+//!     (n·g at most the workers: a burst of records or costs from estimates read 8× here).
 //!   g stays within [gain_min, gain_max].
 //!
 //! QoS entry (`mix_for_rate`): the strongest mix whose compression throughput on the CPU left
@@ -740,7 +741,10 @@ impl AutoController {
             if now - w.0 >= RATE_WINDOW_SECS && w.1 >= RATE_WINDOW_RECORDS * rec {
                 let rate = w.1 as f64 / (now - w.0);
                 let cost = w.2 / w.1 as f64;
-                let measured = rate * (o + cost) / (n * 1e9);
+                // no more cores than the workers compressing: a window of records started in a
+                // burst (a txg's queue drained at once) or costed by estimates must not make
+                // the model believe in CPU the machine does not have
+                let measured = (rate * (o + cost) / (n * 1e9)).min(workers / n);
                 let (lmin, lmax) = (self.tun.gain_min.ln(), self.tun.gain_max.ln());
                 let lg = self.gain.ln() + RATE_WEIGHT * (measured.ln() - self.gain.ln());
                 self.integral = lg.clamp(lmin, lmax);

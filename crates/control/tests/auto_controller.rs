@@ -553,6 +553,32 @@ fn a_queue_the_pipeline_holds_by_itself_is_no_sign_of_a_slow_device() {
     assert!(gain_after(0) > 4.0, "without the batch floor the same queue reads as a slow device");
 }
 
+/// In the CPU-bound regime g follows the compression stage's measured rate; a burst of
+/// records decided at once (a txg's queue drained by every thread) read as 8 times the cores
+/// the meter gave and sent auto to zstd:13 on a contended core. g·n stays within the workers.
+#[test]
+fn the_cpu_bound_rate_correction_believes_in_no_more_cores_than_workers() {
+    let mut a = ctl("auto:lz4fast-64..zstd:9");
+    measure_all(&mut a, Data::Medium);
+    let d = device(60.0, 0.0);
+    let mut now = 0.0;
+    for _ in 0..4000 {
+        // 128 KiB records decided every 40 µs: 3.3 GB/s, far beyond half a core
+        now += 40e-6;
+        a.decide(&AutoInputs {
+            now_secs: now,
+            record_bytes: REC,
+            devices: &d,
+            cores: 0.5,
+            workers: 2,
+            overhead_ns_per_byte: 1.0,
+            backlog: true,
+        });
+    }
+    assert!(a.gain() > 1.5, "the rate window corrects g: {}", a.gain());
+    assert!(a.gain() <= 2.0 / 0.5 + 1e-9, "gain {}", a.gain());
+}
+
 #[test]
 fn qos_mix_is_the_strongest_that_meets_the_rate() {
     let mut a = ctl("auto");
