@@ -52,9 +52,13 @@
 //!      on (the hull segment around the crossing, the best single level, the target's two
 //!      rungs and their neighbours); unknown while no device has a throughput measurement
 //!      (the position holds).
-//!   2. explore: the first of those rungs not yet confident gets this record (if its time
-//!      fits the queue delay, below), and no other exploration starts until its measurement
-//!      is back (or explore_timeout passed). Rungs the position only passes are not explored.
+//!   2. explore: the first of those rungs not yet confident and within reach — costing at
+//!      most explore_reach times the next rung up from the position (or the probe rung's
+//!      nominal cost) — gets this record (if its time fits the queue delay, below); with none
+//!      such and the target more than a rung above, the next rung up does (the position
+//!      walks to a far target, measuring on the way). No other exploration starts until its
+//!      measurement is back (or explore_timeout passed). Rungs the position only passes are
+//!      not explored.
 //!   3. move: down to the target at once; within the current segment to the target fraction;
 //!      up one measured rung per record, and only if that rung's compression time for this
 //!      record (c × size × workers/cores when workers share fewer cores) fits the expected
