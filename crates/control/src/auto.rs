@@ -645,10 +645,10 @@ impl AutoController {
                 let measured = |r: usize| self.ladder[r].measured;
                 // 3: a rung the decision depends on that is not measured on this data yet is
                 // explored if it costs at most explore_reach times the next rung up from the
-                // position (or the probe rung's nominal cost, if more), and so is that next rung
-                // on the way to a target more than a rung above (a target
-                // far up the ladder, where a queue or g swing puts it for a moment, is not
-                // worth zstd:9–15 records on a busy core: the position walks there)
+                // position (or the probe rung's nominal cost, if more), and so is that next
+                // rung on the way to a target more than a rung above (a target far up the
+                // ladder, where a queue or g swing puts it for a moment, is not worth
+                // zstd:9–15 records on a busy core: the position walks there)
                 let up = k > lo + 1 && lo < top;
                 let next_up = up.then_some(lo + 1);
                 let probe_cost = self.nominal.get(self.probe).map_or(0.0, |p| p.cost);

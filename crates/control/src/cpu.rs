@@ -295,6 +295,11 @@ impl UsableCores {
         }
     }
 
+    /// Cores not taken by other processes (the `CpuMeter` fallback), once measured.
+    pub fn idle_cores(&self) -> Option<f64> {
+        self.idle.available_cores()
+    }
+
     /// Add the sample taken at `now_secs`; returns the usable cores once two samples were seen.
     pub fn update(&mut self, now_secs: f64, s: CoresSample) -> Option<f64> {
         let idle = s.proc.and_then(|p| self.idle.update(now_secs, p));
@@ -512,6 +517,7 @@ ctxt 12345
         let mut f = Feed::new(2, 2);
         let c = f.steps(30, 1.2, 0.8, (150.0, 0.45), (0.0, 0.0));
         assert!((c - 0.9).abs() < 0.01, "{c}");
+        assert!((f.m.idle_cores().unwrap() - 0.8).abs() < 0.01, "the /proc/stat figure stays available");
         // the same machine before any codec call: only /proc/stat to go by
         let mut f = Feed::new(2, 2);
         let c = f.steps(30, 1.6, 0.0, (0.0, 0.0), (0.0, 0.0));

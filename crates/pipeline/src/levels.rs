@@ -137,6 +137,8 @@ struct Meters {
     state: Mutex<MeterState>,
     /// f64 bits; 0 = not measured yet
     cores: AtomicU64,
+    /// cores not taken by other processes (/proc/stat, `CpuMeter`): the QoS plan's figure
+    idle_cores: AtomicU64,
     overhead: AtomicU64,
     /// per device, its sustained rate while its queue never emptied (BusyDrain), f64 bits;
     /// 0 = not measured lately
@@ -230,6 +232,7 @@ impl Levels {
                     },
                 ),
                 cores: AtomicU64::new(0),
+                idle_cores: AtomicU64::new(0),
                 overhead: AtomicU64::new(0),
                 busy_bps: (0..n_devices).map(|_| AtomicU64::new(0)).collect(),
                 cpus,
@@ -257,10 +260,15 @@ impl Levels {
         self
     }
 
-    /// (cores available to us, pipeline overhead ns per input byte) now, sampling the
-    /// meters when due: what the QoS plan is made on too (qos.rs REPLAN).
+    /// (cores not taken by other processes, pipeline overhead ns per input byte) now,
+    /// sampling the meters when due: what the QoS plan is made on (qos.rs REPLAN). The
+    /// plan keeps /proc/stat's figure (`CpuMeter`), which its pacing was tuned and measured
+    /// with; auto takes the cores our threads obtain (`UsableCores`).
     pub fn cpu_figures(&self) -> (f64, f64) {
-        self.meters(self.now_secs())
+        self.meters(self.now_secs());
+        let m = &self.meters;
+        let idle = f64::from_bits(m.idle_cores.load(Ordering::Relaxed));
+        (if idle > 0.0 { idle } else { m.cpus }, f64::from_bits(m.overhead.load(Ordering::Relaxed)))
     }
 
     /// Seconds since the engine started.
@@ -460,6 +468,9 @@ impl Levels {
                 };
                 if let Some(c) = st.cores.update(now_secs, sample) {
                     m.cores.store(c.to_bits(), Ordering::Relaxed);
+                }
+                if let Some(c) = st.cores.idle_cores() {
+                    m.idle_cores.store(c.to_bits(), Ordering::Relaxed);
                 }
                 for ((dev, meter), out) in self.devices.iter().zip(st.busy.iter_mut()).zip(m.busy_bps.iter()) {
                     let d = dev.snapshot();
