@@ -55,7 +55,7 @@ DATA_DIR=/var/tmp/sqz-auto-eval-data
 
 die() { echo "auto-eval: $*" >&2; exit 1; }
 note() { echo "[$(date -u +%H:%M:%S)] $*"; }
-usage() { sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,47p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 MODE=matrix
 LIMITS="" SPECS="" DATASETS="" CORES="" SIZE="" RUNS=1 TRACE=0 HOG=0 KEEP_DATA=0 BASELINE=""
