@@ -17,11 +17,11 @@ pub mod qos;
 pub mod trace;
 
 pub use auto::{AutoController, AutoInputs, Decision, Reason, Sample, Tunables};
-pub use cpu::{CpuMeter, CpuSample, CpuSource, OverheadMeter, ProcStat};
+pub use cpu::{CallTotals, CoresSample, CpuMeter, CpuSample, CpuSource, OverheadMeter, ProcStat, UsableCores};
 pub use device_choice::{
     choose_device, expected_completion_secs, min_queue_delay, queue_delay_secs, safety_buffer_bytes, DeviceView,
     DEFAULT_SAFETY_RECORDS,
 };
 pub use ladder::{Mix, Point};
-pub use measure::{queue_estimate, DeviceMeter, LevelMeter, QueueEstimate};
+pub use measure::{queue_estimate, BusyDrain, DeviceMeter, LevelMeter, QueueEstimate};
 pub use trace::{read_trace, Trace, TraceError, TraceRow, TraceWriter};

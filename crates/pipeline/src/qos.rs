@@ -28,8 +28,9 @@
 //!   but is not idle —, its `qos` rate, how late its queued records are, the compress
 //!   workers as its core limit); cores for QoS = min(workers, cores the CPU meter
 //!   sees free for us) − the cores unpaced compression took over the last interval; the
-//!   pipeline overhead per byte (the CPU meter and the OverheadMeter are levels.rs's, which
-//!   auto uses too: `Levels::cpu_figures`); the devices' summed write throughput. Then the plan's mixes are picked
+//!   pipeline overhead per byte (levels.rs's CPU meter — /proc/stat's cores not taken by
+//!   others, where auto takes the cores our threads obtain — and OverheadMeter, which auto
+//!   uses too: `Levels::cpu_figures`); the devices' summed write throughput. Then the plan's mixes are picked
 //!   from, and the compress queue's lanes get the trees' allotments as their rates (EDF
 //!   deadlines, compress.rs).
 //!   States of the thread: not started (no tree yet) → running (started by the first
