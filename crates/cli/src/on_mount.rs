@@ -55,7 +55,7 @@ fn dead_mount_above(path: &Path) -> Option<PathBuf> {
             (right.split(' ').next()? == squeezefs_fuse::mount::FS_TYPE && abs.starts_with(&point)).then_some(point)
         })
         .max_by_key(|p| p.as_os_str().len())?;
-    let e = crate::cmd_stats::get_xattr(&mount, squeezefs_fs::xattr_names::MOUNT).err()?;
+    let e = crate::xattr_io::get_xattr(&mount, squeezefs_fs::xattr_names::MOUNT).err()?;
     (e.raw_os_error() == Some(libc::ENOTCONN)).then_some(mount)
 }
 
@@ -72,7 +72,7 @@ pub fn locate(path: &Path) -> Result<OnMount> {
         }
     })?;
     let root = mount_root(&canonical);
-    let info = match crate::cmd_stats::get_xattr(&root, squeezefs_fs::xattr_names::MOUNT) {
+    let info = match crate::xattr_io::get_xattr(&root, squeezefs_fs::xattr_names::MOUNT) {
         Ok(v) => String::from_utf8_lossy(&v).into_owned(),
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Err(gone(&root)),
         Err(_) => bail!("{} is not on a squeezefs mount", path.display()),

@@ -5,8 +5,8 @@
 //! in a table is encoded by hand (explicit little-endian, leading version byte) in `encode.rs`,
 //! `superblock.rs`, `extent.rs` and `bundle.rs`, so the format is ours and not serde's or redb's.
 
-pub mod bundle;
 pub mod background;
+pub mod bundle;
 pub mod encode;
 pub mod error;
 pub mod extent;
@@ -15,8 +15,8 @@ pub mod records;
 pub mod superblock;
 pub mod tables;
 
-pub use bundle::Bundle;
 pub use background::{BgCursor, BgFrame};
+pub use bundle::Bundle;
 pub use error::MetaError;
 pub use extent::{BundleSlice, DeviceExtent, ExtentPtr, StoredRecord};
 pub use records::*;

@@ -22,8 +22,8 @@
 
 mod accounting;
 mod alloc;
-mod bundle;
 mod bgstate;
+mod bundle;
 mod caches;
 mod commit;
 mod compress;
@@ -705,7 +705,7 @@ impl Engine {
         self.inner.bundles.enabled()
     }
 
-/// Rewrite committed record `idx` of `ino` with `to` if its committed extent is still
+    /// Rewrite committed record `idx` of `ino` with `to` if its committed extent is still
     /// the one read (compare-and-swap under the file lock; rewrite.rs): the new encoding
     /// goes into the open txg like a write of the same bytes, durable with its commit.
     /// `if_different`: leave a record stored the way `to` asks already. Compresses on the
