@@ -29,6 +29,12 @@
 #   --backing DIR    directory of the loop device's backing file (default /var/tmp)
 #   --out DIR        results directory (default /var/tmp/squeezefs-bench-results/auto-eval-TIME)
 #   --keep-data      keep the generated data sets (in /var/tmp/sqz-auto-eval-data) for the next run
+#   --baseline BIN   another squeezefs binary (e.g. main's): every auto spec S also runs with it,
+#                    as spec S@base, alternating with the others in the same cells (an A/B of
+#                    two builds under the same load)
+#   RUST_LOG=...     passed to the daemon; with --trace the daemon log of every auto run is
+#                    kept next to its trace (RUST_LOG=squeezefs_pipeline=debug: auto's inputs
+#                    twice a second)
 #
 # Every run: fresh pool (`squeezefs mkfs POOL --device /dev/loopN`: the pool's metadata store
 # on the host filesystem, its data on the loop device; the loop device is discarded first so
@@ -49,10 +55,10 @@ DATA_DIR=/var/tmp/sqz-auto-eval-data
 
 die() { echo "auto-eval: $*" >&2; exit 1; }
 note() { echo "[$(date -u +%H:%M:%S)] $*"; }
-usage() { sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,47p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 MODE=matrix
-LIMITS="" SPECS="" DATASETS="" CORES="" SIZE="" RUNS=1 TRACE=0 HOG=0 KEEP_DATA=0
+LIMITS="" SPECS="" DATASETS="" CORES="" SIZE="" RUNS=1 TRACE=0 HOG=0 KEEP_DATA=0 BASELINE=""
 BACKING=/var/tmp
 OUT=/var/tmp/squeezefs-bench-results/auto-eval-$(date -u +%Y%m%dT%H%M%S)
 case "${1:-}" in matrix|hog|change|verify-throttle) MODE=$1; shift ;; esac
@@ -69,6 +75,7 @@ while [ $# -gt 0 ]; do
         --backing) BACKING=${2:?--backing needs a directory}; shift 2 ;;
         --out) OUT=${2:?--out needs a directory}; shift 2 ;;
         --keep-data) KEEP_DATA=1; shift ;;
+        --baseline) BASELINE=${2:?--baseline needs a squeezefs binary}; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown argument '$1' (modes: matrix, hog, change, verify-throttle; see --help)" ;;
     esac
@@ -95,6 +102,11 @@ IFS=, read -ra CORE_LIST <<<"${CORES:-}"
 for l in "${LIMIT_LIST[@]}"; do
     [[ "$l" =~ ^[1-9][0-9]*$ || "$l" = unthrottled ]] || die "--limits: '$l' is neither a number of MB/s nor 'unthrottled'"
 done
+if [ -n "$BASELINE" ]; then
+    [ -x "$BASELINE" ] || die "--baseline: '$BASELINE' is not an executable squeezefs binary"
+    BASELINE=$(realpath "$BASELINE")
+    for s in "${SPEC_LIST[@]}"; do [[ "$s" == auto* ]] && SPEC_LIST+=("$s@base"); done
+fi
 for d in "${DATASET_LIST[@]}"; do
     case $d in medium|random|xml|change) ;; *) die "--datasets: unknown data set '$d' (accepted: medium, random, xml, change)" ;; esac
 done
@@ -160,7 +172,7 @@ LOOP="" MAJMIN="" HOG_PID=""
 mapfile -t DATA_BEFORE < <(find "$DATA_DIR" -maxdepth 1 -name '*.bin' 2>/dev/null)
 cleanup() {
     set +e
-    if mountpoint -q "$MNT" 2>/dev/null; then "$SQ" umount "$MNT" || umount -l "$MNT"; fi
+    if mountpoint -q "$MNT" 2>/dev/null; then "${RUN_SQ:-$SQ}" umount "$MNT" || umount -l "$MNT"; fi
     [ -n "$HOG_PID" ] && kill "$HOG_PID" 2>/dev/null && wait "$HOG_PID" 2>/dev/null
     [ -n "$MAJMIN" ] && echo "$MAJMIN 0" >"$THROTTLE"
     [ -n "$LOOP" ] && losetup -d "$LOOP"
@@ -239,11 +251,12 @@ dataset_file() {
 
 # ---- one run -----------------------------------------------------------------------------------
 TRACE_OK=1
+RUN_SQ=$SQ # the binary of the current run (the baseline's for SPEC@base)
 mount_pool() { # SPEC CORES [TRACEFILE] → mounts, or returns the mount's error text on stderr
-    local opts="compress=$1" cpus=0
+    local opts="compress=${1%@base}" cpus=0
     [ "$2" = 2 ] && cpus=0,1
     [ -n "${3:-}" ] && opts="$opts,trace=$3"
-    taskset -c $cpus "$SQ" mount "$POOL" "$MNT" -o "$opts"
+    taskset -c $cpus "$RUN_SQ" mount "$POOL" "$MNT" -o "$opts"
 }
 daemon_pid() { getfattr -n user.squeezefs.mount --only-values "$MNT" 2>/dev/null | sed -n 's/^pid=//p'; }
 daemon_cpu_s() { # utime + stime of a pid, seconds
@@ -256,10 +269,12 @@ run_one() { # DATASET CORES LIMIT SPEC ROUND
     local dir; dir=$OUT/runs/$(printf '%s_%sc_%s_%s_r%s' "$ds" "$cores" "$limit" "$spec" "$round" | tr ':' '=')
     mkdir -p "$dir"
     cat "$data" >/dev/null # in the page cache before the clock starts
-    "$SQ" umount "$MNT" >/dev/null 2>&1 || true
+    "$RUN_SQ" umount "$MNT" >/dev/null 2>&1 || true
+    RUN_SQ=$SQ
+    [[ "$spec" == *@base ]] && RUN_SQ=$BASELINE
     blkdiscard "$LOOP" || return 1
     rm -rf "$POOL"
-    "$SQ" mkfs "$POOL" --device "$LOOP" --force >"$dir/mkfs.txt" || return 1
+    "$RUN_SQ" mkfs "$POOL" --device "$LOOP" --force >"$dir/mkfs.txt" || return 1
     set_limit "$limit" || return 1
     local trace=""
     if [ "$TRACE" = 1 ] && [ "$TRACE_OK" = 1 ] && [[ "$spec" == auto* ]]; then trace=$dir/trace.csv; fi
@@ -281,21 +296,23 @@ run_one() { # DATASET CORES LIMIT SPEC ROUND
     t0=$(date +%s%N)
     if ! dd if="$data" of="$MNT/data" bs=1M conv=fsync status=none 2>"$dir/dd.err"; then
         note "  $spec: the write failed: $(head -c 300 "$dir/dd.err")"
-        "$SQ" umount "$MNT" || true
+        "$RUN_SQ" umount "$MNT" || true
         return 1
     fi
     t1=$(date +%s%N)
-    if ! "$SQ" stats "$MNT" --json >"$dir/stats.json"; then
-        "$SQ" umount "$MNT" || true
+    if ! "$RUN_SQ" stats "$MNT" --json >"$dir/stats.json"; then
+        "$RUN_SQ" umount "$MNT" || true
         return 1
     fi
     cpu=$(daemon_cpu_s "$pid")
     t2=$(date +%s%N)
-    "$SQ" umount "$MNT" || return 1
+    "$RUN_SQ" umount "$MNT" || return 1
     t3=$(date +%s%N)
     local written=$(( $(dev_written) - w0 ))
     if grep -qiE 'error|panic' "$POOL/squeezefs.log" 2>/dev/null; then
         note "  daemon log of this run reports errors:"; grep -iE 'error|panic' "$POOL/squeezefs.log" | tail -5
+        cp "$POOL/squeezefs.log" "$dir/"
+    elif [ -n "$trace" ] && [ -f "$POOL/squeezefs.log" ]; then
         cp "$POOL/squeezefs.log" "$dir/"
     fi
     local secs disk unc
@@ -318,13 +335,13 @@ run_one() { # DATASET CORES LIMIT SPEC ROUND
         --argjson disk_bytes "$disk" --argjson uncompressed_bytes "$unc" \
         --argjson device_write_bytes "$written" --argjson daemon_cpu_s "$cpu" \
         --arg daemon_cpus "$affinity" --arg load "$load" --slurpfile stats "$dir/stats.json" \
-        --argjson trace_png "$png" --arg commit "$COMMIT" --arg time "$(date -u +%FT%TZ)" \
+        --argjson trace_png "$png" --arg commit "$COMMIT" --arg binary "$RUN_SQ" --arg time "$(date -u +%FT%TZ)" \
         '{dataset:$dataset, hog:$hog, cores:$cores, limit_mbs:$limit_mbs, spec:$spec, round:$round,
           bytes:$bytes, seconds:$seconds, write_s:$write_s, umount_s:$umount_s,
           disk_bytes:$disk_bytes, uncompressed_bytes:$uncompressed_bytes,
           device_write_bytes:$device_write_bytes, daemon_cpu_s:$daemon_cpu_s,
           daemon_cpus:$daemon_cpus, load:$load, levels:$stats[0].rows, trace_png:$trace_png,
-          commit:$commit, time:$time}' >>"$RESULTS"
+          commit:$commit, binary:$binary, time:$time}' >>"$RESULTS"
     printf '  %-11s %7.1f MB/s  ratio %5.2f  (write+fsync %6.2f s, umount %5.2f s, daemon CPU %s s on cpus %s, device got %s) load %s\n' \
         "$spec" "$(echo "$BYTES / $secs / 1000000" | bc -l)" "$(echo "$unc / $disk" | bc -l)" \
         "$(echo "($t1 - $t0) / 1000000000" | bc -l)" "$(echo "($t3 - $t2) / 1000000000" | bc -l)" \

@@ -10,6 +10,7 @@ command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 [ -e /usr/include/fuse3/fuse.h ] || need_apt+=(libfuse3-dev)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v attr >/dev/null 2>&1 || need_apt+=(attr)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -24,6 +25,8 @@ command -v cargo >/dev/null 2>&1 || { echo "cargo not found: install Rust (rustu
 
 cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
 cargo fmt --all --check
+# the engine's modules form layers: an import circle among them fails the suite
+python3 scripts/module-cycles.py crates/pipeline/src >/dev/null
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # the mounted tests run once per request transport (mounted_common/mod.rs, TRANSPORT_ENV):
 # /dev/fuse with the whole suite, then io_uring (where the kernel has it)

@@ -23,8 +23,8 @@ pub fn run(a: FsckArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         println!(
-            "{} inodes ({} directories), {} extents, {} bytes allocated, {} bytes in free ranges",
-            r.inodes, r.directories, r.extents, r.allocated_bytes, r.free_range_bytes
+            "{} inodes ({} directories), {} extents, {} bundles, {} bytes allocated, {} bytes in free ranges",
+            r.inodes, r.directories, r.extents, r.bundles, r.allocated_bytes, r.free_range_bytes
         );
         if !r.orphans.is_empty() {
             println!("{} orphan inode(s) will be reclaimed at the next mount: {:?}", r.orphans.len(), r.orphans);

@@ -6,7 +6,7 @@
 //!   exits 0 once the mount is live, or 1 with the child's error. The fork happens before
 //!   any thread exists (the engine starts threads when it opens the pool).
 //! * serve: open the pool, mount, answer INIT; report "ok"; detach stdio (stderr, and with it
-//!   every log message, goes to the pool's log file, see [`LOG_FILE`]); serve requests.
+//!   every log message, goes to the pool's log file, see [`crate::open_pool::LOG_FILE`]); serve requests.
 //! * stop: unmount (`squeezefs umount`, `umount`, SIGTERM/SIGINT/SIGHUP) ends the session;
 //!   the fs core then frees orphans and closes the engine (flush + commit); exit 0.
 //!
@@ -30,8 +30,9 @@ pub struct MountArgs {
     pub pool: PathBuf,
     /// Directory to mount it on
     pub mountpoint: PathBuf,
-    /// Options, comma-separated: compress=SPEC, compress-force=SPEC, recordsize=SIZE (of
-    /// files created where no directory sets the recordsize property), ro,
+    /// Options, comma-separated: compress=SPEC, compress-force=SPEC, background_compression=SPEC,
+    /// bg-idle=DURATION|off (idle time before background compression works, default 30s),
+    /// recordsize=SIZE (of files created where no directory sets the recordsize property), ro,
     /// allow_other, default_permissions, remount, uring=auto|on|off (auto, the default: FUSE
     /// over io_uring for root mounts, switching the kernel's enable_uring parameter on when
     /// it is off; off: /dev/fuse), trace=FILE (one CSV row per record compressed, for
@@ -73,14 +74,11 @@ pub fn run(args: MountArgs) -> Result<()> {
             }
         });
     }
-    let log = pool.join(LOG_FILE);
+    let log = pool.join(crate::open_pool::LOG_FILE);
     daemonize(&log, |report| serve(&pool, &mountpoint, &cfg, args.wait, report))
 }
 
-/// The daemon's log in the pool directory: its stderr once it runs in the background, so
-/// errors after the mount went live (a failed txg, an unmount that could not flush) are kept.
-/// Opened for appending; a log over [`LOG_ROTATE_BYTES`] moves to `squeezefs.log.1` at mount.
-pub const LOG_FILE: &str = "squeezefs.log";
+/// A daemon log larger than this moves to `squeezefs.log.1` when the next mount starts.
 const LOG_ROTATE_BYTES: u64 = 1 << 20;
 
 /// One line in the daemon log, whatever the log filter says (mount and unmount are rare
@@ -117,7 +115,7 @@ fn remount(mountpoint: &Path, cfg: &MountConfig) -> Result<()> {
     let req = req.join(",");
     crate::cmd_stats::mount_info(mountpoint)
         .with_context(|| format!("{} is not the root of a squeezefs mount", mountpoint.display()))?;
-    crate::cmd_stats::set_xattr(mountpoint, squeezefs_fs::xattr_names::REMOUNT, req.as_bytes())
+    crate::xattr_io::set_xattr(mountpoint, squeezefs_fs::xattr_names::REMOUNT, req.as_bytes())
         .with_context(|| format!("remount {} with {req}", mountpoint.display()))?;
     Ok(())
 }
@@ -306,6 +304,15 @@ fn serve(
             stop_on_signal(&mnt);
         })
         .context("starting the signal thread")?;
+    // the control channel (squeezefs recompress, stats): the mount works without it
+    let control = match squeezefs_ctlsock::Server::start(pool, fs.clone()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            log_event(&format!("no control channel (squeezefs recompress and stats cannot reach this mount): {e}"));
+            None
+        }
+    };
+    fs.start_background(cfg.bg_idle.unwrap_or(Some(squeezefs_fuse::mount_config::DEFAULT_BG_IDLE)));
     report(Ok(()));
     let spec = cfg.remount_request().unwrap_or_else(|| "pool's compression".into());
     log_event(&format!(
@@ -318,6 +325,9 @@ fn serve(
         log_event(&format!("requests come through /dev/fuse, not FUSE over io_uring: {why}"));
     }
     let served = session.run().context("serving FUSE requests");
+    if let Some(c) = control {
+        c.stop();
+    }
     // the session ran the flush at unmount before returning
     let flush = fs.shutdown_error();
     write_unmount_report(pool, flush.as_deref());
@@ -358,6 +368,7 @@ fn open_and_mount(
         read_only: cfg.read_only,
         check_permissions: !cfg.default_permissions,
         compression: cfg.compression,
+        background: cfg.background,
         qos: cfg.qos.flatten(),
         recordsize: cfg.recordsize,
         noatime: cfg.flags.noatime,

@@ -11,7 +11,7 @@
 //!
 //! Symbolic links are never followed and never carry properties; `-r` stays on PATH's
 //! filesystem.
-use crate::cmd_stats::{get_xattr, set_xattr};
+use crate::xattr_io::{get_xattr, set_xattr};
 use anyhow::{anyhow, bail, Context, Result};
 use squeezefs_fs::props::{self, Prop, Source};
 use squeezefs_fs::{xattr_names, FileKind};
@@ -29,7 +29,7 @@ mount option's, then the default; a change applies to data written afterwards):
   compress-force          on | off: compress every record, skipping the compressibility check
   recordsize              4K ... 1M, power of two: record size of files created afterwards; a
                           file's own is fixed once it holds data (get shows its records' size)
-  background_compression  fixed codec or none (stored; takes effect in a later release)
+  background_compression  fixed codec or none: what idle-time rewriting converts data to
   qos                     directories only: 50 (MB/s), 50M, 1G, 500K, none (stored; takes effect in a later release)
 
 The same values are the extended attributes user.squeezefs.NAME (setfattr/getfattr; cp -a,

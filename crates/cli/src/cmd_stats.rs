@@ -9,16 +9,21 @@
 //! then shows the directory's effective properties (what new files below it get;
 //! `squeezefs prop get`).
 //!
+//! Background compression: the daemon answers over its control socket (crates/ctlsock)
+//! with its state, totals converted, and the records below PATH it has still to convert
+//! (pending); shown last, or `not known` with the reason when the socket cannot be reached.
+//!
 //! QoS trees: every directory under PATH holding `qos` (and the mount's root under a
 //! `qos=` mount) answers `user.squeezefs.qos-stats` with its line (control::qos::stats
 //! TEXT); the command lists them: target, allotment, achieved throughput over the last
 //! 10 s and since the tree was first seen, ratio of its records and the levels chosen.
+use crate::xattr_io::get_xattr;
 use anyhow::{bail, Context, Result};
 use squeezefs_codec::{Algorithm, Codec};
+use squeezefs_ctlsock::proto::{self, Op};
+use squeezefs_ctlsock::{Client, Reply};
 use squeezefs_fs::{usage, xattr_names, QosStatsRow};
 use std::collections::{BTreeMap, HashSet};
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -31,60 +36,11 @@ pub struct StatsArgs {
     pub json: bool,
 }
 
-fn cpath(p: &Path) -> std::io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| std::io::Error::other("path contains NUL"))
-}
-
-/// lgetxattr with the size-probe protocol.
-pub fn get_xattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
-    let p = cpath(path)?;
-    let n = CString::new(name).map_err(std::io::Error::other)?;
-    loop {
-        let len = unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
-        if len < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let mut buf = vec![0u8; len as usize];
-        let got = unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if got >= 0 {
-            buf.truncate(got as usize);
-            return Ok(buf);
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::ERANGE) {
-            return Err(e);
-        }
-    }
-}
-
-pub fn set_xattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
-    let p = cpath(path)?;
-    let n = CString::new(name).map_err(std::io::Error::other)?;
-    let r = unsafe { libc::lsetxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// The `key=value` lines a squeezefs daemon reports on its root directory.
 pub fn mount_info(root: &Path) -> Result<String> {
     let v = get_xattr(root, xattr_names::MOUNT)
         .with_context(|| format!("reading {} on {}", xattr_names::MOUNT, root.display()))?;
     Ok(String::from_utf8_lossy(&v).into_owned())
-}
-
-/// The root of the mount holding `path`: the topmost ancestor on the same device.
-fn mount_root(path: &Path) -> PathBuf {
-    let Ok(dev) = std::fs::metadata(path).map(|m| m.dev()) else { return path.to_path_buf() };
-    let mut root = path.to_path_buf();
-    while let Some(parent) = root.parent() {
-        match std::fs::metadata(parent) {
-            Ok(m) if m.dev() == dev => root = parent.to_path_buf(),
-            _ => break,
-        }
-    }
-    root
 }
 
 #[derive(Default, Clone, Copy)]
@@ -174,7 +130,7 @@ fn share(part: u64, whole: u64) -> f64 {
     }
 }
 
-fn human(n: u64) -> String {
+pub(crate) fn human(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
     let mut v = n as f64;
     let mut u = 0;
@@ -192,7 +148,7 @@ fn human(n: u64) -> String {
 pub fn run(args: StatsArgs) -> Result<()> {
     let path = std::fs::canonicalize(&args.path).with_context(|| format!("{}", args.path.display()))?;
     let dev = std::fs::metadata(&path)?.dev();
-    let root = mount_root(&path);
+    let root = crate::on_mount::mount_root(&path);
     let info = mount_info(&root).map_err(|_| anyhow::anyhow!("{} is not on a squeezefs mount", path.display()))?;
     let compression = info
         .lines()
@@ -212,6 +168,7 @@ pub fn run(args: StatsArgs) -> Result<()> {
     let mut w = Walk::default();
     w.visit(&path, dev)?;
     let properties = if path.is_dir() { Some(directory_properties(&path)?) } else { None };
+    let background = background(&path);
     let mut total = Sums::default();
     for s in w.rows.values() {
         total.disk += s.disk;
@@ -250,6 +207,15 @@ pub fn run(args: StatsArgs) -> Result<()> {
             out["properties"] = serde_json::json!(p.iter().map(crate::cmd_prop::Row::json).collect::<Vec<_>>());
         }
         out["qos_trees"] = serde_json::json!(w.trees.iter().map(|(p, r)| tree_json(p, r)).collect::<Vec<_>>());
+        match &background {
+            Ok((status, pending)) => {
+                out["background"] = serde_json::json!({ "status": status, "pending": pending });
+            }
+            Err(e) => {
+                out["background"] = serde_json::Value::Null;
+                out["background_error"] = serde_json::json!(format!("{e:#}"));
+            }
+        }
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
@@ -293,6 +259,10 @@ pub fn run(args: StatsArgs) -> Result<()> {
             );
         }
     }
+    match &background {
+        Ok((st, pending)) => print_background(st, pending),
+        Err(e) => println!("Background compression: not known ({e:#})"),
+    }
     if let Some(props) = properties {
         println!("Properties of {}:", path.display());
         for r in &props {
@@ -300,6 +270,43 @@ pub fn run(args: StatsArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Background compression's state and what it has still to convert below `path`, from the
+/// daemon over its control socket.
+fn background(path: &Path) -> Result<(proto::Background, proto::Pending)> {
+    let at = crate::on_mount::locate(path)?;
+    let reply = Client::connect(&at.pool)?
+        .call(Op::Background { path: proto::WirePath::from_bytes(&at.rel) }, &mut |_| true)?;
+    match reply {
+        Reply::Background { status, pending } => Ok((status, pending)),
+        other => bail!("unexpected answer: {other:?}"),
+    }
+}
+
+fn print_background(st: &proto::Background, p: &proto::Pending) {
+    let idle = st.idle_after_secs.map_or("off".to_string(), |s| format!("after {s} s idle"));
+    println!("Background compression: {} ({idle}; {} passes done)", st.state, st.passes);
+    println!(
+        "  pending here: {} records, {} ({} stored) in {} of {} files with a background codec",
+        p.records,
+        human(p.logical_bytes),
+        human(p.stored_bytes),
+        p.files_pending,
+        p.files_with_spec
+    );
+    println!(
+        "  converted (pool): {} records, {} of data, stored {} -> {}; this mount: {} records, {}",
+        st.converted_records,
+        human(st.converted_logical),
+        human(st.converted_before),
+        human(st.converted_after),
+        st.session_records,
+        human(st.session_logical)
+    );
+    if let Some(e) = &st.last_error {
+        println!("  last error: {e}");
+    }
 }
 
 /// Effective properties of a directory, inherited values named by their directory.

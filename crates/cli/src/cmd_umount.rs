@@ -63,7 +63,7 @@ fn check_unmount_report(pool: &std::path::Path, pid: i32, mnt: &std::path::Path)
              (killed or crashed?): changes after the pool's last commit may be lost; see {} and \
              run `squeezefs fsck {}`",
             mnt.display(),
-            pool.join(crate::cmd_mount::LOG_FILE).display(),
+            pool.join(crate::open_pool::LOG_FILE).display(),
             pool.display()
         );
     }
@@ -73,7 +73,7 @@ fn check_unmount_report(pool: &std::path::Path, pid: i32, mnt: &std::path::Path)
             "unmounted {}, but flushing the pool failed: {}; see {}",
             mnt.display(),
             other.and_then(|l| l.strip_prefix("error=")).unwrap_or("no details"),
-            pool.join(crate::cmd_mount::LOG_FILE).display()
+            pool.join(crate::open_pool::LOG_FILE).display()
         ),
     }
 }

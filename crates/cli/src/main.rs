@@ -8,11 +8,15 @@ mod cmd_mkfs;
 mod cmd_mount;
 mod cmd_plot;
 mod cmd_prop;
+mod cmd_recompress;
 mod cmd_scrub;
 mod cmd_stats;
 mod cmd_umount;
 mod mount_helper;
+mod on_mount;
 mod open_pool;
+mod rootdir;
+mod xattr_io;
 
 #[derive(Parser)]
 #[command(name = "squeezefs", version, about = "A transparently compressing FUSE filesystem")]
@@ -41,6 +45,8 @@ enum Command {
     Plot(cmd_plot::PlotArgs),
     /// Get, set, inherit and list properties of files and directories (compression, ...)
     Prop(cmd_prop::PropArgs),
+    /// Rewrite existing data of files and trees with another compression (on a mount)
+    Recompress(cmd_recompress::RecompressArgs),
 }
 
 /// Errors end the process here: one line on stderr, `squeezefs: ` then the context chain
@@ -89,6 +95,7 @@ fn run() -> anyhow::Result<()> {
         Command::Stats(a) => cmd_stats::run(a),
         Command::Plot(a) => cmd_plot::run(a),
         Command::Prop(a) => cmd_prop::run(a),
+        Command::Recompress(a) => cmd_recompress::run(a),
     }
 }
 

@@ -6,6 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The daemon's log in the pool directory: its stderr once it runs in the background, so
+/// errors after the mount went live (a failed txg, an unmount that could not flush) are kept.
+/// Opened for appending by the mount; a big log moves to `squeezefs.log.1` at mount.
+pub const LOG_FILE: &str = "squeezefs.log";
+
 /// How long a command waits by default for the previous holder of a pool to close it.
 pub const DEFAULT_WAIT_SECS: u64 = 60;
 
@@ -24,7 +29,7 @@ pub fn open_waiting(pool: &Path, opts: &OpenOptions, wait: Duration) -> anyhow::
                         pool.display(),
                         holder.describe(),
                         wait.as_secs(),
-                        pool.join(crate::cmd_mount::LOG_FILE).display()
+                        pool.join(LOG_FILE).display()
                     );
                 }
                 if !told {

@@ -168,3 +168,73 @@ fn a_pool_held_by_a_live_mount_is_refused_at_once() {
     }
     assert_eq!(std::fs::read(m.path("f")).unwrap(), b"live");
 }
+
+/// Scheduling classes of the threads of `pid` whose names start with `prefix`, by name:
+/// field 41 of /proc/PID/task/TID/stat (0 SCHED_OTHER, 1 SCHED_FIFO, 5 SCHED_IDLE).
+fn thread_classes(pid: i32, prefix: &str) -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else { continue };
+        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
+        let name = head.split_once('(').map_or("", |(_, n)| n).to_string();
+        // fields after the name start at field 3 (state)
+        let policy = rest.split_whitespace().nth(41 - 3).and_then(|p| p.parse().ok());
+        if let (true, Some(p)) = (name.starts_with(prefix), policy) {
+            out.push((name, p));
+        }
+    }
+    out
+}
+
+/// Wait until every /dev/fuse thread of `pid` is in class `want` (each sets its class
+/// before it waits for its next request); the classes seen otherwise.
+fn devfuse_threads_reach(pid: i32, want: u32) -> Result<(), Vec<(String, u32)>> {
+    let t = Instant::now();
+    loop {
+        let c = thread_classes(pid, "sqz-fuse-");
+        let devfuse: Vec<_> = c.iter().filter(|(n, _)| n != "sqz-fuse-wait").collect();
+        if !devfuse.is_empty() && devfuse.iter().all(|(_, p)| *p == want) {
+            return Ok(());
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            return Err(c);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// /dev/fuse threads wait for requests as SCHED_FIFO when asked (`SQUEEZEFS_FUSE_SCHED=fifo`;
+/// the default does so while every CPU is busy), handle large writes and reads as
+/// SCHED_OTHER and wait as FIFO again afterwards; the helper an fsync goes to runs as
+/// SCHED_OTHER whatever class the thread that started it was in; `normal` keeps every
+/// thread SCHED_OTHER.
+#[test]
+fn devfuse_threads_wait_as_sched_fifo_when_asked_and_helpers_run_as_other() {
+    if !can_mount() {
+        return;
+    }
+    let mut m = Mounted::new_as_given("uring=off");
+    for (mode, want) in [("fifo", 1), ("normal", 0)] {
+        m.umount();
+        let out = std::process::Command::new(BIN)
+            .env("SQUEEZEFS_FUSE_SCHED", mode)
+            .args(["mount", m.pool.to_str().unwrap(), m.mnt.to_str().unwrap(), "-o", "allow_other,uring=off"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount: {}", String::from_utf8_lossy(&out.stderr));
+        m.mounted_by_hand();
+        let pid = m.daemon_pid();
+        devfuse_threads_reach(pid, want).unwrap_or_else(|c| panic!("{mode}: classes after the mount {c:?}"));
+        let data = chunk(7, 0);
+        let mut f = std::fs::File::create(m.path(mode)).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+        let helpers: Vec<_> =
+            thread_classes(pid, "sqz-fuse-wait").into_iter().filter(|(n, _)| n == "sqz-fuse-wait").collect();
+        assert!(!helpers.is_empty(), "{mode}: the fsync went to no helper thread");
+        assert!(helpers.iter().all(|(_, p)| *p == 0), "{mode}: helper classes {helpers:?}");
+        drop(f);
+        assert!(std::fs::read(m.path(mode)).unwrap() == data, "{mode}: read back differs");
+        devfuse_threads_reach(pid, want).unwrap_or_else(|c| panic!("{mode}: classes after writing {c:?}"));
+    }
+}

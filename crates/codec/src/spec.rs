@@ -67,6 +67,31 @@ impl Spec {
         }
     }
 
+    /// Whether a record stored with `stored` is stored the way this spec asks, so that
+    /// rewriting it with the spec would change nothing by choice (`squeezefs recompress
+    /// --if-different`, background compression): `none` asks for raw records; a fixed codec
+    /// for exactly that codec and level; `auto:MIN..MAX` for any codec of the range, by the
+    /// nominal cost order the controller's ladder runs in (`qos:N`: the range of a bare
+    /// `auto`). A raw record under a compressing spec never counts: it is raw because it did
+    /// not compress at its time, or because it was written uncompressed, and only trying
+    /// tells which.
+    pub fn stores_as(&self, stored: Codec) -> bool {
+        let in_range = |min: Codec, max: Codec| {
+            if stored.alg == Algorithm::None || stored.validate().is_err() {
+                return false;
+            }
+            let cost = |c: Codec| nominal(c).ns_per_byte();
+            let (lo, hi) = (cost(min).min(cost(max)), cost(min).max(cost(max)));
+            (lo..=hi).contains(&cost(stored))
+        };
+        match *self {
+            Spec::Off => stored.alg == Algorithm::None,
+            Spec::Fixed(c) => stored == c,
+            Spec::Auto { min, max } => in_range(min, max),
+            Spec::Qos { .. } => in_range(AUTO_DEFAULT_MIN, AUTO_DEFAULT_MAX),
+        }
+    }
+
     /// Parse a comma-separated codec list with level ranges, as `squeezefs bench --codecs`
     /// takes it: `zstd:1..15,lz4,lz4:fast=1..17,zlib:1..9,none`. Ranges run in the written
     /// direction and skip zstd level 0. Only fixed codecs (and `none`) are allowed.

@@ -72,6 +72,13 @@ impl Default for WorkspaceConfig {
     }
 }
 
+/// Thread CPU time and wall time of one codec call ([`Workspaces::compress_measured`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallTime {
+    pub cpu_ns: u64,
+    pub wall_ns: u64,
+}
+
 /// Pool counters, for tests and `squeezefs stats`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolStats {
@@ -361,14 +368,15 @@ impl Workspaces {
         self.compress_measured(codec, src, dst).0
     }
 
-    /// [`Workspaces::compress`], also returning the calling thread's CPU nanoseconds inside
-    /// the codec for this call (0 when no codec ran: `none`, or a refused call) — the cost
-    /// the auto controller measures per level. The same figure is added to the pool's
-    /// `compress_cpu_ns`.
-    pub fn compress_measured(&self, codec: Codec, src: &[u8], dst: &mut [u8]) -> (Result<usize, CodecError>, u64) {
+    /// [`Workspaces::compress`], also returning the calling thread's CPU time inside the codec
+    /// for this call (0 when no codec ran: `none`, or a refused call) — the cost the auto
+    /// controller measures per level — and the wall time of the same span: CPU ÷ wall is the
+    /// share of a core the thread obtained while it demanded one (the CPU meter's measure of
+    /// the cores squeezefs gets). The CPU figure is added to the pool's `compress_cpu_ns`.
+    pub fn compress_measured(&self, codec: Codec, src: &[u8], dst: &mut [u8]) -> (Result<usize, CodecError>, CallTime) {
         let codec = match codec.validate() {
             Ok(c) => c,
-            Err(e) => return (Err(e.into()), 0),
+            Err(e) => return (Err(e.into()), CallTime::default()),
         };
         let Some(family) = Family::compressor(codec.alg) else {
             let r = match dst.get_mut(..src.len()) {
@@ -378,22 +386,23 @@ impl Workspaces {
                 }
                 None => Err(CodecError::DstTooSmall),
             };
-            return (r, 0);
+            return (r, CallTime::default());
         };
         if src.len() > self.cfg.block_size {
-            return (Err(CodecError::SourceTooLarge { len: src.len(), max: self.cfg.block_size }), 0);
+            return (Err(CodecError::SourceTooLarge { len: src.len(), max: self.cfg.block_size }), CallTime::default());
         }
         let mut lease = match self.lease(family, codec.level) {
             Ok(l) => l,
-            Err(e) => return (Err(e), 0),
+            Err(e) => return (Err(e), CallTime::default()),
         };
-        let cpu0 = thread_cpu_ns();
+        let (wall0, cpu0) = (std::time::Instant::now(), thread_cpu_ns());
         let r = lease.ctx().compress(codec, src, dst);
         let cpu = thread_cpu_ns().saturating_sub(cpu0);
+        let wall = u64::try_from(wall0.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.work.calls.fetch_add(1, Ordering::Relaxed);
         self.work.src_bytes.fetch_add(src.len() as u64, Ordering::Relaxed);
         self.work.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
-        (r, cpu)
+        (r, CallTime { cpu_ns: cpu, wall_ns: wall })
     }
 
     /// Decompress `src` into `dst` (sized to the logical length); returns bytes written.

@@ -184,19 +184,24 @@ fn compress_measured_returns_each_calls_codec_cpu() {
     let mut dst = vec![0u8; compress_bound(codec, src.len())];
     let mut sum = 0;
     for _ in 0..5 {
-        let cpu0 = thread_cpu_ns();
-        let (r, cpu) = ws.compress_measured(codec, &src, &mut dst);
-        let spent = thread_cpu_ns() - cpu0;
+        let (cpu0, wall0) = (thread_cpu_ns(), std::time::Instant::now());
+        let (r, t) = ws.compress_measured(codec, &src, &mut dst);
+        let (spent, wall) = (thread_cpu_ns() - cpu0, wall0.elapsed().as_nanos() as u64);
         assert!(r.is_ok());
-        assert!(cpu > 0 && cpu <= spent, "{cpu} ns charged of {spent} ns spent");
-        sum += cpu;
+        assert!(t.cpu_ns > 0 && t.cpu_ns <= spent, "{} ns charged of {spent} ns spent", t.cpu_ns);
+        // the call's wall time spans its CPU time (less a clock tick of rounding) and lies
+        // within the caller's
+        assert!(t.wall_ns + 1_000_000 >= t.cpu_ns && t.wall_ns <= wall, "{t:?}, caller's wall {wall} ns");
+        sum += t.cpu_ns;
     }
     // the early abort is charged too; raw and refused calls cost nothing
-    let (r, cpu) = ws.compress_measured(codec, &src, &mut dst[..64]);
-    assert!(matches!(r, Err(CodecError::DstTooSmall)) && cpu > 0);
-    sum += cpu;
-    assert_eq!(ws.compress_measured(Codec::NONE, &src, &mut dst).1, 0);
+    let (r, t) = ws.compress_measured(codec, &src, &mut dst[..64]);
+    assert!(matches!(r, Err(CodecError::DstTooSmall)) && t.cpu_ns > 0 && t.wall_ns > 0);
+    sum += t.cpu_ns;
+    assert_eq!(ws.compress_measured(Codec::NONE, &src, &mut dst).1, CallTime::default());
     let bad = Codec { alg: Algorithm::Zstd, level: 99 };
-    assert!(matches!(ws.compress_measured(bad, &src, &mut dst), (Err(CodecError::InvalidCodec(_)), 0)));
+    assert!(
+        matches!(ws.compress_measured(bad, &src, &mut dst), (Err(CodecError::InvalidCodec(_)), t) if t == CallTime::default())
+    );
     assert_eq!(ws.stats().compress_cpu_ns, sum, "the pool's counter is the sum of the per-call figures");
 }

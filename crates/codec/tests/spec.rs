@@ -330,3 +330,29 @@ fn non_ascii_junk_after_zstd_or_lz4hc_is_refused() {
     }
     assert!(Spec::parse_list("zstd\u{e9},lz4").is_err());
 }
+
+#[test]
+fn stores_as_names_the_records_a_rewrite_with_the_spec_would_not_change() {
+    let z = |l| Codec::zstd(l).unwrap();
+    let zstd15: Spec = "zstd:15".parse().unwrap();
+    assert!(zstd15.stores_as(z(15)));
+    assert!(!zstd15.stores_as(z(14)), "another level is another encoding");
+    assert!(!zstd15.stores_as(Codec::lz4(1).unwrap()));
+    assert!(!zstd15.stores_as(Codec::NONE), "a raw record is tried, not skipped");
+    let none: Spec = "none".parse().unwrap();
+    assert!(none.stores_as(Codec::NONE));
+    assert!(!none.stores_as(z(1)));
+    // auto:MIN..MAX: every codec between the bounds by nominal cost, not raw
+    let a: Spec = "auto:1..9".parse().unwrap();
+    for l in 1..=9 {
+        assert!(a.stores_as(z(l)), "zstd:{l} lies in auto:1..9");
+    }
+    assert!(!a.stores_as(z(10)));
+    assert!(!a.stores_as(z(-5)));
+    assert!(!a.stores_as(Codec::NONE));
+    let bare: Spec = "auto".parse().unwrap();
+    assert!(bare.stores_as(z(15)) && bare.stores_as(Codec::lz4(64).unwrap()));
+    assert!(!bare.stores_as(z(19)));
+    // a stored level no build accepts is never "the same"
+    assert!(!bare.stores_as(Codec { alg: Algorithm::Zstd, level: 0 }));
+}

@@ -4,8 +4,10 @@
 //! ```text
 //! MODEL (thesis §3.1, eq. 3.7, with the CPU the rest of the pipeline needs):
 //!   write throughput W = min( n / (o + c),  D / s )                     [input bytes/s]
-//!     n  cores compressing: min(compress workers, cores not taken by others), times a
-//!        correction g (below)
+//!     n  cores compressing: min(compress workers, usable cores), times a correction g
+//!        (below). Usable cores (cpu.rs `UsableCores`) are what our threads obtain from the
+//!        scheduler when they demand CPU, not what is idle: on a shared machine the
+//!        neighbours' load expands into whatever we leave idle
 //!     o  pipeline CPU per input byte outside the codec (copies, checksums, FUSE, devices)
 //!     c  codec CPU per input byte of the level (measured in thread CPU time, not wall time,
 //!        so that other work on the cores does not make a level look slow)
@@ -33,7 +35,9 @@
 //!   the nominally nearest measured rung). Only confident rungs can drop out, so one unlucky
 //!   record cannot hide a good level. A measured rung saving less than min_gain of the raw
 //!   size is no rung: on incompressible data the ladder is raw alone and no CPU goes into
-//!   compression. A rung is *fresh* while its measurement is of the current data; it goes
+//!   compression — but only on the probe rung's own evidence (below): until it is measured on
+//!   the current data it keeps its nominal point, since a fast rung saving nothing (an lz4
+//!   acceleration on a binary) says little about zstd:1. A rung is *fresh* while its measurement is of the current data; it goes
 //!   stale when another rung's figures drift (measure.rs: the data changed) or after
 //!   stale_bytes written since it was last used.
 //!
@@ -48,9 +52,13 @@
 //!      on (the hull segment around the crossing, the best single level, the target's two
 //!      rungs and their neighbours); unknown while no device has a throughput measurement
 //!      (the position holds).
-//!   2. explore: the first of those rungs not yet confident gets this record (if its time
-//!      fits the queue delay, below), and no other exploration starts until its measurement
-//!      is back (or explore_timeout passed). Rungs the position only passes are not explored.
+//!   2. explore: the first of those rungs not yet confident and within reach — costing at
+//!      most explore_reach times the next rung up from the position (or the probe rung's
+//!      nominal cost) — gets this record (if its time fits the queue delay, below); with none
+//!      such and the target more than a rung above, the next rung up does (the position
+//!      walks to a far target, measuring on the way). No other exploration starts until its
+//!      measurement is back (or explore_timeout passed). Rungs the position only passes are
+//!      not explored.
 //!   3. move: down to the target at once; within the current segment to the target fraction;
 //!      up one measured rung per record, and only if that rung's compression time for this
 //!      record (c × size × workers/cores when workers share fewer cores) fits the expected
@@ -70,21 +78,33 @@
 //! FEEDBACK (`observe`): each compressed record updates its rung's averages; a drift marks
 //!   every other rung stale; a probe, or a record of a rung that was stale, restarts that
 //!   rung's averages (old data does not dilute them).
-//! CORRECTION g (the model's n and o come from meters, and the pipeline is not perfectly
-//!   parallel):
-//!   device-bound regime — the device queue tells the truth: ln g = p·e + I, where e is the
-//!     queue delay averaged over QUEUE_TAU_SECS against its target, relative, clamped to ±1,
-//!     p = gain_p_up above the target and gain_p_down below it (0 until the queue first
-//!     reached its target: an empty queue at start-up is not a slow CPU), and I integrates
-//!     gain_i·e per second, except while the target is pinned at the end of the ladder the
-//!     error pushes towards (no wind-up). Queue target: queue_target_secs, or 4 compression
-//!     times of the strongest rung in use if longer (room for the guard). The queue is itself
-//!     the integral of the rate mismatch, so a pure integral here would oscillate; the P part
-//!     damps it.
-//!   CPU-bound regime — the queue is empty and says nothing; the compression stage's own
-//!     throughput does: input bytes decided per second while saturated, over windows of at
-//!     least RATE_WINDOW_SECS and RATE_WINDOW_RECORDS records, against the model's
-//!     n / (o + c̄) for the mix used, moves ln g by RATE_WEIGHT of the difference.
+//! CORRECTION g (the model's n, o and D come from meters that can be off several times over
+//!   on a shared machine — a device's drain rate read after idle gaps overstates a throttled
+//!   device 2× —, and the pipeline is not perfectly parallel): ln g = P + I, from the queue
+//!   delay q averaged over QUEUE_TAU_SECS against its target q* (queue_target_secs, or 4
+//!   compression times of the strongest rung in use if longer: room for the guard; or the
+//!   device time of batch_bytes if longer still: a queue the pipeline holds by itself —
+//!   records waiting for their txg — says nothing about the device being slow).
+//!   queue above its target — the devices are the bottleneck, whatever the regime and
+//!     whether or not records wait for compression (a pessimistic model stores raw with the
+//!     queue full and the workers idle): P = gain_p_up·ln(q/q*), proportional to how many
+//!     times the target the queue holds, so a queue of seconds (the records decided before
+//!     the first drain measurement) asks for strong levels until it drains, and no memory of
+//!     it stays behind.
+//!   queue below its target, saturated pipeline, device-bound regime — the CPU fell short:
+//!     P = gain_p_down·e, e = (q − q*)/q* clamped to −1 (P is 0 until the queue first reached
+//!     its target: an empty queue at start-up is not a slow CPU). Otherwise below the target
+//!     (an unsaturated pipeline, the CPU-bound regime) the queue says nothing and g holds.
+//!   I integrates gain_i·e per second (e clamped to ±1) only while q ≤ 2 q* (near the target,
+//!     where it trims what the meters get wrong; far above it P acts and integrating would
+//!     wind up) and not while the target is pinned at the end of the ladder e pushes
+//!     towards. The queue is itself the integral of the rate mismatch, so a pure integral
+//!     here would oscillate; the P part damps it.
+//!   CPU-bound regime, queue not above its target — the queue is empty by design; the
+//!     compression stage's own throughput: input bytes decided per second while saturated,
+//!     over windows of at least RATE_WINDOW_SECS and RATE_WINDOW_RECORDS records, against
+//!     the model's n / (o + c̄) for the mix used, moves ln g by RATE_WEIGHT of the difference
+//!     (n·g at most the workers: a burst of records or costs from estimates read 8× here).
 //!   g stays within [gain_min, gain_max].
 //!
 //! QoS entry (`mix_for_rate`): the strongest mix whose compression throughput on the CPU left
@@ -94,10 +114,11 @@
 //! the place to re-tune them):
 //!   queue_target_secs 0.05      enough queue to ride out a slow record; little dirty memory
 //!   guard_safety_records 2      the records the other workers may be about to queue
-//!   gain_p_up 1, gain_p_down 0.3, gain_i 0.5/s, g in 0.25…4
+//!   gain_p_up 1, gain_p_down 0.3, gain_i 0.5/s, g in 0.25…8
 //!                               settles within a second; P down is weaker because running
 //!                               short of queue costs ratio (faster levels) while a long queue
-//!                               costs nothing but memory
+//!                               costs nothing but memory; up to 8× because two meters 2–3×
+//!                               off multiply
 //!   min_gain 0.03               3% smaller than raw, or the rung is not worth CPU
 //!   confident_bytes 256 KiB     2 records of 128 KiB. Real data changes every few MiB (the
 //!                               corpus alternates text, binaries, a database, XML): each
@@ -109,6 +130,14 @@
 //!   probe_bytes 64 MiB          ≤ 0.2% of the records probed on incompressible data
 //!   stale_bytes 1 GiB           rungs not used for that long are measured again before use
 //!   explore_timeout 1 s         an exploration whose result never came back is given up
+//!   explore_reach 2             a rung is explored only if it costs at most twice the next
+//!                               rung up from the position (or zstd:1's nominal cost): with
+//!                               every relevant rung explored, a target swinging up the ladder
+//!                               had zstd:7–15 explored on a contended core, a third of the
+//!                               records and as much codec CPU as zstd:1 spent on everything
+//!   batch_bytes 0               the pipeline sets its txg's early-sync bytes (16 MiB): at
+//!                               20 MB/s that alone is 0.8 s of queue, and a 0.05 s target
+//!                               read it as a device 16 times too slow
 //! ```
 
 use crate::device_choice::DeviceView;
@@ -144,6 +173,12 @@ pub struct Tunables {
     pub probe_bytes: u64,
     pub stale_bytes: u64,
     pub explore_timeout_secs: f64,
+    /// bytes the pipeline queues for a device by itself (records waiting for their txg):
+    /// the queue target is at least this much of device time
+    pub batch_bytes: u64,
+    /// a rung is explored only if it costs at most this many times the next rung up (or the
+    /// probe rung's nominal cost)
+    pub explore_reach: f64,
 }
 
 impl Default for Tunables {
@@ -155,12 +190,14 @@ impl Default for Tunables {
             gain_p_down: 0.3,
             gain_i: 0.5,
             gain_min: 0.25,
-            gain_max: 4.0,
+            gain_max: 8.0,
             min_gain: 0.03,
             confident_bytes: 256 << 10,
             probe_bytes: 64 << 20,
             stale_bytes: 1 << 30,
             explore_timeout_secs: 1.0,
+            batch_bytes: 0,
+            explore_reach: 2.0,
         }
     }
 }
@@ -174,7 +211,8 @@ pub struct AutoInputs<'a> {
     pub record_bytes: u64,
     /// the devices (queued bytes, averaged write throughput, free space)
     pub devices: &'a [DeviceView],
-    /// cores available to squeezefs (`CpuMeter`), or the machine's if not measured
+    /// cores our threads obtain when they demand CPU (`UsableCores`), or the machine's if
+    /// not measured
     pub cores: f64,
     /// compress workers
     pub workers: usize,
@@ -460,8 +498,14 @@ impl AutoController {
         let is_fresh: Vec<bool> = (0..n).map(|i| self.fresh(i)).collect();
         let fresh: Vec<usize> = (0..n).filter(|&i| is_fresh[i]).collect();
         let confident: Vec<bool> = (0..n).map(|i| is_fresh[i] && self.confident(i)).collect();
-        let points: Vec<Point> =
+        let mut points: Vec<Point> =
             (0..n).map(|i| if is_fresh[i] { self.measured_point(i) } else { self.estimate_among(i, &fresh) }).collect();
+        // the ladder is raw alone only on the probe rung's own evidence: a weak rung that saves
+        // nothing on some data (lz4:fast=32 on a binary) says little about zstd:1, and scaling
+        // every estimate by it would store everything raw until the next probe
+        if n > 0 && !is_fresh[self.probe] && points[self.probe].stored > limit {
+            points[self.probe] = self.nominal[self.probe];
+        }
         // confident rungs: the hull of raw and their points that save enough
         let mut pts = vec![(None, Point::RAW)];
         pts.extend((0..n).filter(|&i| confident[i]).map(|i| (Some(i), points[i])).filter(|(_, p)| p.stored <= limit));
@@ -600,8 +644,17 @@ impl AutoController {
                 self.pinned = (k == 0 && f == 0.0, k == top);
                 let measured = |r: usize| self.ladder[r].measured;
                 // 3: a rung the decision depends on that is not measured on this data yet is
-                // explored; rungs the position only passes are not
-                if let Some(&r) = t.relevant.iter().find(|&&r| !self.ladder[r].confident) {
+                // explored if it costs at most explore_reach times the next rung up from the
+                // position (or the probe rung's nominal cost, if more), and so is that next
+                // rung on the way to a target more than a rung above (a target far up the
+                // ladder, where a queue or g swing puts it for a moment, is not worth
+                // zstd:9–15 records on a busy core: the position walks there)
+                let up = k > lo + 1 && lo < top;
+                let next_up = up.then_some(lo + 1);
+                let probe_cost = self.nominal.get(self.probe).map_or(0.0, |p| p.cost);
+                let reach = self.ladder[(lo + 1).min(top)].pt.cost.max(probe_cost) * self.tun.explore_reach;
+                let unknown = |r: &usize| self.ladder[*r].pt.cost <= reach && !self.ladder[*r].confident;
+                if let Some(r) = t.relevant.iter().copied().chain(next_up).find(unknown) {
                     if self.exploring.is_none() && fits(&self.ladder[r]) {
                         explore = Some(r);
                     }
@@ -654,39 +707,48 @@ impl AutoController {
             frac = 0.0;
         }
 
-        // the queue correction, from the averaged queue against its target
-        if let (Some(avg), true, true, false) = (self.queue_avg.value(), inp.backlog, target.is_some(), self.cpu_bound)
-        {
+        // the queue correction, from the averaged queue against its target (block comment,
+        // CORRECTION g)
+        let mut queue_long = false;
+        if let (Some(avg), true) = (self.queue_avg.value(), target.is_some()) {
             let strongest = if frac > 0.0 { &self.ladder[lo + 1] } else { &self.ladder[lo] };
-            let want = self.tun.queue_target_secs.max(4.0 * time(strongest));
+            let batch = q.device_bps.map_or(0.0, |d| self.tun.batch_bytes as f64 / d);
+            let want = self.tun.queue_target_secs.max(4.0 * time(strongest)).max(batch);
             let err = ((avg - want) / want).clamp(-1.0, 1.0);
-            let (bottom, at_top) = self.pinned;
-            let (lmin, lmax) = (self.tun.gain_min.ln(), self.tun.gain_max.ln());
-            let wound = (err > 0.0 && at_top) || (err < 0.0 && bottom);
-            if !wound {
-                self.integral = (self.integral + self.tun.gain_i * err * dt).clamp(lmin, lmax);
+            queue_long = avg > want;
+            if queue_long || (inp.backlog && !self.cpu_bound) {
+                let (bottom, at_top) = self.pinned;
+                let (lmin, lmax) = (self.tun.gain_min.ln(), self.tun.gain_max.ln());
+                let wound = (err > 0.0 && at_top) || (err < 0.0 && bottom);
+                if !wound && avg <= 2.0 * want {
+                    self.integral = (self.integral + self.tun.gain_i * err * dt).clamp(lmin, lmax);
+                }
+                // an empty queue before it ever reached its target means a pipeline starting
+                // up, not a slow CPU
+                self.primed |= err >= 0.0;
+                let p = if queue_long {
+                    self.tun.gain_p_up * (avg / want).ln()
+                } else if self.primed {
+                    self.tun.gain_p_down * err
+                } else {
+                    0.0
+                };
+                self.gain = (p + self.integral).clamp(lmin, lmax).exp();
             }
-            // an empty queue before it ever reached its target means a pipeline starting up,
-            // not a slow CPU
-            self.primed |= err >= 0.0;
-            let p = if err > 0.0 {
-                self.tun.gain_p_up
-            } else if self.primed {
-                self.tun.gain_p_down
-            } else {
-                0.0
-            };
-            self.gain = (p * err + self.integral).clamp(lmin, lmax).exp();
         }
         // at the CPU-bound best rung the queue is empty by design and says nothing; the
         // compression stage's own throughput (records taken per second while saturated) against
-        // the model's n / (o + c) corrects g instead
-        if inp.backlog && self.cpu_bound && target.is_some() {
+        // the model's n / (o + c) corrects g instead — unless the queue is long: then the
+        // devices, not the CPU, set that throughput
+        if inp.backlog && self.cpu_bound && target.is_some() && !queue_long {
             let w = self.rate_window.get_or_insert((now, 0, 0.0));
             if now - w.0 >= RATE_WINDOW_SECS && w.1 >= RATE_WINDOW_RECORDS * rec {
                 let rate = w.1 as f64 / (now - w.0);
                 let cost = w.2 / w.1 as f64;
-                let measured = rate * (o + cost) / (n * 1e9);
+                // no more cores than the workers compressing: a window of records started in a
+                // burst (a txg's queue drained at once) or costed by estimates must not make
+                // the model believe in CPU the machine does not have
+                let measured = (rate * (o + cost) / (n * 1e9)).min(workers / n);
                 let (lmin, lmax) = (self.tun.gain_min.ln(), self.tun.gain_max.ln());
                 let lg = self.gain.ln() + RATE_WEIGHT * (measured.ln() - self.gain.ln());
                 self.integral = lg.clamp(lmin, lmax);

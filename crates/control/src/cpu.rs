@@ -1,5 +1,5 @@
-//! The CPU squeezefs gets: cores not taken by other processes, and the CPU the pipeline spends
-//! per byte outside the codec.
+//! The CPU squeezefs gets: the cores its threads obtain when they demand CPU, and the CPU
+//! the pipeline spends per byte outside the codec.
 //!
 //! ```text
 //! Sources (behind `CpuSource`, so the meters and the controller stay pure and testable):
@@ -7,11 +7,40 @@
 //!   the CPUs this process may run on (sched_getaffinity: `taskset -c 0` gives one core), and
 //!   /proc/self/stat (our own user + system ticks).
 //! Meters:
-//!   `CpuMeter` — between two samples, others' busy ticks = all busy ticks − ours; cores
-//!     available to us = allowed CPUs − others' busy share × allowed CPUs, floored at
+//!   `UsableCores` — the cores the pipeline's compression can count on (what the auto
+//!     controller's model calls n, and the QoS plan's CPU). What matters is what our threads
+//!     obtain from the scheduler when they demand CPU, not what is idle: on a shared machine
+//!     the neighbours' load expands into whatever squeezefs leaves idle (builds, other
+//!     benchmarks), so "cores not taken by others" reads a fraction of what a demanding
+//!     compressor gets (0.4 of 2 cores where zstd:1 took about 1). Per interval between two
+//!     samples (every METER_PERIOD in the pipeline):
+//!       share  = codec CPU time ÷ codec wall time over the calls of the interval (the thread
+//!                clocks around each call, `CallTime`): the fraction of a core a compressing
+//!                thread obtained while it demanded one. Two figures: over the calls made
+//!                while records waited behind them (saturated: every worker demanding, the
+//!                figure to trust) and over all calls (optimistic: a lone worker waking up
+//!                gets more than when all demand). Each interval with at least
+//!                SHARE_MIN_WALL_NS of calls updates an average over SHARE_TAU_SECS.
+//!       ours   = process CPU time ÷ wall time: what we obtain now, averaged over CPU_TAU_SECS;
+//!                and the same over the saturated intervals only (at least SATURATED_SHARE
+//!                of SATURATED_MIN_RECORDS or more records decided with a backlog): what the
+//!                whole process obtains when it demands, writers compressing their own
+//!                records and FUSE threads included (the workers' share alone misses those:
+//!                with 12 runnable threads on 2 cores each thread gets a sixth of a core,
+//!                and the more of ours demand, the more we get).
+//!     usable = clamp( max(demand, ours), MIN_CORES, allowed CPUs ), where demand is, first
+//!     that applies: max(workers × saturated share, ours while saturated), each if measured
+//!     within SHARE_FRESH_SECS; workers × share of all calls if measured within
+//!     SHARE_FRESH_SECS; else `CpuMeter` (idle + ours: before any codec call, or when nothing
+//!     was compressed for a while). Never less than `ours`: whatever the estimate, what we
+//!     already get is available. An optimistic figure corrects itself: the controller picks
+//!     stronger levels, the workers saturate, and the saturated figures take over.
+//!   `CpuMeter` — cores not taken by others: between two samples, others' busy ticks = all busy
+//!     ticks − ours; available = allowed CPUs − others' busy share × allowed CPUs, floored at
 //!     MIN_CORES (the scheduler always gives our runnable threads some share), averaged over
 //!     CPU_TAU_SECS. A CPU hog on one of two cores gives 1; a writer process using half a core
-//!     to feed us gives 1.5 (its CPU is not ours to spend on compression).
+//!     to feed us gives 1.5 (its CPU is not ours to spend on compression). `UsableCores`'
+//!     fallback.
 //!   `OverheadMeter` — (process CPU − codec CPU) per input byte written: copies, checksums, the
 //!     FUSE round trips, the device threads. The pipeline model needs it: every byte costs this
 //!     much CPU even when stored raw, so `none` is CPU-bound on a fast device with a slow CPU.
@@ -25,6 +54,17 @@ use crate::ewma::{ByteEwma, TimeEwma};
 pub const CPU_TAU_SECS: f64 = 1.0;
 /// Fewest cores the meter reports.
 pub const MIN_CORES: f64 = 0.25;
+/// Time constant of the averaged share of a core a compressing thread obtains, seconds.
+pub const SHARE_TAU_SECS: f64 = 0.5;
+/// Fewest nanoseconds of codec calls (wall time) in an interval for its share to count.
+pub const SHARE_MIN_WALL_NS: u64 = 2_000_000;
+/// A share measured longer ago than this no longer says what a demanding thread obtains.
+pub const SHARE_FRESH_SECS: f64 = 2.0;
+/// An interval is saturated when at least this share of its records were decided with a
+/// backlog…
+pub const SATURATED_SHARE: f64 = 0.75;
+/// …and it decided at least this many records.
+pub const SATURATED_MIN_RECORDS: u64 = 4;
 /// Bytes over which the pipeline overhead per byte is averaged.
 pub const OVERHEAD_WINDOW_BYTES: u64 = 64 << 20;
 /// Fewest input bytes between two overhead samples (smaller intervals are merged: the
@@ -187,6 +227,118 @@ impl CpuMeter {
     }
 }
 
+/// Cumulative CPU and wall time of codec calls (the pipeline's counters).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallTotals {
+    pub cpu_ns: u64,
+    pub wall_ns: u64,
+}
+
+impl CallTotals {
+    /// CPU ÷ wall of the calls since `earlier`, if they span at least SHARE_MIN_WALL_NS.
+    fn share_since(self, earlier: CallTotals) -> Option<f64> {
+        let wall = self.wall_ns.saturating_sub(earlier.wall_ns);
+        let cpu = self.cpu_ns.saturating_sub(earlier.cpu_ns);
+        (wall >= SHARE_MIN_WALL_NS).then(|| (cpu as f64 / wall as f64).min(1.0))
+    }
+}
+
+/// What the pipeline hands [`UsableCores`] at each sample: cumulative counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CoresSample {
+    /// /proc/stat and /proc/self/stat, when readable (`CpuMeter`'s input)
+    pub proc: Option<CpuSample>,
+    /// CPU time of the whole process (`process_cpu_ns`)
+    pub process_cpu_ns: u64,
+    /// codec calls made while more records waited for compression
+    pub saturated: CallTotals,
+    /// every codec call
+    pub all: CallTotals,
+    /// records decided with a backlog, and all records decided
+    pub saturated_records: u64,
+    pub records: u64,
+}
+
+/// The cores the pipeline's compression can count on (see the module comment).
+#[derive(Clone, Debug)]
+pub struct UsableCores {
+    workers: f64,
+    cpus: f64,
+    idle: CpuMeter,
+    prev: Option<(f64, CoresSample)>,
+    ours: TimeEwma,
+    saturated: TimeEwma,
+    /// when the saturated share was last updated
+    saturated_at: f64,
+    all: TimeEwma,
+    all_at: f64,
+    /// process CPU per second over saturated intervals
+    ours_saturated: TimeEwma,
+    ours_saturated_at: f64,
+}
+
+impl UsableCores {
+    /// `workers`: the compress workers; `cpus`: the CPUs this process may use.
+    pub fn new(workers: usize, cpus: f64) -> UsableCores {
+        UsableCores {
+            workers: workers.max(1) as f64,
+            cpus: cpus.max(1.0),
+            idle: CpuMeter::new(),
+            prev: None,
+            ours: TimeEwma::new(CPU_TAU_SECS),
+            saturated: TimeEwma::new(SHARE_TAU_SECS),
+            saturated_at: f64::NEG_INFINITY,
+            all: TimeEwma::new(SHARE_TAU_SECS),
+            all_at: f64::NEG_INFINITY,
+            ours_saturated: TimeEwma::new(SHARE_TAU_SECS),
+            ours_saturated_at: f64::NEG_INFINITY,
+        }
+    }
+
+    /// Cores not taken by other processes (the `CpuMeter` fallback), once measured.
+    pub fn idle_cores(&self) -> Option<f64> {
+        self.idle.available_cores()
+    }
+
+    /// Add the sample taken at `now_secs`; returns the usable cores once two samples were seen.
+    pub fn update(&mut self, now_secs: f64, s: CoresSample) -> Option<f64> {
+        let idle = s.proc.and_then(|p| self.idle.update(now_secs, p));
+        let (t0, p) = self.prev.replace((now_secs, s))?;
+        let dt = now_secs - t0;
+        if dt > 0.0 {
+            let ours = (s.process_cpu_ns.saturating_sub(p.process_cpu_ns) as f64 / 1e9 / dt).min(self.cpus);
+            self.ours.update(now_secs, ours);
+            let records = s.records.saturating_sub(p.records);
+            let saturated = s.saturated_records.saturating_sub(p.saturated_records);
+            if records >= SATURATED_MIN_RECORDS && saturated as f64 >= SATURATED_SHARE * records as f64 {
+                self.ours_saturated.update(now_secs, ours);
+                self.ours_saturated_at = now_secs;
+            }
+        }
+        if let Some(x) = s.saturated.share_since(p.saturated) {
+            self.saturated.update(now_secs, x);
+            self.saturated_at = now_secs;
+        }
+        if let Some(x) = s.all.share_since(p.all) {
+            self.all.update(now_secs, x);
+            self.all_at = now_secs;
+        }
+        let fresh = |e: &TimeEwma, at: f64| e.value().filter(|_| now_secs - at <= SHARE_FRESH_SECS);
+        let saturated = [
+            fresh(&self.saturated, self.saturated_at).map(|x| self.workers * x),
+            fresh(&self.ours_saturated, self.ours_saturated_at),
+        ];
+        let demand = saturated
+            .into_iter()
+            .flatten()
+            .reduce(f64::max)
+            .or_else(|| fresh(&self.all, self.all_at).map(|x| self.workers * x))
+            .unwrap_or_else(|| idle.unwrap_or(self.cpus));
+        let ours = self.ours.value().unwrap_or(0.0);
+        Some(demand.max(ours).clamp(MIN_CORES.min(self.cpus), self.cpus))
+    }
+}
+
 /// The pipeline's CPU per input byte outside the codec (see the module comment).
 #[derive(Clone, Debug)]
 pub struct OverheadMeter {
@@ -306,6 +458,135 @@ ctxt 12345
             assert!((MIN_CORES..=a.cpus as f64).contains(&c), "{c}");
         }
         assert!(process_cpu_ns() > 0);
+    }
+
+    /// Drives a `UsableCores` with 100 ms samples: per interval, the ticks others take
+    /// (cores, of 2), our process CPU (cores), and codec calls (wall ms, share) made with a
+    /// backlog and without.
+    struct Feed {
+        m: UsableCores,
+        t: f64,
+        s: CoresSample,
+    }
+
+    impl Feed {
+        fn new(workers: usize, cpus: u32) -> Feed {
+            let proc = Some(sample(0, 0, 0, cpus));
+            Feed { m: UsableCores::new(workers, cpus as f64), t: 0.0, s: CoresSample { proc, ..Default::default() } }
+        }
+
+        /// One 100 ms interval; returns the usable cores after it.
+        fn step(&mut self, others: f64, ours: f64, saturated: (f64, f64), unsaturated: (f64, f64)) -> Option<f64> {
+            let p = self.s.proc.unwrap();
+            let cpus = p.cpus as f64;
+            // 100 ticks per CPU per interval
+            let total = 100 * p.cpus as u64;
+            let busy = ((others + ours) / cpus * total as f64).round() as u64;
+            self.s.proc = Some(sample(
+                p.total_ticks + total,
+                p.idle_ticks + total.saturating_sub(busy),
+                p.self_ticks + (ours / cpus * total as f64).round() as u64,
+                p.cpus,
+            ));
+            self.s.process_cpu_ns += (ours * 0.1e9) as u64;
+            let add = |c: &mut CallTotals, (ms, share): (f64, f64)| {
+                c.wall_ns += (ms * 1e6) as u64;
+                c.cpu_ns += (ms * 1e6 * share) as u64;
+            };
+            add(&mut self.s.saturated, saturated);
+            add(&mut self.s.all, saturated);
+            add(&mut self.s.all, unsaturated);
+            // a record per 0.5 ms of calls: the interval's saturation is its share of calls
+            // made with a backlog
+            let records = |ms: f64| (ms * 2.0).round() as u64;
+            self.s.saturated_records += records(saturated.0);
+            self.s.records += records(saturated.0) + records(unsaturated.0);
+            self.t += 0.1;
+            self.m.update(self.t, self.s)
+        }
+
+        fn steps(&mut self, n: usize, others: f64, ours: f64, sat: (f64, f64), unsat: (f64, f64)) -> f64 {
+            (0..n).filter_map(|_| self.step(others, ours, sat, unsat)).last().expect("a figure")
+        }
+    }
+
+    #[test]
+    fn usable_cores_are_what_demanding_workers_obtain_not_what_is_idle() {
+        // a loaded machine: others take 1.6 of 2 cores while we idle (idle + ours: 0.4), but
+        // our 2 workers, saturated, each obtain 45% of a core from the scheduler: 0.9 cores
+        let mut f = Feed::new(2, 2);
+        let c = f.steps(30, 1.2, 0.8, (150.0, 0.45), (0.0, 0.0));
+        assert!((c - 0.9).abs() < 0.01, "{c}");
+        assert!((f.m.idle_cores().unwrap() - 0.8).abs() < 0.01, "the /proc/stat figure stays available");
+        // the same machine before any codec call: only /proc/stat to go by
+        let mut f = Feed::new(2, 2);
+        let c = f.steps(30, 1.6, 0.0, (0.0, 0.0), (0.0, 0.0));
+        assert!((c - 0.4).abs() < 0.01, "{c}");
+        // a CPU hog on one of two cores, 2 workers: 3 runnable threads, 2/3 of a core each
+        let mut f = Feed::new(2, 2);
+        let c = f.steps(30, 0.67, 1.33, (180.0, 2.0 / 3.0), (0.0, 0.0));
+        assert!((c - 4.0 / 3.0).abs() < 0.01, "{c}");
+        // an idle machine: both cores
+        let mut f = Feed::new(2, 2);
+        assert!((f.steps(30, 0.0, 2.0, (190.0, 1.0), (0.0, 0.0)) - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn usable_cores_are_never_fewer_than_what_we_already_get() {
+        // one allowed CPU, one worker: the writer thread compresses too (caller-runs) and the
+        // FUSE threads run, so the worker's share is 0.5, yet the process gets the whole core
+        let mut f = Feed::new(1, 1);
+        let c = f.steps(30, 0.0, 1.0, (90.0, 0.5), (0.0, 0.0));
+        assert!((c - 1.0).abs() < 0.01, "{c}");
+        // the share says 0.9 of 2 cores but the process already gets 1.3
+        let mut f = Feed::new(2, 2);
+        let c = f.steps(30, 0.7, 1.3, (150.0, 0.45), (0.0, 0.0));
+        assert!((c - 1.3).abs() < 0.01, "{c}");
+        // more workers than CPUs: never more than the CPUs
+        let mut f = Feed::new(8, 2);
+        assert_eq!(f.steps(30, 0.0, 2.0, (500.0, 0.9), (0.0, 0.0)), 2.0);
+        // everything taken by others and nothing obtained: the floor
+        let mut f = Feed::new(1, 1);
+        assert_eq!(f.steps(30, 1.0, 0.0, (0.0, 0.0), (0.0, 0.0)), MIN_CORES);
+    }
+
+    #[test]
+    fn usable_cores_count_what_the_whole_process_obtains_while_saturated() {
+        // 12 runnable threads on 2 cores: each of our 2 workers gets a sixth of a core, the
+        // writer compressing its own records and the FUSE threads get theirs too — the
+        // process obtains half a core while saturated, though only 0.25 on average because
+        // half the intervals are not saturated
+        let mut f = Feed::new(2, 2);
+        let mut c = None;
+        for _ in 0..15 {
+            c = f.step(1.5, 0.5, (180.0, 1.0 / 6.0), (0.0, 0.0)).or(c);
+            c = f.step(1.8, 0.0, (0.0, 0.0), (1.0, 1.0)).or(c);
+        }
+        let c = c.expect("a figure");
+        assert!((c - 0.5).abs() < 0.02, "{c}");
+    }
+
+    #[test]
+    fn usable_cores_fall_back_from_saturated_to_any_calls_to_proc_stat() {
+        let mut f = Feed::new(2, 2);
+        f.steps(30, 1.2, 0.8, (150.0, 0.45), (0.0, 0.0));
+        // the pipeline stops being saturated (a weaker level): lone calls obtain 90% of a
+        // core; the saturated figure counts while fresh, then the optimistic one takes over
+        let c = f.steps(10, 1.6, 0.2, (0.0, 0.0), (20.0, 0.9));
+        assert!((c - 0.9).abs() < 0.01, "still the saturated figure: {c}");
+        let c = f.steps(20, 1.6, 0.2, (0.0, 0.0), (20.0, 0.9));
+        assert!((c - 1.8).abs() < 0.02, "the lone calls' share once the saturated one is stale: {c}");
+        // nothing compressed for longer than SHARE_FRESH_SECS: /proc/stat
+        let c = f.steps(30, 1.6, 0.0, (0.0, 0.0), (0.0, 0.0));
+        assert!((c - 0.4).abs() < 0.01, "{c}");
+        // intervals with too few calls to tell do not count
+        let mut f = Feed::new(2, 2);
+        let c = f.steps(30, 1.6, 0.0, (1.0, 0.1), (0.5, 0.1));
+        assert!((c - 0.4).abs() < 0.01, "{c}");
+        // no /proc/stat at all and no calls yet: the allowed CPUs
+        let mut m = UsableCores::new(2, 2.0);
+        assert_eq!(m.update(0.0, CoresSample::default()), None, "one sample is no interval");
+        assert_eq!(m.update(0.1, CoresSample::default()), Some(2.0));
     }
 
     #[test]

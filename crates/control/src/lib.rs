@@ -1,11 +1,13 @@
 //! Controllers as pure functions of measured inputs: device choice (smallest expected queue
 //! delay), auto (the level that keeps the devices busy), and QoS trees ([`qos`]: admission
-//! nested like HTB, levels per tree for their rates, the compress queue across trees).
+//! nested like HTB, levels per tree for their rates, the compress queue across trees), and
+//! when background compression works ([`background`]).
 //! No clocks and no threads here: callers pass measurements in and get a decision out, so
 //! every controller is testable without a filesystem. The only I/O is the /proc reader in
 //! [`cpu`] (behind the [`CpuSource`] trait) and the [`trace`] file writer and reader.
 
 mod auto;
+pub mod background;
 pub mod cpu;
 mod device_choice;
 pub mod ewma;
@@ -15,11 +17,11 @@ pub mod qos;
 pub mod trace;
 
 pub use auto::{AutoController, AutoInputs, Decision, Reason, Sample, Tunables};
-pub use cpu::{CpuMeter, CpuSample, CpuSource, OverheadMeter, ProcStat};
+pub use cpu::{CallTotals, CoresSample, CpuMeter, CpuSample, CpuSource, OverheadMeter, ProcStat, UsableCores};
 pub use device_choice::{
     choose_device, expected_completion_secs, min_queue_delay, queue_delay_secs, safety_buffer_bytes, DeviceView,
     DEFAULT_SAFETY_RECORDS,
 };
 pub use ladder::{Mix, Point};
-pub use measure::{queue_estimate, DeviceMeter, LevelMeter, QueueEstimate};
+pub use measure::{queue_estimate, BusyDrain, DeviceMeter, LevelMeter, QueueEstimate};
 pub use trace::{read_trace, Trace, TraceError, TraceRow, TraceWriter};

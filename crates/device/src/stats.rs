@@ -23,6 +23,12 @@
 //!   that rate is the average instead: `record_drain` feeds it the same way, and the
 //!   writes' own timing no longer does.
 //!
+//! * `drained_bytes`: bytes the device finished writing: the drain samples' bytes when the
+//!   device measures its drain, else the writes' bytes. Over an interval in which the
+//!   device's queue never emptied, its growth is the device's sustained rate (control
+//!   measure.rs `BusyDrain`): unlike the per-range average, it gives no credit for the
+//!   burst a throttled device lets through after an idle gap.
+//!
 //! All fields are atomics: writers update without locks; readers may see one update late.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,6 +45,7 @@ pub struct DeviceStats {
     /// 0.0 = not measured yet.
     secs_per_byte_bits: AtomicU64,
     written_total: AtomicU64,
+    drained_total: AtomicU64,
     /// the throughput comes from `record_drain`, not from the writes' timing
     drain_measured: std::sync::atomic::AtomicBool,
 }
@@ -51,6 +58,8 @@ pub struct DeviceStatsSnapshot {
     /// Moving average of write throughput in bytes/s; 0.0 until the first write completed.
     pub throughput_bps: f64,
     pub written_bytes: u64,
+    /// bytes the device finished writing (see the module comment)
+    pub drained_bytes: u64,
 }
 
 impl DeviceStats {
@@ -72,6 +81,7 @@ impl DeviceStats {
         self.last_latency_ns.store(duration_to_nanos(duration), Ordering::Relaxed);
         self.written_total.fetch_add(bytes, Ordering::Relaxed);
         if !self.drain_measured.load(Ordering::Relaxed) {
+            self.drained_total.fetch_add(bytes, Ordering::Relaxed);
             self.average(bytes, duration);
         }
     }
@@ -89,6 +99,7 @@ impl DeviceStats {
     /// the first call on, the throughput average is of these.
     pub fn record_drain(&self, bytes: u64, duration: Duration) {
         self.drain_measured_by_device();
+        self.drained_total.fetch_add(bytes, Ordering::Relaxed);
         self.average(bytes, duration);
     }
 
@@ -121,6 +132,7 @@ impl DeviceStats {
             last_write_latency: Duration::from_nanos(self.last_latency_ns.load(Ordering::Relaxed)),
             throughput_bps: self.throughput_bps(),
             written_bytes: self.written_total.load(Ordering::Relaxed),
+            drained_bytes: self.drained_total.load(Ordering::Relaxed),
         }
     }
 }
@@ -218,6 +230,9 @@ mod tests {
         s.record_write(16 * MIB, Duration::from_millis(1));
         assert!((s.throughput_bps() - 25e6).abs() < 1.0, "fast writes no longer count");
         assert_eq!(s.snapshot().written_bytes, 32 * MIB, "written bytes still count");
+        // drained: the writes' bytes while they were the device's timing, then the drain's
+        assert_eq!(s.snapshot().drained_bytes, 20 * MIB);
+        assert_eq!(d.snapshot().drained_bytes, 0, "writes into a cache are not drained");
     }
 
     #[test]

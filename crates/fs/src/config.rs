@@ -15,6 +15,9 @@ pub struct FsConfig {
     pub check_permissions: bool,
     /// mount-wide compression; `None` keeps the engine's default
     pub compression: Option<Compression>,
+    /// `background_compression=`: the codec idle-time rewriting converts data to where no
+    /// directory or file sets its own (`None`: no background compression)
+    pub background: Option<Spec>,
     /// `qos=`: the whole filesystem is a QoS tree paced to this many bytes/s (what the root
     /// directory inherits when it has no `qos` of its own)
     pub qos: Option<u64>,
@@ -41,6 +44,7 @@ impl Default for FsConfig {
             read_only: false,
             check_permissions: true,
             compression: None,
+            background: None,
             qos: None,
             recordsize: None,
             noatime: false,

@@ -60,7 +60,7 @@ impl Resolved {
 
 impl Fs {
     /// Values that come from the mount or the defaults (what the root inherits).
-    fn mount_level(&self) -> Effective {
+    pub(crate) fn mount_level(&self) -> Effective {
         let (compression, force) = match self.compression() {
             Some(c) => ((Value::Spec(c.spec), Source::Mount), (Value::Bool(c.force), Source::Mount)),
             None => {
@@ -76,7 +76,10 @@ impl Fs {
                     Some(b) => (Value::Size(b), Source::Mount),
                     None => (Value::Size(self.engine.info().recordsize), Source::Default),
                 },
-                (Value::Spec(Spec::Off), Source::Default),
+                match self.cfg.background {
+                    Some(b) => (Value::Spec(b), Source::Mount),
+                    None => (Value::Spec(Spec::Off), Source::Default),
+                },
                 match self.mount_qos() {
                     Some(r) => (Value::Rate(Some(r)), Source::Mount),
                     None => (Value::Rate(None), Source::Default),
@@ -176,6 +179,22 @@ impl Fs {
         Ok(above.expect("the chain holds at least the inode itself").1)
     }
 
+    /// Effective properties of `ino` reached as an entry of directory `parent`, whose
+    /// resolution is `above`: for walks of the tree from the root (recompress, background
+    /// compression), which meet inodes the kernel never looked up and whose parent the
+    /// inode table therefore does not know. Nothing is cached.
+    pub(crate) fn resolve_below(&self, parent: Ino, above: &Resolved, ino: Ino) -> Result<Arc<Resolved>> {
+        let local = match self.inodes.node(ino).and_then(|n| n.local.clone()) {
+            Some(l) => l,
+            None => self.read_local(ino)?,
+        };
+        let inherited = above.eff.inherited_from(parent);
+        Ok(Arc::new(Resolved::new(match local {
+            Some(l) => inherited.with_local(&l),
+            None => inherited,
+        })))
+    }
+
     /// What a write of `ino` hands the engine (`Engine::write_with_compression`).
     pub(crate) fn write_policy(&self, ino: Ino) -> Result<Option<(Spec, bool)>> {
         Ok(self.resolve(ino)?.policy)
@@ -223,9 +242,15 @@ impl Fs {
             return;
         }
         let inherits = |p: Ino| self.resolve(p).map(|r| r.eff.inherited_from(p));
-        let same = matches!((inherits(from), inherits(to)), (Ok(a), Ok(b)) if a == b);
+        let (a, b) = (inherits(from), inherits(to));
+        let same = matches!((&a, &b), (Ok(a), Ok(b)) if a == b);
         if !same {
             self.inodes.bump_gen();
+            let bg = |e: &Effective| e.get(Prop::BackgroundCompression).0;
+            if !matches!((&a, &b), (Ok(a), Ok(b)) if bg(a) == bg(b)) {
+                // records moved under another background codec (background.rs reset)
+                self.bg.reset();
+            }
         }
     }
 }

@@ -10,6 +10,7 @@
 //! straight to the engine without any fs-wide lock.
 mod atime;
 mod attr;
+pub mod background;
 mod config;
 mod creds;
 mod data;
@@ -24,8 +25,10 @@ mod namespace;
 pub mod perm;
 pub mod props;
 mod qos;
+pub mod recompress;
 pub mod time;
 pub mod usage;
+mod walk;
 mod xattr;
 
 pub use attr::{SetAttr, TimeSet};
@@ -71,6 +74,12 @@ pub struct Fs {
     shutdown_error: Mutex<Option<String>>,
     /// how the mount receives requests, as the FUSE layer describes it (`set_transport`)
     transport: Mutex<String>,
+    /// background compression's worker (background.rs)
+    bg: background::Background,
+    /// `squeezefs recompress` jobs running (recompress.rs)
+    jobs_running: std::sync::atomic::AtomicUsize,
+    /// set by `shutdown`: running jobs stop, new ones are refused
+    closing: std::sync::atomic::AtomicBool,
 }
 
 impl Fs {
@@ -93,6 +102,9 @@ impl Fs {
             rename_lock: Mutex::new(()),
             shutdown_error: Mutex::new(None),
             transport: Mutex::new(String::new()),
+            bg: Default::default(),
+            jobs_running: Default::default(),
+            closing: Default::default(),
         };
         if !fs.engine.read_only() && !fs.cfg.read_only {
             for ino in fs.engine.orphans()? {
@@ -118,6 +130,11 @@ impl Fs {
     /// The engine is closed whatever the sweep met: an orphan that cannot be freed (it stays
     /// listed and goes at the next mount) must not cost the final flush of everyone's data.
     pub fn shutdown(&self) -> Result<()> {
+        // recompress jobs stop (what they rewrote goes into the last commit), and the
+        // background worker saves its position into it
+        self.closing.store(true, std::sync::atomic::Ordering::Release);
+        self.wait_for_jobs(recompress::JOBS_STOP_WAIT);
+        self.stop_background();
         let mut first_err = None;
         if !self.read_only() {
             for ino in self.inodes.referenced() {

@@ -101,7 +101,7 @@ impl Prop {
             Prop::CompressForce => "compress every record, skipping the compressibility check",
             Prop::Recordsize => "record size of files created from now on (a file's own is fixed once it holds data)",
             Prop::BackgroundCompression => {
-                "codec that idle-time rewriting converts data to (stored; takes effect in a later release)"
+                "codec that background compression converts data to while the mount is idle (bg-idle=)"
             }
             Prop::Qos => "write-rate target of a directory tree: writes paced to it, levels chosen to meet it",
         }

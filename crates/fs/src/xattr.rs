@@ -250,8 +250,8 @@ impl Fs {
                 Ok(())
             })
         })?;
-        if Prop::from_xattr(name).is_some() {
-            self.property_changed(ino);
+        if let Some(p) = Prop::from_xattr(name) {
+            self.property_changed(ino, p);
         }
         self.attrsync()
     }
@@ -301,7 +301,7 @@ impl Fs {
             })
         })?;
         if changed {
-            self.property_changed(ino);
+            self.property_changed(ino, prop);
         }
         self.attrsync()
     }
@@ -350,11 +350,16 @@ impl Fs {
         }
     }
 
-    /// A property of `ino` changed: its own values are read again when needed, and what it
-    /// and everything below inherits is resolved anew (a write after this returns uses it).
-    fn property_changed(&self, ino: Ino) {
+    /// Property `prop` of `ino` changed: its own values are read again when needed, and
+    /// what it and everything below inherits is resolved anew (a write after this returns
+    /// uses it); a background codec changed: background compression looks at every record
+    /// again (background.rs reset).
+    fn property_changed(&self, ino: Ino, prop: Prop) {
         self.inodes.set_local(ino, None);
         self.inodes.bump_gen();
+        if prop == Prop::BackgroundCompression {
+            self.bg.reset();
+        }
     }
 
     /// Apply `compress=SPEC` / `compress-force=SPEC` (comma-separated) to new writes.

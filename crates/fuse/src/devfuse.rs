@@ -15,12 +15,17 @@
 //! (ENODEV: unmounted or aborted); when the last one has ended, [`Session::run`] flushes
 //! and closes the pool.
 //!
+//! While every CPU is busy with other work, the threads wait for requests as SCHED_FIFO, so
+//! that the daemon's half of a round trip is not a scheduling wait (sched.rs: states,
+//! measurements, the `SQUEEZEFS_FUSE_SCHED` override).
+//!
 //! The kernel itself limits who reaches the mount (only the mounting user unless
 //! `allow_other`), and the fs core checks permissions on every request with the caller's
 //! credentials, so the threads do not filter requests by uid (a process whose fsuid
 //! differs from its uid, e.g. a file server, gets the answer ext4 gives it).
 use crate::abi::{self, init, op, InHeader};
 use crate::opcore::{OpCore, MAX_WRITE};
+use crate::sched::{contention, is_heavy, DevSched, Policy, ThreadClass};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
@@ -169,10 +174,16 @@ impl Session {
         fds.push(main);
         let mut handles = Vec::with_capacity(fds.len());
         let spares = Arc::new(Spares::default());
+        let mode = DevSched::from_env();
+        if mode == DevSched::Adaptive {
+            contention::start();
+        }
         for (i, fd) in fds.into_iter().enumerate() {
             let (core, spares) = (self.core.clone(), spares.clone());
             handles.push(
-                std::thread::Builder::new().name(format!("sqz-fuse-{i}")).spawn(move || serve(&fd, &core, &spares))?,
+                std::thread::Builder::new()
+                    .name(format!("sqz-fuse-{i}"))
+                    .spawn(move || serve(&fd, &core, &spares, i, mode))?,
             );
         }
         let mut result = Ok(());
@@ -271,11 +282,19 @@ impl Spares {
 }
 
 /// One thread's loop: read, then handle and reply here, or (a request that may wait long)
-/// on a helper; until the connection ends.
-fn serve(fd: &Arc<OwnedFd>, core: &Arc<OpCore>, spares: &Arc<Spares>) -> io::Result<()> {
+/// on a helper; until the connection ends. The thread waits for each request in the class
+/// that `mode` gives for the machine's load, and handles heavy requests as SCHED_OTHER
+/// (sched.rs).
+fn serve(fd: &Arc<OwnedFd>, core: &Arc<OpCore>, spares: &Arc<Spares>, i: usize, mode: DevSched) -> io::Result<()> {
     let mut buf = vec![0u8; BUF_LEN];
-    while let Some(n) = read_request(fd, &mut buf)? {
+    let mut class = ThreadClass::new(format!("/dev/fuse thread {i}"));
+    loop {
+        class.set(mode.waiting_policy(contention::busy(), class.fifo_allowed()));
+        let Some(n) = read_request(fd, &mut buf)? else { break };
         let h = InHeader::parse(&buf);
+        if is_heavy(h.opcode, payload_len(&h, n)) {
+            class.set(Policy::Other);
+        }
         if core.may_wait(&h) {
             let mine = std::mem::replace(&mut buf, spares.take());
             let (fd, core, spares) = (fd.clone(), core.clone(), spares.clone());
@@ -289,6 +308,12 @@ fn serve(fd: &Arc<OwnedFd>, core: &Arc<OpCore>, spares: &Arc<Spares>) -> io::Res
         handle(fd, core, &mut buf, n);
     }
     Ok(())
+}
+
+/// Bytes after the argument struct in a request of `n` bytes (a WRITE's data).
+fn payload_len(h: &InHeader, n: usize) -> u32 {
+    let body = (h.len as usize).clamp(abi::IN_HEADER_LEN, n) - abi::IN_HEADER_LEN;
+    body.saturating_sub(abi::arg_len(h.opcode)) as u32
 }
 
 /// Decode, handle and answer the request of `n` bytes in `buf`.

@@ -97,11 +97,10 @@ impl Helpers {
 }
 
 fn helper(shared: &Shared, first: Option<Job>) {
-    // a thread inherits its creator's scheduling class, and a ring thread may run
-    // SCHED_FIFO while it waits (uring/mod.rs): a helper's requests run as everyone's do
-    let p = libc::sched_param { sched_priority: 0 };
-    // SAFETY: plain syscall on the calling thread with a valid sched_param
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &p) };
+    // a thread inherits its creator's scheduling class, and a request thread may run
+    // SCHED_FIFO or SCHED_IDLE while it waits (sched.rs): a helper's requests run as
+    // everyone's do
+    crate::sched::set_policy(crate::sched::Policy::Other);
     if let Some(j) = first {
         j();
     }

@@ -25,7 +25,8 @@
 //! (fusermount.rs).
 //!
 //! Also here: the kernel-facing mount plumbing (mount.rs), the mount option grammar
-//! (mount_config.rs) and the mount's readahead window (readahead.rs).
+//! (mount_config.rs), the mount's readahead window (readahead.rs) and the scheduling
+//! classes of the request threads (sched.rs).
 pub mod abi;
 mod devfuse;
 mod fusermount;
@@ -35,6 +36,7 @@ pub mod mount_config;
 pub mod opcore;
 mod readahead;
 pub mod requests;
+mod sched;
 pub mod uring;
 
 pub use devfuse::Session;

@@ -14,6 +14,10 @@
 //!   `auto` uses it for root mounts on kernels that have it, writing Y to the kernel's
 //!   `enable_uring` parameter when it is N, and falls back to /dev/fuse saying why; `on`
 //!   refuses to mount instead of falling back; `off` serves /dev/fuse only),
+//!   `background_compression=SPEC` (the codec background compression converts data to where
+//!   no directory or file sets its own; a fixed codec or `none`), `bg-idle=DURATION|off`
+//!   (the idle time it waits for: `500ms`, `5s`, `2m`, `1h`, seconds when bare; 100 ms … 24 h;
+//!   default 30 s; `off` stops it),
 //!   `trace=FILE` (one CSV row per record compressed, crates/control trace.rs; a relative
 //!   FILE is taken from the mounting process's directory, and FILE must lie in an existing
 //!   directory outside the mount itself: [`MountConfig::resolve_trace`]);
@@ -86,7 +90,19 @@ pub struct MountConfig {
     pub restated: Restated,
     /// `trace=FILE`: as given until [`MountConfig::resolve_trace`] makes it absolute
     pub trace: Option<PathBuf>,
+    /// `background_compression=SPEC`: the codec background compression converts data to
+    /// where no directory or file sets its own (a fixed codec; `none`: no default)
+    pub background: Option<Spec>,
+    /// `bg-idle=DURATION|off`: the idle time background compression waits for; `None`
+    /// when the string does not name it ([`DEFAULT_BG_IDLE`]), `Some(None)` for `off`
+    pub bg_idle: Option<Option<std::time::Duration>>,
 }
+
+/// The idle time background compression waits for when `bg-idle=` is not given.
+pub const DEFAULT_BG_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+/// Accepted `bg-idle=` range.
+pub const BG_IDLE_RANGE: std::ops::RangeInclusive<std::time::Duration> =
+    std::time::Duration::from_millis(100)..=std::time::Duration::from_secs(86_400);
 
 /// Which of the options that a remount cannot change an option string names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -136,7 +152,7 @@ const KERNEL_SET_OPTIONS: [&str; 5] = ["user_id", "group_id", "max_read", "blksi
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MountOptionError {
-    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, qos=RATE, qos-burst=DURATION, recordsize=SIZE, uring=auto|on|off, trace=FILE, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, diratime/nodiratime, sync/async, defaults, noauto, nofail, _netdev)")]
+    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, background_compression=SPEC, bg-idle=DURATION, qos=RATE, qos-burst=DURATION, recordsize=SIZE, uring=auto|on|off, trace=FILE, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, diratime/nodiratime, sync/async, defaults, noauto, nofail, _netdev)")]
     Unknown(String),
     #[error("mount option '{name}={value}': {reason}")]
     BadValue { name: String, value: String, reason: String },
@@ -198,6 +214,37 @@ fn qos_burst(name: &str, v: &str) -> Result<std::time::Duration, MountOptionErro
     Ok(d)
 }
 
+/// `bg-idle=`: `off`/`none`, or a duration `500ms`, `5s`, `2m`, `1h`, `30` (seconds) within
+/// [`BG_IDLE_RANGE`].
+fn bg_idle(name: &str, v: &str) -> Result<Option<std::time::Duration>, MountOptionError> {
+    let bad = |reason: &str| MountOptionError::BadValue {
+        name: name.into(),
+        value: v.into(),
+        reason: format!("{reason}; accepted: off, or a duration from 100ms to 24h, e.g. 500ms, 5s, 2m, 1h or 30"),
+    };
+    let t = v.trim().to_ascii_lowercase();
+    if t == "off" || t == "none" {
+        return Ok(None);
+    }
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t.as_str(), 1.0)
+    };
+    let secs = num.trim().parse::<f64>().ok().filter(|x| x.is_finite()).ok_or_else(|| bad("not a duration"))? * scale;
+    let d = std::time::Duration::try_from_secs_f64(secs).map_err(|_| bad("not a duration"))?;
+    if !BG_IDLE_RANGE.contains(&d) {
+        return Err(bad("out of range"));
+    }
+    Ok(Some(d))
+}
+
 fn spec(name: &str, v: &str) -> Result<Spec, MountOptionError> {
     v.parse::<Spec>().map_err(|e| MountOptionError::BadValue {
         name: name.into(),
@@ -248,6 +295,27 @@ impl MountConfig {
                 "qos" => {
                     let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
                     c.qos = Some(qos_rate(name, v)?);
+                }
+                "background_compression" | "background-compression" => {
+                    let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
+                    c.background = match squeezefs_fs::props::parse(squeezefs_fs::props::Prop::BackgroundCompression, v)
+                    {
+                        Ok(Some(val)) => val.spec().filter(|s| *s != Spec::Off),
+                        Ok(None) => None,
+                        Err(e) => {
+                            return Err(MountOptionError::BadValue {
+                                name: name.into(),
+                                value: v.into(),
+                                reason: e.to_string(),
+                            })
+                        }
+                    };
+                    changed_at_remount.push(name.into());
+                }
+                "bg-idle" | "bg_idle" => {
+                    let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
+                    c.bg_idle = Some(bg_idle(name, v)?);
+                    changed_at_remount.push(name.into());
                 }
                 "qos-burst" => {
                     let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
@@ -513,6 +581,31 @@ mod tests {
         assert!(matches!(MountConfig::parse("recordsize=lots"), Err(MountOptionError::BadValue { .. })));
         let msg = MountConfig::parse("frobnicate").unwrap_err().to_string();
         assert!(msg.contains("frobnicate") && msg.contains("compress=SPEC"), "{msg}");
+    }
+
+    #[test]
+    fn background_compression_and_its_idle_time_are_parsed_and_checked() {
+        use std::time::Duration;
+        let c = MountConfig::parse("background_compression=zstd-15,bg-idle=5s").unwrap();
+        assert_eq!(c.background, Some("zstd:15".parse().unwrap()));
+        assert_eq!(c.bg_idle, Some(Some(Duration::from_secs(5))));
+        assert_eq!(MountConfig::parse("").unwrap().bg_idle, None, "the default applies");
+        for (v, want) in [("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0), ("30", 30.0), ("0.25s", 0.25)] {
+            let c = MountConfig::parse(&format!("bg-idle={v}")).unwrap();
+            assert_eq!(c.bg_idle, Some(Some(Duration::from_secs_f64(want))), "{v}");
+        }
+        assert_eq!(MountConfig::parse("bg-idle=off").unwrap().bg_idle, Some(None));
+        assert_eq!(MountConfig::parse("background_compression=none").unwrap().background, None);
+        for bad in ["bg-idle=10ms", "bg-idle=2d", "bg-idle=soon", "bg-idle=-1s", "background_compression=auto"] {
+            let e = MountConfig::parse(bad).unwrap_err();
+            assert!(matches!(e, MountOptionError::BadValue { .. }), "{bad}: {e}");
+            assert!(e.to_string().contains("accepted"), "{bad}: {e}");
+        }
+        assert_eq!(
+            MountConfig::parse("background_compression"),
+            Err(MountOptionError::MissingValue("background_compression".into()))
+        );
+        assert!(matches!(MountConfig::parse("remount,bg-idle=1s"), Err(MountOptionError::NotRemountable(_))));
     }
 
     #[test]

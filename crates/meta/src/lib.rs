@@ -3,8 +3,10 @@
 //! CONTRACT: `records` (Ino, FileKind, Timestamp, InodeAttr, DirEntry) are used by the fs core
 //! and the engine alike. Table definitions live in one file (`tables.rs`); every value stored
 //! in a table is encoded by hand (explicit little-endian, leading version byte) in `encode.rs`,
-//! `superblock.rs` and `extent.rs`, so the format is ours and not serde's or redb's.
+//! `superblock.rs`, `extent.rs` and `bundle.rs`, so the format is ours and not serde's or redb's.
 
+pub mod background;
+pub mod bundle;
 pub mod encode;
 pub mod error;
 pub mod extent;
@@ -13,7 +15,9 @@ pub mod records;
 pub mod superblock;
 pub mod tables;
 
+pub use background::{BgCursor, BgFrame};
+pub use bundle::Bundle;
 pub use error::MetaError;
-pub use extent::{DeviceExtent, ExtentPtr, StoredRecord};
+pub use extent::{BundleSlice, DeviceExtent, ExtentPtr, StoredRecord};
 pub use records::*;
 pub use superblock::{DeviceKind, DeviceRecord, Features, Superblock};

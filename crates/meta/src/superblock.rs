@@ -25,21 +25,36 @@ impl Features {
     /// Records of one txg packed at byte granularity inside runs of whole sectors (an
     /// extent's offset need not be sector-aligned; its footprint is its stored length).
     pub const INCOMPAT_PACKED_BYTES: u64 = 1 << 2;
+    /// Small records of several files may be stored together as one bundle (the `bundles`
+    /// table; extents with the bundled tag).
+    pub const INCOMPAT_BUNDLES: u64 = 1 << 3;
+    /// Inode, extent and directory-entry rows may use their compact encodings (version 2:
+    /// varints; an inode's times that equal another left out).
+    pub const INCOMPAT_COMPACT_ROWS: u64 = 1 << 4;
     /// Files may have their own record size (rows of the `recordsizes` table): offsets of
     /// such a file map to records of that size, not the superblock's. Not set by mkfs: the
     /// commit that writes the pool's first such row sets it, so a pool whose files all use
     /// the superblock's record size stays readable by builds that predate it.
     pub const INCOMPAT_RECORDSIZES: u64 = 1 << 5;
 
-    pub const KNOWN_COMPAT: u64 = 0;
+    /// The `background` table may hold background compression's cursor (a build that does
+    /// not know it ignores the table; background compression then starts afresh).
+    pub const COMPAT_BACKGROUND: u64 = 1 << 0;
+
+    pub const KNOWN_COMPAT: u64 = Self::COMPAT_BACKGROUND;
     pub const KNOWN_RO_COMPAT: u64 = 0;
     pub const KNOWN_INCOMPAT: u64 = Self::INCOMPAT_INLINE_DATA
         | Self::INCOMPAT_PACKED_SECTORS
         | Self::INCOMPAT_PACKED_BYTES
+        | Self::INCOMPAT_BUNDLES
+        | Self::INCOMPAT_COMPACT_ROWS
         | Self::INCOMPAT_RECORDSIZES;
     /// Incompatible features mkfs sets; the others are set when first used.
-    pub const MKFS_INCOMPAT: u64 =
-        Self::INCOMPAT_INLINE_DATA | Self::INCOMPAT_PACKED_SECTORS | Self::INCOMPAT_PACKED_BYTES;
+    pub const MKFS_INCOMPAT: u64 = Self::INCOMPAT_INLINE_DATA
+        | Self::INCOMPAT_PACKED_SECTORS
+        | Self::INCOMPAT_PACKED_BYTES
+        | Self::INCOMPAT_BUNDLES
+        | Self::INCOMPAT_COMPACT_ROWS;
 
     /// What this build writes at mkfs.
     pub fn current() -> Features {

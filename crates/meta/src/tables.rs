@@ -32,3 +32,10 @@ pub const FREE_SPACE: TableDefinition<&[u8], u64> = TableDefinition::new("free_s
 /// row has `INCOMPAT_RECORDSIZES`; a pool made before it may lack the table (none of its
 /// files has a record size of its own).
 pub const RECORDSIZES: TableDefinition<u64, u32> = TableDefinition::new("recordsizes");
+/// bundle id (u64) → [`crate::Bundle`] encoding: small records of several files stored
+/// as one (pools with `INCOMPAT_BUNDLES`; created by mkfs only in those).
+pub const BUNDLES: TableDefinition<u64, &[u8]> = TableDefinition::new("bundles");
+/// `0u8` → [`crate::BgCursor`] encoding: background compression's walk position and
+/// totals. One row, absent until background compression first saved it (compat feature
+/// `COMPAT_BACKGROUND`).
+pub const BACKGROUND: TableDefinition<u8, &[u8]> = TableDefinition::new("background");

@@ -62,7 +62,7 @@ use crate::outbuf::OutPool;
 use crate::policy::{compress_with, raw_of, Compressed, Policy, TRUST_AFTER};
 use crossbeam_channel::Sender;
 use squeezefs_codec::heuristic::is_zeros;
-use squeezefs_codec::{Codec, WorkspaceConfig, Workspaces};
+use squeezefs_codec::{CallTime, Codec, WorkspaceConfig, Workspaces};
 use squeezefs_control::qos::{CompressScheduler, SchedTunables, TreeId, NO_TREE};
 use squeezefs_meta::Ino;
 use std::collections::VecDeque;
@@ -93,10 +93,10 @@ impl<H> Compression<H> {
         let trusted = policy.force || streak.load(Ordering::Relaxed) >= TRUST_AFTER;
         let rec = RecordInfo { ino, data, trusted, backlog };
         let choice = self.levels.choose(policy, &rec);
-        let (c, cpu_ns) = if choice.codec == Codec::NONE {
-            (raw_of(data), 0)
+        let (c, time) = if choice.codec == Codec::NONE {
+            (raw_of(data), CallTime::default())
         } else {
-            let (c, cpu_ns) = self.codecs.compress_with(data, choice.codec);
+            let (c, time) = self.codecs.compress_with(data, choice.codec);
             // the file's streak follows what its records do when compressed; a record stored
             // raw by decision (auto's, the heuristic's) says nothing about that
             match &c {
@@ -105,13 +105,13 @@ impl<H> Compression<H> {
                 }
                 _ => streak.store(0, Ordering::Relaxed),
             }
-            (c, cpu_ns)
+            (c, time)
         };
         let stored_bytes = match &c {
             Compressed::Packed { bytes, .. } => bytes.len() as u64,
             _ => data.len() as u64,
         };
-        self.levels.finish(&rec, &choice, Outcome { stored_bytes, cpu_ns });
+        self.levels.finish(&rec, &choice, Outcome { stored_bytes, cpu_ns: time.cpu_ns, wall_ns: time.wall_ns });
         c
     }
 
@@ -197,8 +197,9 @@ impl Codecs {
     }
 
     /// Compress `data` with `codec` (policy.rs `compress_with`), with the contexts of its
-    /// size class: the result and the codec's CPU nanoseconds.
-    pub fn compress_with(&self, data: &[u8], codec: Codec) -> (Compressed, u64) {
+    /// size class (a record's, or a bundle's: at most the pool's record size): the result
+    /// and the codec's CPU and wall time.
+    pub fn compress_with(&self, data: &[u8], codec: Codec) -> (Compressed, CallTime) {
         compress_with(data, codec, self.sector, || self.pool(context_class(data.len())), &self.outs)
     }
 }

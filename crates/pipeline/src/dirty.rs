@@ -314,6 +314,14 @@ pub struct FileData {
     /// loaded from below") is stale if this changed meanwhile.
     pub gen: u64,
     pub retired: bool,
+    /// Unique among every `FileData` this process made: a `FileData` made anew for the same
+    /// file (after retirement) is told apart from the old one, whatever its address.
+    pub id: u64,
+    /// Commits that stored a syncing layer of this file and released it (sync.rs
+    /// `release_layers`, under the file lock). Unchanged between two lock holds, together
+    /// with the same `FileData`, means no commit changed the file's extents in between
+    /// unless its syncing layer still holds the records it stores (rewrite.rs relies on it).
+    pub commits: u64,
     /// Committed physical bytes (from the inode) for getattr.
     pub committed_blocks: u64,
     /// Early compression: records of this file that compressed in a row (policy::TRUST_AFTER).
@@ -339,6 +347,8 @@ impl FileData {
             syncing: None,
             gen: 0,
             retired: false,
+            id: NEXT_FILE_ID.fetch_add(1, Ordering::Relaxed),
+            commits: 0,
             committed_blocks,
             streak: Arc::default(),
             policy: None,
@@ -353,6 +363,9 @@ impl FileData {
 }
 
 pub type FileRef = Arc<Mutex<FileData>>;
+
+/// `FileData::id` of the next one made.
+static NEXT_FILE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Where a record lives: its file and record index (a background compression job packs its
 /// result there, early.rs).

@@ -150,6 +150,22 @@ pub enum Corruption {
         "inode {ino} has record size {bytes} in the recordsizes table, which is not a power of two from 4096 to 1048576 (the metadata store is damaged)"
     )]
     BadRecordSize { ino: Ino, bytes: u64 },
+    #[error(
+        "txg {txg}: bundle {bundle} placed at {offset}+{len} on device {dev} overlaps space the pool holds allocated"
+    )]
+    BundlePlacedOverAllocated { txg: u64, bundle: u64, dev: u32, offset: u64, len: u64 },
+    #[error("bundle id {id} is in use already (the metadata store is damaged)")]
+    BundleIdInUse { id: u64 },
+    #[error("a removed record lies in bundle {id}, which does not exist (the metadata store is damaged)")]
+    DropFromMissingBundle { id: u64 },
+    #[error("{removed} records of bundle {id} removed, but it counts {members} (the metadata store is damaged)")]
+    BundleOverdrawn { id: u64, removed: u32, members: u32 },
+    #[error("inode {ino} offset {offset}: its record lies in bundle {bundle}, which does not exist")]
+    NoSuchBundle { ino: Ino, offset: u64, bundle: u64 },
+    #[error(
+        "inode {ino} offset {offset}: slice {start}+{len} of bundle {bundle} ({logical} bytes; record size {recordsize})"
+    )]
+    BundleSliceOutside { ino: Ino, offset: u64, start: u32, len: u32, bundle: u64, logical: u32, recordsize: u64 },
 }
 
 /// An argument outside what the engine accepts.
@@ -326,6 +342,26 @@ pub enum PoolError {
         path.display()
     )]
     DeviceShrank { path: PathBuf, len: u64, alloc_end: u64 },
+    #[error("cannot compact the metadata store {}: {source}", path.display())]
+    Compact {
+        path: PathBuf,
+        #[source]
+        source: redb::CompactionError,
+    },
+    #[error("cannot rebuild the metadata store {} into {}: {source}", path.display(), into.display())]
+    Rebuild {
+        path: PathBuf,
+        into: PathBuf,
+        #[source]
+        source: Box<redb::Error>,
+    },
+    #[error("cannot replace {} with its rebuilt copy {}: {source}", path.display(), from.display())]
+    Replace {
+        path: PathBuf,
+        from: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl From<MetaError> for EngineError {

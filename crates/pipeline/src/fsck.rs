@@ -16,6 +16,10 @@
 //! * record sizes: each `recordsizes` row names an existing regular file and a supported
 //!   size, and the superblock has `INCOMPAT_RECORDSIZES` when any row exists (without it an
 //!   older build would read those files at the pool's record size);
+//! * bundles: every bundled record names an existing bundle and lies inside its decoded
+//!   bytes, no two records of a bundle overlap, a bundle's member count equals the records
+//!   pointing into it (a bundle nobody points to is a leak), and its device range takes
+//!   part in the space checks above like a record's;
 //! * namespace: dirents point to live inodes of the right kind, each dirent has its cookie
 //!   row and vice versa, link counts match the dirents (directories: 2 + subdirectories),
 //!   every inode is reachable or an orphan, symlinks have targets.
@@ -38,6 +42,8 @@ pub struct FsckReport {
     pub inodes: u64,
     pub directories: u64,
     pub extents: u64,
+    /// bundles (records of several files stored together)
+    pub bundles: u64,
     pub allocated_bytes: u64,
     pub free_range_bytes: u64,
     /// orphans waiting for reclaim at mount (not an error)
@@ -67,8 +73,9 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
     let names = check_names(&rx, &inodes, &mut r)?;
     check_links(&rx, &inodes, &names, &mut r)?;
     let sizes = check_record_sizes(&rx, &inodes, &mut r)?;
-    let (mut exts, blocks) = check_extents(inner, &rx, &inodes, &sizes, &mut r)?;
+    let (mut exts, blocks, bundled) = check_extents(inner, &rx, &inodes, &sizes, &mut r)?;
     check_blocks(&inodes, &blocks, &mut r);
+    check_bundles(inner, &rx, bundled, &mut exts, &mut r)?;
     check_space(inner, &rx, &mut exts, &mut r)?;
     Ok(r)
 }
@@ -248,24 +255,29 @@ fn check_record_sizes(
 
 /// What `check_extents` found on the devices, indexed by device.
 struct DeviceExtents {
-    /// per device: (offset, footprint, inode, birth txg) of every device extent
-    per_dev: Vec<Vec<(u64, u64, Ino, u64)>>,
+    /// per device: (offset, footprint, owner, birth txg) of every device extent and bundle
+    per_dev: Vec<Vec<(u64, u64, Owner, u64)>>,
     /// per device: the end of the stored bytes that reach furthest, and whose they are
     reach: Vec<Option<(u64, Ino)>>,
 }
 
+/// Per bundle id: (offset in the bundle, length, inode, record index) of the records
+/// pointing into it.
+type BundleRefs = BTreeMap<u64, Vec<(u64, u64, Ino, u64)>>;
+
 /// Extents belong to an existing inode, lie below its size, within its record size
 /// (`sizes`, else the pool's) and on a sector in pools without byte packing; returns the
-/// device extents and the bytes each inode's extents occupy.
+/// device extents, the bytes each inode's extents occupy, and the records lying in bundles
+/// (a bundle itself is bounded by the pool's record size, `check_bundles`).
 fn check_extents(
     inner: &Inner,
     rx: &redb::ReadTransaction,
     inodes: &BTreeMap<Ino, InodeAttr>,
     sizes: &HashMap<Ino, u64>,
     r: &mut FsckReport,
-) -> Result<(DeviceExtents, HashMap<Ino, u64>)> {
-    // per device: (offset, footprint, inode, birth txg) of every device extent
-    let mut per_dev: Vec<Vec<(u64, u64, Ino, u64)>> = vec![Vec::new(); inner.space.devs().len()];
+) -> Result<(DeviceExtents, HashMap<Ino, u64>, BundleRefs)> {
+    let mut per_dev: Vec<Vec<(u64, u64, Owner, u64)>> = vec![Vec::new(); inner.space.devs().len()];
+    let mut bundled = BundleRefs::new();
     // per device: the end of the stored bytes that reach furthest, and whose they are
     let mut reach: Vec<Option<(u64, Ino)>> = vec![None; inner.space.devs().len()];
     let mut blocks: HashMap<Ino, u64> = HashMap::new();
@@ -306,6 +318,9 @@ fn check_extents(
             }
         }
         *blocks.entry(ino).or_default() += extent_footprint(&e, inner.granule);
+        if let StoredRecord::Bundled(s) = e.stored {
+            bundled.entry(s.bundle).or_default().push((u64::from(s.offset), u64::from(e.logical), ino, idx));
+        }
         if let StoredRecord::Device(d) = e.stored {
             if inner.granule > 1 && d.offset % inner.granule != 0 {
                 r.problems.push(format!(
@@ -319,14 +334,17 @@ fn check_extents(
                 }
             }
             match per_dev.get_mut(d.dev as usize) {
-                Some(v) => {
-                    v.push((d.offset, crate::units::granule_bytes(u64::from(d.psize), inner.granule), ino, e.birth))
-                }
+                Some(v) => v.push((
+                    d.offset,
+                    crate::units::granule_bytes(u64::from(d.psize), inner.granule),
+                    Owner::Inode(ino),
+                    e.birth,
+                )),
                 None => r.problems.push(format!("inode {ino} record {idx} points to device {}", d.dev)),
             }
         }
     }
-    Ok((DeviceExtents { per_dev, reach }, blocks))
+    Ok((DeviceExtents { per_dev, reach }, blocks, bundled))
 }
 
 /// Each inode's `blocks_bytes` equals the bytes of its extents.
@@ -379,9 +397,9 @@ fn check_space(
             r.free_range_bytes = r.free_range_bytes.saturating_add(v.value());
             spans.push((off, v.value(), "free range".to_string(), None));
         }
-        for (off, len, ino, birth) in exts.iter() {
+        for (off, len, owner, birth) in exts.iter() {
             r.allocated_bytes = r.allocated_bytes.saturating_add(*len);
-            spans.push((*off, *len, format!("extent of inode {ino}"), Some(*birth)));
+            spans.push((*off, *len, owner.to_string(), Some(*birth)));
         }
         spans.sort_by_key(|s| s.0);
         let sector = inner.sector.max(1);
@@ -429,6 +447,96 @@ fn check_space(
                 "device {dev}: {} bytes at {cursor} below the allocation end are neither free nor used (leak)",
                 end - cursor
             ));
+        }
+    }
+    Ok(())
+}
+
+/// What owns a range of a device.
+#[derive(Clone, Copy, Debug)]
+enum Owner {
+    Inode(Ino),
+    Bundle(u64),
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Owner::Inode(ino) => write!(f, "extent of inode {ino}"),
+            Owner::Bundle(id) => write!(f, "bundle {id}"),
+        }
+    }
+}
+
+/// Bundles against the records pointing into them (`bundled`); each bundle's range goes
+/// into `exts` for the space checks.
+fn check_bundles(
+    inner: &Inner,
+    rx: &redb::ReadTransaction,
+    mut bundled: BundleRefs,
+    exts: &mut DeviceExtents,
+    r: &mut FsckReport,
+) -> Result<()> {
+    let DeviceExtents { per_dev, reach } = exts;
+    for (id, row) in crate::bundle::all(rx)? {
+        let mut refs = bundled.remove(&id).unwrap_or_default();
+        let b = match row {
+            Ok(b) => b,
+            Err(e) => {
+                r.problems.push(format!("bundle {id}: {e}"));
+                continue;
+            }
+        };
+        r.bundles += 1;
+        if refs.is_empty() {
+            r.problems.push(format!("bundle {id} holds no file's record (leak of {} bytes)", b.ext.psize));
+        } else if refs.len() as u64 != u64::from(b.members) {
+            r.problems.push(format!("bundle {id} counts {} records but {} point into it", b.members, refs.len()));
+        }
+        if u64::from(b.logical) > inner.recordsize || u64::from(b.ext.psize) > inner.recordsize {
+            r.problems.push(format!(
+                "bundle {id}: {} stored / {} decoded bytes exceed the record size {}",
+                b.ext.psize, b.logical, inner.recordsize
+            ));
+        }
+        refs.sort_unstable();
+        let mut end_prev = 0u64;
+        for &(off, len, ino, idx) in &refs {
+            if off + len > u64::from(b.logical) {
+                r.problems.push(format!(
+                    "inode {ino} record {idx}: bytes {off}..{} of bundle {id}, which decodes to {}",
+                    off + len,
+                    b.logical
+                ));
+            }
+            if off < end_prev {
+                r.problems.push(format!("inode {ino} record {idx} overlaps another record in bundle {id}"));
+            }
+            end_prev = end_prev.max(off + len);
+        }
+        let d = b.ext;
+        if inner.granule > 1 && d.offset % inner.granule != 0 {
+            r.problems.push(format!("bundle {id}: offset {} on device {} is not on a sector", d.offset, d.dev));
+        }
+        let owner_ino = refs.first().map_or(0, |x| x.2);
+        if let (Some(end), Some(slot)) = (d.offset.checked_add(u64::from(d.psize)), reach.get_mut(d.dev as usize)) {
+            if slot.is_none_or(|(e, _)| end > e) {
+                *slot = Some((end, owner_ino));
+            }
+        }
+        match per_dev.get_mut(d.dev as usize) {
+            Some(v) => v.push((
+                d.offset,
+                crate::units::granule_bytes(u64::from(d.psize), inner.granule),
+                Owner::Bundle(id),
+                b.birth,
+            )),
+            None => r.problems.push(format!("bundle {id} lies on device {}", d.dev)),
+        }
+    }
+    for (id, refs) in bundled {
+        for (_, _, ino, idx) in refs {
+            r.problems.push(format!("inode {ino} record {idx} lies in bundle {id}, which does not exist"));
         }
     }
     Ok(())

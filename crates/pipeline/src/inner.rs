@@ -1,6 +1,7 @@
 //! The engine's shared state (one `Arc<Inner>` held by the API, the txg driver and jobs).
 
 use crate::accounting::Accounting;
+use crate::bundle::Bundles;
 use crate::caches::ReadCaches;
 use crate::compress::{Codecs, Compression};
 use crate::dirty::{DirtyData, FileRef, RecordHome};
@@ -37,6 +38,9 @@ pub struct Inner {
     /// first): bounds how many records the dirty bytes in flight can be (`data_meta`)
     smallest_rs: AtomicU64,
     pub max_inline: u64,
+    /// the pool has `INCOMPAT_COMPACT_ROWS`: inode, extent and directory-entry rows are
+    /// written in their compact encodings (docs/format.md)
+    pub compact_rows: bool,
     /// devices, space images, host filesystems (space.rs)
     pub space: Space,
     /// early placement: on or off, and the placements given up (early_place.rs)
@@ -47,6 +51,8 @@ pub struct Inner {
     pub dirty: DirtyData,
     /// the compress stage: pool policy, codecs, queue (compress.rs, early.rs)
     pub compress: Compression<RecordHome>,
+    /// bundling of small records: on or off, the next bundle id (bundle.rs)
+    pub bundles: Bundles,
     /// QoS trees: admission, levels, stats (qos.rs); shared with the codecs
     pub qos: Arc<crate::qos::Qos>,
     /// writers delayed at the dirty bound wait here (throttle.rs)
@@ -61,6 +67,8 @@ pub struct Inner {
     pub closed: AtomicBool,
     /// room for metadata commits on the pool directory's filesystem (meta_space.rs)
     pub meta_space: crate::meta_space::MetaSpace,
+    /// foreground activity and the background worker's cursor (bgstate.rs)
+    pub bg: crate::bgstate::BgState,
     /// panics armed for tests (fault.rs); shared with the device writers
     pub faults: Arc<Faults>,
     me: OnceLock<Weak<Inner>>,
@@ -116,6 +124,8 @@ impl Inner {
         last_txg: u64,
         faults: Arc<Faults>,
         trace: Option<squeezefs_control::TraceWriter<std::fs::File>>,
+        bundles: Bundles,
+        compact_rows: bool,
     ) -> Inner {
         let policy = Policy { spec: opts.compression, force: opts.force_compression, tree: 0 };
         let qos = Arc::new(crate::qos::Qos::new(
@@ -144,11 +154,13 @@ impl Inner {
             recordsizes_on: AtomicBool::new(recordsizes_on),
             smallest_rs: AtomicU64::new(recordsize),
             max_inline,
+            compact_rows,
             space,
             early: EarlyPlacement::new(granule),
             acct: Arc::default(),
             dirty: DirtyData::new(pool_bytes),
             compress: Compression::new(policy, levels, Codecs::new(workers.threads(), sector, pool_bytes / 4)),
+            bundles,
             qos,
             throttle: Throttle::new(opts.max_dirty_bytes),
             txg: TxgCtl::new(last_txg),
@@ -158,6 +170,7 @@ impl Inner {
             opts,
             closed: AtomicBool::new(false),
             meta_space: Default::default(),
+            bg: crate::bgstate::BgState::new(last_txg),
             faults,
             me: OnceLock::new(),
             released: ReleaseOnDrop::default(),

@@ -30,7 +30,10 @@
 //!
 //! Inputs gathered for auto, without taking any lock of the engine's state:
 //!   devices   per device: averaged throughput (DeviceStats: the device's drain rate, which
-//!             its writeback watcher measures, device file.rs), room (a hint space.rs
+//!             its writeback watcher measures, device file.rs; bounded by its sustained
+//!             rate over spans in which its write queue never emptied, BusyDrain, sampled
+//!             with the CPU meters: a throttled device lets a burst through after each idle
+//!             gap, and the per-range average read 2–4.7× its limit), room (a hint space.rs
 //!             refreshes at every placement), and queued bytes: its write queue, plus an even
 //!             share of the bytes compressed (or decided raw) and not yet handed to any
 //!             device. The thesis's queue is what left the compressor and waits for a
@@ -41,7 +44,12 @@
 //!             counted from the last moment the engine held no dirty data (`rebase`), so
 //!             that records that never reach a device (overwritten, stored inline) do not
 //!             count for ever.
-//!   cores     CpuMeter over /proc/stat (cores not taken by other processes), and
+//!   cores     UsableCores (crates/control cpu.rs): the cores our threads obtain when they
+//!             demand CPU — codec CPU ÷ codec wall time of the calls (`Outcome`) made with a
+//!             backlog, times the workers, or the process's CPU per second while most
+//!             records had a backlog, whichever is more; then the share of all calls; never
+//!             less than the process's CPU per second; /proc/stat's idle + ours before any
+//!             call — and
 //!   overhead  OverheadMeter (process CPU − codec CPU per input byte): both sampled at most
 //!             every METER_PERIOD by whichever deciding thread comes first; the others use
 //!             the last figures (atomics)
@@ -62,8 +70,8 @@ use squeezefs_codec::{Algorithm, Codec, Spec};
 use squeezefs_control::cpu::process_cpu_ns;
 use squeezefs_control::qos::{TreeId, NO_TREE};
 use squeezefs_control::{
-    AutoController, AutoInputs, CpuMeter, CpuSource, DeviceView, OverheadMeter, ProcStat, Reason, Sample, TraceRow,
-    TraceWriter, Tunables,
+    AutoController, AutoInputs, BusyDrain, CallTotals, CoresSample, CpuSource, DeviceView, OverheadMeter, ProcStat,
+    Reason, Sample, TraceRow, TraceWriter, Tunables, UsableCores,
 };
 use squeezefs_device::DeviceStats;
 use squeezefs_meta::Ino;
@@ -112,6 +120,8 @@ pub struct Outcome {
     pub stored_bytes: u64,
     /// thread CPU time inside the codec (0 when none ran)
     pub cpu_ns: u64,
+    /// wall time of the same span (the scheduler's share of a core: cpu ÷ wall)
+    pub wall_ns: u64,
 }
 
 /// One auto range in use and its controller.
@@ -127,14 +137,20 @@ struct Meters {
     state: Mutex<MeterState>,
     /// f64 bits; 0 = not measured yet
     cores: AtomicU64,
+    /// cores not taken by other processes (/proc/stat, `CpuMeter`): the QoS plan's figure
+    idle_cores: AtomicU64,
     overhead: AtomicU64,
+    /// per device, its sustained rate while its queue never emptied (BusyDrain), f64 bits;
+    /// 0 = not measured lately
+    busy_bps: Vec<AtomicU64>,
     /// the CPUs this process may use (the figure while `cores` is unmeasured)
     cpus: f64,
 }
 
 struct MeterState {
     src: Option<ProcStat>,
-    cpu: CpuMeter,
+    busy: Vec<BusyDrain>,
+    cores: UsableCores,
     overhead: OverheadMeter,
 }
 
@@ -155,6 +171,14 @@ pub struct Levels {
     /// input bytes of every record decided, and codec CPU of every call (OverheadMeter)
     input_bytes: AtomicU64,
     codec_ns: AtomicU64,
+    /// codec wall time of every call; codec CPU and wall time of the calls made with a
+    /// backlog (UsableCores)
+    codec_wall_ns: AtomicU64,
+    saturated_ns: AtomicU64,
+    saturated_wall_ns: AtomicU64,
+    /// records finished, and those of them decided with a backlog (UsableCores)
+    records: AtomicU64,
+    saturated_records: AtomicU64,
     /// stored bytes of every record finished; and, at the last `rebase`, that figure and the
     /// bytes the devices had written (pending bytes, block comment)
     stored_bytes: AtomicU64,
@@ -188,6 +212,7 @@ impl Levels {
             .as_ref()
             .map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |s| s.cpus().len().max(1))
             as f64;
+        let n_devices = devices.len();
         Levels {
             start: Instant::now(),
             workers: workers.max(1),
@@ -197,13 +222,28 @@ impl Levels {
             tunables: Tunables::default(),
             meters: Meters {
                 next_ns: AtomicU64::new(0),
-                state: Mutex::new(Rank::Leaf, MeterState { src, cpu: CpuMeter::new(), overhead: OverheadMeter::new() }),
+                state: Mutex::new(
+                    Rank::Leaf,
+                    MeterState {
+                        src,
+                        busy: vec![BusyDrain::new(); n_devices],
+                        cores: UsableCores::new(workers, cpus),
+                        overhead: OverheadMeter::new(),
+                    },
+                ),
                 cores: AtomicU64::new(0),
+                idle_cores: AtomicU64::new(0),
                 overhead: AtomicU64::new(0),
+                busy_bps: (0..n_devices).map(|_| AtomicU64::new(0)).collect(),
                 cpus,
             },
             input_bytes: AtomicU64::new(0),
             codec_ns: AtomicU64::new(0),
+            codec_wall_ns: AtomicU64::new(0),
+            saturated_ns: AtomicU64::new(0),
+            saturated_wall_ns: AtomicU64::new(0),
+            records: AtomicU64::new(0),
+            saturated_records: AtomicU64::new(0),
             stored_bytes: AtomicU64::new(0),
             base_stored: AtomicU64::new(0),
             base_written: AtomicU64::new(0),
@@ -220,10 +260,15 @@ impl Levels {
         self
     }
 
-    /// (cores available to us, pipeline overhead ns per input byte) now, sampling the
-    /// meters when due: what the QoS plan is made on too (qos.rs REPLAN).
+    /// (cores not taken by other processes, pipeline overhead ns per input byte) now,
+    /// sampling the meters when due: what the QoS plan is made on (qos.rs REPLAN). The
+    /// plan keeps /proc/stat's figure (`CpuMeter`), which its pacing was tuned and measured
+    /// with; auto takes the cores our threads obtain (`UsableCores`).
     pub fn cpu_figures(&self) -> (f64, f64) {
-        self.meters(self.now_secs())
+        self.meters(self.now_secs());
+        let m = &self.meters;
+        let idle = f64::from_bits(m.idle_cores.load(Ordering::Relaxed));
+        (if idle > 0.0 { idle } else { m.cpus }, f64::from_bits(m.overhead.load(Ordering::Relaxed)))
     }
 
     /// Seconds since the engine started.
@@ -303,8 +348,17 @@ impl Levels {
         let input = rec.data.len() as u64;
         self.input_bytes.fetch_add(input, Ordering::Relaxed);
         self.stored_bytes.fetch_add(outcome.stored_bytes, Ordering::Relaxed);
+        self.records.fetch_add(1, Ordering::Relaxed);
+        if rec.backlog {
+            self.saturated_records.fetch_add(1, Ordering::Relaxed);
+        }
         if outcome.cpu_ns > 0 {
             self.codec_ns.fetch_add(outcome.cpu_ns, Ordering::Relaxed);
+            self.codec_wall_ns.fetch_add(outcome.wall_ns, Ordering::Relaxed);
+            if rec.backlog {
+                self.saturated_ns.fetch_add(outcome.cpu_ns, Ordering::Relaxed);
+                self.saturated_wall_ns.fetch_add(outcome.wall_ns, Ordering::Relaxed);
+            }
         }
         if let (Some(i), false) = (choice.auto, choice.codec == Codec::NONE) {
             let auto = self.autos.read().get(i).cloned();
@@ -363,6 +417,13 @@ impl Levels {
                 free_bytes: r.load(Ordering::Relaxed),
             }
         }));
+        // a sustained rate measured with the queue full bounds the drain average (block comment)
+        for (d, b) in v.iter_mut().zip(self.meters.busy_bps.iter()) {
+            let busy = f64::from_bits(b.load(Ordering::Relaxed));
+            if busy > 0.0 && d.throughput_bps > 0.0 {
+                d.throughput_bps = d.throughput_bps.min(busy);
+            }
+        }
         let queued: u64 = v.iter().map(|d| d.queued_bytes).sum();
         let share = self.pending_bytes(written).saturating_sub(queued) / v.len().max(1) as u64;
         for d in v.iter_mut() {
@@ -395,13 +456,29 @@ impl Levels {
         {
             if let Some(mut st) = m.state.try_lock() {
                 let st = &mut *st;
-                if let Some(s) = st.src.as_mut().and_then(|s| s.sample().ok()) {
-                    if let Some(c) = st.cpu.update(now_secs, s) {
-                        m.cores.store(c.to_bits(), Ordering::Relaxed);
-                    }
+                let process = process_cpu_ns();
+                let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+                let sample = CoresSample {
+                    proc: st.src.as_mut().and_then(|s| s.sample().ok()),
+                    process_cpu_ns: process,
+                    saturated: CallTotals { cpu_ns: load(&self.saturated_ns), wall_ns: load(&self.saturated_wall_ns) },
+                    all: CallTotals { cpu_ns: load(&self.codec_ns), wall_ns: load(&self.codec_wall_ns) },
+                    saturated_records: load(&self.saturated_records),
+                    records: load(&self.records),
+                };
+                if let Some(c) = st.cores.update(now_secs, sample) {
+                    m.cores.store(c.to_bits(), Ordering::Relaxed);
+                }
+                if let Some(c) = st.cores.idle_cores() {
+                    m.idle_cores.store(c.to_bits(), Ordering::Relaxed);
+                }
+                for ((dev, meter), out) in self.devices.iter().zip(st.busy.iter_mut()).zip(m.busy_bps.iter()) {
+                    let d = dev.snapshot();
+                    let bps = meter.update(now_secs, d.drained_bytes, d.queued_bytes > 0);
+                    out.store(bps.unwrap_or(0.0).to_bits(), Ordering::Relaxed);
                 }
                 let o = st.overhead.update(
-                    process_cpu_ns(),
+                    process,
                     self.codec_ns.load(Ordering::Relaxed),
                     self.input_bytes.load(Ordering::Relaxed),
                 );

@@ -22,6 +22,8 @@
 
 mod accounting;
 mod alloc;
+mod bgstate;
+mod bundle;
 mod caches;
 mod commit;
 mod compress;
@@ -38,6 +40,7 @@ pub mod fsck;
 mod inner;
 mod levels;
 mod locks;
+mod meta_compact;
 mod meta_space;
 mod metadb;
 mod metatx;
@@ -48,7 +51,9 @@ mod policy;
 mod pool;
 pub mod pool_lock;
 mod qos;
+mod qos_replan;
 mod read;
+mod rewrite;
 pub mod scrub;
 mod snapshot;
 mod space;
@@ -71,10 +76,11 @@ pub use policy::ADAPTIVE_PLACEHOLDER;
 pub use pool::now;
 pub use qos::{QosAdmit, QosTree, TREE_BACKLOG_MIN_BYTES, TREE_BACKLOG_SECS};
 pub use read::PREFETCH_RECORDS;
+pub use rewrite::{stored_codec, RewriteOutcome, RewriteSkip, RewriteTo};
 pub use space::DeviceStatus;
 pub use squeezefs_control::qos::{QosError, StatsRow as QosStatsRow, TreeId, TreeInfo, NO_TREE};
 pub use squeezefs_device::{Device, DeviceStatsSnapshot};
-pub use squeezefs_meta::{DeviceExtent, ExtentPtr, StoredRecord};
+pub use squeezefs_meta::{BgCursor, BgFrame, Bundle, BundleSlice, DeviceExtent, ExtentPtr, StoredRecord};
 pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
 pub use usage::UsageRow;
 
@@ -132,6 +138,12 @@ impl Engine {
             return Err(error::InvalidArg::NoDevices.into());
         }
         pool::mkfs(pool, opts, Some(devices))
+    }
+
+    /// Compact the metadata store of a closed pool (meta_compact.rs): (length before, length
+    /// after) of `meta.redb`.
+    pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
+        meta_compact::compact_meta(pool)
     }
 
     /// Open a pool. Another process holding it gives [`PoolError::InUse`], or
@@ -245,6 +257,7 @@ impl Engine {
     pub fn meta_write<T>(&self, f: impl FnOnce(&mut MetaTx<'_>) -> Result<T>) -> Result<T> {
         let inner = &*self.inner;
         inner.check_writable()?;
+        inner.bg.touch();
         self.make_meta_room(meta_space::Kind::Grows)?;
         let writer = inner.ns.meta_lock.lock();
         let mut mtx = MetaTx::new(inner);
@@ -280,6 +293,7 @@ impl Engine {
     ) -> std::result::Result<T, E> {
         let inner = &*self.inner;
         inner.check_writable()?;
+        inner.bg.touch();
         self.make_meta_room(meta_space::Kind::NoGrowth)?;
         let writer = inner.ns.meta_lock.lock();
         let mut a = self.getattr(ino)?;
@@ -430,6 +444,7 @@ impl Engine {
 
     /// Read up to `buf.len()` bytes at `offset`; short at EOF; holes read as zeros.
     pub fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.inner.bg.touch();
         read::read(&self.inner, ino, offset, buf)
     }
 
@@ -437,6 +452,7 @@ impl Engine {
     /// The file's data is compressed with the policy its last `write_with_compression`
     /// stated while it has uncommitted data, else the pool's.
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
+        self.inner.bg.touch();
         write::write(&self.inner, ino, offset, data, policy::Stated::Keep)
     }
 
@@ -472,6 +488,7 @@ impl Engine {
             // the pool's compression, for data of a tree (the tree has to travel with it)
             (None, _) => Some(policy::Policy { tree, ..self.inner.compress.pool_policy() }),
         };
+        self.inner.bg.touch();
         write::write(&self.inner, ino, offset, data, policy::Stated::Is(p))
     }
 
@@ -485,7 +502,16 @@ impl Engine {
     ) -> std::result::Result<(), QosError> {
         if self.inner.qos.set_tree(tree, parent, rate_bps)? {
             let weak = Arc::downgrade(&self.inner);
-            if let Err(e) = std::thread::Builder::new().name("sqz-qos".into()).spawn(move || qos::replan_loop(weak)) {
+            let spawned = std::thread::Builder::new().name("sqz-qos".into()).spawn(move || {
+                // a thread inherits its creator's scheduling class, and this one is started
+                // by a request, whose thread may wait as SCHED_IDLE or SCHED_FIFO (squeezefs-fuse
+                // sched.rs): the level thread runs as every engine thread does
+                let p = libc::sched_param { sched_priority: 0 };
+                // SAFETY: plain syscall on the calling thread with a valid parameter block
+                unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &p) };
+                qos_replan::replan_loop(weak)
+            });
+            if let Err(e) = spawned {
                 // admission still paces; the levels stay at the start level
                 log::error!("starting the QoS level thread: {e}; QoS trees keep their start level");
             }
@@ -511,10 +537,12 @@ impl Engine {
 
     /// Truncate up or down.
     pub fn set_size(&self, ino: Ino, size: u64) -> Result<()> {
+        self.inner.bg.touch();
         write::set_size(&self.inner, ino, size)
     }
 
     pub fn punch_hole(&self, ino: Ino, offset: u64, len: u64) -> Result<()> {
+        self.inner.bg.touch();
         write::punch_hole(&self.inner, ino, offset, len)
     }
 
@@ -522,6 +550,7 @@ impl Engine {
     /// `keep_size`, extend the size to offset+len. (A compressing pool cannot reserve blocks
     /// for later writes; the range stays a hole until written.)
     pub fn allocate(&self, ino: Ino, offset: u64, len: u64, keep_size: bool) -> Result<()> {
+        self.inner.bg.touch();
         write::allocate(&self.inner, ino, offset, len, keep_size)
     }
 
@@ -678,6 +707,75 @@ impl Engine {
             }
         }
         Ok(out)
+    }
+
+    /// Committed bundles (small records of several files stored as one, bundle.rs), by id;
+    /// a row that does not decode is left out (fsck reports it).
+    pub fn bundles(&self) -> Result<Vec<(u64, Bundle)>> {
+        self.inner.check_open()?;
+        let rx = self.inner.db.begin_read()?;
+        Ok(bundle::all(&rx)?.into_iter().filter_map(|(id, b)| b.ok().map(|b| (id, b))).collect())
+    }
+
+    /// Whether this engine stores small records in bundles (the pool has them and the
+    /// engine was opened with `bundle_small_records`).
+    pub fn bundling(&self) -> bool {
+        self.inner.bundles.enabled()
+    }
+
+    /// Rewrite committed record `idx` of `ino` with `to` if its committed extent is still
+    /// the one read (compare-and-swap under the file lock; rewrite.rs): the new encoding
+    /// goes into the open txg like a write of the same bytes, durable with its commit.
+    /// `if_different`: leave a record stored the way `to` asks already. Compresses on the
+    /// calling thread.
+    pub fn rewrite_record(&self, ino: Ino, idx: u64, to: RewriteTo, if_different: bool) -> Result<RewriteOutcome> {
+        rewrite::rewrite_record(&self.inner, ino, idx, to, if_different)
+    }
+
+    /// Time since the last foreground operation (data read or write, size change, namespace
+    /// or attribute change; bgstate.rs): what background compression waits on.
+    pub fn idle_for(&self) -> std::time::Duration {
+        self.inner.bg.idle_for()
+    }
+
+    /// The last txg whose commit changed file data (since this engine opened; the pool's
+    /// last txg at open).
+    pub fn data_txg(&self) -> u64 {
+        self.inner.bg.data_txg()
+    }
+
+    /// The bound on dirty data in memory (`OpenOptions::max_dirty_bytes`).
+    pub fn max_dirty_bytes(&self) -> u64 {
+        self.inner.opts.max_dirty_bytes
+    }
+
+    /// Background compression's cursor: the one saved last (committed or not), `None` if
+    /// the pool never had one.
+    pub fn background_cursor(&self) -> Result<Option<BgCursor>> {
+        self.inner.check_open()?;
+        if let Some(c) = self.inner.bg.pending() {
+            return Ok(Some(c));
+        }
+        let rx = self.inner.db.begin_read()?;
+        let t = match rx.open_table(tables::BACKGROUND) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let v = t.get(0u8)?;
+        Ok(match v {
+            Some(v) => Some(BgCursor::decode(v.value())?),
+            None => None,
+        })
+    }
+
+    /// Save background compression's cursor: durable with the next commit (which this
+    /// asks for, as a metadata change does).
+    pub fn save_background_cursor(&self, c: BgCursor) -> Result<()> {
+        self.inner.check_writable()?;
+        self.inner.bg.save(c);
+        self.inner.txg.note_meta_change();
+        Ok(())
     }
 
     /// Bytes of decoded records held in the read cache now.

@@ -6,7 +6,7 @@
 use crate::error::{Corruption, EngineError, InvalidArg, Result};
 use crate::inner::Inner;
 use crate::nsdelta::{ByteRows, Delta, KeyRange};
-use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, encode_cookie_entry, encode_dirent};
+use squeezefs_meta::encode::{decode_cookie_entry, decode_dirent, encode_cookie_entry_for, encode_dirent_for};
 use squeezefs_meta::{keys, tables, FileKind, Ino, InodeAttr};
 use std::ops::Bound;
 
@@ -237,8 +237,10 @@ impl<'a> MetaTx<'a> {
         .unwrap_or(3);
         let next = cookie.checked_add(1).ok_or_else(|| EngineError::from(Corruption::CookiesExhausted { dir }))?;
         self.d.next_cookie.insert(dir, Some(next));
-        self.put_row(|d| &mut d.dirents, k, Some(encode_dirent(ino, kind, cookie).to_vec()));
-        self.put_row(|d| &mut d.cookies, keys::pair(dir, cookie).to_vec(), Some(encode_cookie_entry(ino, kind, name)));
+        let compact = self.inner.compact_rows;
+        self.put_row(|d| &mut d.dirents, k, Some(encode_dirent_for(ino, kind, cookie, compact)));
+        let entry = encode_cookie_entry_for(ino, kind, name, compact);
+        self.put_row(|d| &mut d.cookies, keys::pair(dir, cookie).to_vec(), Some(entry));
         Ok(())
     }
 

@@ -41,7 +41,7 @@ use crate::snapshot::SnapshotCache;
 use crate::units::extent_footprint;
 use redb::ReadableTable;
 use rustc_hash::FxHashMap;
-use squeezefs_meta::encode::{decode_inode, encode_inode};
+use squeezefs_meta::encode::{decode_inode, encode_inode_for};
 use squeezefs_meta::{keys, tables, ExtentPtr, Ino, InodeAttr, StoredRecord};
 use std::collections::BTreeMap;
 use std::iter::Peekable;
@@ -384,15 +384,19 @@ pub fn resolve_inode(ino: Ino, row: Option<Option<InodeAttr>>, base: Option<Inod
 }
 
 /// Write `d` into the txg commit's transaction `tx`. Space of deleted inodes' extents goes to
-/// `frees`. Inode rows keep the sizes redb holds (the commit's layers set new ones after).
-/// `recordsizes_on`: the pool has `INCOMPAT_RECORDSIZES` (without it no `recordsizes` row
-/// exists, so tombstones have nothing to remove). Returns whether a `recordsizes` row was
-/// written (the commit then sets the feature).
+/// `frees`, and one bundle id per bundled record of theirs to `drops` (bundle.rs
+/// `apply_drops`). Inode rows keep the sizes redb holds (the commit's layers set new ones
+/// after); they are written in the compact encoding when `compact` (the pool has
+/// `INCOMPAT_COMPACT_ROWS`). `recordsizes_on`: the pool has `INCOMPAT_RECORDSIZES` (without
+/// it no `recordsizes` row exists, so tombstones have nothing to remove). Returns whether a
+/// `recordsizes` row was written (the commit then sets the feature).
 pub fn apply(
     tx: &redb::WriteTransaction,
     d: &Delta,
     granule: u64,
+    compact: bool,
     frees: &mut Vec<(u32, u64, u64)>,
+    drops: &mut Vec<u64>,
     recordsizes_on: bool,
 ) -> Result<bool> {
     {
@@ -405,7 +409,7 @@ pub fn apply(
                         None => None,
                     };
                     let a = with_sizes_of(a.clone(), cur.as_ref());
-                    t.insert(ino, &encode_inode(&a)[..])?;
+                    t.insert(ino, &encode_inode_for(&a, compact)[..])?;
                 }
                 None => {
                     t.remove(ino)?;
@@ -493,8 +497,10 @@ pub fn apply(
         }
         for (k, ext) in gone {
             e.remove(&k[..])?;
-            if let StoredRecord::Device(dx) = ext.stored {
-                frees.push((dx.dev, dx.offset, extent_footprint(&ext, granule)));
+            match ext.stored {
+                StoredRecord::Device(dx) => frees.push((dx.dev, dx.offset, extent_footprint(&ext, granule))),
+                StoredRecord::Bundled(b) => drops.push(b.bundle),
+                StoredRecord::Inline(_) => {}
             }
         }
     }

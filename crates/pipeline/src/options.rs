@@ -73,6 +73,11 @@ pub struct OpenOptions {
     /// QoS trees' bucket depth, seconds of their rate (mount option `qos-burst=`;
     /// control::qos AdmissionTunables::burst_secs)
     pub qos_burst: Duration,
+    /// Store the short last records of files (small files, tails) compressed together in
+    /// bundles (bundle.rs), in pools with `INCOMPAT_BUNDLES`. Off by default: a bundle keeps
+    /// its whole space until its last member is rewritten or deleted, which suits a tree
+    /// written once (`mkfs --rootdir`) better than files changed piecemeal.
+    pub bundle_small_records: bool,
 }
 
 impl Default for OpenOptions {
@@ -89,6 +94,7 @@ impl Default for OpenOptions {
             max_delta_rows: DEFAULT_MAX_DELTA_ROWS,
             trace: None,
             qos_burst: DEFAULT_QOS_BURST,
+            bundle_small_records: false,
         }
     }
 }

@@ -9,7 +9,7 @@
 //! ([`compress_with`]).
 
 use crate::outbuf::{OutBytes, OutPool};
-use squeezefs_codec::{saves_a_sector, Algorithm, Codec, Spec, Workspaces};
+use squeezefs_codec::{saves_a_sector, Algorithm, CallTime, Codec, Spec, Workspaces};
 use xxhash_rust::xxh3::xxh3_64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,24 +69,24 @@ pub fn compress_with<'a>(
     sector: usize,
     ws: impl FnOnce() -> &'a Workspaces,
     out: &std::sync::Arc<OutPool>,
-) -> (Compressed, u64) {
+) -> (Compressed, CallTime) {
     let raw = || Compressed::Raw { hash: xxh3_64(data) };
     // the largest output that still saves a sector: the codec aborts early beyond it
     let limit = (data.len().div_ceil(sector)).saturating_sub(1) * sector;
     if limit == 0 || codec.alg == Algorithm::None {
-        return (raw(), 0);
+        return (raw(), CallTime::default());
     }
     // compress into this thread's scratch buffer (mapped and warm after the first record)
     // and keep a copy in a recycled buffer of about the output's size (outbuf.rs): no
     // zero fill and no fresh pages per record, and the result held until its txg takes
     // only about the memory it needs
-    let (packed, cpu_ns) = SCRATCH.with(|s| {
+    let (packed, time) = SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
         if s.len() < limit {
             s.resize(limit, 0);
         }
-        let (r, cpu_ns) = ws().compress_measured(codec, data, &mut s[..limit]);
-        (r.map(|n| out.copy_of(&s[..n])), cpu_ns)
+        let (r, time) = ws().compress_measured(codec, data, &mut s[..limit]);
+        (r.map(|n| out.copy_of(&s[..n])), time)
     });
     let c = match packed {
         Ok(bytes) if saves_a_sector(bytes.len(), data.len(), sector) => {
@@ -100,7 +100,7 @@ pub fn compress_with<'a>(
             raw()
         }
     };
-    (c, cpu_ns)
+    (c, time)
 }
 
 /// Raw storage of `data`: its hash.
@@ -122,10 +122,10 @@ mod tests {
         assert!(matches!(compress_with(&small, zstd1, 512, || &ws, &out).0, Compressed::Raw { .. }));
         let data = vec![5u8; 8192];
         match compress_with(&data, zstd1, 512, || &ws, &out) {
-            (Compressed::Packed { codec, bytes, .. }, cpu) => {
+            (Compressed::Packed { codec, bytes, .. }, t) => {
                 assert_eq!(codec, zstd1);
                 assert!(bytes.len() < 512);
-                assert!(cpu > 0, "the codec's CPU time is measured");
+                assert!(t.cpu_ns > 0 && t.wall_ns > 0, "the codec's CPU and wall time are measured: {t:?}");
             }
             _ => panic!("a run of one byte compresses"),
         }

@@ -2,6 +2,7 @@
 //! unless devices are named, one growable device file (`data.0`).
 
 use crate::alloc::DevSpace;
+use crate::bundle::Bundles;
 use crate::devq::DevQueue;
 use crate::error::{PoolError, Result};
 use crate::inner::Inner;
@@ -17,7 +18,7 @@ use redb::ReadableTable;
 use squeezefs_device::{
     is_nonempty, read_header, write_header, Device, DeviceHeader, FileDevice, FileDeviceOptions, PoolId, DATA_START,
 };
-use squeezefs_meta::encode::encode_inode;
+use squeezefs_meta::encode::encode_inode_for;
 use squeezefs_meta::{
     keys, tables, DeviceKind, DeviceRecord, Features, FileKind, InodeAttr, Superblock, Timestamp, ROOT_INO,
 };
@@ -164,7 +165,8 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
         let t = now();
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let root = InodeAttr { generation: 1, ..InodeAttr::new(ROOT_INO, FileKind::Dir, 0o755, uid, gid, t) };
-        tx.open_table(tables::INODES)?.insert(ROOT_INO, &encode_inode(&root)[..])?;
+        let compact = Features::current().incompat & Features::INCOMPAT_COMPACT_ROWS != 0;
+        tx.open_table(tables::INODES)?.insert(ROOT_INO, &encode_inode_for(&root, compact)[..])?;
         // create the remaining tables so read transactions find them
         tx.open_table(tables::DIRENTS)?;
         tx.open_table(tables::DIR_COOKIES)?;
@@ -175,6 +177,8 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
         tx.open_table(tables::EXTENTS)?;
         tx.open_table(tables::FREE_SPACE)?;
         tx.open_table(tables::RECORDSIZES)?;
+        // pools made by this build have INCOMPAT_BUNDLES
+        tx.open_table(tables::BUNDLES)?;
     }
     tx.commit()?;
     drop(db);
@@ -232,6 +236,9 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     }
     let (next_ino, inode_rows) = inode_counter(&rx, &sb)?;
     let recordsizes_on = recordsizes_in_use(pool, &rx, &sb)?;
+    // only pools made with bundles get them: older builds must still open the others
+    let bundling = sb.features.incompat & Features::INCOMPAT_BUNDLES != 0 && opts.bundle_small_records && !read_only;
+    let bundles = Bundles::new(bundling, crate::bundle::next_id(&rx)?);
     drop(rx);
     let space = Space::new(pool.to_path_buf(), slots, images, u64::from(sb.sector), granule, u64::from(sb.recordsize));
     // the trace is created once the pool is known to open (a refused open leaves an old
@@ -257,6 +264,8 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         sb.txg,
         faults,
         trace,
+        bundles,
+        sb.features.incompat & Features::INCOMPAT_COMPACT_ROWS != 0,
     )
     .into_arc();
     inner.ns.set_committed_inodes(inode_rows, next_ino);

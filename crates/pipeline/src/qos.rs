@@ -28,8 +28,9 @@
 //!   but is not idle —, its `qos` rate, how late its queued records are, the compress
 //!   workers as its core limit); cores for QoS = min(workers, cores the CPU meter
 //!   sees free for us) − the cores unpaced compression took over the last interval; the
-//!   pipeline overhead per byte (the CPU meter and the OverheadMeter are levels.rs's, which
-//!   auto uses too: `Levels::cpu_figures`); the devices' summed write throughput. Then the plan's mixes are picked
+//!   pipeline overhead per byte (levels.rs's CPU meter — /proc/stat's cores not taken by
+//!   others, where auto takes the cores our threads obtain — and OverheadMeter, which auto
+//!   uses too: `Levels::cpu_figures`); the devices' summed write throughput. Then the plan's mixes are picked
 //!   from, and the compress queue's lanes get the trees' allotments as their rates (EDF
 //!   deadlines, compress.rs).
 //!   States of the thread: not started (no tree yet) → running (started by the first
@@ -124,6 +125,11 @@ fn nominal_cost(c: Codec) -> f64 {
 }
 
 impl Qos {
+    /// Seconds between two replans of the QoS thread (qos_thread.rs).
+    pub fn replan_secs(&self) -> f64 {
+        self.lv.lock().levels.tunables().replan_secs
+    }
+
     pub fn new(adm: AdmissionTunables, lv: LevelTunables) -> Qos {
         Qos {
             epoch: Instant::now(),
@@ -136,6 +142,11 @@ impl Qos {
             thread_started: AtomicBool::new(false),
             unpaced_cpu_ns: AtomicU64::new(0),
         }
+    }
+
+    /// Seconds between two replans of the QoS thread (qos_replan.rs).
+    pub fn replan_period_secs(&self) -> f64 {
+        self.lv.lock().levels.tunables().replan_secs
     }
 
     /// Seconds since the engine opened.
@@ -341,36 +352,6 @@ impl Qos {
                 .join("; ")
         );
         demands.iter().map(|d| (d.tree, d.rate_bps)).collect()
-    }
-}
-
-/// The QoS thread (block comment, REPLAN): replans every `replan_secs` until the engine
-/// closes; holds the engine only during a round.
-pub fn replan_loop(engine: std::sync::Weak<crate::inner::Inner>) {
-    let mut rates: Vec<(TreeId, f64)> = Vec::new();
-    loop {
-        let period = {
-            let Some(inner) = engine.upgrade() else { return };
-            if inner.closed.load(Ordering::Acquire) {
-                return;
-            }
-            let q = &inner.qos;
-            let device: f64 = inner.space.device_status().iter().map(|d| d.stats.throughput_bps).sum();
-            let now = q.now();
-            let cpu = inner.compress.levels.cpu_figures();
-            let new = q.replan(inner.workers.threads(), cpu, (device > 0.0).then_some(device), |t| {
-                (inner.compress.queue.lag(t, now), inner.compress.queue.queued(t))
-            });
-            // trees gone since the last round lose their lanes' rates
-            let mut set: Vec<(TreeId, f64)> =
-                rates.iter().filter(|(t, _)| !new.iter().any(|n| n.0 == *t)).map(|(t, _)| (*t, 0.0)).collect();
-            set.extend(new.iter().copied());
-            inner.compress.queue.set_rates(&set);
-            rates = new;
-            let period = q.lv.lock().levels.tunables().replan_secs;
-            period
-        };
-        std::thread::sleep(Duration::from_secs_f64(period.max(0.01)));
     }
 }
 

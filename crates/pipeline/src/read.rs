@@ -8,7 +8,7 @@ use crate::error::{Corruption, EngineError, Internal, PanicSite, Result};
 use crate::inner::Inner;
 use crate::units::{record_of_byte, record_start_byte, records_for_size, records_of_range};
 use squeezefs_codec::Algorithm;
-use squeezefs_meta::{keys, tables, ExtentPtr, Ino, StoredRecord};
+use squeezefs_meta::{keys, tables, BundleSlice, ExtentPtr, Ino, StoredRecord};
 use std::sync::Arc;
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -76,13 +76,17 @@ pub fn committed_record(inner: &Inner, ino: Ino, idx: u64, rs: u64) -> Result<Op
 fn record_key(e: &ExtentPtr) -> Option<RecordKey> {
     match e.stored {
         StoredRecord::Device(d) => Some((d.dev, d.offset, e.hash)),
-        StoredRecord::Inline(_) => None,
+        // cached as its whole bundle (`load_bundled`)
+        StoredRecord::Inline(_) | StoredRecord::Bundled(_) => None,
     }
 }
 
 /// Read, verify and decode the record an extent points to (record `idx` of `ino`, whose
 /// records are `rs` bytes).
 pub fn load(inner: &Inner, ino: Ino, idx: u64, rs: u64, e: &ExtentPtr) -> Result<Arc<Vec<u8>>> {
+    if let StoredRecord::Bundled(s) = e.stored {
+        return load_bundled(inner, ino, idx, rs, e, s);
+    }
     let key = record_key(e);
     if let Some(k) = &key {
         if let Some(v) = inner.cache.records.get(k) {
@@ -96,6 +100,17 @@ pub fn load(inner: &Inner, ino: Ino, idx: u64, rs: u64, e: &ExtentPtr) -> Result
         }
     }
     load_uncached(inner, ino, idx, rs, e, key)
+}
+
+/// Read, verify and decode the record an extent points to for a rewrite (rewrite.rs): a
+/// record in the cache is taken from there, one that is not is decoded without being
+/// cached, so rewriting a tree does not push the readers' records out of the cache for
+/// records that are about to be replaced.
+pub fn load_uncached_unless_cached(inner: &Inner, ino: Ino, idx: u64, rs: u64, e: &ExtentPtr) -> Result<Arc<Vec<u8>>> {
+    if let Some(v) = record_key(e).and_then(|k| inner.cache.records.get(&k)) {
+        return Ok(v);
+    }
+    load_uncached(inner, ino, idx, rs, e, None)
 }
 
 fn load_uncached(
@@ -117,6 +132,7 @@ fn load_uncached(
             verify(e, v, ino, offset_in_file, "inline")?;
             Arc::new(decode(inner, e, v, ino, offset_in_file)?)
         }
+        StoredRecord::Bundled(s) => return load_bundled(inner, ino, idx, rs, e, *s),
         StoredRecord::Device(d) => {
             let dev = inner.space.devs().get(d.dev as usize).ok_or_else(|| {
                 EngineError::from(Corruption::NoSuchDevice { ino, idx, dev: d.dev, devices: inner.space.devs().len() })
@@ -142,6 +158,59 @@ fn load_uncached(
         inner.cache.records.insert(k, out.clone());
     }
     Ok(out)
+}
+
+/// The slice `s` of its bundle (bundle.rs), checked against the record's own checksum: `load`
+/// of a bundled record (record `idx` of `ino`, whose records are `rs` bytes). The decoded
+/// bundle goes into the record cache as a record of its own, so the next members (the next
+/// small files of a directory) cost neither a device read nor a decode. A bundle is at most
+/// the pool's record size whatever its members' files use (bundle.rs `select`).
+fn load_bundled(inner: &Inner, ino: Ino, idx: u64, rs: u64, e: &ExtentPtr, s: BundleSlice) -> Result<Arc<Vec<u8>>> {
+    let off = record_start_byte(idx, rs);
+    if u64::from(e.logical) > rs {
+        return Err(Corruption::ExtentTooLarge { ino, offset: off, stored: e.psize(), logical: e.logical }.into());
+    }
+    let b = {
+        let rx = inner.db.begin_read()?;
+        crate::bundle::row(&rx, s.bundle)?
+    };
+    let Some(b) = b else {
+        // a pointer looked up before the commit that removed it and the bundle's last
+        // member: look it up again once
+        inner.cache.extents.invalidate(ino, Some(idx));
+        return match extent(inner, ino, idx)? {
+            Some(e2) if e2 != *e => load(inner, ino, idx, rs, &e2),
+            _ => Err(Corruption::NoSuchBundle { ino, offset: off, bundle: s.bundle }.into()),
+        };
+    };
+    let end = u64::from(s.offset) + u64::from(e.logical);
+    if end > u64::from(b.logical) || u64::from(b.logical) > inner.recordsize {
+        return Err(Corruption::BundleSliceOutside {
+            ino,
+            offset: off,
+            start: s.offset,
+            len: e.logical,
+            bundle: s.bundle,
+            logical: b.logical,
+            recordsize: inner.recordsize,
+        }
+        .into());
+    }
+    let whole = load(inner, ino, idx, inner.recordsize, &crate::bundle::as_record(&b))?;
+    let part = &whole[s.offset as usize..end as usize];
+    let h = xxh3_64(part);
+    if h != e.hash {
+        log::error!(
+            "checksum mismatch: inode {ino} file offset {off} (bytes {}..{end} of bundle {}): stored xxh3 {:016x}, computed {h:016x}",
+            s.offset,
+            s.bundle,
+            e.hash
+        );
+        return Err(EngineError::Checksum { ino, offset: off });
+    }
+    let mut out = inner.cache.records.take_buffer(part.len());
+    out.copy_from_slice(part);
+    Ok(Arc::new(out))
 }
 
 /// The stored bytes match the extent's xxh3-64; a mismatch is logged with where the record

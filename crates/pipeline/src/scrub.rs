@@ -1,5 +1,7 @@
 //! Scrub: read every stored record of the pool from its device (bypassing caches) and
-//! verify its xxh3 checksum; report damage by file path and offset.
+//! verify its xxh3 checksum; report damage by file path and offset. A bundled record is
+//! checked twice: its bundle's stored bytes (read and decoded once for all its members),
+//! then its own slice of the decoded bundle.
 
 use crate::error::Result;
 use crate::inner::Inner;
@@ -80,11 +82,20 @@ pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> 
             }
         }
     }
-    // device order makes the reads sequential
+    let bundles = crate::bundle::all(&rx)?;
+    drop(t);
+    drop(rx);
+    // device order makes the reads sequential; a bundle's records follow each other
     all.sort_by_key(|(_, _, e)| match e.stored {
-        StoredRecord::Device(d) => (d.dev, d.offset),
-        StoredRecord::Inline(_) => (u32::MAX, 0),
+        StoredRecord::Device(d) => (d.dev, d.offset, 0),
+        StoredRecord::Inline(_) => (u32::MAX, 0, 0),
+        StoredRecord::Bundled(s) => match bundles.get(&s.bundle) {
+            Some(Ok(b)) => (b.ext.dev, b.ext.offset, 1 + u64::from(s.offset)),
+            _ => (u32::MAX, u64::MAX, 0),
+        },
     });
+    // the bundle decoded last: its id and its bytes, or what is wrong with it
+    let mut current: Option<(u64, std::result::Result<Vec<u8>, String>)> = None;
     let mut done = 0u64;
     progress(0, total);
     for (ino, idx, e) in all {
@@ -113,6 +124,31 @@ pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> 
                 };
                 (Some(d.dev), Some(d.offset), p)
             }
+            StoredRecord::Bundled(s) => match bundles.get(&s.bundle) {
+                None => (None, None, Some(format!("lies in bundle {}, which does not exist", s.bundle))),
+                Some(Err(err)) => (None, None, Some(format!("bundle {}: {err}", s.bundle))),
+                Some(Ok(b)) => {
+                    if current.as_ref().map(|c| c.0) != Some(s.bundle) {
+                        current = Some((s.bundle, read_bundle(inner, b)));
+                    }
+                    let problem = match current.as_ref().map(|c| &c.1) {
+                        Some(Ok(bytes)) => {
+                            let (a, z) = (s.offset as usize, s.offset as usize + e.logical as usize);
+                            match bytes.get(a..z) {
+                                Some(part) => check(part, e.hash),
+                                None => Some(format!(
+                                    "bytes {a}..{z} of bundle {}, which decodes to {}",
+                                    s.bundle,
+                                    bytes.len()
+                                )),
+                            }
+                        }
+                        Some(Err(p)) => Some(format!("bundle {}: {p}", s.bundle)),
+                        None => None,
+                    };
+                    (Some(b.ext.dev), Some(b.ext.offset), problem)
+                }
+            },
         };
         if let Some(problem) = problem {
             log::error!("scrub: inode {ino} offset {offset}: {problem}");
@@ -136,6 +172,31 @@ pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> 
         }
     }
     Ok(report)
+}
+
+/// A bundle's decoded bytes, read from its device and verified, or what is wrong.
+fn read_bundle(inner: &Inner, b: &squeezefs_meta::Bundle) -> std::result::Result<Vec<u8>, String> {
+    let d = b.ext;
+    let devs = inner.space.devs();
+    let dev = devs.get(d.dev as usize).ok_or_else(|| format!("on device {} of {}", d.dev, devs.len()))?;
+    if u64::from(d.psize) > inner.recordsize || u64::from(b.logical) > inner.recordsize {
+        return Err(format!("stored size {} / decoded size {} exceed the record size", d.psize, b.logical));
+    }
+    let mut buf = vec![0u8; d.psize as usize];
+    dev.dev.read_at(&mut buf, d.offset).map_err(|err| format!("read failed: {err}"))?;
+    if let Some(p) = check(&buf, b.hash) {
+        return Err(p);
+    }
+    let alg = squeezefs_codec::Algorithm::from_id(b.alg).ok_or_else(|| format!("unknown algorithm id {}", b.alg))?;
+    if alg == squeezefs_codec::Algorithm::None {
+        return if buf.len() == b.logical as usize { Ok(buf) } else { Err("raw bundle of the wrong length".into()) };
+    }
+    let mut out = vec![0u8; b.logical as usize];
+    let n = inner.workspaces().decompress(alg, &buf, &mut out).map_err(|err| format!("does not decode: {err}"))?;
+    if n != out.len() {
+        return Err(format!("decodes to {n} bytes, {} expected", out.len()));
+    }
+    Ok(out)
 }
 
 fn check(stored: &[u8], hash: u64) -> Option<String> {

@@ -3,24 +3,28 @@
 //!
 //! 1. `cut` — list the data records of every frozen layer (records are already cut to
 //!    their file's record size by the dirty cache; the last one is short).
-//! 2. `compress` — queue every record's compression on the workers (compress.rs): zero
-//!    test, heuristic, compression with early abort, xxh3 of the stored bytes; results
-//!    stream back as they finish. Records compressed early are not compressed again:
-//!    those held PACKED (dirty.rs) are sent as they are, the others' slots forward their
-//!    result.
-//! 3. `place` — as results arrive, in file order: small files inline; records placed
-//!    while their layer was open (early_place.rs) keep that place; other records get a
-//!    device (smallest expected completion, crates/control) and space packed into the
-//!    txg's run on that device (alloc.rs, live image), and go to that device's write
-//!    queue at once (compression and device writes overlap).
-//! 4. `write` — device writers drain their queues in large sequential batches; the stage
+//! 2. `bundle` — in pools that bundle (bundle.rs), take the short last records of files
+//!    out of the list and group them into bundles, each one buffer of their bytes.
+//! 3. `compress` — queue every record's and every bundle's compression on the workers
+//!    (compress.rs): zero test, heuristic, compression with early abort, xxh3 of the
+//!    stored bytes; results stream back as they finish. Records compressed early are not
+//!    compressed again: those held PACKED (dirty.rs) are sent as they are, the others'
+//!    slots forward their result.
+//! 4. `place` — as results arrive, in file order (bundles after every record): small files
+//!    inline; records placed while their layer was open (early_place.rs) keep that place;
+//!    other records and bundles get a device (smallest expected completion, crates/control)
+//!    and space packed into the txg's run on that device (alloc.rs, live image), and go to
+//!    that device's write queue at once (compression and device writes overlap); a
+//!    bundle's members get pointers to their slices.
+//! 5. `write` — device writers drain their queues in large sequential batches; the stage
 //!    waits for every write of the txg, early writes included.
-//! 5. `flush` — fdatasync every device written.
-//! 6. `commit` — one durable redb transaction (commit.rs): extent pointers, sizes, blocks,
-//!    freed space (replaced records and inode deletions), allocation state (the durable
-//!    image: this txg's extents taken exactly, its frees given back), txg; then the freed
-//!    ranges go back to the live image and are discarded on the devices (holes in files).
-//! 7. `release` — stop counting what the txg placed, invalidate extent caches, drop the
+//! 6. `flush` — fdatasync every device written.
+//! 7. `commit` — one durable redb transaction (commit.rs): extent pointers, sizes, blocks,
+//!    new bundles and the member counts of old ones, freed space (replaced records, inode
+//!    deletions, bundles left without members), allocation state (the durable image: this
+//!    txg's extents taken exactly, its frees given back), txg; then the freed ranges go
+//!    back to the live image and are discarded on the devices (holes in files).
+//! 8. `release` — stop counting what the txg placed, invalidate extent caches, drop the
 //!    syncing layers, return dirty bytes, wake throttled writers.
 //!
 //! A stage that fails ends the txg (`fail`): before the commit stage nothing of the txg
@@ -31,6 +35,7 @@
 //! No lock is held across compression or I/O: the stages work on frozen `Arc<Layer>`s.
 
 use crate::accounting::{Charge, Counter};
+use crate::bundle::{NewBundle, Plan};
 use crate::commit::{Outcome, Placed};
 use crate::compress::{Claim, CompressResult, Slot};
 use crate::devq::{Completion, Payload, WriteReq};
@@ -52,8 +57,9 @@ use std::time::{Duration, Instant};
 type Stage = fn(&mut TxgSync<'_>) -> Result<()>;
 
 /// The stages of a txg, in order (see the block comment).
-pub const STAGES: [(&str, Stage); 7] = [
+pub const STAGES: [(&str, Stage); 8] = [
     ("cut", |s| s.cut()),
+    ("bundle", |s| s.bundle()),
     ("compress", |s| s.compress()),
     ("place", |s| s.place()),
     ("write", |s| s.write()),
@@ -74,7 +80,13 @@ pub fn sync_txg(inner: &Arc<Inner>, txg: u64, frozen: Frozen) -> std::result::Re
         }
         times.push((name, t0.elapsed()));
     }
-    log::debug!("txg {txg}: {} records of {} files; {}", s.jobs.len(), s.frozen.len(), timings(&times));
+    log::debug!(
+        "txg {txg}: {} records of {} files, {} bundles; {}",
+        s.jobs.len(),
+        s.frozen.len(),
+        s.new_bundles.len(),
+        timings(&times)
+    );
     Ok(())
 }
 
@@ -87,8 +99,13 @@ pub struct TxgSync<'a> {
     inner: &'a Arc<Inner>,
     txg: u64,
     frozen: Frozen,
-    /// (layer index, record index) of every data record, in file order (`cut`)
+    /// (layer index, record index) of every data record, in file order (`cut`), then of
+    /// every bundle: bundle `b` is `(frozen.len() + b, 0)` (`bundle`)
     jobs: Vec<(usize, u64)>,
+    /// the bundles planned (`bundle`)
+    bundles: Vec<Plan>,
+    /// the bundles placed, for the commit (`place`)
+    new_bundles: Vec<NewBundle>,
     /// compression results, in completion order (`compress`)
     results: Option<crossbeam_channel::Receiver<CompressResult>>,
     /// what the txg does to each record (`place`)
@@ -127,6 +144,8 @@ impl<'a> TxgSync<'a> {
             txg,
             frozen,
             jobs: Vec::new(),
+            bundles: Vec::new(),
+            new_bundles: Vec::new(),
             results: None,
             placed: Vec::new(),
             place_error: None,
@@ -153,18 +172,33 @@ impl<'a> TxgSync<'a> {
         Ok(())
     }
 
-    /// Stage 2 (see `compress_records`).
-    fn compress(&mut self) -> Result<()> {
-        self.results = Some(compress_records(self.inner, &self.frozen, &self.jobs));
+    /// Stage 2: the records that go into bundles leave the job list; each bundle is one
+    /// job after every record's (bundle.rs `select`).
+    fn bundle(&mut self) -> Result<()> {
+        let inner = self.inner;
+        let jobs = std::mem::take(&mut self.jobs);
+        let (jobs, bundles) = inner.bundles.select(inner.recordsize, inner.compress.pool_policy(), &self.frozen, jobs);
+        let first = self.frozen.len();
+        self.jobs = jobs;
+        self.jobs.extend((0..bundles.len()).map(|b| (first + b, 0)));
+        self.bundles = bundles;
         Ok(())
     }
 
-    /// Stage 3: results arrive in completion order; they are placed in job order (file by
-    /// file, record by record), so a file's records of one txg lie on the device in file
-    /// order for sequential reads, whichever worker finished first. After a placement
-    /// fails, the remaining results are received and dropped.
+    /// Stage 3 (see `compress_records`).
+    fn compress(&mut self) -> Result<()> {
+        self.results = Some(compress_records(self.inner, &self.frozen, &self.jobs, &self.bundles));
+        Ok(())
+    }
+
+    /// Stage 4: results arrive in completion order; they are placed in job order (file by
+    /// file, record by record, then the bundles), so a file's records of one txg lie on the
+    /// device in file order for sequential reads, whichever worker finished first. After a
+    /// placement fails, the remaining results are received and dropped.
     fn place(&mut self) -> Result<()> {
         let results = self.results.take().expect("the compress stage ran");
+        // the plans are not needed past this stage (a raw bundle's write holds its bytes)
+        let bundles = std::mem::take(&mut self.bundles);
         let mut waiting: BTreeMap<usize, Compressed> = BTreeMap::new();
         let mut next = 0usize;
         for _ in 0..self.jobs.len() {
@@ -182,12 +216,15 @@ impl<'a> TxgSync<'a> {
             while let Some(c) = waiting.remove(&next) {
                 let (li, idx) = self.jobs[next];
                 next += 1;
-                match self.place_record(li, idx, c) {
-                    Ok(outcome) => self.placed.push(Placed { layer: li, idx, outcome }),
-                    Err(e) => {
-                        self.place_error = Some(e);
-                        break;
-                    }
+                let placed = match li.checked_sub(self.frozen.len()) {
+                    Some(b) => self.place_bundle(&bundles[b], c),
+                    None => self
+                        .place_record(li, idx, c)
+                        .map(|outcome| self.placed.push(Placed { layer: li, idx, outcome })),
+                };
+                if let Err(e) = placed {
+                    self.place_error = Some(e);
+                    break;
                 }
             }
         }
@@ -209,7 +246,7 @@ impl<'a> TxgSync<'a> {
         }
     }
 
-    /// Stage 4: every write of the txg has finished, the early writes of the placements
+    /// Stage 5: every write of the txg has finished, the early writes of the placements
     /// it keeps included; then a failed placement or write fails the txg.
     fn write(&mut self) -> Result<()> {
         let mut write_err: Option<IoError> = self.completion.wait();
@@ -227,12 +264,12 @@ impl<'a> TxgSync<'a> {
         }
     }
 
-    /// Stage 5: make the txg's data durable before any pointer to it is.
+    /// Stage 6: make the txg's data durable before any pointer to it is.
     fn flush(&mut self) -> Result<()> {
         self.inner.space.flush(&self.written)
     }
 
-    /// Stage 6 (commit.rs), unless the pool was suspended meanwhile (a panic elsewhere,
+    /// Stage 7 (commit.rs), unless the pool was suspended meanwhile (a panic elsewhere,
     /// fault.rs): then nothing more becomes durable.
     fn commit(&mut self) -> Result<()> {
         if let Some(e) = self.inner.txg.suspension() {
@@ -240,11 +277,15 @@ impl<'a> TxgSync<'a> {
         }
         self.committing = true;
         let placed = std::mem::take(&mut self.placed);
-        self.blocks = crate::commit::commit(self.inner, self.txg, &self.frozen, placed, &self.early_used)?;
+        let bundles = std::mem::take(&mut self.new_bundles);
+        self.blocks = crate::commit::commit(self.inner, self.txg, &self.frozen, placed, &bundles, &self.early_used)?;
+        if !self.frozen.is_empty() {
+            self.inner.bg.data_committed(self.txg);
+        }
         Ok(())
     }
 
-    /// Stage 7: the txg is durable; its memory goes.
+    /// Stage 8: the txg is durable; its memory goes.
     fn release(&mut self) -> Result<()> {
         let inner = self.inner;
         // the host space this txg took, before `release_layers` stops counting its bytes as
@@ -318,14 +359,16 @@ impl<'a> TxgSync<'a> {
     }
 }
 
-/// Every record's compression result, in completion order. A record whose early
-/// compression (early.rs) was started on its current bytes reuses it (done: at once;
-/// running or queued: the job forwards its result here); the others are queued as urgent
-/// tasks, ahead of the next txg's early compression.
+/// Every record's and bundle's compression result, in completion order. A record whose
+/// early compression (early.rs) was started on its current bytes reuses it (done: at once;
+/// running or queued: the job forwards its result here); the others, and the bundles (job
+/// `(frozen.len() + b, 0)` for bundle `b`), are queued as urgent tasks, ahead of the next
+/// txg's early compression.
 fn compress_records(
     inner: &Arc<Inner>,
     frozen: &[(Ino, Arc<Layer>)],
     jobs: &[(usize, u64)],
+    bundles: &[Plan],
 ) -> crossbeam_channel::Receiver<CompressResult> {
     let (tx, rx) = crossbeam_channel::unbounded();
     let global = inner.compress.pool_policy();
@@ -333,7 +376,7 @@ fn compress_records(
     let streaks: Vec<Arc<AtomicU32>> = frozen.iter().map(|_| Arc::new(AtomicU32::new(0))).collect();
     let (mut reused, mut fresh, mut packed) = (0usize, 0usize, 0usize);
     let mut new_slots = Vec::new();
-    for &(li, idx) in jobs {
+    for &(li, idx) in jobs.iter().filter(|(li, _)| *li < frozen.len()) {
         let policy = frozen[li].1.policy.unwrap_or(global);
         let Some(Rec::Data(rec)) = frozen[li].1.recs.get(&idx) else { unreachable!("cut lists data records only") };
         // held packed: compressed already, under the policy of the time it was written
@@ -369,8 +412,15 @@ fn compress_records(
             idx,
         ));
     }
+    for (b, plan) in bundles.iter().enumerate() {
+        let slot = Slot::new(plan.buf.clone(), plan.policy, plan.ino, Arc::new(AtomicU32::new(0)), &inner.acct);
+        new_slots.push(slot.forward_to(tx.clone(), frozen.len() + b, 0));
+    }
     early::queue_urgent_many(inner, new_slots);
-    log::trace!("compress: {packed} records held packed, {reused} compressed early, {fresh} now");
+    log::trace!(
+        "compress: {packed} records held packed, {reused} compressed early, {fresh} now, {} bundles",
+        bundles.len()
+    );
     rx
 }
 
@@ -432,7 +482,33 @@ impl TxgSync<'_> {
                 return Ok(Outcome::Extent(extent(StoredRecord::Device(ext))));
             }
         }
-        let (dev, offset) = self.alloc(li, stored_len)?;
+        let at = self.alloc(Some(li), stored_len)?;
+        let ext = self.put(at, payload);
+        Ok(Outcome::Extent(extent(StoredRecord::Device(ext))))
+    }
+
+    /// A bundle's placement (bundle.rs `place`): device choice + packed allocation +
+    /// queueing of its write, like a record's; its members' outcomes point into it.
+    fn place_bundle(&mut self, plan: &Plan, c: Compressed) -> Result<()> {
+        let (inner, txg) = (self.inner, self.txg);
+        let mut put = |payload: Payload| {
+            let at = self.alloc(None, payload.bytes().len() as u64)?;
+            Ok(self.put(at, payload))
+        };
+        let (members, new) = inner.bundles.place(txg, inner.granule, plan, c, &mut put)?;
+        self.placed.extend(members.into_iter().map(|(layer, idx, e)| Placed {
+            layer,
+            idx,
+            outcome: e.map_or(Outcome::Hole, Outcome::Extent),
+        }));
+        self.new_bundles.extend(new);
+        Ok(())
+    }
+
+    /// Count `payload`, placed at `at` (device, offset), as this txg's and queue its write.
+    fn put(&mut self, (dev, offset): (usize, u64), payload: Payload) -> DeviceExtent {
+        let inner = self.inner;
+        let stored_len = payload.bytes().len() as u64;
         self.host.used[dev] += granule_bytes(stored_len, inner.granule);
         self.placed_charge.add(stored_len);
         let ext = DeviceExtent { dev: dev as u32, offset, psize: stored_len as u32 };
@@ -440,17 +516,17 @@ impl TxgSync<'_> {
         self.written[dev] = true;
         self.completion.add(1);
         inner.space.submit(dev, WriteReq { offset, payload, done: self.completion.clone() });
-        Ok(Outcome::Extent(extent(StoredRecord::Device(ext))))
+        ext
     }
 
-    /// Space for `stored` bytes of layer `li`'s record: after the layer's records placed
-    /// early, in the same run (while early placement is on, so the room it was started
-    /// with is still there), else on the device `place_on_a_device` picks; NoSpace when
-    /// no device has room.
-    fn alloc(&self, li: usize, stored: u64) -> Result<(usize, u64)> {
+    /// Space for `stored` bytes of layer `li`'s record (`None`: a bundle's): after the
+    /// layer's records placed early, in the same run (while early placement is on, so the
+    /// room it was started with is still there), else on the device `place_on_a_device`
+    /// picks; NoSpace when no device has room.
+    fn alloc(&self, li: Option<usize>, stored: u64) -> Result<(usize, u64)> {
         let inner = self.inner;
         let mut live = inner.space.live();
-        if inner.early.allowed() {
+        if let Some(li) = li.filter(|_| inner.early.allowed()) {
             let need = granule_bytes(stored, inner.granule);
             let mut run = self.frozen[li].1.early_run.lock();
             if let Some(at) =
@@ -476,6 +552,7 @@ fn release_layers(inner: &Inner, frozen: &[(Ino, Arc<Layer>)], blocks: &HashMap<
             let mut fd = f.lock();
             if fd.syncing.as_ref().is_some_and(|s| Arc::ptr_eq(s, layer)) {
                 fd.syncing = None;
+                fd.commits += 1;
                 if let Some(b) = blocks.get(ino) {
                     fd.committed_blocks = *b;
                 }

@@ -9,8 +9,8 @@
 //! * `QUIESCING`: the driver took N's dirty-inode set and freezes each file's open layer into
 //!   its syncing layer (per-file lock, one at a time: a write either lands wholly
 //!   in N or wholly in N+1). N+1 is OPEN from the moment N starts quiescing.
-//! * `SYNCING`: the stages of sync.rs (`STAGES`) run on N's frozen layers: cut → compress →
-//!   place → write → flush → commit → release. Writers keep filling N+1 meanwhile
+//! * `SYNCING`: the stages of sync.rs (`STAGES`) run on N's frozen layers: cut → bundle →
+//!   compress → place → write → flush → commit → release. Writers keep filling N+1 meanwhile
 //!   (double buffering); only one txg syncs at a time.
 //! * `COMMITTED`: N's extent pointers, sizes, freed space and every namespace change before
 //!   the commit are durable (one durable redb commit). `fsync`/`sync` waiters

@@ -75,6 +75,9 @@ pub fn extent_footprint(e: &squeezefs_meta::ExtentPtr, granule: u64) -> u64 {
     match &e.stored {
         squeezefs_meta::StoredRecord::Device(d) => granule_bytes(u64::from(d.psize), granule),
         squeezefs_meta::StoredRecord::Inline(v) => v.len() as u64,
+        // its share of the bundle (bundle.rs): the bundle's own range is freed with its
+        // last member
+        squeezefs_meta::StoredRecord::Bundled(b) => u64::from(b.share),
     }
 }
 

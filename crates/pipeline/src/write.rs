@@ -491,7 +491,7 @@ fn too_big(off: u64, len: u64) -> EngineError {
 /// whole number of sectors), so the rounding is at most granule − 1 per file in the open
 /// txg and again per file in the syncing one; uncounted, it would let twice the room be
 /// accepted.
-fn reserve(inner: &Inner, len: u64) -> Result<()> {
+pub fn reserve(inner: &Inner, len: u64) -> Result<()> {
     // the syncing txg's records already placed are in both the dirty bytes and the devices'
     // used space: counted once (accounting.rs `dirty_unplaced`)
     let dirty = inner.acct.dirty_unplaced();

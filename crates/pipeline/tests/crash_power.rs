@@ -19,6 +19,11 @@
 //! A third test sweeps systematically, redb-style: a short fixed workload, the power cut after
 //! device write n for every n, each cut replayed with writes dropped, kept and torn.
 //!
+//! The in-memory rounds and the sweep run again with bundles (`bundle_small_records`: the
+//! files' short last records of a txg stored together, their member counts dropped as they
+//! are rewritten), so a cut also lands between a bundle's write and its commit, and between
+//! the commits that take its members away.
+//!
 //! Rounds: `SQUEEZEFS_POWER_CUTS` (default 40 for the file rig, 30 for the in-memory one).
 //! Seed: `SQUEEZEFS_CRASH_SEED`.
 
@@ -34,12 +39,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+thread_local! {
+    /// whether the test running on this thread opens its engines with bundles
+    static BUNDLES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 fn open_options() -> OpenOptions {
     OpenOptions {
         compression: "zstd:1".parse().expect("zstd:1 is a valid spec"),
         txg_timeout: Duration::from_millis(50),
         max_dirty_bytes: 4 * 1024 * 1024,
         workers: 2,
+        bundle_small_records: BUNDLES.with(|b| b.get()),
         ..OpenOptions::default()
     }
 }
@@ -206,8 +217,14 @@ fn run_rounds(label: &str, in_memory: bool, default_rounds: u64) {
     let mut rng = SplitMix64::new(seed);
     let mut baseline: Vec<Option<Vec<u8>>> = vec![None; FILES];
     let (mut total_writes, mut total_syncs, mut total_pending) = (0u64, 0u64, 0usize);
+    let mut bundles_seen = 0u64;
     let t0 = Instant::now();
-    for round in 0..rounds {
+    let want_bundles = BUNDLES.with(|b| b.get());
+    // a cut soon after the open leaves little committed: with bundles on, rounds go on (up
+    // to three times as many) until a pool after a cut held a bundle
+    let mut round = 0;
+    while round < rounds || (want_bundles && bundles_seen == 0 && round < 3 * rounds) {
+        round += 1;
         let engine = rig.open();
         let log = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -264,16 +281,20 @@ fn run_rounds(label: &str, in_memory: bool, default_rounds: u64) {
         assert!(scrub.is_clean(), "{what}: scrub found damage: {:?}", scrub.damaged);
         let fsck = engine.fsck().unwrap_or_else(|e| panic!("{what}: fsck failed: {e}"));
         assert!(fsck.is_clean(), "{what}: fsck problems: {:?}", fsck.problems);
+        bundles_seen += fsck.bundles;
         engine.close().expect("close after check");
         drop(engine);
         baseline = actual;
     }
     eprintln!(
-        "{label}: {rounds} cuts passed in {:.1} s; {total_writes} device writes, {total_syncs} syncs, {total_pending} unsynced writes at the cuts",
+        "{label}: {round} cuts passed in {:.1} s; {total_writes} device writes, {total_syncs} syncs, {total_pending} unsynced writes at the cuts, {bundles_seen} bundles seen",
         t0.elapsed().as_secs_f64()
     );
-    assert!(total_writes > rounds, "the engine hardly wrote: {total_writes} device writes");
+    assert!(total_writes > round, "the engine hardly wrote: {total_writes} device writes");
     assert!(total_pending > 0, "no cut ever caught an unsynced write: the test exercised nothing");
+    if want_bundles {
+        assert!(bundles_seen > 0, "no pool after {round} cuts held a bundle: the test exercised nothing");
+    }
 }
 
 #[test]
@@ -284,6 +305,12 @@ fn power_cut_at_random_points_keeps_acknowledged_data() {
 #[test]
 fn crash_image_of_an_in_memory_device_keeps_acknowledged_data() {
     run_rounds("crash-image test (CrashDevice)", true, 30);
+}
+
+#[test]
+fn crash_image_with_bundles_keeps_acknowledged_data() {
+    BUNDLES.with(|b| b.set(true));
+    run_rounds("crash-image test with bundles (CrashDevice)", true, 30);
 }
 
 /// A short fixed workload (writes and fsyncs over three files, in one thread); returns the
@@ -320,6 +347,16 @@ fn fixed_workload(engine: &Engine, log: &mut Vec<LogRec>) {
 /// and each cut is replayed with unsynced writes dropped, kept and torn.
 #[test]
 fn every_device_write_is_a_crash_point() {
+    sweep();
+}
+
+#[test]
+fn every_device_write_is_a_crash_point_with_bundles() {
+    BUNDLES.with(|b| b.set(true));
+    sweep();
+}
+
+fn sweep() {
     let opts = OpenOptions { txg_timeout: Duration::from_secs(60), ..open_options() };
     // Template: a fresh pool (metadata file + device image) that every round starts from.
     let tdir = tempfile::tempdir().expect("tempdir");
@@ -344,6 +381,9 @@ fn every_device_write_is_a_crash_point() {
         let engine = Engine::open_with_devices(&pool, vec![dev.clone() as Arc<dyn Device>], &opts).unwrap();
         let mut log = Vec::new();
         fixed_workload(&engine, &mut log);
+        if BUNDLES.with(|b| b.get()) {
+            assert!(!engine.bundles().unwrap().is_empty(), "the workload made no bundle");
+        }
         engine.close().unwrap();
         dev.write_count()
     };

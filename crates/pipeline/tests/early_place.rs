@@ -65,7 +65,7 @@ fn used_and_referenced(e: &Engine, inos: &[u64]) -> (u64, u64) {
         .flat_map(|&i| e.extents(i).unwrap())
         .map(|(_, p)| match p.stored {
             StoredRecord::Device(d) => u64::from(d.psize),
-            StoredRecord::Inline(_) => 0,
+            StoredRecord::Inline(_) | StoredRecord::Bundled(_) => 0,
         })
         .sum();
     (used, referenced)
@@ -189,7 +189,7 @@ fn records_placed_early_lie_in_file_order() {
             .iter()
             .filter_map(|(_, p)| match &p.stored {
                 StoredRecord::Device(d) => Some((d.offset, u64::from(d.psize))),
-                StoredRecord::Inline(_) => None,
+                StoredRecord::Inline(_) | StoredRecord::Bundled(_) => None,
             })
             .collect();
         assert_eq!(exts.len(), 16);

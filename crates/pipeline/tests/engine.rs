@@ -388,7 +388,7 @@ fn records_of_a_txg_are_placed_in_file_order() {
             .iter()
             .filter_map(|(_, p)| match &p.stored {
                 StoredRecord::Device(dx) => Some(dx.offset),
-                StoredRecord::Inline(_) => None,
+                StoredRecord::Inline(_) | StoredRecord::Bundled(_) => None,
             })
             .collect();
         assert!(offs.windows(2).all(|w| w[0] < w[1]), "round {round}: device offsets out of file order: {offs:?}");
@@ -423,4 +423,47 @@ fn a_device_smaller_than_the_pool_data_on_it_is_refused_at_open() {
     // the device as it was still opens
     let e = Engine::open_with_devices(&pool, vec![mem.clone()], &fast_opts()).unwrap();
     assert_eq!(read_all(&e, f), noise(3, 6 * MIB as usize));
+}
+
+/// Scheduling class (field 41 of /proc/self/task/TID/stat: 0 SCHED_OTHER, 1 SCHED_FIFO,
+/// 5 SCHED_IDLE) of this process's threads named `name`.
+fn classes_of_threads_named(name: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else { continue };
+        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
+        if head.split_once('(').map(|(_, n)| n) == Some(name) {
+            out.extend(rest.split_whitespace().nth(41 - 3).and_then(|p| p.parse::<u32>().ok()));
+        }
+    }
+    out
+}
+
+/// The QoS level thread is started by the request that creates the first tree, and a thread
+/// inherits its creator's scheduling class: from a FUSE request thread waiting as
+/// SCHED_IDLE (or SCHED_FIFO) it kept that class for the life of the mount, starved (or
+/// preempting everyone). It now runs as SCHED_OTHER whoever started it.
+#[test]
+fn the_qos_level_thread_runs_as_sched_other_whatever_class_started_it() {
+    let d = tempfile::tempdir().unwrap();
+    let e = new_pool(&d.path().join("pool"));
+    let e2 = e.clone();
+    std::thread::spawn(move || {
+        let p = libc::sched_param { sched_priority: 0 };
+        // SAFETY: plain syscall on this thread; SCHED_IDLE needs no privilege
+        assert_eq!(unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) }, 0);
+        e2.qos_set_tree(ROOT_INO, None, 10e6).unwrap();
+    })
+    .join()
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        let c = classes_of_threads_named("sqz-qos");
+        if !c.is_empty() && c.iter().all(|&p| p == 0) {
+            break;
+        }
+        assert!(t0.elapsed().as_secs() < 10, "classes of the QoS thread: {c:?}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    e.close().unwrap();
 }

@@ -224,3 +224,41 @@ fn a_pool_from_before_record_sizes_reads_unchanged_at_its_record_size() {
     let r = e.fsck().unwrap();
     assert!(r.is_clean(), "{:?}", r.problems);
 }
+
+/// A pool made before background compression has no `background` table and no
+/// COMPAT_BACKGROUND bit: it reads as "never ran", a saved cursor is committed with the next
+/// txg, the bit is set then, and the pool stays readable and clean.
+#[test]
+fn a_pool_of_an_older_build_gets_a_background_cursor_and_its_compat_bit() {
+    use redb::ReadableDatabase;
+    let superblock = |pool: &Path| {
+        let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+        let rx = db.begin_read().unwrap();
+        let t = rx.open_table(squeezefs_meta::tables::SUPERBLOCK).unwrap();
+        let v = t.get(0u8).unwrap().unwrap();
+        squeezefs_meta::Superblock::decode(v.value()).unwrap()
+    };
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    unpack(&pool);
+    assert_eq!(superblock(&pool).features.compat & squeezefs_meta::Features::COMPAT_BACKGROUND, 0);
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    assert_eq!(e.background_cursor().unwrap(), None, "never ran");
+    let c = BgCursor {
+        floor_txg: 3,
+        ceiling_txg: 9,
+        path: vec![BgFrame { dir: ROOT_INO, cookie_in_parent: 0, done_through: 4 }],
+        mount_spec: "zstd:15".into(),
+        converted_records: 2,
+        ..Default::default()
+    };
+    e.save_background_cursor(c.clone()).unwrap();
+    assert_eq!(e.background_cursor().unwrap(), Some(c.clone()), "pending, read back before its commit");
+    e.close().unwrap();
+    drop(e);
+    assert_ne!(superblock(&pool).features.compat & squeezefs_meta::Features::COMPAT_BACKGROUND, 0);
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    assert_eq!(e.background_cursor().unwrap(), Some(c));
+    check_contents(&e);
+    assert!(e.fsck().unwrap().problems.is_empty());
+}

@@ -294,3 +294,61 @@ fn a_pool_in_use_is_refused_and_a_closing_pool_opens_once_closed() {
     assert!(b == noise(7, 1 << 20), "data flushed by the close reads back");
     reopened.close().unwrap();
 }
+
+/// `compact_meta` shrinks a store that many commits left with free pages and half-full
+/// leaves, keeps every row (the pool reads back and stays fsck-clean), leaves no temporary
+/// file, keeps a table it does not know (compacting in place then), and is refused while
+/// the pool is open.
+#[test]
+fn compact_meta_shrinks_the_store_and_is_refused_while_open() {
+    let d = tempfile::tempdir().unwrap();
+    let e = new_pool(d.path());
+    let mut files = Vec::new();
+    for round in 0..40 {
+        for i in 0..50 {
+            let f = create(&e, &format!("r{round}-{i}"));
+            e.write(f, 0, format!("file {i} of round {round}\n").repeat(40).as_bytes()).unwrap();
+            files.push(f);
+        }
+        e.sync().unwrap();
+    }
+    match Engine::compact_meta(d.path()) {
+        Err(EngineError::Pool(PoolError::InUse { .. })) => {}
+        other => panic!("compacting an open pool: {other:?}"),
+    }
+    e.close().unwrap();
+    drop(e);
+    let (before, after) = Engine::compact_meta(d.path()).unwrap();
+    assert!(after < before, "{before} -> {after}");
+    assert_eq!(std::fs::metadata(d.path().join(META_FILE)).unwrap().len(), after);
+    let names: Vec<String> =
+        std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(!names.iter().any(|n| n.contains("rebuild")), "{names:?}");
+    let check = |e: &Engine| {
+        for (k, f) in files.iter().enumerate() {
+            let (round, i) = (k / 50, k % 50);
+            assert_eq!(read_all(e, *f), format!("file {i} of round {round}\n").repeat(40).into_bytes());
+        }
+        assert!(e.fsck().unwrap().is_clean());
+    };
+    let e = Engine::open(d.path(), &fast_opts()).unwrap();
+    check(&e);
+    e.close().unwrap();
+    drop(e);
+    // a table of a later build: kept, the store compacted in place
+    let other: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("from_a_later_build");
+    {
+        let db = redb::Database::open(d.path().join(META_FILE)).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(other).unwrap().insert(7, 8).unwrap();
+        tx.commit().unwrap();
+    }
+    Engine::compact_meta(d.path()).unwrap();
+    {
+        let db = redb::Database::open(d.path().join(META_FILE)).unwrap();
+        let rx = redb::ReadableDatabase::begin_read(&db).unwrap();
+        assert_eq!(rx.open_table(other).unwrap().get(7).unwrap().unwrap().value(), 8);
+    }
+    let e = Engine::open(d.path(), &fast_opts()).unwrap();
+    check(&e);
+}

@@ -68,8 +68,9 @@
 //! Tunables: `DEPTH` (entries per CPU), `MAX_ENTRIES` (with spares for lent entries),
 //! `PAYLOAD` (≥ the kernel's max payload: max_write / max_pages, 1 MiB here, or registration
 //! fails with EINVAL).
-use crate::abi::{self, op};
+use crate::abi;
 use crate::opcore::{Handled, OpCore, MAX_WRITE};
+use crate::sched::{contention, is_heavy, Policy, ThreadClass};
 use io_uring::{opcode, squeue, types, IoUring};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -215,27 +216,6 @@ fn sched_mode() -> Sched {
     }
 }
 
-/// A ring thread's scheduling class.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Policy {
-    Other,
-    Idle,
-    Fifo,
-}
-
-/// Switch the calling thread to `p`; false when the kernel refused (SCHED_FIFO needs
-/// CAP_SYS_NICE).
-fn set_policy(p: Policy) -> bool {
-    let (policy, priority) = match p {
-        Policy::Other => (libc::SCHED_OTHER, 0),
-        Policy::Idle => (libc::SCHED_IDLE, 0),
-        Policy::Fifo => (libc::SCHED_FIFO, 1),
-    };
-    let param = libc::sched_param { sched_priority: priority };
-    // SAFETY: plain syscall on the calling thread with a valid parameter block
-    unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
-}
-
 /// The class a ring thread of mode `sched` sleeps in (and handles short requests in), with
 /// every CPU busy or not, and SCHED_FIFO allowed or not.
 fn waiting_policy(sched: Sched, busy: bool, fifo_allowed: bool) -> Policy {
@@ -313,11 +293,9 @@ struct Queue {
     done_tx: mpsc::Sender<usize>,
     done_rx: mpsc::Receiver<usize>,
     sched: Sched,
-    /// the thread's scheduling class now
-    policy: Policy,
-    /// the kernel refused SCHED_FIFO once (no CAP_SYS_NICE): `Fifo` and `Adaptive` then
-    /// behave as `Lazy`
-    fifo_refused: bool,
+    /// the thread's scheduling class now; once the kernel refused SCHED_FIFO (no
+    /// CAP_SYS_NICE), `Fifo` and `Adaptive` behave as `Lazy`
+    class: ThreadClass,
 }
 
 impl Drop for Queue {
@@ -348,8 +326,7 @@ fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<OpCore>, started: &mpsc::Sen
         done_tx,
         done_rx,
         sched: sched_mode(),
-        policy: Policy::Other,
-        fifo_refused: false,
+        class: ThreadClass::new(format!("uring queue {qid}")),
     };
     for i in 0..DEPTH {
         // SAFETY: the SQE points at the entry's iovec and buffers, which live in `q.ents`
@@ -374,11 +351,11 @@ fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<OpCore>, started: &mpsc::Sen
         contention::start();
     }
     loop {
-        let p = waiting_policy(sched, contention::busy(), !q.fifo_refused);
-        q.set_policy(p);
+        let p = waiting_policy(sched, contention::busy(), q.class.fifo_allowed());
+        q.class.set(p);
         let waited = q.ring.submit_and_wait(1);
         if sched == Sched::WaitingIdle {
-            q.set_policy(Policy::Other);
+            q.class.set(Policy::Other);
         }
         match waited {
             Ok(_) => {}
@@ -397,21 +374,6 @@ fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<OpCore>, started: &mpsc::Sen
 }
 
 impl Queue {
-    fn set_policy(&mut self, p: Policy) {
-        if self.policy != p {
-            if set_policy(p) {
-                self.policy = p;
-            } else if p == Policy::Fifo {
-                log::info!(
-                    "uring queue {}: SCHED_FIFO refused ({}); staying SCHED_IDLE while waiting",
-                    self.qid,
-                    io::Error::last_os_error()
-                );
-                self.fifo_refused = true;
-            }
-        }
-    }
-
     fn push(&mut self, sqe: squeue::Entry128) -> io::Result<()> {
         // at most one command per entry plus the poll is ever outstanding: MAX_ENTRIES + 1 slots
         unsafe { self.ring.submission().push(&sqe) }.map_err(|_| io::Error::other("submission queue full"))
@@ -470,7 +432,7 @@ impl Queue {
             if matches!(self.sched, Sched::Lazy | Sched::Fifo | Sched::Adaptive)
                 && is_heavy(opcode, abi::u32_at(&self.ents[idx].header, abi::ENT_PAYLOAD_SZ))
             {
-                self.set_policy(Policy::Other);
+                self.class.set(Policy::Other);
             }
             let e = &mut self.ents[idx];
             let r = run(&self.disp, &mut e.header, &mut e.payload);
@@ -528,17 +490,6 @@ impl Queue {
     }
 }
 
-/// Requests that carry real work (decompression, copies of large payloads, listings): a
-/// ring thread handles them as SCHED_OTHER (`Sched::Lazy`). `payload` is the request's
-/// payload length.
-fn is_heavy(opcode: u32, payload: u32) -> bool {
-    match opcode {
-        op::READ | op::READDIR | op::READDIRPLUS | op::FALLOCATE => true,
-        op::WRITE => payload >= 32 * 1024,
-        _ => false,
-    }
-}
-
 /// Run the request in an entry's buffers through the core and leave the reply in them: the
 /// argument struct is in the header buffer's `op_in`, names and written data in the
 /// payload buffer, which then takes the reply body.
@@ -561,68 +512,6 @@ fn run(core: &OpCore, header: &mut [u8], payload: &mut [u8]) -> Handled {
     handled
 }
 
-/// Whether every CPU is busy: the share of idle time of all CPUs over the last `PERIOD`,
-/// from /proc/stat, read by one sampler thread per process (module comment: QUIET / BUSY).
-mod contention {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Once;
-    use std::time::Duration;
-
-    static BUSY: AtomicBool = AtomicBool::new(false);
-    static START: Once = Once::new();
-    /// QUIET → BUSY below this share of idle time
-    const BUSY_BELOW: f64 = 0.10;
-    /// BUSY → QUIET above this share
-    const QUIET_ABOVE: f64 = 0.25;
-    pub const PERIOD: Duration = Duration::from_millis(100);
-
-    pub fn busy() -> bool {
-        BUSY.load(Ordering::Relaxed)
-    }
-
-    /// The next state from the current one and the idle share of the last period.
-    pub fn next_busy(busy: bool, idle_share: f64) -> bool {
-        if busy {
-            idle_share <= QUIET_ABOVE
-        } else {
-            idle_share < BUSY_BELOW
-        }
-    }
-
-    /// Start the sampler (once per process; it runs for the life of the process).
-    pub fn start() {
-        START.call_once(|| {
-            let sampler = std::thread::Builder::new().name("sqz-cpu-busy".into()).spawn(|| {
-                let read = || std::fs::read_to_string("/proc/stat").ok().and_then(|t| parse(&t));
-                let mut last = read();
-                loop {
-                    std::thread::sleep(PERIOD);
-                    let now = read();
-                    if let (Some((i0, t0)), Some((i1, t1))) = (last, now) {
-                        if t1 > t0 {
-                            let share = i1.saturating_sub(i0) as f64 / (t1 - t0) as f64;
-                            BUSY.store(next_busy(busy(), share), Ordering::Relaxed);
-                        }
-                    }
-                    last = now;
-                }
-            });
-            if let Err(e) = sampler {
-                log::info!("no CPU sampler ({e}): ring threads stay SCHED_IDLE while they wait");
-            }
-        });
-    }
-
-    /// (idle + iowait, total) jiffies of all CPUs from /proc/stat's `cpu` line (total: user
-    /// to steal, the first eight fields).
-    pub fn parse(stat: &str) -> Option<(u64, u64)> {
-        let line = stat.lines().next()?.strip_prefix("cpu ")?;
-        let v: Vec<u64> = line.split_whitespace().map_while(|x| x.parse().ok()).collect();
-        let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
-        Some((idle, v.iter().take(8).sum()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,25 +528,6 @@ mod tests {
                 assert_eq!(waiting_policy(Sched::Fifo, busy, allowed), if allowed { Fifo } else { Idle });
             }
         }
-    }
-
-    #[test]
-    fn contention_switches_with_hysteresis() {
-        use contention::next_busy;
-        assert!(!next_busy(false, 0.5));
-        assert!(!next_busy(false, 0.15), "between the thresholds: stays quiet");
-        assert!(next_busy(false, 0.05));
-        assert!(next_busy(true, 0.15), "between the thresholds: stays busy");
-        assert!(next_busy(true, 0.0));
-        assert!(!next_busy(true, 0.30));
-    }
-
-    #[test]
-    fn proc_stat_gives_idle_and_total_jiffies() {
-        let text = "cpu  100 5 50 800 20 1 2 3 0 0\ncpu0 50 2 25 400 10 0 1 1 0 0\n";
-        assert_eq!(contention::parse(text), Some((820, 981)));
-        assert_eq!(contention::parse("intr 1 2\n"), None);
-        assert_eq!(contention::parse(""), None);
     }
 
     #[test]

@@ -1,0 +1,403 @@
+//! Bundles (small records of several files stored as one, pipeline bundle.rs): which records
+//! go into them, reads through them, copy on write of a member, the member count and the
+//! freeing of a bundle with its last member (space, fsck, scrub), fsck on damaged bundle
+//! rows; compact rows (inodes, extents, directory entries); and pools made before both,
+//! which keep their format.
+
+mod common;
+use common::*;
+use squeezefs_pipeline::*;
+use std::collections::BTreeSet;
+use std::path::Path;
+
+fn bundle_opts() -> OpenOptions {
+    OpenOptions {
+        compression: "zstd:3".parse().unwrap(),
+        bundle_small_records: true,
+        txg_timeout: std::time::Duration::from_secs(60),
+        ..fast_opts()
+    }
+}
+
+/// Compressible text, different per seed.
+fn text(seed: u64, len: usize) -> Vec<u8> {
+    let words = ["bundle", "record", "slice", "member", "txg", "extent", "share", "\n"];
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut v = Vec::with_capacity(len + 16);
+    while v.len() < len {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        v.extend_from_slice(words[(s >> 33) as usize % words.len()].as_bytes());
+        v.push(b' ');
+    }
+    v.truncate(len);
+    v
+}
+
+fn file(e: &Engine, name: &str) -> Ino {
+    e.lookup(ROOT_INO, name.as_bytes()).unwrap().unwrap_or_else(|| panic!("{name} missing")).0
+}
+
+fn bundle_of(e: &Engine, ino: Ino) -> Option<u64> {
+    match e.extents(ino).unwrap().last()?.1.stored {
+        StoredRecord::Bundled(s) => Some(s.bundle),
+        _ => None,
+    }
+}
+
+fn used(e: &Engine) -> u64 {
+    e.device_stats().iter().map(|d| d.used_bytes).sum()
+}
+
+fn check_clean(e: &Engine) -> fsck::FsckReport {
+    let r = e.fsck().unwrap();
+    assert!(r.is_clean(), "fsck: {:?}", r.problems);
+    let s = e.scrub(&|_, _| {}).unwrap();
+    assert!(s.is_clean(), "scrub: {:?}", s.damaged);
+    r
+}
+
+fn delete(e: &Engine, name: &str) {
+    e.meta_write(|tx| {
+        let (ino, _) = tx.dir_remove(ROOT_INO, name.as_bytes())?;
+        tx.delete_inode(ino)
+    })
+    .unwrap();
+}
+
+/// Small files of one txg share bundles of at most a record (an incompressible one among
+/// them too: the bundle as a whole compresses); an all-zero one and whole records stay as
+/// they were; a txg of incompressible small files makes a raw bundle; everything reads
+/// back, also after a reopen without bundling.
+#[test]
+fn small_records_of_one_txg_share_bundles_and_read_back() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let e = Engine::open(&pool, &bundle_opts()).unwrap();
+    assert!(e.bundling());
+    let mut want = Vec::new();
+    for i in 0..120u64 {
+        let data = text(i, 1 + (i as usize * 997) % 20_000);
+        let f = create(&e, &format!("s{i}"));
+        e.write(f, 0, &data).unwrap();
+        want.push((format!("s{i}"), data));
+    }
+    // a whole record and a tail: only the tail is bundled
+    let big = text(1000, 128 * 1024 + 5000);
+    e.write(create(&e, "big"), 0, &big).unwrap();
+    want.push(("big".into(), big));
+    let raw = noise(7, 3000);
+    e.write(create(&e, "noise"), 0, &raw).unwrap();
+    want.push(("noise".into(), raw));
+    e.write(create(&e, "zeros"), 0, &[0u8; 5000]).unwrap();
+    want.push(("zeros".into(), vec![0u8; 5000]));
+    e.sync().unwrap();
+
+    let bundles = e.bundles().unwrap();
+    assert!(bundles.len() >= 2, "{} bundles", bundles.len());
+    let mut members = 0;
+    for (id, b) in &bundles {
+        assert!(u64::from(b.logical) <= 128 * 1024, "bundle {id} decodes to {}", b.logical);
+        assert!(b.members >= 2);
+        members += b.members;
+    }
+    for i in 0..120u64 {
+        assert!(bundle_of(&e, file(&e, &format!("s{i}"))).is_some(), "s{i} is not bundled");
+    }
+    let big_ext = e.extents(file(&e, "big")).unwrap();
+    assert!(matches!(big_ext[0].1.stored, StoredRecord::Device(_)), "a whole record is its own");
+    assert!(matches!(big_ext[1].1.stored, StoredRecord::Bundled(_)), "the tail of big is bundled");
+    assert_eq!(members, 122);
+    assert!(e.extents(file(&e, "zeros")).unwrap().is_empty(), "zeros are a hole");
+    // st_blocks: every bundled file is charged its share, at least one byte
+    for i in 0..120u64 {
+        assert!(e.getattr(file(&e, &format!("s{i}"))).unwrap().blocks_bytes >= 1);
+    }
+    // a txg of incompressible records only: their bundle is stored raw
+    for i in 0..3u64 {
+        let raw = noise(20 + i, 2000);
+        e.write(create(&e, &format!("n{i}")), 0, &raw).unwrap();
+        want.push((format!("n{i}"), raw));
+    }
+    e.sync().unwrap();
+    let raw_bundle = bundle_of(&e, file(&e, "n0")).expect("n0 bundled");
+    let (_, b) = e.bundles().unwrap().into_iter().find(|(id, _)| *id == raw_bundle).unwrap();
+    assert_eq!((b.alg, b.logical, b.ext.psize), (0, 6000, 6000));
+    let r = check_clean(&e);
+    assert_eq!(r.bundles, bundles.len() as u64 + 1);
+    for (name, data) in &want {
+        assert_eq!(&read_all(&e, file(&e, name)), data, "{name}");
+    }
+    e.close().unwrap();
+    drop(e);
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    assert!(!e.bundling());
+    for (name, data) in &want {
+        assert_eq!(&read_all(&e, file(&e, name)), data, "{name} after reopen");
+    }
+    check_clean(&e);
+}
+
+/// A member changed in place (read-modify-write through the bundle), cut, or deleted leaves
+/// the bundle with one member fewer; the commit that removes the last one frees the
+/// bundle's space. fsck and scrub stay clean at every step.
+#[test]
+fn a_bundle_is_freed_with_its_last_member() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let e = Engine::open(&pool, &bundle_opts()).unwrap();
+    let names: Vec<String> = (0..6).map(|i| format!("m{i}")).collect();
+    let mut data: Vec<Vec<u8>> = (0..6).map(|i| text(50 + i, 3000 + 100 * i as usize)).collect();
+    for (n, v) in names.iter().zip(&data) {
+        e.write(create(&e, n), 0, v).unwrap();
+    }
+    e.sync().unwrap();
+    let id = bundle_of(&e, file(&e, "m0")).expect("m0 bundled");
+    for n in &names {
+        assert_eq!(bundle_of(&e, file(&e, n)), Some(id), "{n} in another bundle");
+    }
+    let count = |e: &Engine| e.bundles().unwrap().into_iter().find(|(i, _)| *i == id).map(|(_, b)| b.members);
+    assert_eq!(count(&e), Some(6));
+    let psize = e.bundles().unwrap().into_iter().find(|(i, _)| *i == id).unwrap().1.ext.psize;
+    check_clean(&e);
+
+    // reopen without bundling, so changed records are stored on their own
+    e.close().unwrap();
+    drop(e);
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    // m0: a few bytes in the middle changed (the rest comes from the bundle)
+    e.write(file(&e, "m0"), 1000, b"CHANGED").unwrap();
+    data[0][1000..1007].copy_from_slice(b"CHANGED");
+    // m1: truncated to half
+    e.set_size(file(&e, "m1"), 1500).unwrap();
+    data[1].truncate(1500);
+    // m2: deleted
+    delete(&e, "m2");
+    e.sync().unwrap();
+    assert_eq!(count(&e), Some(3));
+    assert_ne!(bundle_of(&e, file(&e, "m0")), Some(id));
+    for (i, n) in names.iter().enumerate().filter(|(i, _)| *i != 2) {
+        assert_eq!(read_all(&e, file(&e, n)), data[i], "{n}");
+    }
+    check_clean(&e);
+    // the others go: the bundle with them
+    let before = used(&e);
+    delete(&e, "m3");
+    e.write(file(&e, "m4"), 0, &text(99, 200_000)).unwrap();
+    e.punch_hole(file(&e, "m5"), 0, 1 << 20).unwrap();
+    e.sync().unwrap();
+    assert_eq!(count(&e), None, "bundle {id} outlived its members");
+    // m4's new records are stored raw (this engine does not compress)
+    assert_eq!(used(&e), before + 200_000 - u64::from(psize), "the bundle's space was not freed");
+    let r = check_clean(&e);
+    assert_eq!(r.bundles, 0);
+    assert_eq!(read_all(&e, file(&e, "m4")), text(99, 200_000));
+    assert_eq!(read_all(&e, file(&e, "m5")), vec![0u8; data[5].len()]);
+}
+
+/// Records of one txg with different policies go into different bundles, each compressed
+/// with its own codec; a policy that stores raw bundles nothing.
+#[test]
+fn bundles_follow_each_files_policy() {
+    let d = tempfile::tempdir().unwrap();
+    let e = {
+        Engine::mkfs(d.path(), &MkfsOptions::default()).unwrap();
+        Engine::open(d.path(), &bundle_opts()).unwrap()
+    };
+    let lz4: squeezefs_codec::Spec = "lz4".parse().unwrap();
+    let off: squeezefs_codec::Spec = "none".parse().unwrap();
+    for i in 0..8u64 {
+        let spec = match i % 3 {
+            0 => None,
+            1 => Some((lz4, false)),
+            _ => Some((off, false)),
+        };
+        e.write_with_compression(create(&e, &format!("p{i}")), 0, &text(i, 4000), spec).unwrap();
+    }
+    e.sync().unwrap();
+    let mut algs = BTreeSet::new();
+    for i in 0..8u64 {
+        let f = file(&e, &format!("p{i}"));
+        let ext = &e.extents(f).unwrap()[0].1;
+        match i % 3 {
+            2 => assert!(!matches!(ext.stored, StoredRecord::Bundled(_)), "p{i} (none) bundled"),
+            _ => {
+                assert!(matches!(ext.stored, StoredRecord::Bundled(_)), "p{i} not bundled");
+                algs.insert(ext.alg);
+            }
+        }
+        assert_eq!(read_all(&e, f), text(i, 4000));
+    }
+    assert_eq!(algs.len(), 2, "zstd and lz4 bundles expected: {algs:?}");
+    check_clean(&e);
+}
+
+/// Damaged bundle rows are found by fsck, named by bundle and file, and do not abort it.
+#[test]
+fn fsck_reports_damaged_bundles() {
+    use redb::{ReadableTable, ReadableTableMetadata};
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let e = Engine::open(&pool, &bundle_opts()).unwrap();
+    for i in 0..4u64 {
+        e.write(create(&e, &format!("f{i}")), 0, &text(i, 3000)).unwrap();
+    }
+    for i in 0..4u64 {
+        e.write(create(&e, &format!("g{i}")), 0, &text(10 + i, 2000)).unwrap();
+    }
+    e.close().unwrap();
+    drop(e);
+    let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_table(squeezefs_meta::tables::BUNDLES).unwrap();
+        assert_eq!(t.len().unwrap(), 1, "one bundle of 8 small files expected");
+        let (id, mut b) = {
+            let (k, v) = t.first().unwrap().unwrap();
+            (k.value(), Bundle::decode(v.value()).unwrap())
+        };
+        b.members += 1;
+        t.insert(id, &b.encode()[..]).unwrap();
+        // a bundle nobody points to
+        t.insert(id + 100, &b.encode()[..]).unwrap();
+        // a record pointing past its bundle's end, one naming a missing bundle
+        let mut x = tx.open_table(squeezefs_meta::tables::EXTENTS).unwrap();
+        let rows: Vec<(Vec<u8>, ExtentPtr)> = x
+            .iter()
+            .unwrap()
+            .map(|r| r.unwrap())
+            .map(|(k, v)| (k.value().to_vec(), ExtentPtr::decode(v.value()).unwrap()))
+            .collect();
+        let (k0, mut e0) = rows[0].clone();
+        let StoredRecord::Bundled(s) = e0.stored else { panic!("first record not bundled") };
+        e0.stored = StoredRecord::Bundled(BundleSlice { offset: b.logical, ..s });
+        x.insert(&k0[..], &e0.encode()[..]).unwrap();
+        let (k1, mut e1) = rows[1].clone();
+        let StoredRecord::Bundled(s) = e1.stored else { panic!("second record not bundled") };
+        e1.stored = StoredRecord::Bundled(BundleSlice { bundle: id + 7, ..s });
+        x.insert(&k1[..], &e1.encode()[..]).unwrap();
+    }
+    tx.commit().unwrap();
+    drop(db);
+    let e = Engine::open(&pool, &OpenOptions { read_only: true, ..fast_opts() }).unwrap();
+    let r = e.fsck().unwrap();
+    let has = |s: &str| r.problems.iter().any(|p| p.contains(s));
+    assert!(has("counts 9 records but 7 point into it"), "{:?}", r.problems);
+    assert!(has("holds no file's record (leak"), "{:?}", r.problems);
+    assert!(has("which does not exist"), "{:?}", r.problems);
+    assert!(has("which decodes to"), "{:?}", r.problems);
+    // the bundle nobody points to overlaps the real one in the space checks
+    assert!(has("double allocation"), "{:?}", r.problems);
+    let s = e.scrub(&|_, _| {}).unwrap();
+    assert_eq!(s.damaged.len(), 2, "{:?}", s.damaged);
+}
+
+fn unpack(fixture: &str, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(fixture);
+    for name in ["meta.redb", "data.0"] {
+        let z = std::fs::read(dir.join(format!("{name}.zst"))).unwrap();
+        std::fs::write(to.join(name), zstd::decode_all(&z[..]).unwrap()).unwrap();
+    }
+}
+
+/// A pool made before bundles (tests/fixtures/pool-v1-before-bundles) opens, reads back,
+/// gets no bundles even from an engine asked to bundle (the build that made it must still
+/// open it), and stays fsck-clean.
+#[test]
+fn a_pool_made_before_bundles_reads_back_and_gets_none() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    unpack("pool-v1-before-bundles", &pool);
+    let e = Engine::open(&pool, &bundle_opts()).unwrap();
+    assert!(!e.bundling(), "bundling in a pool without the feature");
+    let text: Vec<u8> = (0..20000).flat_map(|i| format!("line {i} of the frozen pool\n").into_bytes()).collect();
+    assert_eq!(read_all(&e, file(&e, "text")), text);
+    assert_eq!(read_all(&e, file(&e, "tail")), &text[..131072 + 3000]);
+    assert_eq!(read_all(&e, file(&e, "small")), b"hello frozen pool\n");
+    let mut sparse = vec![0u8; 300000];
+    sparse.extend(b"after the hole\n".repeat(100));
+    assert_eq!(read_all(&e, file(&e, "sparse")), sparse);
+    let many = file(&e, "many");
+    for n in 0..40u64 {
+        let f = e.lookup(many, format!("{n:03}").as_bytes()).unwrap().unwrap().0;
+        assert_eq!(read_all(&e, f), format!("small file {n}\n").repeat(n as usize * 20 + 1).into_bytes());
+    }
+    let dir = file(&e, "dir");
+    assert_eq!(e.read_link(e.lookup(dir, b"link").unwrap().unwrap().0).unwrap(), b"../text");
+    let r = check_clean(&e);
+    assert_eq!((r.inodes, r.extents, r.allocated_bytes), (49, 50, 22_883));
+    for i in 0..10u64 {
+        e.write(create(&e, &format!("new{i}")), 0, &text[..2000 + i as usize]).unwrap();
+    }
+    e.sync().unwrap();
+    assert!(e.bundles().unwrap().is_empty());
+    check_clean(&e);
+    e.close().unwrap();
+    drop(e);
+    // its features are unchanged: no bundles table appeared, and every row, the new ones
+    // too, is in the encoding of its time (version 1)
+    assert_eq!(
+        row_versions(&pool),
+        [BTreeSet::from([1]), BTreeSet::from([1]), BTreeSet::from([1]), BTreeSet::from([1])]
+    );
+    let db = redb::ReadOnlyDatabase::open(pool.join(META_FILE)).unwrap();
+    let rx = redb::ReadableDatabase::begin_read(&db).unwrap();
+    assert!(!rx.list_tables().unwrap().any(|t| redb::TableHandle::name(&t) == "bundles"));
+}
+
+/// The version bytes of a closed pool's inode, extent, dirent and directory-cookie rows.
+fn row_versions(pool: &Path) -> [BTreeSet<u8>; 4] {
+    use redb::{ReadableDatabase, ReadableTable};
+    use squeezefs_meta::tables;
+    let db = redb::ReadOnlyDatabase::open(pool.join(META_FILE)).unwrap();
+    let rx = db.begin_read().unwrap();
+    let inodes = rx.open_table(tables::INODES).unwrap();
+    let bytes = |t: redb::ReadOnlyTable<&[u8], &[u8]>| -> BTreeSet<u8> {
+        t.iter().unwrap().map(|r| r.unwrap().1.value()[0]).collect()
+    };
+    [
+        inodes.iter().unwrap().map(|r| r.unwrap().1.value()[0]).collect(),
+        bytes(rx.open_table(tables::EXTENTS).unwrap()),
+        bytes(rx.open_table(tables::DIRENTS).unwrap()),
+        bytes(rx.open_table(tables::DIR_COOKIES).unwrap()),
+    ]
+}
+
+/// A new pool writes compact rows (version 2): inodes (the root's included), extents and
+/// directory entries, and they read back whole.
+#[test]
+fn a_new_pool_writes_compact_rows() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    let f = create(&e, "f");
+    e.write(f, 0, b"data").unwrap();
+    let t = Timestamp { secs: -5, nanos: 999_999_999 };
+    e.update_attr(f, |a| -> Result<((), bool)> {
+        a.atime = t;
+        a.uid = u32::MAX;
+        Ok(((), true))
+    })
+    .unwrap();
+    let g = create(&e, "g");
+    e.write(g, 0, &text(3, 300_000)).unwrap();
+    let want = e.getattr(f).unwrap();
+    e.close().unwrap();
+    drop(e);
+    assert_eq!(
+        row_versions(&pool),
+        [BTreeSet::from([2]), BTreeSet::from([2]), BTreeSet::from([2]), BTreeSet::from([2])]
+    );
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    assert_eq!(e.getattr(f).unwrap(), want);
+    assert_eq!(read_all(&e, f), b"data");
+    assert_eq!(read_all(&e, g), text(3, 300_000));
+    assert_eq!(e.lookup(ROOT_INO, b"g").unwrap(), Some((g, FileKind::File)));
+    assert_eq!(e.dir_list(ROOT_INO, 0, 10).unwrap().len(), 2);
+    assert_eq!(want.atime, t);
+    assert!(e.fsck().unwrap().is_clean());
+}
