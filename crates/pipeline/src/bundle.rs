@@ -26,14 +26,24 @@
 //! A txg that fails before its commit gives the bundle's placement back as any record's.
 //!
 //! Which records: in a pool with `INCOMPAT_BUNDLES`, on an engine opened with
-//! `OpenOptions::bundle_small_records`, a record shorter than the record size (only a
-//! file's last record can be) that is held raw, was not compressed early, is not all zeros
-//! (those become holes) and whose policy compresses. They are grouped in the txg's order
-//! (inode number, then record index), per policy, into bundles of at most the record size;
-//! a group of fewer than `MIN_MEMBERS` is stored the ordinary way.
+//! `OpenOptions::bundle_small_records`, a record shorter than its file's own record size
+//! (`Layer::rs`: only a file's last record can be) and shorter than the pool's record size,
+//! that is held raw, was not compressed early, is not all zeros (those become holes) and
+//! whose policy compresses. They are grouped in the txg's order (inode number, then record
+//! index), per policy, into bundles of at most the pool's record size; a group of fewer
+//! than `MIN_MEMBERS` is stored the ordinary way.
+//!
+//! Files with a record size of their own (docs/format.md `recordsizes`) take part like the
+//! others: a member's slice is its last record, cut at its own record size by the dirty
+//! cache, so reading it back maps file offsets with that size (read.rs `load_bundled`);
+//! the bundle around it is a unit of storage only and never bigger than the pool's record
+//! size, whatever its members' files use. Full records are never bundled: a file with
+//! 16 KiB records keeps them each on its own (records that small are chosen to be read and
+//! rewritten one at a time, which a bundle would undo), and the tail of a 1 MiB-record file
+//! joins a bundle only when it is shorter than the pool's record size.
 //!
 //! Tunables: `MIN_MEMBERS`; the bundle size is the pool's record size, so every read and
-//! cache path that bounds records by it holds for bundles too.
+//! cache path that bounds bundles by it holds whatever the members' files use.
 
 use crate::devq::Payload;
 use crate::dirty::{Layer, Rec};
@@ -75,7 +85,8 @@ impl Bundles {
     }
 
     /// Stage `bundle` (after `cut`): take the records that go into bundles out of `jobs`
-    /// (which stay in job order) and group them (`recordsize`: the pool's; `global`: the
+    /// (which stay in job order) and group them (`recordsize`: the pool's, the bundles'
+    /// bound; each layer's own `rs` says which of its records is short; `global`: the
     /// pool's policy, for layers without their own). `jobs` must be in job order.
     pub fn select(
         &self,
@@ -87,7 +98,7 @@ impl Bundles {
         if !self.enabled {
             return (jobs, Vec::new());
         }
-        let rs = recordsize as usize;
+        let cap = recordsize as usize;
         let mut keep = Vec::with_capacity(jobs.len());
         // per policy: the group being filled
         let mut open: Vec<Group> = Vec::new();
@@ -99,7 +110,7 @@ impl Bundles {
                 Some(Rec::Data(d))
                     if !policy.stores_raw()
                         && d.early().is_none()
-                        && d.raw().is_some_and(|b| !b.is_empty() && b.len() < rs && !is_zeros(b)) =>
+                        && d.raw().is_some_and(|b| is_member(b, layer.rs as usize, cap)) =>
                 {
                     d.len()
                 }
@@ -116,7 +127,7 @@ impl Bundles {
                 }
             };
             let group = &mut open[g];
-            if group.bytes + len > rs {
+            if group.bytes + len > cap {
                 groups.push((policy, std::mem::take(&mut group.jobs)));
                 group.bytes = 0;
             }
@@ -194,6 +205,14 @@ impl Bundles {
         let row = Bundle { alg, level, logical, hash, birth: txg, ext, members: plan.members.len() as u32 };
         Ok((members, Some(NewBundle { id, row })))
     }
+}
+
+/// Whether a record of `b` in a file of `file_rs`-byte records may join a bundle of at
+/// most `cap` bytes: it is the file's short last record (shorter than its own record size;
+/// a full record never is a member), fits a bundle with room for another member, and holds
+/// something other than zeros (those become holes).
+fn is_member(b: &[u8], file_rs: usize, cap: usize) -> bool {
+    !b.is_empty() && b.len() < file_rs && b.len() < cap && !is_zeros(b)
 }
 
 /// One member of a planned bundle.

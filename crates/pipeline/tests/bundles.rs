@@ -196,6 +196,112 @@ fn a_bundle_is_freed_with_its_last_member() {
     assert_eq!(read_all(&e, file(&e, "m5")), vec![0u8; data[5].len()]);
 }
 
+/// Create a regular file `name` in the root with records of `rs` bytes (its own record size).
+fn create_rs(e: &Engine, name: &str, rs: u64) -> Ino {
+    e.meta_write(|tx| {
+        let ino = tx.alloc_ino()?;
+        tx.put_inode(&attr(ino, FileKind::File, 1))?;
+        tx.set_record_size(ino, rs)?;
+        tx.dir_insert(ROOT_INO, name.as_bytes(), ino, FileKind::File)?;
+        Ok(ino)
+    })
+    .unwrap()
+}
+
+/// Files with record sizes of their own share bundles by their own last record: a file of
+/// 16 KiB or 4 KiB records bundles only its short tail (never a full record, though one is
+/// shorter than the pool's record size), a 1 MiB-record file's tail joins a bundle when it
+/// is shorter than the pool's record size and stays on its own when longer; every bundle
+/// stays within the pool's record size. A member is changed in place through its bundle
+/// (read-modify-write at its own record size), cut and extended; everything reads back,
+/// also after a reopen without bundling, and fsck and scrub stay clean.
+#[test]
+fn bundles_take_each_files_last_record_at_its_own_record_size() {
+    const K: u64 = 1024;
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let e = Engine::open(&pool, &bundle_opts()).unwrap();
+    // (name, own record size or the pool's, length)
+    let spec: [(&str, Option<u64>, u64); 7] = [
+        ("r16", Some(16 * K), 40 * K),       // 16K, 16K, 8K: the 8K tail only
+        ("r16small", Some(16 * K), 5000),    // one short record
+        ("r16whole", Some(16 * K), 32 * K),  // two full records: nothing
+        ("r4", Some(4 * K), 10 * K),         // 4K, 4K, 2K
+        ("r1m", Some(1 << 20), 20 * K),      // a short record below the pool's record size
+        ("r1mlong", Some(1 << 20), 300 * K), // a short record above it: on its own
+        ("plain", None, 7000),
+    ];
+    let mut want = Vec::new();
+    for (i, &(name, rs, len)) in spec.iter().enumerate() {
+        let f = match rs {
+            Some(rs) => create_rs(&e, name, rs),
+            None => create(&e, name),
+        };
+        let data = text(300 + i as u64, len as usize);
+        e.write(f, 0, &data).unwrap();
+        want.push((name, rs.unwrap_or(128 * K), data));
+    }
+    e.sync().unwrap();
+    for (id, b) in e.bundles().unwrap() {
+        assert!(u64::from(b.logical) <= 128 * K, "bundle {id} decodes to {} bytes", b.logical);
+    }
+    let bundled = |e: &Engine, name: &str| -> Vec<bool> {
+        let f = file(e, name);
+        e.extents(f).unwrap().iter().map(|(_, x)| matches!(x.stored, StoredRecord::Bundled(_))).collect()
+    };
+    assert_eq!(bundled(&e, "r16"), [false, false, true]);
+    assert_eq!(bundled(&e, "r16small"), [true]);
+    assert_eq!(bundled(&e, "r16whole"), [false, false]);
+    assert_eq!(bundled(&e, "r4"), [false, false, true]);
+    assert_eq!(bundled(&e, "r1m"), [true]);
+    assert_eq!(bundled(&e, "r1mlong"), [false]);
+    assert_eq!(bundled(&e, "plain"), [true]);
+    for (name, rs, data) in &want {
+        let f = file(&e, name);
+        assert_eq!(u64::from(e.record_size(f).unwrap()), *rs, "{name}");
+        for (off, x) in e.extents(f).unwrap() {
+            assert_eq!(off % rs, 0, "{name}: a record at {off}");
+            assert!(u64::from(x.logical) <= *rs, "{name}: a record of {} bytes", x.logical);
+        }
+        assert_eq!(&read_all(&e, f), data, "{name}");
+    }
+    check_clean(&e);
+
+    // members changed through their bundles, without bundling: each stored on its own
+    e.close().unwrap();
+    drop(e);
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    let change = |want: &mut Vec<(&str, u64, Vec<u8>)>, name: &str, off: usize, bytes: &[u8]| {
+        e.write(file(&e, name), off as u64, bytes).unwrap();
+        let v = &mut want.iter_mut().find(|w| w.0 == name).unwrap().2;
+        if v.len() < off + bytes.len() {
+            v.resize(off + bytes.len(), 0);
+        }
+        v[off..off + bytes.len()].copy_from_slice(bytes);
+    };
+    change(&mut want, "r1m", 10_000, b"CHANGED IN A 1M FILE");
+    change(&mut want, "r16", 33 * 1024, b"CHANGED IN THE 16K TAIL");
+    // the 4K file's tail extended into a full record and one more
+    change(&mut want, "r4", 11 * 1024, &text(900, 3000));
+    e.set_size(file(&e, "r16small"), 1000).unwrap();
+    want.iter_mut().find(|w| w.0 == "r16small").unwrap().2.truncate(1000);
+    e.sync().unwrap();
+    for (name, _, data) in &want {
+        assert_eq!(&read_all(&e, file(&e, name)), data, "{name} after the changes");
+    }
+    assert_eq!(bundled(&e, "r1m"), [false]);
+    assert_eq!(bundled(&e, "r16"), [false, false, false]);
+    check_clean(&e);
+    e.close().unwrap();
+    drop(e);
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    for (name, _, data) in &want {
+        assert_eq!(&read_all(&e, file(&e, name)), data, "{name} after a reopen");
+    }
+    check_clean(&e);
+}
+
 /// Records of one txg with different policies go into different bundles, each compressed
 /// with its own codec; a policy that stores raw bundles nothing.
 #[test]
