@@ -354,3 +354,29 @@ pub fn as_record(b: &Bundle) -> ExtentPtr {
         stored: StoredRecord::Device(b.ext),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::{MAX_RECORDSIZE, MIN_RECORDSIZE};
+
+    /// Every pair of a file's record size and the pool's (each a supported size), around
+    /// every boundary: a member is shorter than both, and a full record of the file is
+    /// never one, however small.
+    #[test]
+    fn a_member_is_shorter_than_its_files_record_size_and_the_pools() {
+        let sizes: Vec<usize> =
+            (0..32).map(|s| 1usize << s).filter(|&b| (MIN_RECORDSIZE..=MAX_RECORDSIZE).contains(&(b as u32))).collect();
+        let text = vec![b'x'; MAX_RECORDSIZE as usize + 1];
+        for &file_rs in &sizes {
+            for &cap in &sizes {
+                for len in [1, file_rs.min(cap) - 1, file_rs.min(cap), file_rs - 1, file_rs, cap - 1, cap, cap + 1] {
+                    let want = len < file_rs && len < cap;
+                    assert_eq!(is_member(&text[..len], file_rs, cap), want, "{len} bytes, file {file_rs}, pool {cap}");
+                }
+            }
+        }
+        assert!(!is_member(&[], 4096, 4096), "an empty record");
+        assert!(!is_member(&[0u8; 100], 16384, 131072), "zeros become a hole");
+    }
+}
