@@ -391,12 +391,12 @@ impl Fs {
             Err(e) => return Err(e),
         };
         let Some(target) = target_of(&r) else { return Ok(None) };
-        let extents = match self.engine.extents(ino) {
-            Ok(x) => x,
+        // offsets map to records of the file's own record size (fixed while it holds data)
+        let (rs, extents) = match self.engine.record_size(ino).and_then(|rs| Ok((rs, self.engine.extents(ino)?))) {
+            Ok((rs, x)) => (u64::from(rs), x),
             Err(EngineError::NoInode(_)) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let rs = u64::from(self.engine.info().recordsize);
         let records: VecDeque<u64> = extents
             .into_iter()
             .filter(|(_, e)| wants(e, target, c.floor_txg, c.ceiling_txg))

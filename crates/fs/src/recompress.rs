@@ -282,9 +282,9 @@ impl Fs {
                 RewriteTo { spec, force }
             }
         };
-        let rs = self.engine.info().recordsize as u64;
-        let records = match self.engine.extents(ino) {
-            Ok(x) => x.into_iter().map(|(off, e)| (off / rs, u64::from(e.logical), e.psize())).collect(),
+        // offsets map to records of the file's own record size (fixed while it holds data)
+        let records = match self.engine.record_size(ino).and_then(|rs| Ok((u64::from(rs), self.engine.extents(ino)?))) {
+            Ok((rs, x)) => x.into_iter().map(|(off, e)| (off / rs, u64::from(e.logical), e.psize())).collect(),
             Err(EngineError::NoInode(_)) => Vec::new(),
             Err(e) => return Err(e.into()),
         };
