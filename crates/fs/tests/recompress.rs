@@ -241,3 +241,55 @@ fn the_background_worker_converts_a_tree_when_idle_and_resumes_after_a_restart()
     assert!(r.is_clean(), "{:?}", r.problems);
     fs.shutdown().unwrap();
 }
+
+/// Files under directories with their own `recordsize` (16K, 1M) are converted record by
+/// record at their own record size, by a job and by the background worker: every record is
+/// rewritten once (none is taken for another, none is left), and the files read back.
+#[test]
+fn files_with_their_own_record_size_are_converted_record_by_record() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = new_pool(d.path());
+    let fs = open(&pool, FsConfig::default());
+    let small = mkdir(&fs, ROOT_INO, "small");
+    fs.setxattr(&Creds::root(), small, b"user.squeezefs.recordsize", b"16K", 0).unwrap();
+    let big = mkdir(&fs, ROOT_INO, "big");
+    fs.setxattr(&Creds::root(), big, b"user.squeezefs.recordsize", b"1M", 0).unwrap();
+    // 16K records: 6 whole and a 4K tail; 1M records: one whole and a 512K tail
+    let a = text(7, 100 << 10);
+    let b = text(8, 3 << 19);
+    let files = [(file(&fs, small, "a", &a), a, 16u32 << 10), (file(&fs, big, "b", &b), b, 1 << 20)];
+    fs.sync().unwrap();
+    for (ino, _, rs) in &files {
+        assert_eq!(fs.engine().record_size(*ino).unwrap(), *rs);
+    }
+    let inos: Vec<Ino> = files.iter().map(|f| f.0).collect();
+    let s = fs.recompress(&request(&["small", "big"], Some("zstd:15")), &mut |_| true).unwrap();
+    assert_eq!(s.counts.records_total, 7 + 2);
+    assert_eq!(s.counts.records_rewritten, 7 + 2, "{:?}", s.skipped);
+    let l = levels(&fs, &inos);
+    assert_eq!(l.keys().collect::<Vec<_>>(), vec!["zstd:15"], "{l:?}");
+    for (ino, data, _) in &files {
+        assert_eq!(&read(&fs, *ino), data);
+    }
+    // the background worker: both trees to zstd:3, every record converted once
+    for dir in [small, big] {
+        fs.setxattr(&Creds::root(), dir, b"user.squeezefs.background_compression", b"zstd:3", 0).unwrap();
+    }
+    assert_eq!(fs.background_pending(b"").unwrap().records, 7 + 2);
+    fs.start_background(Some(Duration::from_millis(100)));
+    wait_for("both trees converted", 120, || fs.background_pending(b"").unwrap().records == 0);
+    wait_for("the pass to end", 60, || fs.background_status().cursor.passes >= 1);
+    assert_eq!(fs.background_status().cursor.converted_records, 7 + 2);
+    let l = levels(&fs, &inos);
+    assert_eq!(l.keys().collect::<Vec<_>>(), vec!["zstd:3"], "{l:?}");
+    for (ino, data, rs) in &files {
+        assert_eq!(&read(&fs, *ino), data);
+        for (off, e) in fs.engine().extents(*ino).unwrap() {
+            assert_eq!(off % u64::from(*rs), 0);
+            assert!(e.logical <= *rs);
+        }
+    }
+    let r = fs.engine().fsck().unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+    fs.shutdown().unwrap();
+}
