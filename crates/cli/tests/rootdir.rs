@@ -746,3 +746,70 @@ fn walk_files(root: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// `mkfs --rootdir --recordsize 1M` of a tree whose source carries `recordsize` properties
+/// (a directory's `user.squeezefs.recordsize=16K`, a file's own `64K`): files without a
+/// property get the pool's 1 MiB records, the others their own; small files and short
+/// tails are bundled by their own record size (a 16K-record file's full records never),
+/// every bundle stays within the pool's record size; the pool is fsck- and scrub-clean
+/// after the store's rebuild and reads back the source, also through a mount.
+#[test]
+fn rootdir_recordsize_sets_the_pools_and_source_properties_set_their_own() {
+    use squeezefs_pipeline::{Engine, OpenOptions, StoredRecord, ROOT_INO};
+    let dir = tempfile::Builder::new().prefix("sqzroot").tempdir_in("/tmp").unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("db")).unwrap();
+    set_xattr(&src.join("db"), "user.squeezefs.recordsize", b"16K");
+    // (path, length, the record size it must get)
+    let files: [(&str, usize, u32); 6] = [
+        ("big.log", (3 << 20) + 300_000, 1 << 20),
+        ("small-a", 2000, 1 << 20),
+        ("small-b", 3000, 1 << 20),
+        ("db/table", 200 << 10, 16 << 10),
+        ("db/tiny", 5000, 16 << 10),
+        ("db/mid", 150 << 10, 64 << 10),
+    ];
+    for (i, (path, len, _)) in files.iter().enumerate() {
+        std::fs::write(src.join(path), text(40 + i as u64, *len)).unwrap();
+    }
+    set_xattr(&src.join("db/mid"), "user.squeezefs.recordsize", b"64K");
+    let pool = dir.path().join("pool");
+    let out = mkfs_rootdir(&pool, &src, &["--recordsize", "1M", "--compress", "zstd:3", "--jobs", "2"]);
+    assert!(out.status.success(), "mkfs failed: {}", stderr(&out));
+    assert!(bundles_in(&pool) > 0, "no bundles");
+    run_ok(&["scrub", pool.to_str().unwrap()]);
+    {
+        let e = Engine::open(&pool, &OpenOptions { read_only: true, ..OpenOptions::default() }).unwrap();
+        assert_eq!(e.info().recordsize, 1 << 20);
+        for (id, b) in e.bundles().unwrap() {
+            assert!(b.logical <= 1 << 20, "bundle {id}: {} bytes", b.logical);
+        }
+        let bundled = |x: &squeezefs_pipeline::ExtentPtr| matches!(x.stored, StoredRecord::Bundled(_));
+        for (i, (path, len, rs)) in files.iter().enumerate() {
+            let ino = path.split('/').fold(ROOT_INO, |d, n| e.lookup(d, n.as_bytes()).unwrap().unwrap().0);
+            assert_eq!(e.record_size(ino).unwrap(), *rs, "{path}");
+            let ext = e.extents(ino).unwrap();
+            let offs: Vec<u64> = ext.iter().map(|(o, _)| *o).collect();
+            let want_offs: Vec<u64> = (0..(*len as u64).div_ceil(u64::from(*rs))).map(|k| k * u64::from(*rs)).collect();
+            assert_eq!(offs, want_offs, "{path}");
+            // whole records on their own; a short tail below the pool's record size bundled
+            let (last, whole) = ext.split_last().unwrap();
+            assert!(whole.iter().all(|(_, x)| !bundled(x)), "{path}: a full record in a bundle");
+            assert!(bundled(&last.1), "{path}: its short last record is not bundled");
+            let mut got = vec![0u8; *len];
+            assert_eq!(e.read(ino, 0, &mut got).unwrap(), *len);
+            assert!(got == text(40 + i as u64, *len), "{path}: contents");
+        }
+        let r = e.fsck().unwrap();
+        assert!(r.is_clean(), "{:?}", r.problems);
+    }
+    if can_mount() {
+        let mnt = dir.path().join("mnt");
+        let _m = mount(&pool, &mnt);
+        for (i, (path, len, _)) in files.iter().enumerate() {
+            assert!(std::fs::read(mnt.join(path)).unwrap() == text(40 + i as u64, *len), "{path} through the mount");
+        }
+        let p = run(&["prop", "get", mnt.join("db/table").to_str().unwrap(), "recordsize"]);
+        assert!(String::from_utf8_lossy(&p.stdout).contains("16K"), "{}", String::from_utf8_lossy(&p.stdout));
+    }
+}
