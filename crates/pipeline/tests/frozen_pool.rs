@@ -4,7 +4,9 @@
 //! * tests/fixtures/pool-v1-before-recordsizes, made before per-file record sizes (no
 //!   `recordsizes` table, directories with `recordsize` properties that build stored only):
 //!   every file keeps the pool's record size, and the pool gets `RECORDSIZES` only when a
-//!   file with another record size is created.
+//!   file with another record size is created;
+//! * tests/fixtures/pool-v1-bundles-before-recordsizes, made with bundles and compact rows
+//!   but before per-file record sizes: the same, with its bundled tails read and changed.
 
 mod common;
 use common::*;
@@ -261,4 +263,104 @@ fn a_pool_of_an_older_build_gets_a_background_cursor_and_its_compat_bit() {
     assert_eq!(e.background_cursor().unwrap(), Some(c));
     check_contents(&e);
     assert!(e.fsck().unwrap().problems.is_empty());
+}
+
+const BUNDLES_BEFORE_RECORDSIZES: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pool-v1-bundles-before-recordsizes");
+
+/// The files of pool-v1-bundles-before-recordsizes (its README): (path, content).
+fn bundles_before_recordsizes_files() -> Vec<(String, Vec<u8>)> {
+    let mut v = vec![
+        ("text".to_string(), text()),
+        ("small".to_string(), b"hello frozen pool\n".to_vec()),
+        ("db/table".to_string(), lines(10000, |i| format!("row {i} of the table\n"))),
+        ("db/tiny".to_string(), b"tiny row\n".repeat(10)),
+        ("big/data".to_string(), lines(120000, |i| format!("block {i} of big data\n"))),
+        ("noise".to_string(), noise()),
+        ("sparse".to_string(), sparse()),
+    ];
+    v.extend((0..20).map(|n| (format!("many/{n:03}"), format!("small file {n}\n").repeat(20 * n + 1).into_bytes())));
+    v
+}
+
+/// A pool with bundles and compact rows from before per-file record sizes: every file reads
+/// back at the pool's record size (bundled tails included) without a `recordsizes` table;
+/// new files at the pool's record size leave it without `RECORDSIZES`, a file with its own
+/// record size sets it; a bundled old tail changed and one of a new 16 KiB-record file read
+/// back; fsck and scrub stay clean.
+#[test]
+fn a_pool_with_bundles_from_before_record_sizes_takes_files_with_their_own() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    unpack_fixture(BUNDLES_BEFORE_RECORDSIZES, &pool);
+    let f = squeezefs_meta::Features::INCOMPAT_RECORDSIZES;
+    let had = squeezefs_meta::Features::INCOMPAT_BUNDLES | squeezefs_meta::Features::INCOMPAT_COMPACT_ROWS;
+    assert_eq!(incompat(&pool) & (f | had), had);
+    let clean = |e: &Engine| {
+        let r = e.fsck().unwrap();
+        assert!(r.is_clean(), "{:?}", r.problems);
+        let s = e.scrub(&|_, _| {}).unwrap();
+        assert!(s.is_clean(), "{:?}", s.damaged);
+        r
+    };
+    let e = Engine::open(&pool, &OpenOptions { read_only: true, ..fast_opts() }).unwrap();
+    let mut bundled = 0;
+    for (path, data) in bundles_before_recordsizes_files() {
+        let ino = path_ino(&e, &path);
+        assert_eq!(read_all(&e, ino), data, "{path}");
+        assert_eq!(e.record_size(ino).unwrap(), 128 << 10, "{path}: written at the pool's record size");
+        for (off, x) in e.extents(ino).unwrap() {
+            assert!(off % (128 << 10) == 0 && x.logical <= 128 << 10, "{path}: a record at {off}");
+            bundled += usize::from(matches!(x.stored, StoredRecord::Bundled(_)));
+        }
+    }
+    assert!(bundled >= 20, "{bundled} bundled records");
+    let r = clean(&e);
+    assert_eq!((r.inodes, r.extents, r.bundles, r.allocated_bytes), (31, 54, 3, 103_846));
+    drop(e);
+
+    // a new file at the pool's record size: the pool stays readable by the build that made it
+    let opts = OpenOptions { compression: "zstd:3".parse().unwrap(), bundle_small_records: true, ..fast_opts() };
+    let e = Engine::open(&pool, &opts).unwrap();
+    let more = lines(3000, |i| format!("appended {i}\n"));
+    let plain = create(&e, "plain-new");
+    e.write(plain, 0, &more).unwrap();
+    e.close().unwrap();
+    drop(e);
+    assert_eq!(incompat(&pool) & f, 0, "nothing with its own record size yet");
+
+    // a file with its own record size (its tail bundled with another), an old tail changed
+    let e = Engine::open(&pool, &opts).unwrap();
+    let db = path_ino(&e, "db");
+    let own = e
+        .meta_write(|tx| {
+            let ino = tx.alloc_ino()?;
+            tx.put_inode(&attr(ino, FileKind::File, 1))?;
+            tx.set_record_size(ino, 16 << 10)?;
+            tx.dir_insert(db, b"own", ino, FileKind::File)?;
+            Ok(ino)
+        })
+        .unwrap();
+    let own_data = lines(2500, |i| format!("own row {i}\n"));
+    e.write(own, 0, &own_data).unwrap();
+    e.write(create(&e, "tail-mate"), 0, b"a short file bundled with own's tail\n").unwrap();
+    let text_ino = path_ino(&e, "text");
+    e.write(text_ino, 588_000, b"CHANGED").unwrap();
+    e.close().unwrap();
+    drop(e);
+    assert_ne!(incompat(&pool) & f, 0);
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    let mut want_text = text();
+    want_text[588_000..588_007].copy_from_slice(b"CHANGED");
+    for (path, data) in bundles_before_recordsizes_files() {
+        let want = if path == "text" { &want_text } else { &data };
+        assert_eq!(read_all(&e, path_ino(&e, &path)), *want, "{path}");
+    }
+    assert_eq!(read_all(&e, plain), more);
+    assert_eq!(e.record_size(own).unwrap(), 16 << 10);
+    assert_eq!(read_all(&e, own), own_data);
+    let own_ext = e.extents(own).unwrap();
+    assert!(own_ext.iter().all(|(off, x)| off % (16 << 10) == 0 && x.logical <= 16 << 10));
+    assert!(matches!(own_ext.last().unwrap().1.stored, StoredRecord::Bundled(_)), "own's tail is not bundled");
+    clean(&e);
 }
