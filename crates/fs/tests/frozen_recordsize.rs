@@ -2,7 +2,8 @@
 //! pool-v1-before-recordsizes), through the fs core: its directories carry `recordsize`
 //! properties that the old build stored without acting on, so its files have the pool's
 //! 128 KiB records; they keep them (shown as `fixed`), read back unchanged, and files
-//! created now get their directory's record size.
+//! created now get their directory's record size. The same for a pool made later, with
+//! bundles and compact rows (pool-v1-bundles-before-recordsizes).
 use squeezefs_fs::props::{Prop, Source};
 use squeezefs_fs::{Creds, Fs, FsConfig, Ino, ROOT_INO};
 use squeezefs_pipeline::{Engine, OpenOptions};
@@ -10,10 +11,17 @@ use std::path::Path;
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../pipeline/tests/fixtures/pool-v1-before-recordsizes");
 
+const WITH_BUNDLES: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../pipeline/tests/fixtures/pool-v1-bundles-before-recordsizes");
+
 fn unpack(to: &Path) {
+    unpack_fixture(FIXTURE, to)
+}
+
+fn unpack_fixture(fixture: &str, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for name in ["meta.redb", "data.0"] {
-        let z = std::fs::read(Path::new(FIXTURE).join(format!("{name}.zst"))).unwrap();
+        let z = std::fs::read(Path::new(fixture).join(format!("{name}.zst"))).unwrap();
         std::fs::write(to.join(name), zstd::decode_all(&z[..]).unwrap()).unwrap();
     }
 }
@@ -67,4 +75,44 @@ fn old_files_keep_the_pools_record_size_and_new_ones_take_their_directorys() {
     assert_eq!(read(&fs, lookup(&fs, "logs/app.log")), lines(15000, |i| format!("log line {i}\n")));
     let r = fs.engine().fsck().unwrap();
     assert!(r.is_clean(), "{:?}", r.problems);
+}
+
+#[test]
+fn a_pool_with_bundles_keeps_its_files_record_size_and_new_ones_take_their_directorys() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    unpack_fixture(WITH_BUNDLES, &pool);
+    let fs = Fs::new(Engine::open(&pool, &OpenOptions::default()).unwrap(), FsConfig::default()).unwrap();
+    let c = Creds::root();
+    let (db, big) = (lookup(&fs, "db"), lookup(&fs, "big"));
+    let table = lookup(&fs, "db/table");
+    assert_eq!(recordsize(&fs, db), ("16K".into(), Source::Local));
+    assert_eq!(recordsize(&fs, big), ("1M".into(), Source::Local));
+    assert_eq!(recordsize(&fs, table), ("128K".into(), Source::Fixed));
+    assert_eq!(recordsize(&fs, lookup(&fs, "big/data")), ("128K".into(), Source::Fixed));
+    assert_eq!(recordsize(&fs, lookup(&fs, "many/007")), ("128K".into(), Source::Default));
+    let table_data = lines(10000, |i| format!("row {i} of the table\n"));
+    assert_eq!(read(&fs, table), table_data);
+    // new files below `db` and `big` get 16 KiB and 1 MiB records
+    let mut new = Vec::new();
+    for (dir, name, n) in [(db, "new.rows", 3000), (big, "new.blocks", 90000)] {
+        let (a, fh) = fs.create(&c, dir, name.as_bytes(), 0o644, libc::O_RDWR).unwrap();
+        let data = lines(n, |i| format!("{name} line {i}\n"));
+        fs.write(&c, a.ino, 0, &data, false).unwrap();
+        fs.release(fh).unwrap();
+        new.push((a.ino, data));
+    }
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = Fs::new(Engine::open(&pool, &OpenOptions::default()).unwrap(), FsConfig::default()).unwrap();
+    assert_eq!(fs.engine().record_size(new[0].0).unwrap(), 16 << 10);
+    assert_eq!(fs.engine().record_size(new[1].0).unwrap(), 1 << 20);
+    for (ino, data) in &new {
+        assert_eq!(&read(&fs, *ino), data);
+    }
+    assert_eq!(read(&fs, lookup(&fs, "db/table")), table_data);
+    assert_eq!(read(&fs, lookup(&fs, "db/tiny")), b"tiny row\n".repeat(10));
+    let r = fs.engine().fsck().unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+    assert_eq!(r.bundles, 3);
 }
