@@ -1,6 +1,7 @@
 //! Where a pool's bytes go: per metadata table (rows, key+value bytes, pages, fragmentation)
 //! and, from the extent table, inline records against device records and bundled ones, and
-//! records shorter than the record size (small files and file tails) with their stored sizes. A device
+//! records shorter than their file's record size (its `recordsizes` row, else the pool's:
+//! small files and file tails) with their stored sizes. A device
 //! record's footprint is its stored length in pools with `PACKED_BYTES`, its stored length
 //! rounded up to the sector in older ones.
 //!
@@ -58,6 +59,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             bundles.2 += u64::from(b.ext.psize);
         }
     }
+    // pools made before per-file record sizes have no such table
+    let mut own_rs: HashMap<u64, u64> = HashMap::new();
+    if rx.list_tables()?.any(|t| t.name() == tables::RECORDSIZES.name()) {
+        table!(tables::RECORDSIZES);
+        for row in rx.open_table(tables::RECORDSIZES)?.iter()? {
+            let (k, v) = row?;
+            own_rs.insert(k.value(), u64::from(v.value()));
+        }
+    }
     println!("{:<16} {:>9} {:>12} {:>12} {:>12} {:>12}", "total", "", total[0], total[1], total[2], total[3]);
 
     // extents: per file, its records; classify
@@ -80,7 +90,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut single_record_files = 0u64;
     // short device records by stored size: < 512 B, < 1 KiB, < 2 KiB, ... , >= 32 KiB
     let mut short_hist = [0u64; 8];
-    for recs in per_file.values() {
+    for (ino, recs) in &per_file {
+        let recordsize = own_rs.get(ino).copied().unwrap_or(recordsize);
         if recs.len() == 1 {
             single_record_files += 1;
         }
