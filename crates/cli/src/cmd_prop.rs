@@ -30,7 +30,7 @@ mount option's, then the default; a change applies to data written afterwards):
   recordsize              4K ... 1M, power of two: record size of files created afterwards; a
                           file's own is fixed once it holds data (get shows its records' size)
   background_compression  fixed codec or none: what idle-time rewriting converts data to
-  qos                     directories only: 50 (MB/s), 50M, 1G, 500K, none (stored; takes effect in a later release)
+  qos                     directories only: 50 (MB/s), 50M, 1G, 500K, none (writes into the tree paced to that rate)
 
 The same values are the extended attributes user.squeezefs.NAME (setfattr/getfattr; cp -a,
 rsync -X and tar --xattrs carry them; setfattr -x inherits).";
