@@ -164,6 +164,15 @@ pub fn run(args: StatsArgs) -> Result<()> {
     if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) } != 0 {
         return Err(std::io::Error::last_os_error()).with_context(|| format!("syncing {}", root.display()));
     }
+    // syncfs on a FUSE mount neither waits for the writeback it starts nor reaches the
+    // daemon (the kernel sends FUSE_SYNCFS only to virtiofs), so a file's pages may still be
+    // in flight; fsync waits for every WRITE of the inode to be answered. A tree keeps the
+    // syncfs alone: an fsync per file would cost a round trip and a commit each.
+    if path.is_file() {
+        if let Ok(f) = std::fs::File::open(&path) {
+            f.sync_all().with_context(|| format!("syncing {}", path.display()))?;
+        }
+    }
     get_xattr(&root, usage::XATTR_USAGE).with_context(|| format!("syncing {}", root.display()))?;
     let mut w = Walk::default();
     w.visit(&path, dev)?;
