@@ -75,9 +75,27 @@
 //!      rest) and restarts its measurement, so that compressible data is noticed again.
 //!   6. pick: `lo` or the next rung, the fraction spread evenly over records. Only neighbours
 //!      are ever mixed (the guard's step down is the one exception, for single records).
-//! FEEDBACK (`observe`): each compressed record updates its rung's averages; a drift marks
-//!   every other rung stale; a probe, or a record of a rung that was stale, restarts that
-//!   rung's averages (old data does not dilute them).
+//! FEEDBACK (`observe`): each compressed record updates its rung's averages; a drift starts
+//!   a new epoch (the data changed) and CARRY decides what the other rungs keep; a probe, or
+//!   a record of a rung that was stale or carried, restarts that rung's averages (old data
+//!   does not dilute them).
+//! CARRY (`carry`), when rung i drifts from point b to point a:
+//!   1. the old data's figures (rungs measured on it with confidence, or restored from a
+//!      profile and not measured since) become a profile, replacing the one they were
+//!      restored from; at most `profiles` are kept, newest first;
+//!   2. data seen before: if a profile's figure for rung i is within DRIFT_STORED / 2 of a
+//!      (stored per byte, and a quarter of that weight on cost), every other rung gets that
+//!      profile's figures (generation 0): the corpus cycles text, binaries, a database and
+//!      XML, each seen many times;
+//!   3. new data: every other rung's old figures scaled by i's change (cost × a.cost/b.cost,
+//!      saving 1/s − 1 × i's saving ratio, capped at 4), one generation more; figures
+//!      scaled over `carry_max` changes without a measurement are dropped (the rung goes
+//!      stale: estimated and explored as before), since the scaling's error compounds;
+//!   4. no carry when i now saves less than min_gain (a weak rung saving nothing on a
+//!      binary says little about zstd:1): the others go stale.
+//!   Carried rungs count as confident (on the hull, usable without exploring); the first
+//!   record at one measures it again. On data switching every few MiB (tests/auto_sim.rs)
+//!   explorations fell from 20–34% of the records to 5–10%.
 //! CORRECTION g (the model's n, o and D come from meters that can be off several times over
 //!   on a shared machine — a device's drain rate read after idle gaps overstates a throttled
 //!   device 2× —, and the pipeline is not perfectly parallel): ln g = P + I, from the queue
@@ -130,6 +148,9 @@
 //!   probe_bytes 64 MiB          ≤ 0.2% of the records probed on incompressible data
 //!   stale_bytes 1 GiB           rungs not used for that long are measured again before use
 //!   explore_timeout 1 s         an exploration whose result never came back is given up
+//!   carry_max 2, profiles 8     scaling over more changes let unused rungs' figures wander
+//!                               (the simulation's 1-core 100 MB/s cell sat at lz4:fast=32,
+//!                               ratio −17%); 8 profiles hold the corpus's kinds of data
 //!   explore_reach 2             a rung is explored only if it costs at most twice the next
 //!                               rung up from the position (or zstd:1's nominal cost): with
 //!                               every relevant rung explored, a target swinging up the ladder
@@ -179,6 +200,10 @@ pub struct Tunables {
     /// a rung is explored only if it costs at most this many times the next rung up (or the
     /// probe rung's nominal cost)
     pub explore_reach: f64,
+    /// data changes a rung's figures are scaled over before it must be measured again
+    pub carry_max: u32,
+    /// kinds of data whose figures are remembered
+    pub profiles: usize,
 }
 
 impl Default for Tunables {
@@ -198,6 +223,8 @@ impl Default for Tunables {
             explore_timeout_secs: 1.0,
             batch_bytes: 0,
             explore_reach: 2.0,
+            carry_max: 2,
+            profiles: 8,
         }
     }
 }
@@ -295,6 +322,16 @@ pub struct Sample {
     pub cpu_ns: u64,
 }
 
+/// A rung's figures carried over data changes (`AutoController::carry`).
+#[derive(Clone, Copy, Debug)]
+struct Carried {
+    /// the data (epoch) they are carried to
+    epoch: u32,
+    pt: Point,
+    /// 0: restored from a profile of similar data; n: scaled over the last n changes
+    generation: u32,
+}
+
 /// Rung id: `None` = raw, `Some(i)` = candidate i.
 type RungId = Option<usize>;
 
@@ -334,6 +371,14 @@ pub struct AutoController {
     measured_at: Vec<u64>,
     /// the next sample of this candidate restarts its averages
     restart: Vec<bool>,
+    /// a rung's figures carried over a drift (`carry`) and the epoch they are of: trusted
+    /// like a measurement until the rung is measured on the new data
+    carried: Vec<Option<Carried>>,
+    /// the figures of data seen before (id, point per candidate), newest first, at most
+    /// `profiles`; the one the current data's carried figures came from
+    profiles: std::collections::VecDeque<(u64, Vec<Option<Point>>)>,
+    restored_from: Option<u64>,
+    next_profile: u64,
     epoch: u32,
     bytes: u64,
     ladder: Vec<Rung>,
@@ -391,6 +436,10 @@ impl AutoController {
             measured_epoch: vec![None; n],
             measured_at: vec![0; n],
             restart: vec![false; n],
+            carried: vec![None; n],
+            profiles: std::collections::VecDeque::new(),
+            restored_from: None,
+            next_profile: 0,
             epoch: 0,
             bytes: 0,
             ladder: Vec::new(),
@@ -462,6 +511,15 @@ impl AutoController {
         }
     }
 
+    /// Candidate `i`'s point as the ladder has it: measured, carried or estimated.
+    fn point(&self, i: usize) -> Point {
+        if self.fresh(i) {
+            self.measured_point(i)
+        } else {
+            self.carried_point(i).unwrap_or_else(|| self.estimate(i))
+        }
+    }
+
     /// Estimate for a candidate not measured on the current data: its nominal point scaled by
     /// the fresh rung nominally nearest to it (cost by the measured/nominal cost ratio, the
     /// saving 1/s − 1 by the measured/nominal saving ratio).
@@ -486,9 +544,83 @@ impl AutoController {
         Point { cost, stored: 1.0 / (1.0 + saving) }
     }
 
-    /// Fresh and measured on enough data to be trusted against other rungs.
+    /// Fresh and measured on enough data to be trusted against other rungs, or carried over
+    /// to the current data and not measured on too little of it since.
     fn confident(&self, i: usize) -> bool {
-        self.fresh(i) && self.meters[i].measured_bytes() >= self.tun.confident_bytes
+        self.fresh(i)
+            && (self.meters[i].measured_bytes() >= self.tun.confident_bytes || self.carried_point(i).is_some())
+    }
+
+    /// Rung `i`'s figures carried over to the current data, if they were.
+    fn carried_point(&self, i: usize) -> Option<Point> {
+        self.carried[i].filter(|c| c.epoch == self.epoch).map(|c| c.pt)
+    }
+
+    /// The data changed: rung `i` went from `before` to `after` (block comment, CARRY).
+    fn carry(&mut self, i: usize, before: Point, after: Point, old_epoch: u32) {
+        let n = self.cands.len();
+        // what the old data looked like: every rung measured on it with confidence, and
+        // those restored from a profile of similar data and not measured since
+        let base: Vec<Option<(Point, u32)>> = (0..n)
+            .map(|j| {
+                if self.measured_epoch[j] == Some(old_epoch)
+                    && self.bytes.saturating_sub(self.measured_at[j]) <= self.tun.stale_bytes
+                    && self.meters[j].cost_ns_per_byte().is_some()
+                    && self.meters[j].measured_bytes() >= self.tun.confident_bytes
+                {
+                    Some((self.measured_point(j), 0))
+                } else {
+                    self.carried[j].filter(|c| c.epoch == old_epoch).map(|c| (c.pt, c.generation))
+                }
+            })
+            .collect();
+        let profile: Vec<Option<Point>> = base.iter().map(|b| b.filter(|(_, g)| *g == 0).map(|(p, _)| p)).collect();
+        if profile.iter().flatten().count() >= 2 {
+            if let Some(k) = self.restored_from.take() {
+                self.profiles.retain(|p| p.0 != k);
+            }
+            self.next_profile += 1;
+            self.profiles.push_front((self.next_profile, profile));
+            self.profiles.truncate(self.tun.profiles);
+        }
+        self.restored_from = None;
+        // data seen before: the profile whose figures for rung i are nearest its new ones
+        let off = |p: Point| (p.stored / after.stored).ln().abs() + (p.cost / after.cost).ln().abs() * 0.25;
+        let seen = self
+            .profiles
+            .iter()
+            .filter_map(|(id, pts)| pts[i].map(|p| (*id, off(p))))
+            .filter(|(_, d)| *d < DRIFT_STORED / 2.0)
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((id, _)) = seen {
+            let pts = self.profiles.iter().find(|p| p.0 == id).map(|p| p.1.clone()).unwrap_or_default();
+            for j in (0..n).filter(|&j| j != i) {
+                self.carried[j] =
+                    pts.get(j).copied().flatten().map(|pt| Carried { epoch: self.epoch, pt, generation: 0 });
+            }
+            self.restored_from = Some(id);
+            return;
+        }
+        // new data: the old figures scaled by rung i's change
+        // a rung that now saves nothing says little about the others (lz4:fast=32 on an
+        // office binary, where zstd:1 still saves a third): they are measured again
+        let saving = |p: Point| 1.0 / p.stored - 1.0;
+        if saving(before) < self.tun.min_gain
+            || saving(after) < self.tun.min_gain
+            || !(before.cost > 0.0)
+            || !(after.cost > 0.0)
+        {
+            return;
+        }
+        let cost_scale = after.cost / before.cost;
+        let saving_scale = (saving(after).max(0.0) / saving(before)).clamp(0.0, 4.0);
+        for j in (0..n).filter(|&j| j != i) {
+            self.carried[j] = base[j].filter(|(_, g)| *g < self.tun.carry_max).map(|(b, g)| Carried {
+                epoch: self.epoch,
+                pt: Point { cost: b.cost * cost_scale, stored: 1.0 / (1.0 + saving(b) * saving_scale) },
+                generation: g + 1,
+            });
+        }
     }
 
     fn rebuild(&mut self) {
@@ -497,9 +629,16 @@ impl AutoController {
         let n = self.cands.len();
         let is_fresh: Vec<bool> = (0..n).map(|i| self.fresh(i)).collect();
         let fresh: Vec<usize> = (0..n).filter(|&i| is_fresh[i]).collect();
-        let confident: Vec<bool> = (0..n).map(|i| is_fresh[i] && self.confident(i)).collect();
-        let mut points: Vec<Point> =
-            (0..n).map(|i| if is_fresh[i] { self.measured_point(i) } else { self.estimate_among(i, &fresh) }).collect();
+        let carried: Vec<Option<Point>> = (0..n).map(|i| self.carried_point(i)).collect();
+        let confident: Vec<bool> =
+            (0..n).map(|i| if is_fresh[i] { self.confident(i) } else { carried[i].is_some() }).collect();
+        let mut points: Vec<Point> = (0..n)
+            .map(|i| match (is_fresh[i], carried[i]) {
+                (true, _) => self.measured_point(i),
+                (false, Some(p)) => p,
+                (false, None) => self.estimate_among(i, &fresh),
+            })
+            .collect();
         // the ladder is raw alone only on the probe rung's own evidence: a weak rung that saves
         // nothing on some data (lz4:fast=32 on a binary) says little about zstd:1, and scaling
         // every estimate by it would store everything raw until the next probe
@@ -536,7 +675,7 @@ impl AutoController {
         if let Some(k) = self.ladder.iter().position(|r| r.id == id) {
             return k;
         }
-        let cost = id.map_or(0.0, |i| if self.fresh(i) { self.measured_point(i).cost } else { self.estimate(i).cost });
+        let cost = id.map_or(0.0, |i| self.point(i).cost);
         self.ladder.iter().rposition(|r| r.pt.cost <= cost).unwrap_or(0)
     }
 
@@ -785,11 +924,7 @@ impl AutoController {
             let mix = Mix { lo: self.codec(self.ladder[lo].id), hi: self.codec(hi), frac };
             mix.pick(&mut self.acc)
         };
-        let cost = match self.cands.iter().position(|c| *c == codec) {
-            Some(i) if self.fresh(i) => self.measured_point(i).cost,
-            Some(i) => self.estimate(i).cost,
-            None => 0.0,
-        };
+        let cost = self.cands.iter().position(|c| *c == codec).map_or(0.0, |i| self.point(i).cost);
         if let Some(w) = &mut self.rate_window {
             w.1 += inp.record_bytes;
             w.2 += cost * inp.record_bytes as f64;
@@ -805,6 +940,9 @@ impl AutoController {
             return;
         }
         let was_fresh = self.fresh(i);
+        let before =
+            (was_fresh && self.meters[i].measured_bytes() >= self.tun.confident_bytes).then(|| self.measured_point(i));
+        let old_epoch = self.epoch;
         if std::mem::take(&mut self.restart[i]) || !was_fresh {
             // an exploration, a probe, or a rung used while stale: its old figures are of
             // other data, start over
@@ -819,6 +957,10 @@ impl AutoController {
             }
         } else if self.meters[i].observe(s.input_bytes, s.stored_bytes, s.cpu_ns) == Drift::Changed {
             self.epoch += 1;
+        }
+        if let (true, Some(b)) = (self.epoch != old_epoch, before) {
+            let after = self.measured_point(i);
+            self.carry(i, b, after, old_epoch);
         }
         self.measured_epoch[i] = Some(self.epoch);
         self.measured_at[i] = self.bytes;

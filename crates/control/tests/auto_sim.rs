@@ -206,3 +206,76 @@ fn auto_absorbs_wrong_model_inputs() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// Data that switches kind every few MiB, as the Silesia corpus does (text, an office binary,
+/// a database, XML, each 5–10 MB): every switch is a drift of the rungs' figures. Against the
+/// best fixed level on the same stream auto must stay within 5% of its throughput and of its
+/// ratio, and explorations under an eighth of the records (re-measuring every rung the
+/// decision depends on after each switch made them a fifth to a third). The uniform cells'
+/// 2% on ratio is not met here: a fixed level gains from the dirty buffer carrying a
+/// CPU-bound stretch of one kind of data over a device-bound stretch of another, which a
+/// per-record decision on the current data does not plan for.
+#[test]
+fn auto_keeps_up_with_data_that_switches_every_few_mib() {
+    let mut failed = Vec::new();
+    for cores in [1.0, 2.0] {
+        for dev in [25.0, 100.0, 400.0] {
+            let s = Setup::new(dev, cores, Data::Medium);
+            let kinds = [Data::Medium, Data::High, Data::Medium, Data::High];
+            let sizes = [9u64 << 20, 5 << 20, 7 << 20, 6 << 20];
+            let period: u64 = sizes.iter().sum();
+            let switching = move |off: u64| {
+                let mut o = off % period;
+                for (k, n) in kinds.iter().zip(sizes) {
+                    if o < n {
+                        return *k;
+                    }
+                    o -= n;
+                }
+                Data::Medium
+            };
+            let mut levels: Vec<Codec> = table(Data::Medium).into_iter().map(|r| r.0).collect();
+            levels.retain(|c| !(c.alg == Algorithm::Zstd && c.level > 15));
+            let mut best = (Codec::NONE, run(&s, &mut Policy::Fixed(Codec::NONE), &switching));
+            for c in levels {
+                let o = run(&s, &mut Policy::Fixed(c), &switching);
+                if o.mb_s() > best.1.mb_s() {
+                    best = (c, o);
+                }
+            }
+            let auto = run(&s, &mut Policy::Auto(Box::new(auto_default())), &switching);
+            let explored = auto.recs.iter().filter(|r| r.reason == squeezefs_control::Reason::Explore).count();
+            let mut levels: Vec<(String, usize)> = Vec::new();
+            for r in &auto.recs {
+                let name = format!("{}/{}", r.codec, r.reason.name());
+                match levels.iter_mut().find(|l| l.0 == name) {
+                    Some(l) => l.1 += 1,
+                    None => levels.push((name, 1)),
+                }
+            }
+            levels.sort_by_key(|l| std::cmp::Reverse(l.1));
+            if std::env::var("SIM_LEVELS").is_ok() {
+                for (n, k) in levels.iter().take(12) {
+                    println!("    {n} {:.1}%", 100.0 * *k as f64 / auto.recs.len() as f64);
+                }
+            }
+            let line = format!(
+                "switching {dev:>4} MB/s {cores} core(s): auto {:>6.1} MB/s {:>5.2} | best {:<10} {:>6.1} MB/s {:>5.2} | explored {:.1}%",
+                auto.mb_s(),
+                auto.ratio(),
+                best.0.to_string(),
+                best.1.mb_s(),
+                best.1.ratio(),
+                100.0 * explored as f64 / auto.recs.len() as f64
+            );
+            println!("{line}");
+            if auto.mb_s() < 0.95 * best.1.mb_s()
+                || auto.ratio() < 0.95 * best.1.ratio()
+                || explored * 8 > auto.recs.len()
+            {
+                failed.push(line);
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
