@@ -607,8 +607,10 @@ impl AutoController {
         let saving = |p: Point| 1.0 / p.stored - 1.0;
         if saving(before) < self.tun.min_gain
             || saving(after) < self.tun.min_gain
-            || !(before.cost > 0.0)
-            || !(after.cost > 0.0)
+            || before.cost.is_nan()
+            || after.cost.is_nan()
+            || before.cost <= 0.0
+            || after.cost <= 0.0
         {
             return;
         }
