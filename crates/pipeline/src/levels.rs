@@ -33,7 +33,12 @@
 //!             its writeback watcher measures, device file.rs; bounded by its sustained
 //!             rate over spans in which its write queue never emptied, BusyDrain, sampled
 //!             with the CPU meters: a throttled device lets a burst through after each idle
-//!             gap, and the per-range average read 2–4.7× its limit), room (a hint space.rs
+//!             gap, and the per-range average read 2–4.7× its limit). Until a device has a
+//!             sustained rate or was seen with an empty queue after writing, its rate counts
+//!             as unmeasured and auto holds its starting level: the first ranges of a
+//!             throttled device complete in a burst, and a drain average of 8× the limit had
+//!             auto decide 460 records raw (at memory speed, within 0.1 s) before the first
+//!             sustained rate came in. Room (a hint space.rs
 //!             refreshes at every placement), and queued bytes: its write queue, plus an even
 //!             share of the bytes compressed (or decided raw) and not yet handed to any
 //!             device. The thesis's queue is what left the compressor and waits for a
@@ -143,6 +148,9 @@ struct Meters {
     /// per device, its sustained rate while its queue never emptied (BusyDrain), f64 bits;
     /// 0 = not measured lately
     busy_bps: Vec<AtomicU64>,
+    /// per device, whether its drain rate may be trusted: it has a sustained rate, or its
+    /// queue was seen empty after writing (it kept up)
+    rate_confirmed: Vec<AtomicBool>,
     /// the CPUs this process may use (the figure while `cores` is unmeasured)
     cpus: f64,
 }
@@ -235,6 +243,7 @@ impl Levels {
                 idle_cores: AtomicU64::new(0),
                 overhead: AtomicU64::new(0),
                 busy_bps: (0..n_devices).map(|_| AtomicU64::new(0)).collect(),
+                rate_confirmed: (0..n_devices).map(|_| AtomicBool::new(false)).collect(),
                 cpus,
             },
             input_bytes: AtomicU64::new(0),
@@ -408,20 +417,28 @@ impl Levels {
     fn views_into(&self, v: &mut Vec<DeviceView>) {
         v.clear();
         let mut written = 0u64;
-        v.extend(self.devices.iter().zip(self.room.iter()).map(|(s, r)| {
+        let confirmed = self.meters.rate_confirmed.iter();
+        v.extend(self.devices.iter().zip(self.room.iter()).zip(confirmed).map(|((s, r), ok)| {
             let st = s.snapshot();
             written = written.saturating_add(st.written_bytes);
+            if st.queued_bytes == 0 && st.drained_bytes > 0 {
+                ok.store(true, Ordering::Relaxed);
+            }
             DeviceView {
                 queued_bytes: st.queued_bytes,
                 throughput_bps: st.throughput_bps,
                 free_bytes: r.load(Ordering::Relaxed),
             }
         }));
-        // a sustained rate measured with the queue full bounds the drain average (block comment)
-        for (d, b) in v.iter_mut().zip(self.meters.busy_bps.iter()) {
+        // a sustained rate measured with the queue full bounds the drain average, and a
+        // rate not confirmed yet counts as unmeasured (block comment)
+        for ((d, b), ok) in v.iter_mut().zip(self.meters.busy_bps.iter()).zip(self.meters.rate_confirmed.iter()) {
             let busy = f64::from_bits(b.load(Ordering::Relaxed));
             if busy > 0.0 && d.throughput_bps > 0.0 {
                 d.throughput_bps = d.throughput_bps.min(busy);
+            }
+            if !ok.load(Ordering::Relaxed) {
+                d.throughput_bps = 0.0;
             }
         }
         let queued: u64 = v.iter().map(|d| d.queued_bytes).sum();
@@ -472,10 +489,14 @@ impl Levels {
                 if let Some(c) = st.cores.idle_cores() {
                     m.idle_cores.store(c.to_bits(), Ordering::Relaxed);
                 }
-                for ((dev, meter), out) in self.devices.iter().zip(st.busy.iter_mut()).zip(m.busy_bps.iter()) {
+                let devices = self.devices.iter().zip(st.busy.iter_mut()).zip(m.busy_bps.iter());
+                for (((dev, meter), out), ok) in devices.zip(m.rate_confirmed.iter()) {
                     let d = dev.snapshot();
                     let bps = meter.update(now_secs, d.drained_bytes, d.queued_bytes > 0);
                     out.store(bps.unwrap_or(0.0).to_bits(), Ordering::Relaxed);
+                    if bps.is_some() || (d.queued_bytes == 0 && d.drained_bytes > 0) {
+                        ok.store(true, Ordering::Relaxed);
+                    }
                 }
                 let o = st.overhead.update(
                     process,
