@@ -33,12 +33,12 @@
 //!             its writeback watcher measures, device file.rs; bounded by its sustained
 //!             rate over spans in which its write queue never emptied, BusyDrain, sampled
 //!             with the CPU meters: a throttled device lets a burst through after each idle
-//!             gap, and the per-range average read 2–4.7× its limit). Until a device has a
-//!             sustained rate or was seen with an empty queue after writing, its rate counts
-//!             as unmeasured and auto holds its starting level: the first ranges of a
-//!             throttled device complete in a burst, and a drain average of 8× the limit had
-//!             auto decide 460 records raw (at memory speed, within 0.1 s) before the first
-//!             sustained rate came in. Room (a hint space.rs
+//!             gap, and the per-range average read 2–4.7× its limit). Until a device has
+//!             written RATE_CONFIRM_BYTES and then has a sustained rate or is seen with an
+//!             empty queue, its rate counts as unmeasured and auto holds its starting level:
+//!             the first ranges of a throttled loop device complete at 1.4 GB/s whatever the
+//!             limit, and auto decided 460–545 records raw (at memory speed, within 0.1 s)
+//!             on that figure at a 100 MB/s limit. Room (a hint space.rs
 //!             refreshes at every placement), and queued bytes: its write queue, plus an even
 //!             share of the bytes compressed (or decided raw) and not yet handed to any
 //!             device. The thesis's queue is what left the compressor and waits for a
@@ -88,6 +88,9 @@ use std::time::{Duration, Instant};
 
 /// How often the CPU and overhead meters are sampled (a /proc read each).
 pub const METER_PERIOD: Duration = Duration::from_millis(100);
+/// Bytes a device must have written before its rate is trusted (block comment): past the
+/// burst a throttled device or a write cache lets through at first.
+pub const RATE_CONFIRM_BYTES: u64 = 32 << 20;
 /// How often the trace file is flushed while rows come in (so a live trace can be plotted).
 pub const TRACE_FLUSH: Duration = Duration::from_secs(1);
 
@@ -421,7 +424,7 @@ impl Levels {
         v.extend(self.devices.iter().zip(self.room.iter()).zip(confirmed).map(|((s, r), ok)| {
             let st = s.snapshot();
             written = written.saturating_add(st.written_bytes);
-            if st.queued_bytes == 0 && st.drained_bytes > 0 {
+            if st.queued_bytes == 0 && st.drained_bytes >= RATE_CONFIRM_BYTES {
                 ok.store(true, Ordering::Relaxed);
             }
             DeviceView {
@@ -494,7 +497,7 @@ impl Levels {
                     let d = dev.snapshot();
                     let bps = meter.update(now_secs, d.drained_bytes, d.queued_bytes > 0);
                     out.store(bps.unwrap_or(0.0).to_bits(), Ordering::Relaxed);
-                    if bps.is_some() || (d.queued_bytes == 0 && d.drained_bytes > 0) {
+                    if d.drained_bytes >= RATE_CONFIRM_BYTES && (bps.is_some() || d.queued_bytes == 0) {
                         ok.store(true, Ordering::Relaxed);
                     }
                 }

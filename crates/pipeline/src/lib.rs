@@ -39,6 +39,7 @@ mod fault_tests;
 pub mod fsck;
 mod inner;
 mod levels;
+pub use levels::RATE_CONFIRM_BYTES;
 mod locks;
 mod meta_compact;
 mod meta_space;

@@ -81,10 +81,13 @@ fn auto_levels_come_from_the_ladder_and_incompressible_records_cost_no_cpu() {
     let rand = create(&e, "random");
     let text_data = logs(7, 24 * MIB);
     let rand_data = noise(3, 8 * MIB);
-    // the first half, then until the device's drain rate is measured (the controller holds
-    // its starting level before), then the rest
+    // the first half, then noise until the device has written more than it must before its
+    // rate is trusted, then until its drain rate is measured (the controller holds its
+    // starting level before), then the rest
     let half = text_data.len() / 2;
     write_all(&e, text, &text_data[..half]);
+    let filler = create(&e, "filler");
+    write_all(&e, filler, &noise(5, RATE_CONFIRM_BYTES as usize));
     e.sync().unwrap();
     let t0 = std::time::Instant::now();
     while e.device_stats()[0].stats.throughput_bps <= 0.0 {
