@@ -183,7 +183,12 @@ fn unseal(pool: &Path) -> Result<SealReport> {
     let (meta, sealed, tmp) = (pool.join(META_FILE), pool.join(SEAL_FILE), pool.join(UNSEAL_TMP_FILE));
     let bytes = std::fs::read(&sealed).map_err(io_err("cannot read", &sealed))?;
     remove_if_present(&tmp)?;
-    let summary = rebuild(&bytes, &tmp).map_err(|e| match e {
+    let rebuilt = rebuild(&bytes, &tmp);
+    if rebuilt.is_err() {
+        // a damaged seal leaves the directory as it found it
+        let _ = std::fs::remove_file(&tmp);
+    }
+    let summary = rebuilt.map_err(|e| match e {
         RebuildError::Seal(source) => PoolError::Seal { path: sealed.clone(), source },
         RebuildError::Store(source) => {
             PoolError::Rebuild { path: sealed.clone(), into: tmp.clone(), source: Box::new(source) }
