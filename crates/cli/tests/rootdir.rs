@@ -396,9 +396,25 @@ fn mkfs_rootdir(pool: &Path, src: &Path, extra: &[&str]) -> std::process::Output
 }
 
 fn mount(pool: &Path, mnt: &Path) -> Mount {
+    mount_with(pool, mnt, "noatime")
+}
+
+fn mount_with(pool: &Path, mnt: &Path, opts: &str) -> Mount {
     std::fs::create_dir_all(mnt).unwrap();
-    run_ok(&["mount", pool.to_str().unwrap(), mnt.to_str().unwrap(), "-o", "noatime"]);
+    run_ok(&["mount", pool.to_str().unwrap(), mnt.to_str().unwrap(), "-o", opts]);
     Mount(mnt.to_path_buf())
+}
+
+/// The pool's files and their lengths.
+fn pool_files(pool: &Path) -> BTreeMap<String, u64> {
+    std::fs::read_dir(pool)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len())
+        })
+        .filter(|(n, _)| n.starts_with("meta") || n.starts_with("data"))
+        .collect()
 }
 
 /// Unmounted on drop, also when an assertion failed.
@@ -455,17 +471,40 @@ fn rootdir_copy_mounted_matches_its_source() {
     // the small files went into bundles
     assert!(bundles_in(&pool) > 0, "no bundles");
 
+    // the metadata store is sealed
+    let files = pool_files(&pool);
+    assert!(files.contains_key("meta.seal") && !files.contains_key("meta.redb"), "{files:?}");
+
     let mut want = before.clone();
     want.get_mut(Path::new("with-acl")).unwrap().xattrs.clear();
     let mnt = dir.path().join("mnt");
+    let check = |mnt: &Path| {
+        let got = tree(mnt);
+        compare(&want, &got, None);
+        compare_content(&src, mnt, &want);
+        compare_holes(&src, mnt);
+        // the device nodes decode to the same numbers
+        let wide = std::fs::symlink_metadata(mnt.join("wide")).unwrap().rdev();
+        assert_eq!((libc::major(wide), libc::minor(wide)), (4095, 1_048_575));
+    };
+    // read-only: served from the seal, the pool left as it is
+    {
+        let _m = mount_with(&pool, &mnt, "ro,noatime");
+        check(&mnt);
+    }
+    assert_eq!(pool_files(&pool), files, "a read-only mount changed the pool");
+    // read-write: unsealed, and it takes writes that outlive a remount
+    {
+        let _m = mount(&pool, &mnt);
+        let now = pool_files(&pool);
+        assert!(now.contains_key("meta.redb") && !now.contains_key("meta.seal"), "{now:?}");
+        check(&mnt);
+        std::fs::write(mnt.join("written-after"), b"after unsealing").unwrap();
+    }
     let _m = mount(&pool, &mnt);
-    let got = tree(&mnt);
-    compare(&want, &got, None);
-    compare_content(&src, &mnt, &want);
-    compare_holes(&src, &mnt);
-    // the device nodes decode to the same numbers
-    let wide = std::fs::symlink_metadata(mnt.join("wide")).unwrap().rdev();
-    assert_eq!((libc::major(wide), libc::minor(wide)), (4095, 1_048_575));
+    assert_eq!(std::fs::read(mnt.join("written-after")).unwrap(), b"after unsealing");
+    std::fs::remove_file(mnt.join("written-after")).unwrap();
+    check(&mnt);
 }
 
 /// `--owner me` as root makes root the owner of everything; `--compress auto` is accepted
@@ -550,7 +589,7 @@ fn rootdir_without_root_stores_the_invoking_user_as_owner() {
         assert!(err.contains(&format!("{name}: cannot read")) && err.contains("left out"), "{name}: {err}");
     }
     assert_eq!(err.lines().count(), 2, "{err}");
-    for f in ["meta.redb", "data.0"] {
+    for f in ["meta.seal", "data.0"] {
         assert_eq!(std::fs::metadata(pool.join(f)).unwrap().uid(), USER, "{f} is not the user's");
     }
     run_ok(&["fsck", pool.to_str().unwrap()]);
@@ -566,6 +605,9 @@ fn rootdir_without_root_stores_the_invoking_user_as_owner() {
         compare_content(&src, &mnt, &want);
         compare_holes(&src, &mnt);
     }
+    // unsealed by root's mount, the store is still the user's
+    let m = std::fs::metadata(pool.join("meta.redb")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (USER, USER), "meta.redb after unsealing");
 
     // --owner keep as a user: the source's owners, root's included, no chown needed
     let pool2 = dir.path().join("pool2");

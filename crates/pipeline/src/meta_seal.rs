@@ -94,6 +94,16 @@ fn remove_if_present(path: &Path) -> Result<bool> {
     }
 }
 
+/// Give `to` the owner and mode of `from`: a pool built by a user and unsealed by root's
+/// mount stays the user's. A process that may not chown keeps its own (it owns both files).
+fn same_owner(from: &Path, to: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(m) = std::fs::metadata(from) {
+        let _ = std::os::unix::fs::chown(to, Some(m.uid()), Some(m.gid()));
+        let _ = std::fs::set_permissions(to, m.permissions());
+    }
+}
+
 fn file_len(p: &Path) -> u64 {
     std::fs::metadata(p).map_or(0, |m| m.len())
 }
@@ -121,7 +131,9 @@ pub fn seal_pool(pool: &Path, level: i32) -> Result<Option<SealReport>> {
     {
         use std::io::Write;
         let mut f = std::fs::File::create(&tmp).map_err(io_err("cannot create", &tmp))?;
-        f.write_all(&bytes).and_then(|_| f.sync_all()).map_err(io_err("cannot write", &tmp))?;
+        f.write_all(&bytes).map_err(io_err("cannot write", &tmp))?;
+        same_owner(&meta, &tmp);
+        f.sync_all().map_err(io_err("cannot write", &tmp))?;
     }
     // what is on disk, not what was meant: the store goes only once its seal reads back
     let back = std::fs::read(&tmp).map_err(io_err("cannot read", &tmp))?;
@@ -183,7 +195,7 @@ fn unseal(pool: &Path) -> Result<SealReport> {
     let (meta, sealed, tmp) = (pool.join(META_FILE), pool.join(SEAL_FILE), pool.join(UNSEAL_TMP_FILE));
     let bytes = std::fs::read(&sealed).map_err(io_err("cannot read", &sealed))?;
     remove_if_present(&tmp)?;
-    let rebuilt = rebuild(&bytes, &tmp);
+    let rebuilt = rebuild(&bytes, &tmp, &sealed);
     if rebuilt.is_err() {
         // a damaged seal leaves the directory as it found it
         let _ = std::fs::remove_file(&tmp);
@@ -227,8 +239,9 @@ enum RebuildError {
     Io(std::io::Error),
 }
 
-/// The store of the sealed `bytes` as a new file `to`, compacted and durable.
-fn rebuild(bytes: &[u8], to: &Path) -> std::result::Result<seal::SealSummary, RebuildError> {
+/// The store of the sealed `bytes` as a new file `to`, compacted, owned like `owner_of`,
+/// durable.
+fn rebuild(bytes: &[u8], to: &Path, owner_of: &Path) -> std::result::Result<seal::SealSummary, RebuildError> {
     fn st(e: impl Into<redb::Error>) -> RebuildError {
         RebuildError::Store(e.into())
     }
@@ -239,6 +252,7 @@ fn rebuild(bytes: &[u8], to: &Path) -> std::result::Result<seal::SealSummary, Re
     // the load's own transaction leaves some pages free behind it
     while db.compact().map_err(st)? {}
     drop(db);
+    same_owner(owner_of, to);
     std::fs::File::open(to).and_then(|f| f.sync_all()).map_err(RebuildError::Io)?;
     Ok(summary)
 }
