@@ -22,6 +22,8 @@
 //! body: for each table present in the store, in the order of `for_each_table!`
 //!   u8 name length, name (UTF-8), u8 form: 0 = rows follow, 1 = derived (below)
 //!   form 1: varint rows; nothing else
+//!   form 2 (extents only): varint rows, varint key-stream length, six varint column
+//!           lengths, the key stream, the six columns (seal_extents.rs)
 //!   form 0: varint rows, varint key-stream length, varint value-stream length
 //!   key stream:   per row, varint bytes shared with the previous key of the table,
 //!                 then (variable-width keys only) varint length of the rest, the rest
@@ -41,20 +43,20 @@
 //! (7 bits a byte, low group first, at most 10 bytes).
 //!
 //! Sizes, measured on the store of the Linux 6.1 source tree (`mkfs --rootdir --no-seal`,
-//! zstd:3, 128 KiB records: 83 731 inodes, 346 576 rows, `meta.redb` 15 540 224 bytes; body
-//! 8 339 790 bytes with `dir_cookies` derived, 10 149 258 without) by `cargo run --release -p
-//! squeezefs-meta --example seal_breakdown -- POOL/meta.redb`, sealing time on the loaded
-//! 2-core machine:
+//! zstd:3, 128 KiB records: 83 731 inodes, 346 576 rows, `meta.redb` 15 540 224 bytes;
+//! body 8 037 575 bytes) by `cargo run --release -p squeezefs-meta --example seal_breakdown
+//! -- POOL/meta.redb`, sealing time on the loaded 2-core machine:
 //!
 //! | zstd level | 3 | 6 | 9 | 12 | 15 | 17 | 19 |
 //! |---|---|---|---|---|---|---|---|
-//! | seal bytes | 2 851 846 | 2 710 757 | 2 659 664 | 2 657 162 | 2 654 141 | 2 589 261 | 2 524 969 |
-//! | seconds | 0.19 | 0.23 | 0.36 | 0.69 | 1.97 | 2.97 | 4.28 |
+//! | seal bytes | 2 425 587 | 2 273 742 | 2 225 969 | 2 224 098 | 2 220 966 | 2 169 880 | 2 176 496 |
+//! | seconds | 0.16 | 0.22 | 0.27 | 0.55 | 1.38 | 2.18 | 3.17 |
 //!
-//! Level 9 ([`SEAL_LEVEL`]) is as small as 15 at a fifth of the time; 19 saves 5% more for
-//! twelve times the time. Without `dir_cookies` derived, level 19 gave 3 029 367 bytes.
-//! What is left is mostly the extent rows (1.4 MB compressed, of which 0.66 MB are their
-//! xxh3-64 checksums, incompressible), the inode rows (0.5 MB) and the names (0.3 MB).
+//! Level 9 ([`SEAL_LEVEL`]) is as small as 15 at a fifth of the time; 17 saves 2.5% more
+//! for eight times the time. Each step of the format, at level 19: rows as they are
+//! 3 029 367 bytes, `dir_cookies` derived 2 524 969, extents in columns 2 176 496. What is
+//! left is mostly the extent rows (1.04 MB compressed, of which 0.66 MB are their xxh3-64
+//! checksums, incompressible), the inode rows (0.48 MB) and the names (0.32 MB).
 
 use crate::tables;
 use redb::{ReadableTable, ReadableTableMetadata, TableDefinition, TableHandle};
@@ -225,7 +227,7 @@ pub fn known_tables() -> Vec<&'static str> {
     v
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -234,22 +236,22 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// A cursor over a body stream; every read is bounds-checked.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     buf: &'a [u8],
-    pos: usize,
+    pub(crate) pos: usize,
     what: &'static str,
 }
 
 impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8], what: &'static str) -> Self {
+    pub(crate) fn new(buf: &'a [u8], what: &'static str) -> Self {
         Reader { buf, pos: 0, what }
     }
 
-    fn corrupt(&self, detail: &str) -> SealError {
+    pub(crate) fn corrupt(&self, detail: &str) -> SealError {
         SealError::Corrupt(format!("{} at byte {}: {detail}", self.what, self.pos))
     }
 
-    fn varint(&mut self) -> Result<u64, SealError> {
+    pub(crate) fn varint(&mut self) -> Result<u64, SealError> {
         let mut v = 0u64;
         for i in 0..10 {
             let b = *self.buf.get(self.pos).ok_or_else(|| self.corrupt("varint runs past the end"))?;
@@ -265,7 +267,7 @@ impl<'a> Reader<'a> {
         Err(self.corrupt("varint longer than 10 bytes"))
     }
 
-    fn len(&mut self) -> Result<usize, SealError> {
+    pub(crate) fn len(&mut self) -> Result<usize, SealError> {
         let v = self.varint()?;
         usize::try_from(v)
             .ok()
@@ -273,7 +275,7 @@ impl<'a> Reader<'a> {
             .ok_or_else(|| self.corrupt(&format!("length {v} exceeds the {} bytes left", self.buf.len() - self.pos)))
     }
 
-    fn bytes(&mut self, n: usize) -> Result<&'a [u8], SealError> {
+    pub(crate) fn bytes(&mut self, n: usize) -> Result<&'a [u8], SealError> {
         if n > self.buf.len() - self.pos {
             return Err(self.corrupt(&format!("{n} bytes needed, {} left", self.buf.len() - self.pos)));
         }
@@ -282,7 +284,7 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    fn done(&self) -> bool {
+    pub(crate) fn done(&self) -> bool {
         self.pos == self.buf.len()
     }
 }
@@ -300,6 +302,8 @@ fn key_form<K: redb::Key>(bytes: &[u8], out: &mut Vec<u8>) {
 const FORM_ROWS: u8 = 0;
 /// Form byte: the table is rebuilt from another one (`dir_cookies` from `dirents`).
 const FORM_DERIVED: u8 = 1;
+/// Form byte: the key stream, then the values in columns (`extents`: seal_extents.rs).
+const FORM_COLUMNS: u8 = 2;
 
 /// The `dir_cookies` row (key, value) a `dirents` row implies (docs/format.md: a dirent
 /// value is version, kind, inode, cookie; the cookie row's is version, kind, inode, name),
@@ -395,16 +399,30 @@ fn dump_table<K: redb::Key + 'static, V: redb::Value + 'static>(
         values.extend_from_slice(vb);
         rows += 1;
     }
-    let name = def.name().as_bytes();
-    body.push(name.len() as u8);
-    body.extend_from_slice(name);
-    body.push(FORM_ROWS);
-    put_varint(body, rows);
-    put_varint(body, keys.len() as u64);
-    put_varint(body, values.len() as u64);
-    body.extend_from_slice(&keys);
-    body.extend_from_slice(&values);
+    if def.name() == tables::EXTENTS.name() {
+        if let Some(cols) = crate::seal_extents::split(&values, rows) {
+            let mut streams = vec![keys.as_slice()];
+            streams.extend(cols.iter().map(Vec::as_slice));
+            write_entry(body, def.name(), FORM_COLUMNS, rows, &streams);
+            return Ok(rows);
+        }
+    }
+    write_entry(body, def.name(), FORM_ROWS, rows, &[&keys, &values]);
     Ok(rows)
+}
+
+/// Append a table's entry: name, form, rows, the stream lengths, the streams.
+fn write_entry(body: &mut Vec<u8>, name: &str, form: u8, rows: u64, streams: &[&[u8]]) {
+    body.push(name.len() as u8);
+    body.extend_from_slice(name.as_bytes());
+    body.push(form);
+    put_varint(body, rows);
+    for s in streams {
+        put_varint(body, s.len() as u64);
+    }
+    for s in streams {
+        body.extend_from_slice(s);
+    }
 }
 
 /// Insert one table's rows, read from its streams, into `tx`.
@@ -500,11 +518,7 @@ pub fn dump_body(rx: &redb::ReadTransaction) -> Result<(Vec<u8>, u32, u64), Seal
             if present.iter().any(|n| n == $def.name()) {
                 if $def.name() == tables::DIR_COOKIES.name() && cookies_derivable(rx, &present)? {
                     let n = rx.open_table(tables::DIR_COOKIES)?.len()?;
-                    let name = $def.name().as_bytes();
-                    body.push(name.len() as u8);
-                    body.extend_from_slice(name);
-                    body.push(FORM_DERIVED);
-                    put_varint(&mut body, n);
+                    write_entry(&mut body, $def.name(), FORM_DERIVED, n, &[]);
                     rows += n;
                 } else {
                     rows += dump_table(rx, $def, &mut body)?;
@@ -597,13 +611,32 @@ pub fn unseal_into(file: &[u8], tx: &redb::WriteTransaction) -> Result<SealSumma
             rows = rows.saturating_add(table_rows);
             continue;
         }
-        if form != FORM_ROWS {
-            return Err(r.corrupt(&format!("table {name} has form {form}; this build knows 0 and 1")));
-        }
-        let klen = r.len()?;
-        let vlen = r.len()?;
-        let keys = r.bytes(klen)?;
-        let values = r.bytes(vlen)?;
+        let joined;
+        let (keys, values) = match form {
+            FORM_ROWS => {
+                let klen = r.len()?;
+                let vlen = r.len()?;
+                (r.bytes(klen)?, r.bytes(vlen)?)
+            }
+            FORM_COLUMNS if name == tables::EXTENTS.name() => {
+                let mut lens = [0usize; 1 + crate::seal_extents::STREAMS];
+                for l in &mut lens {
+                    *l = r.len()?;
+                }
+                let keys = r.bytes(lens[0])?;
+                let mut cols: [&[u8]; crate::seal_extents::STREAMS] = Default::default();
+                for (c, &l) in cols.iter_mut().zip(&lens[1..]) {
+                    *c = r.bytes(l)?;
+                }
+                joined = crate::seal_extents::join(cols, table_rows)?;
+                (keys, joined.as_slice())
+            }
+            _ => {
+                return Err(
+                    r.corrupt(&format!("table {name} has form {form}; this build knows 0, 1, and 2 for extents"))
+                )
+            }
+        };
         macro_rules! load {
             ($def:expr) => {
                 if $def.name() == name {
