@@ -855,3 +855,59 @@ fn rootdir_recordsize_sets_the_pools_and_source_properties_set_their_own() {
         assert!(String::from_utf8_lossy(&p.stdout).contains("16K"), "{}", String::from_utf8_lossy(&p.stdout));
     }
 }
+
+/// `--no-seal` keeps `meta.redb`; `seal` and `unseal` turn one into the other (refused while
+/// the pool is mounted); a damaged `meta.seal` makes fsck fail naming the file and the check.
+#[test]
+fn rootdir_seal_no_seal_and_a_damaged_seal() {
+    let dir = tempfile::Builder::new().prefix("sqzroot").tempdir_in("/tmp").unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..30u64 {
+        std::fs::write(src.join(format!("f{i:02}")), text(i, 3000 + 100 * i as usize)).unwrap();
+    }
+    let pool = dir.path().join("pool");
+    let out = mkfs_rootdir(&pool, &src, &["--no-seal"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let files = pool_files(&pool);
+    assert!(files.contains_key("meta.redb") && !files.contains_key("meta.seal"), "{files:?}");
+    let p = pool.to_str().unwrap();
+
+    let out = run(&["seal", p]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains("sealed pool"), "{said}{}", stderr(&out));
+    let files = pool_files(&pool);
+    assert!(files.contains_key("meta.seal") && !files.contains_key("meta.redb"), "{files:?}");
+    assert!(String::from_utf8_lossy(&run(&["seal", p]).stdout).contains("sealed already"));
+    run_ok(&["fsck", p]);
+    assert_eq!(pool_files(&pool), files, "fsck changed a sealed pool");
+
+    if can_mount() {
+        let mnt = dir.path().join("mnt");
+        let _m = mount(&pool, &mnt);
+        let out = run(&["seal", p]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(stderr(&out).contains("already open"), "{}", stderr(&out));
+        assert_eq!(std::fs::read(mnt.join("f07")).unwrap(), text(7, 3700));
+    } else {
+        run_ok(&["unseal", p]);
+    }
+    let files = pool_files(&pool);
+    assert!(files.contains_key("meta.redb") && !files.contains_key("meta.seal"), "{files:?}");
+    run_ok(&["seal", p]);
+
+    let seal = pool.join("meta.seal");
+    let mut bytes = std::fs::read(&seal).unwrap();
+    let at = bytes.len() - 10;
+    bytes[at] ^= 0x40;
+    std::fs::write(&seal, &bytes).unwrap();
+    for cmd in ["fsck", "unseal"] {
+        let out = run(&[cmd, p]);
+        assert_eq!(out.status.code(), Some(1), "{cmd}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(seal.to_str().unwrap()) && err.contains("checksum of the compressed body"),
+            "{cmd}: {err}"
+        );
+    }
+}

@@ -222,13 +222,14 @@ fn unseal(pool: &Path) -> Result<SealReport> {
         rows: summary.rows,
         secs: t0.elapsed().as_secs_f64(),
     };
-    log::info!(
-        "{}: unsealed the metadata store ({} rows, {} bytes sealed, {} bytes as {META_FILE}) in {:.2} s",
+    // a warning, seen at the default log level: the pool grew, and stays unsealed
+    log::warn!(
+        "pool {} was sealed: unsealed its metadata store for writing in {:.2} s ({} rows; {} bytes sealed, {} bytes as {META_FILE})",
         pool.display(),
+        report.secs,
         report.rows,
         report.seal_bytes,
         report.store_bytes,
-        report.secs
     );
     Ok(report)
 }
