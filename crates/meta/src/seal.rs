@@ -298,6 +298,9 @@ fn key_form<K: redb::Key>(bytes: &[u8], out: &mut Vec<u8>) {
     }
 }
 
+/// A row as (key, value) bytes.
+type Row = (Vec<u8>, Vec<u8>);
+
 /// Form byte: the table's rows follow.
 const FORM_ROWS: u8 = 0;
 /// Form byte: the table is rebuilt from another one (`dir_cookies` from `dirents`).
@@ -334,9 +337,7 @@ fn cookie_row(dirent_key: &[u8], dirent_value: &[u8]) -> Option<(Vec<u8>, Vec<u8
 
 /// Every `dir_cookies` row the `dirents` rows of `t` imply, in key order; `None` when one
 /// cannot be split.
-fn derived_cookies(
-    t: &impl ReadableTable<&'static [u8], &'static [u8]>,
-) -> Result<Option<Vec<(Vec<u8>, Vec<u8>)>>, SealError> {
+fn derived_cookies(t: &impl ReadableTable<&'static [u8], &'static [u8]>) -> Result<Option<Vec<Row>>, SealError> {
     let mut rows = Vec::new();
     for row in t.iter()? {
         let (k, v) = row?;
@@ -668,7 +669,7 @@ mod tests {
     }
 
     /// Every row of every table, in redb's byte forms, by table name.
-    fn rows_of(db: &redb::Database) -> Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)> {
+    fn rows_of(db: &redb::Database) -> Vec<(String, Vec<Row>)> {
         let rx = db.begin_read().unwrap();
         let mut out = Vec::new();
         fn rows<K: redb::Key + 'static, V: redb::Value + 'static>(

@@ -360,7 +360,7 @@ pub enum PoolError {
     Seal {
         path: PathBuf,
         #[source]
-        source: squeezefs_meta::SealError,
+        source: Box<squeezefs_meta::SealError>,
     },
     #[error("{op} {}: {source}", path.display())]
     SealIo {

@@ -77,7 +77,7 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
 }
 
 fn seal_err(path: &Path) -> impl FnOnce(SealError) -> crate::EngineError + '_ {
-    move |source| PoolError::Seal { path: path.to_path_buf(), source }.into()
+    move |source| PoolError::Seal { path: path.to_path_buf(), source: Box::new(source) }.into()
 }
 
 fn sync_dir(pool: &Path) -> Result<()> {
@@ -201,7 +201,7 @@ fn unseal(pool: &Path) -> Result<SealReport> {
         let _ = std::fs::remove_file(&tmp);
     }
     let summary = rebuilt.map_err(|e| match e {
-        RebuildError::Seal(source) => PoolError::Seal { path: sealed.clone(), source },
+        RebuildError::Seal(source) => PoolError::Seal { path: sealed.clone(), source: Box::new(source) },
         RebuildError::Store(source) => {
             PoolError::Rebuild { path: sealed.clone(), into: tmp.clone(), source: Box::new(source) }
         }
