@@ -48,11 +48,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         }
         if form == 2 {
-            let lens: Vec<usize> = (0..7).map(|_| varint(&body, &mut pos) as usize).collect();
+            let names: &[&str] = if name == "extents" {
+                &["head", "nums", "sums", "births", "places", "rest"]
+            } else {
+                &["head", "inodes", "cookies"]
+            };
+            let lens: Vec<usize> = (0..=names.len()).map(|_| varint(&body, &mut pos) as usize).collect();
             let k = &body[pos..pos + lens[0]];
             println!("{name:<16} {rows:>8} {:>10} {:>9} {:>9} (values in columns:)", lens[0], z(k, 3), z(k, 19));
             pos += lens[0];
-            for (col, &l) in ["head", "nums", "sums", "births", "places", "rest"].iter().zip(&lens[1..]) {
+            for (col, &l) in names.iter().zip(&lens[1..]) {
                 let c = &body[pos..pos + l];
                 println!("  {col:<14} {:>8} {:>10} {:>9} {:>9} {l:>10} {:>9} {:>9}", "", "", "", "", z(c, 3), z(c, 19));
                 pos += l;

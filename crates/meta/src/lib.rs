@@ -13,6 +13,7 @@ pub mod extent;
 pub mod keys;
 pub mod records;
 pub mod seal;
+mod seal_dirents;
 mod seal_extents;
 pub mod superblock;
 pub mod tables;

@@ -22,8 +22,9 @@
 //! body: for each table present in the store, in the order of `for_each_table!`
 //!   u8 name length, name (UTF-8), u8 form: 0 = rows follow, 1 = derived (below)
 //!   form 1: varint rows; nothing else
-//!   form 2 (extents only): varint rows, varint key-stream length, six varint column
-//!           lengths, the key stream, the six columns (seal_extents.rs)
+//!   form 2 (extents, dirents): varint rows, varint key-stream length, a varint length
+//!           per value column (6 for extents: seal_extents.rs, 3 for dirents:
+//!           seal_dirents.rs), the key stream, the columns
 //!   form 0: varint rows, varint key-stream length, varint value-stream length
 //!   key stream:   per row, varint bytes shared with the previous key of the table,
 //!                 then (variable-width keys only) varint length of the rest, the rest
@@ -44,19 +45,20 @@
 //!
 //! Sizes, measured on the store of the Linux 6.1 source tree (`mkfs --rootdir --no-seal`,
 //! zstd:3, 128 KiB records: 83 731 inodes, 346 576 rows, `meta.redb` 15 540 224 bytes;
-//! body 8 037 575 bytes) by `cargo run --release -p squeezefs-meta --example seal_breakdown
-//! -- POOL/meta.redb`, sealing time on the loaded 2-core machine:
+//! body 7 792 990 bytes) by `cargo run --release -p squeezefs-meta --example seal_breakdown
+//! -- POOL/meta.redb`, sealing time on the shared 2-core machine:
 //!
 //! | zstd level | 3 | 6 | 9 | 12 | 15 | 17 | 19 |
 //! |---|---|---|---|---|---|---|---|
-//! | seal bytes | 2 425 587 | 2 273 742 | 2 225 969 | 2 224 098 | 2 220 966 | 2 169 880 | 2 176 496 |
-//! | seconds | 0.16 | 0.22 | 0.27 | 0.55 | 1.38 | 2.18 | 3.17 |
+//! | seal bytes | 2 250 064 | 2 105 724 | 2 054 402 | 2 052 528 | 2 048 325 | 2 008 232 | 1 999 178 |
+//! | seconds | 0.09 | 0.13 | 0.18 | 0.31 | 0.60 | 1.26 | 1.92 |
 //!
-//! Level 9 ([`SEAL_LEVEL`]) is as small as 15 at a fifth of the time; 17 saves 2.5% more
-//! for eight times the time. Each step of the format, at level 19: rows as they are
-//! 3 029 367 bytes, `dir_cookies` derived 2 524 969, extents in columns 2 176 496. What is
-//! left is mostly the extent rows (1.04 MB compressed, of which 0.66 MB are their xxh3-64
-//! checksums, incompressible), the inode rows (0.48 MB) and the names (0.32 MB).
+//! Level 9 ([`SEAL_LEVEL`]) is as small as 15 at a third of the time; 19 saves 2.7% more
+//! for ten times the time. Each step of the format, at level 19: rows as they are
+//! 3 029 367 bytes, `dir_cookies` derived 2 524 969, extents in columns 2 176 496, dirents
+//! in columns 1 999 178. What is left is mostly the extent rows (1.04 MB compressed, of
+//! which 0.66 MB are their xxh3-64 checksums, incompressible), the inode rows (0.48 MB) and
+//! the names (0.32 MB).
 
 use crate::tables;
 use redb::{ReadableTable, ReadableTableMetadata, TableDefinition, TableHandle};
@@ -227,6 +229,18 @@ pub fn known_tables() -> Vec<&'static str> {
     v
 }
 
+/// A difference taken modulo 2^64, read as signed, mapped to an unsigned number that is
+/// small when the difference is small in either direction.
+pub(crate) fn zigzag(v: u64) -> u64 {
+    let s = v as i64;
+    ((s << 1) ^ (s >> 63)) as u64
+}
+
+/// Inverse of [`zigzag`].
+pub(crate) fn unzigzag(u: u64) -> u64 {
+    (u >> 1) ^ (u & 1).wrapping_neg()
+}
+
 pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -305,7 +319,7 @@ type Row = (Vec<u8>, Vec<u8>);
 const FORM_ROWS: u8 = 0;
 /// Form byte: the table is rebuilt from another one (`dir_cookies` from `dirents`).
 const FORM_DERIVED: u8 = 1;
-/// Form byte: the key stream, then the values in columns (`extents`: seal_extents.rs).
+/// Form byte: the key stream, then the values in columns (seal_extents.rs, seal_dirents.rs).
 const FORM_COLUMNS: u8 = 2;
 
 /// The `dir_cookies` row (key, value) a `dirents` row implies (docs/format.md: a dirent
@@ -400,13 +414,16 @@ fn dump_table<K: redb::Key + 'static, V: redb::Value + 'static>(
         values.extend_from_slice(vb);
         rows += 1;
     }
-    if def.name() == tables::EXTENTS.name() {
-        if let Some(cols) = crate::seal_extents::split(&values, rows) {
-            let mut streams = vec![keys.as_slice()];
-            streams.extend(cols.iter().map(Vec::as_slice));
-            write_entry(body, def.name(), FORM_COLUMNS, rows, &streams);
-            return Ok(rows);
-        }
+    let cols: Option<Vec<Vec<u8>>> = match def.name() {
+        n if n == tables::EXTENTS.name() => crate::seal_extents::split(&values, rows).map(Vec::from),
+        n if n == tables::DIRENTS.name() => crate::seal_dirents::split(&values, rows).map(Vec::from),
+        _ => None,
+    };
+    if let Some(cols) = cols {
+        let mut streams = vec![keys.as_slice()];
+        streams.extend(cols.iter().map(Vec::as_slice));
+        write_entry(body, def.name(), FORM_COLUMNS, rows, &streams);
+        return Ok(rows);
     }
     write_entry(body, def.name(), FORM_ROWS, rows, &[&keys, &values]);
     Ok(rows)
@@ -467,6 +484,21 @@ fn load_table<K: redb::Key + 'static, V: redb::Value + 'static>(
         return Err(SealError::Corrupt(format!("table {}: bytes left after its {rows} rows", def.name())));
     }
     Ok(())
+}
+
+/// The key stream and `N` value columns of a form-2 entry: N+1 lengths, then the streams.
+fn columns<'a, const N: usize>(r: &mut Reader<'a>) -> Result<(&'a [u8], [&'a [u8]; N]), SealError> {
+    let klen = r.len()?;
+    let mut lens = [0usize; N];
+    for l in &mut lens {
+        *l = r.len()?;
+    }
+    let keys = r.bytes(klen)?;
+    let mut cols: [&[u8]; N] = [&[]; N];
+    for (c, &l) in cols.iter_mut().zip(&lens) {
+        *c = r.bytes(l)?;
+    }
+    Ok((keys, cols))
 }
 
 /// Rebuild the derived table `name` (only `dir_cookies`, from the `dirents` rows already
@@ -620,22 +652,19 @@ pub fn unseal_into(file: &[u8], tx: &redb::WriteTransaction) -> Result<SealSumma
                 (r.bytes(klen)?, r.bytes(vlen)?)
             }
             FORM_COLUMNS if name == tables::EXTENTS.name() => {
-                let mut lens = [0usize; 1 + crate::seal_extents::STREAMS];
-                for l in &mut lens {
-                    *l = r.len()?;
-                }
-                let keys = r.bytes(lens[0])?;
-                let mut cols: [&[u8]; crate::seal_extents::STREAMS] = Default::default();
-                for (c, &l) in cols.iter_mut().zip(&lens[1..]) {
-                    *c = r.bytes(l)?;
-                }
+                let (keys, cols) = columns::<{ crate::seal_extents::STREAMS }>(&mut r)?;
                 joined = crate::seal_extents::join(cols, table_rows)?;
                 (keys, joined.as_slice())
             }
+            FORM_COLUMNS if name == tables::DIRENTS.name() => {
+                let (keys, cols) = columns::<{ crate::seal_dirents::STREAMS }>(&mut r)?;
+                joined = crate::seal_dirents::join(cols, table_rows)?;
+                (keys, joined.as_slice())
+            }
             _ => {
-                return Err(
-                    r.corrupt(&format!("table {name} has form {form}; this build knows 0, 1, and 2 for extents"))
-                )
+                return Err(r.corrupt(&format!(
+                    "table {name} has form {form}; this build knows 0, 1 for dir_cookies, and 2 for extents and dirents"
+                )))
             }
         };
         macro_rules! load {

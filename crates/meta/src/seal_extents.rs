@@ -24,19 +24,10 @@
 //!
 //! Differences are taken modulo 2^64 and zigzag-mapped, so any value round-trips.
 
-use crate::seal::{put_varint, Reader, SealError};
+use crate::seal::{put_varint, unzigzag, zigzag, Reader, SealError};
 
 /// The six streams, in the order they are written.
 pub(crate) const STREAMS: usize = 6;
-
-fn zigzag(v: u64) -> u64 {
-    let s = v as i64;
-    ((s << 1) ^ (s >> 63)) as u64
-}
-
-fn unzigzag(u: u64) -> u64 {
-    (u >> 1) ^ (u & 1).wrapping_neg()
-}
 
 /// What a row's fields are told apart from.
 #[derive(Default)]

@@ -29,7 +29,7 @@
 //!
 //! The dump is compressed at zstd level 9 (`SEAL_LEVEL`, chosen by measurement: the table
 //! in squeezefs-meta `seal.rs`): the 15.5 MB store of the Linux 6.1 source tree seals into
-//! 2.23 MB in about 0.3 s and unseals in about 0.3 s (docs/benchmarks.md).
+//! 2.05 MB in about 0.2 s of compression (docs/benchmarks.md has the whole commands).
 
 use crate::error::{PoolError, Result};
 use crate::options::{META_FILE, SEAL_FILE};
