@@ -307,3 +307,20 @@ fn a_directory_with_neither_store_is_not_a_pool() {
     assert!(matches!(Engine::seal(d.path(), 3), Err(EngineError::Pool(PoolError::NotAPool { .. }))));
     assert!(matches!(Engine::unseal(d.path()), Err(EngineError::Pool(PoolError::NotAPool { .. }))));
 }
+
+/// mkfs over a sealed pool is refused without `force`, and with it leaves no seal behind
+/// (an open would otherwise still prefer the new store, but a stale seal must not outlive
+/// the pool it belonged to).
+#[test]
+fn mkfs_over_a_sealed_pool_needs_force_and_removes_the_seal() {
+    let d = tempfile::tempdir().unwrap();
+    filled_pool(d.path());
+    Engine::seal(d.path(), 3).unwrap().unwrap();
+    let e = Engine::mkfs(d.path(), &MkfsOptions::default()).unwrap_err();
+    assert!(matches!(e, EngineError::Pool(PoolError::AlreadyAPool { .. })), "{e:?}");
+    assert!(Engine::is_sealed(d.path()));
+    Engine::mkfs(d.path(), &MkfsOptions { force: true, ..MkfsOptions::default() }).unwrap();
+    assert!(!names(d.path()).iter().any(|n| n == SEAL_FILE), "{:?}", names(d.path()));
+    let e = Engine::open(d.path(), &ro()).unwrap();
+    assert!(e.lookup(ROOT_INO, b"f000").unwrap().is_none(), "the old pool's files");
+}
