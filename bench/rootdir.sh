@@ -4,6 +4,7 @@
 #
 # usage: bench/rootdir.sh [--levels "3 15"] [--blocks "128K 1M"] [--rounds N] [--jobs N]
 #                         [--workdir DIR] [--outdir DIR] [--no-btrfs] [--mounted] [--keep]
+#                         [--no-seal]
 #
 # Source: Debian's linux-source-6.1 (/usr/src/linux-source-6.1.tar.xz), extracted once into
 # WORKDIR/src (default /var/tmp/rootdir-bench) and read once before timing, so every tool reads
@@ -15,8 +16,9 @@
 #     (not timed).
 # Images and pools are written to OUTDIR (default: WORKDIR; /dev/shm keeps a nearly full disk
 # out of the comparison, at the price of leaving out device write speed).
-# Size: `du -B1 -s` of the image / of the pool directory (device file data.0 + meta.redb; the
-# split is printed too). Time: wall seconds until the output is durable, and CPU seconds
+# Size: `du -B1 -s` of the image / of the pool directory (device file data.0 + the metadata
+# store: meta.seal, sealed by mkfs --rootdir by default, or meta.redb with --no-seal, which
+# passes --no-seal to mkfs; the split is printed too). The squeezefs time includes the seal. Time: wall seconds until the output is durable, and CPU seconds
 # (user+sys, /usr/bin/time). The 1-minute load average before each run is printed: the machine
 # is shared, so compare the tools within one run, as ratios.
 # btrfs: mkfs.btrfs --rootdir with --compress zstd:3 when this btrfs-progs has it (6.x before
@@ -38,6 +40,7 @@ OUT=""
 BTRFS=1
 MOUNTED=0
 KEEP=0
+SEAL_ARG=()
 LINUX_XZ=/usr/src/linux-source-6.1.tar.xz
 
 die() { echo "rootdir.sh: $*" >&2; exit 1; }
@@ -54,6 +57,7 @@ while [ $# -gt 0 ]; do
         --no-btrfs) BTRFS=0; shift ;;
         --mounted) MOUNTED=1; shift ;;
         --keep) KEEP=1; shift ;;
+        --no-seal) SEAL_ARG=(--no-seal); shift ;;
         -h|--help) sed -n '2,5p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
@@ -107,6 +111,7 @@ ROWS=()
 # row NAME BYTES RATIO WALL CPU LOAD
 row() { ROWS+=("$(printf '| %s | %s | %.1f | %s | %.2f | %.2f | %s |' "$1" "$2" "$(echo "$2/1000000" | bc -l)" "$3" "$4" "$5" "$6")"); }
 ratio() { printf '%.3f' "$(echo "$1/$2" | bc -l)"; }
+mb() { printf '%.2f' "$(echo "$1/1000000" | bc -l)"; }
 
 echo "# rootdir.sh: $(date -u +%F\ %H:%M) UTC, $(nproc) cores, tree $TREE: $ENTRIES entries, $LOGICAL bytes"
 COMMIT=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -132,11 +137,13 @@ for level in $LEVELS; do
             rm -rf "$pool"
             l=$(load1)
             log "squeezefs mkfs --rootdir zstd:$level --recordsize $block (round $round, load $l)"
-            timed "$BIN" mkfs "$pool" --rootdir "$TREE" --compress "zstd:$level" --recordsize "$b" --jobs "$JOBS" -q
+            timed "$BIN" mkfs "$pool" --rootdir "$TREE" --compress "zstd:$level" --recordsize "$b" --jobs "$JOBS" -q "${SEAL_ARG[@]}"
             sz_size=$(alloc "$pool")
             data=$(alloc "$pool/data.0")
-            meta=$(alloc "$pool/meta.redb")
-            row "squeezefs zstd:$level rs $block (data.0 $((data / 1000000)) MB, meta.redb $((meta / 1000000)) MB; time $(ratio "$WALL" "$sq_wall")×)" \
+            store=meta.redb
+            [ -e "$pool/meta.seal" ] && store=meta.seal
+            meta=$(alloc "$pool/$store")
+            row "squeezefs zstd:$level rs $block (data.0 $(mb "$data") MB, $store $(mb "$meta") MB; time $(ratio "$WALL" "$sq_wall")×)" \
                 "$sz_size" "$(ratio "$sz_size" "$sq_size")" "$WALL" "$CPU" "$l"
             "$BIN" fsck "$pool" >/dev/null || die "fsck of the pool failed"
             [ "$KEEP" = 1 ] || rm -rf "$pool"

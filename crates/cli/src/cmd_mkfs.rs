@@ -1,5 +1,5 @@
 //! `squeezefs mkfs POOL [--device PATH]… [--sector 512|4096] [--recordsize SIZE] [--force]
-//! [--rootdir DIR [--compress SPEC] [--jobs N] [--strict] [--owner keep|me]]`
+//! [--rootdir DIR [--compress SPEC] [--jobs N] [--strict] [--owner keep|me] [--no-seal]]`
 use crate::rootdir::{self, CopyOptions, Owner};
 use anyhow::{bail, Context, Result};
 use squeezefs_codec::Spec;
@@ -50,6 +50,10 @@ pub struct MkfsArgs {
     /// No progress bar
     #[arg(long, short, requires = "rootdir")]
     pub quiet: bool,
+    /// Keep the metadata store as meta.redb (default with --rootdir: seal it into meta.seal,
+    /// several times smaller; a read-write mount unseals it)
+    #[arg(long, requires = "rootdir")]
+    pub no_seal: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,7 +191,21 @@ impl RootdirPlan {
             "rootdir: metadata store compacted from {before} to {after} bytes after {:.2} s",
             t0.elapsed().as_secs_f64()
         );
-        let meta_bytes = disk_bytes(&a.pool.join(squeezefs_pipeline::META_FILE));
+        let meta_file = if a.no_seal {
+            squeezefs_pipeline::META_FILE
+        } else {
+            let r = Engine::seal(&a.pool, squeezefs_pipeline::SEAL_LEVEL).context("sealing the metadata store")?;
+            if let Some(r) = r {
+                log::info!(
+                    "rootdir: metadata store sealed from {} to {} bytes in {:.2} s",
+                    r.store_bytes,
+                    r.seal_bytes,
+                    r.secs
+                );
+            }
+            squeezefs_pipeline::SEAL_FILE
+        };
+        let meta_bytes = disk_bytes(&a.pool.join(meta_file));
         let pool_bytes = if a.devices.is_empty() { disk_bytes_tree(&a.pool) } else { data_bytes + meta_bytes };
         if let Some(first) = &summary.stopped_by {
             bail!(

@@ -10,6 +10,7 @@ mod cmd_plot;
 mod cmd_prop;
 mod cmd_recompress;
 mod cmd_scrub;
+mod cmd_seal;
 mod cmd_stats;
 mod cmd_umount;
 mod mount_helper;
@@ -47,6 +48,10 @@ enum Command {
     Prop(cmd_prop::PropArgs),
     /// Rewrite existing data of files and trees with another compression (on a mount)
     Recompress(cmd_recompress::RecompressArgs),
+    /// Seal a closed pool: its metadata store becomes a compressed dump (meta.seal)
+    Seal(cmd_seal::SealArgs),
+    /// Unseal a sealed pool: its metadata store becomes meta.redb again
+    Unseal(cmd_seal::UnsealArgs),
 }
 
 /// Errors end the process here: one line on stderr, `squeezefs: ` then the context chain
@@ -96,6 +101,8 @@ fn run() -> anyhow::Result<()> {
         Command::Plot(a) => cmd_plot::run(a),
         Command::Prop(a) => cmd_prop::run(a),
         Command::Recompress(a) => cmd_recompress::run(a),
+        Command::Seal(a) => cmd_seal::seal(a),
+        Command::Unseal(a) => cmd_seal::unseal(a),
     }
 }
 

@@ -396,9 +396,25 @@ fn mkfs_rootdir(pool: &Path, src: &Path, extra: &[&str]) -> std::process::Output
 }
 
 fn mount(pool: &Path, mnt: &Path) -> Mount {
+    mount_with(pool, mnt, "noatime")
+}
+
+fn mount_with(pool: &Path, mnt: &Path, opts: &str) -> Mount {
     std::fs::create_dir_all(mnt).unwrap();
-    run_ok(&["mount", pool.to_str().unwrap(), mnt.to_str().unwrap(), "-o", "noatime"]);
+    run_ok(&["mount", pool.to_str().unwrap(), mnt.to_str().unwrap(), "-o", opts]);
     Mount(mnt.to_path_buf())
+}
+
+/// The pool's files and their lengths.
+fn pool_files(pool: &Path) -> BTreeMap<String, u64> {
+    std::fs::read_dir(pool)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name().to_string_lossy().into_owned(), e.metadata().unwrap().len())
+        })
+        .filter(|(n, _)| n.starts_with("meta") || n.starts_with("data"))
+        .collect()
 }
 
 /// Unmounted on drop, also when an assertion failed.
@@ -455,17 +471,46 @@ fn rootdir_copy_mounted_matches_its_source() {
     // the small files went into bundles
     assert!(bundles_in(&pool) > 0, "no bundles");
 
+    // the metadata store is sealed
+    let files = pool_files(&pool);
+    assert!(files.contains_key("meta.seal") && !files.contains_key("meta.redb"), "{files:?}");
+
     let mut want = before.clone();
     want.get_mut(Path::new("with-acl")).unwrap().xattrs.clear();
     let mnt = dir.path().join("mnt");
+    let check_with = |mnt: &Path, want: &BTreeMap<PathBuf, Snap>| {
+        let got = tree(mnt);
+        compare(want, &got, None);
+        compare_content(&src, mnt, want);
+        compare_holes(&src, mnt);
+        // the device nodes decode to the same numbers
+        let wide = std::fs::symlink_metadata(mnt.join("wide")).unwrap().rdev();
+        assert_eq!((libc::major(wide), libc::minor(wide)), (4095, 1_048_575));
+    };
+    let check = |mnt: &Path| check_with(mnt, &want);
+    // read-only: served from the seal, the pool left as it is
+    {
+        let _m = mount_with(&pool, &mnt, "ro,noatime");
+        check(&mnt);
+    }
+    assert_eq!(pool_files(&pool), files, "a read-only mount changed the pool");
+    // read-write: unsealed, and it takes writes that outlive a remount
+    {
+        let _m = mount(&pool, &mnt);
+        let now = pool_files(&pool);
+        assert!(now.contains_key("meta.redb") && !now.contains_key("meta.seal"), "{now:?}");
+        check(&mnt);
+        std::fs::write(mnt.join("written-after"), b"after unsealing").unwrap();
+    }
     let _m = mount(&pool, &mnt);
-    let got = tree(&mnt);
-    compare(&want, &got, None);
-    compare_content(&src, &mnt, &want);
-    compare_holes(&src, &mnt);
-    // the device nodes decode to the same numbers
-    let wide = std::fs::symlink_metadata(mnt.join("wide")).unwrap().rdev();
-    assert_eq!((libc::major(wide), libc::minor(wide)), (4095, 1_048_575));
+    assert_eq!(std::fs::read(mnt.join("written-after")).unwrap(), b"after unsealing");
+    std::fs::remove_file(mnt.join("written-after")).unwrap();
+    // the write and the removal changed the root's mtime and ctime, and only those
+    let mut changed = want.clone();
+    let now = snap(&mnt);
+    let root = changed.get_mut(Path::new("")).unwrap();
+    (root.mtime, root.ctime) = (now.mtime, now.ctime);
+    check_with(&mnt, &changed);
 }
 
 /// `--owner me` as root makes root the owner of everything; `--compress auto` is accepted
@@ -550,7 +595,7 @@ fn rootdir_without_root_stores_the_invoking_user_as_owner() {
         assert!(err.contains(&format!("{name}: cannot read")) && err.contains("left out"), "{name}: {err}");
     }
     assert_eq!(err.lines().count(), 2, "{err}");
-    for f in ["meta.redb", "data.0"] {
+    for f in ["meta.seal", "data.0"] {
         assert_eq!(std::fs::metadata(pool.join(f)).unwrap().uid(), USER, "{f} is not the user's");
     }
     run_ok(&["fsck", pool.to_str().unwrap()]);
@@ -566,6 +611,9 @@ fn rootdir_without_root_stores_the_invoking_user_as_owner() {
         compare_content(&src, &mnt, &want);
         compare_holes(&src, &mnt);
     }
+    // unsealed by root's mount, the store is still the user's
+    let m = std::fs::metadata(pool.join("meta.redb")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (USER, USER), "meta.redb after unsealing");
 
     // --owner keep as a user: the source's owners, root's included, no chown needed
     let pool2 = dir.path().join("pool2");
@@ -811,5 +859,61 @@ fn rootdir_recordsize_sets_the_pools_and_source_properties_set_their_own() {
         }
         let p = run(&["prop", "get", mnt.join("db/table").to_str().unwrap(), "recordsize"]);
         assert!(String::from_utf8_lossy(&p.stdout).contains("16K"), "{}", String::from_utf8_lossy(&p.stdout));
+    }
+}
+
+/// `--no-seal` keeps `meta.redb`; `seal` and `unseal` turn one into the other (refused while
+/// the pool is mounted); a damaged `meta.seal` makes fsck fail naming the file and the check.
+#[test]
+fn rootdir_seal_no_seal_and_a_damaged_seal() {
+    let dir = tempfile::Builder::new().prefix("sqzroot").tempdir_in("/tmp").unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    for i in 0..30u64 {
+        std::fs::write(src.join(format!("f{i:02}")), text(i, 3000 + 100 * i as usize)).unwrap();
+    }
+    let pool = dir.path().join("pool");
+    let out = mkfs_rootdir(&pool, &src, &["--no-seal"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let files = pool_files(&pool);
+    assert!(files.contains_key("meta.redb") && !files.contains_key("meta.seal"), "{files:?}");
+    let p = pool.to_str().unwrap();
+
+    let out = run(&["seal", p]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains("sealed pool"), "{said}{}", stderr(&out));
+    let files = pool_files(&pool);
+    assert!(files.contains_key("meta.seal") && !files.contains_key("meta.redb"), "{files:?}");
+    assert!(String::from_utf8_lossy(&run(&["seal", p]).stdout).contains("sealed already"));
+    run_ok(&["fsck", p]);
+    assert_eq!(pool_files(&pool), files, "fsck changed a sealed pool");
+
+    if can_mount() {
+        let mnt = dir.path().join("mnt");
+        let _m = mount(&pool, &mnt);
+        let out = run(&["seal", p]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(stderr(&out).contains("already open"), "{}", stderr(&out));
+        assert_eq!(std::fs::read(mnt.join("f07")).unwrap(), text(7, 3700));
+    } else {
+        run_ok(&["unseal", p]);
+    }
+    let files = pool_files(&pool);
+    assert!(files.contains_key("meta.redb") && !files.contains_key("meta.seal"), "{files:?}");
+    run_ok(&["seal", p]);
+
+    let seal = pool.join("meta.seal");
+    let mut bytes = std::fs::read(&seal).unwrap();
+    let at = bytes.len() - 10;
+    bytes[at] ^= 0x40;
+    std::fs::write(&seal, &bytes).unwrap();
+    for cmd in ["fsck", "unseal"] {
+        let out = run(&[cmd, p]);
+        assert_eq!(out.status.code(), Some(1), "{cmd}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(seal.to_str().unwrap()) && err.contains("checksum of the compressed body"),
+            "{cmd}: {err}"
+        );
     }
 }

@@ -12,6 +12,9 @@ pub mod error;
 pub mod extent;
 pub mod keys;
 pub mod records;
+pub mod seal;
+mod seal_dirents;
+mod seal_extents;
 pub mod superblock;
 pub mod tables;
 
@@ -20,4 +23,5 @@ pub use bundle::Bundle;
 pub use error::MetaError;
 pub use extent::{BundleSlice, DeviceExtent, ExtentPtr, StoredRecord};
 pub use records::*;
+pub use seal::{SealError, SealHeader, SealSummary};
 pub use superblock::{DeviceKind, DeviceRecord, Features, Superblock};

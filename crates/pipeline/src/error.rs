@@ -355,6 +355,23 @@ pub enum PoolError {
         #[source]
         source: Box<redb::Error>,
     },
+    /// `meta.seal` (or its temporary copy) is damaged, truncated, or of a newer format.
+    #[error("sealed metadata store {}: {source}", path.display())]
+    Seal {
+        path: PathBuf,
+        #[source]
+        source: Box<squeezefs_meta::SealError>,
+    },
+    #[error("{op} {}: {source}", path.display())]
+    SealIo {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An operation on `meta.redb` asked of a pool whose store is sealed.
+    #[error("pool {} is sealed (its metadata store is {file}); unseal it first with `squeezefs unseal`", pool.display(), file = crate::options::SEAL_FILE)]
+    Sealed { pool: PathBuf },
     #[error("cannot replace {} with its rebuilt copy {}: {source}", path.display(), from.display())]
     Replace {
         path: PathBuf,

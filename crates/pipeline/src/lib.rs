@@ -42,6 +42,7 @@ mod levels;
 pub use levels::RATE_CONFIRM_BYTES;
 mod locks;
 mod meta_compact;
+mod meta_seal;
 mod meta_space;
 mod metadb;
 mod metatx;
@@ -68,10 +69,11 @@ mod write;
 
 pub use accounting::EarlyStats;
 pub use error::{Corruption, EngineError, Internal, InvalidArg, IoError, PanicSite, PoolError, Result};
+pub use meta_seal::{SealReport, SEAL_TMP_FILE, UNSEAL_TMP_FILE};
 pub use metatx::MetaTx;
 pub use options::{
     recordsize_supported, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_QOS_BURST,
-    DEFAULT_RECORDSIZE, MAX_RECORDSIZE, META_FILE, MIN_RECORDSIZE, QOS_BURST_RANGE,
+    DEFAULT_RECORDSIZE, MAX_RECORDSIZE, META_FILE, MIN_RECORDSIZE, QOS_BURST_RANGE, SEAL_FILE,
 };
 pub use policy::ADAPTIVE_PLACEHOLDER;
 pub use pool::now;
@@ -81,6 +83,7 @@ pub use rewrite::{stored_codec, RewriteOutcome, RewriteSkip, RewriteTo};
 pub use space::DeviceStatus;
 pub use squeezefs_control::qos::{QosError, StatsRow as QosStatsRow, TreeId, TreeInfo, NO_TREE};
 pub use squeezefs_device::{Device, DeviceStatsSnapshot};
+pub use squeezefs_meta::seal::SEAL_LEVEL;
 pub use squeezefs_meta::{BgCursor, BgFrame, Bundle, BundleSlice, DeviceExtent, ExtentPtr, StoredRecord};
 pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
 pub use usage::UsageRow;
@@ -145,6 +148,23 @@ impl Engine {
     /// after) of `meta.redb`.
     pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
         meta_compact::compact_meta(pool)
+    }
+
+    /// Seal the metadata store of a closed pool at zstd `level` (meta_seal.rs): `meta.redb`
+    /// becomes `meta.seal`. `None` when it was sealed already.
+    pub fn seal(pool: &Path, level: i32) -> Result<Option<SealReport>> {
+        meta_seal::seal_pool(pool, level)
+    }
+
+    /// Unseal the metadata store of a closed pool: `meta.seal` becomes `meta.redb` again
+    /// (a read-write open does it too). `None` when it was not sealed.
+    pub fn unseal(pool: &Path) -> Result<Option<SealReport>> {
+        meta_seal::unseal_pool(pool)
+    }
+
+    /// Whether the pool's metadata store is sealed.
+    pub fn is_sealed(pool: &Path) -> bool {
+        meta_seal::is_sealed(pool)
     }
 
     /// Open a pool. Another process holding it gives [`PoolError::InUse`], or

@@ -25,6 +25,9 @@ const REBUILD_FILE: &str = "meta.redb.rebuild";
 /// returns the file's length before and after.
 pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
     let meta = pool.join(META_FILE);
+    if crate::meta_seal::is_sealed(pool) {
+        return Err(PoolError::Sealed { pool: pool.to_path_buf() }.into());
+    }
     if !meta.exists() {
         return Err(PoolError::NotAPool { path: pool.to_path_buf() }.into());
     }

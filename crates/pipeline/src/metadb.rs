@@ -20,6 +20,8 @@ pub enum MetaDb {
     Ro(redb::ReadOnlyDatabase),
     /// a copy in memory of a store that needed repair, opened for reading only
     RepairedCopy(redb::Database),
+    /// a sealed store loaded into memory (meta_seal.rs), for reading only
+    Sealed(redb::Database),
 }
 
 impl MetaDb {
@@ -52,7 +54,7 @@ impl MetaDb {
 
     pub fn begin_read(&self) -> std::result::Result<redb::ReadTransaction, redb::TransactionError> {
         match self {
-            MetaDb::Rw(db) | MetaDb::RepairedCopy(db) => db.begin_read(),
+            MetaDb::Rw(db) | MetaDb::RepairedCopy(db) | MetaDb::Sealed(db) => db.begin_read(),
             MetaDb::Ro(db) => db.begin_read(),
         }
     }
@@ -61,7 +63,7 @@ impl MetaDb {
     pub fn begin_write(&self) -> Result<redb::WriteTransaction> {
         match self {
             MetaDb::Rw(db) => Ok(db.begin_write()?),
-            MetaDb::Ro(_) | MetaDb::RepairedCopy(_) => Err(EngineError::ReadOnly),
+            MetaDb::Ro(_) | MetaDb::RepairedCopy(_) | MetaDb::Sealed(_) => Err(EngineError::ReadOnly),
         }
     }
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 /// The metadata store's file in the pool directory.
 pub const META_FILE: &str = "meta.redb";
+/// The metadata store of a sealed pool, in place of `META_FILE` (meta_seal.rs).
+pub const SEAL_FILE: &str = "meta.seal";
 /// The pool's own growable device file, when mkfs names no device.
 pub const DEFAULT_DEVICE_FILE: &str = "data.0";
 /// Default record size: 128 KiB (docs/design.md §2).

@@ -10,7 +10,7 @@ use crate::inner::Inner;
 use crate::metadb::MetaDb;
 use crate::options::{
     recordsize_supported, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE,
-    META_FILE,
+    META_FILE, SEAL_FILE,
 };
 use crate::pool_lock::{PoolLock, Refusal};
 use crate::space::{DevSlot, Space};
@@ -68,8 +68,17 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
     if pool.exists() && !pool.is_dir() {
         return Err(PoolError::NotADirectory { path: pool.to_path_buf() }.into());
     }
-    if meta.exists() && !opts.force {
+    let sealed = pool.join(SEAL_FILE);
+    if (meta.exists() || sealed.exists()) && !opts.force {
         return Err(PoolError::AlreadyAPool { path: pool.to_path_buf() }.into());
+    }
+    // an overwritten sealed pool's store must not outlive it (an open prefers meta.redb,
+    // but a crash before the new one is durable would bring the old one back)
+    for stale in [SEAL_FILE, crate::meta_seal::SEAL_TMP_FILE, crate::meta_seal::UNSEAL_TMP_FILE] {
+        let p = pool.join(stale);
+        if p.exists() {
+            std::fs::remove_file(&p).map_err(|source| PoolError::Remove { path: p.clone(), source })?;
+        }
     }
     std::fs::create_dir_all(pool).map_err(|source| PoolError::CreateDir { path: pool.to_path_buf(), source })?;
     let mut devs: Vec<(Arc<dyn Device>, PathBuf, DeviceKind)> = Vec::new();
@@ -200,13 +209,18 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
 /// `injected` devices (tests) stand in for the recorded device files.
 pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<(Arc<Inner>, PoolLock)> {
     let meta = pool.join(META_FILE);
-    if !meta.exists() {
+    if !meta.exists() && !pool.join(SEAL_FILE).exists() {
         return Err(PoolError::NotAPool { path: pool.to_path_buf() }.into());
     }
     let lock = PoolLock::acquire(pool, opts.read_only).map_err(|r| match r {
         Refusal::InUse(holder) => PoolError::InUse { pool: pool.to_path_buf(), holder },
         Refusal::Closing(holder) => PoolError::Closing { pool: pool.to_path_buf(), holder },
     })?;
+    // a read-write open needs the store as a file; a read-only one of a sealed pool reads
+    // the seal into memory (meta_seal.rs)
+    if !opts.read_only {
+        crate::meta_seal::settle(pool)?;
+    }
     let (db, sb, read_only) = open_store(pool, &meta, opts.read_only, &lock)?;
     lock.claim();
     // pools made before PACKED_BYTES keep packing at the sector: their free map and extent
@@ -287,7 +301,11 @@ fn open_store(pool: &Path, meta: &Path, read_only: bool, lock: &PoolLock) -> Res
             source => PoolError::OpenStore { path: meta.to_path_buf(), source },
         })
     };
-    let db = open_db(read_only)?;
+    let db = if read_only && !meta.exists() {
+        MetaDb::Sealed(crate::meta_seal::load_in_memory(pool)?)
+    } else {
+        open_db(read_only)?
+    };
     let sb = {
         let rx = db.begin_read()?;
         let t = rx.open_table(tables::SUPERBLOCK)?;

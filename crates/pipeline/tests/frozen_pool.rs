@@ -6,7 +6,9 @@
 //!   every file keeps the pool's record size, and the pool gets `RECORDSIZES` only when a
 //!   file with another record size is created;
 //! * tests/fixtures/pool-v1-bundles-before-recordsizes, made with bundles and compact rows
-//!   but before per-file record sizes: the same, with its bundled tails read and changed.
+//!   but before per-file record sizes: the same, with its bundled tails read and changed;
+//! * tests/fixtures/pool-v1-sealed, that pool sealed in seal format 1: it opens read-only
+//!   from the seal and read-write by unsealing it.
 
 mod common;
 use common::*;
@@ -363,4 +365,36 @@ fn a_pool_with_bundles_from_before_record_sizes_takes_files_with_their_own() {
     assert!(own_ext.iter().all(|(off, x)| off % (16 << 10) == 0 && x.logical <= 16 << 10));
     assert!(matches!(own_ext.last().unwrap().1.stored, StoredRecord::Bundled(_)), "own's tail is not bundled");
     clean(&e);
+}
+
+const SEALED_FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pool-v1-sealed");
+
+/// A pool sealed in seal format 1 opens read-only from its seal, leaving it as it is, and
+/// read-write by unsealing it; both read every file back and are fsck-clean.
+#[test]
+fn a_pool_sealed_in_seal_format_1_opens_read_only_and_unseals_for_writing() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    std::fs::create_dir_all(&pool).unwrap();
+    let seal = std::fs::read(Path::new(SEALED_FIXTURE).join(SEAL_FILE)).unwrap();
+    std::fs::write(pool.join(SEAL_FILE), &seal).unwrap();
+    let z = std::fs::read(Path::new(SEALED_FIXTURE).join("data.0.zst")).unwrap();
+    std::fs::write(pool.join("data.0"), zstd::decode_all(&z[..]).unwrap()).unwrap();
+    let check = |e: &Engine| {
+        for (path, want) in bundles_before_recordsizes_files() {
+            assert_eq!(read_all(e, path_ino(e, &path)), want, "{path}");
+        }
+        let r = e.fsck().unwrap();
+        assert!(r.is_clean(), "{:?}", r.problems);
+        assert_eq!((r.inodes, r.extents, r.bundles), (31, 54, 3));
+    };
+    let e = Engine::open(&pool, &OpenOptions { read_only: true, ..fast_opts() }).unwrap();
+    check(&e);
+    e.close().unwrap();
+    drop(e);
+    assert!(std::fs::read(pool.join(SEAL_FILE)).unwrap() == seal, "a read-only open wrote the seal");
+    assert!(!pool.join(META_FILE).exists());
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    assert!(pool.join(META_FILE).exists() && !pool.join(SEAL_FILE).exists());
+    check(&e);
 }
