@@ -155,7 +155,8 @@ if [ "$READ" = 1 ]; then
             pool=$WORK/bundle-size-pool-$f
             rm -rf "$pool"
             log "making $pool (record size $block, bundles $((bs / 1024))K)"
-            "$BIN" mkfs "$pool" --rootdir "$TREE" --compress zstd:3 --recordsize "$b" --bundle-size "$bs" --jobs "$JOBS" -q
+            "$BIN" mkfs "$pool" --rootdir "$TREE" --compress zstd:3 --recordsize "$b" --bundle-size "$bs" --jobs "$JOBS" -q \
+                >/dev/null
             POOLS[$f]=$pool
         done
         for round in $(seq "$READ_ROUNDS"); do
