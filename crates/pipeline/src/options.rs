@@ -120,3 +120,29 @@ impl Default for OpenOptions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every record size against every power of two up to 16 MiB and its neighbours (never
+    /// accepted: not powers of two, or below every record size): a bundle size is accepted
+    /// exactly from the record size to `MAX_BUNDLE_SIZE`, and the default of every record
+    /// size is accepted and twice it.
+    #[test]
+    fn bundle_sizes_run_from_the_record_size_to_4m() {
+        for rs in (12..=20).map(|s| 1u64 << s) {
+            assert!(recordsize_supported(rs));
+            for b in (0..=24).map(|s| 1u64 << s) {
+                let want = b >= rs && b <= u64::from(MAX_BUNDLE_SIZE);
+                assert_eq!(bundle_size_supported(b, rs), want, "{b} with records of {rs}");
+                for off in [b - 1, b + 1] {
+                    assert!(!bundle_size_supported(off, rs), "{off} with records of {rs}");
+                }
+            }
+            let d = default_bundle_size(rs as u32);
+            assert_eq!(u64::from(d), 2 * rs);
+            assert!(bundle_size_supported(u64::from(d), rs));
+        }
+    }
+}
