@@ -1,5 +1,6 @@
-//! `squeezefs mkfs POOL [--device PATH]… [--sector 512|4096] [--recordsize SIZE] [--force]
-//! [--rootdir DIR [--compress SPEC] [--jobs N] [--strict] [--owner keep|me] [--no-seal]]`
+//! `squeezefs mkfs POOL [--device PATH]… [--sector 512|4096] [--recordsize SIZE]
+//! [--bundle-size SIZE] [--force] [--rootdir DIR [--compress SPEC] [--jobs N] [--strict]
+//! [--owner keep|me] [--no-seal]]`
 use crate::rootdir::{self, CopyOptions, Owner};
 use anyhow::{bail, Context, Result};
 use squeezefs_codec::Spec;
@@ -25,6 +26,11 @@ pub struct MkfsArgs {
     /// Record size: a power of two from 4K to 1M, e.g. 128K (default 128K)
     #[arg(long, value_parser = parse_size)]
     pub recordsize: Option<u32>,
+    /// Largest bundle (small files and tails compressed together): a power of two from the
+    /// record size to 4M (default twice the record size; equal to it, the pool stays
+    /// readable by builds without bundle sizes)
+    #[arg(long, value_parser = parse_size)]
+    pub bundle_size: Option<u32>,
     /// Largest compressed size of a small file stored inline in the metadata (default 2K)
     #[arg(long, value_parser = parse_size)]
     pub max_inline: Option<u32>,
@@ -89,6 +95,7 @@ pub fn run(a: MkfsArgs) -> Result<()> {
         devices: a.devices.clone(),
         sector: a.sector.as_deref().map(|s| s.parse().expect("clap allows 512 or 4096 only")),
         recordsize: a.recordsize,
+        bundle_size: a.bundle_size,
         force: a.force,
         max_inline: a.max_inline,
         device_capacity: None,
@@ -101,11 +108,12 @@ pub fn run(a: MkfsArgs) -> Result<()> {
     let info = e.info();
     e.close()?;
     println!(
-        "created pool {}: {} device(s), sector {} B, record size {} KiB, inline up to {} B",
+        "created pool {}: {} device(s), sector {} B, record size {} KiB, bundles up to {} KiB, inline up to {} B",
         a.pool.display(),
         info.devices,
         info.sector,
         info.recordsize / 1024,
+        info.bundle_size / 1024,
         info.max_inline
     );
     Ok(())
@@ -231,7 +239,7 @@ impl RootdirPlan {
         // the whole run, the last commit included
         let secs = t0.elapsed().as_secs_f64();
         println!(
-            "{} in, {} on disk (data {}, metadata {}), ratio {:.2}; {} in {:.1} s ({}/s); record size {} KiB",
+            "{} in, {} on disk (data {}, metadata {}), ratio {:.2}; {} in {:.1} s ({}/s); record size {} KiB, bundles up to {} KiB",
             human(summary.bytes_in),
             human(pool_bytes),
             human(data_bytes),
@@ -241,6 +249,7 @@ impl RootdirPlan {
             secs,
             human((summary.bytes_in as f64 / secs.max(1e-3)) as u64),
             info.recordsize / 1024,
+            info.bundle_size / 1024,
         );
         Ok(())
     }

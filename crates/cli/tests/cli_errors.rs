@@ -53,6 +53,43 @@ fn errors_are_one_line_without_a_backtrace_even_with_rust_backtrace_set() {
     assert!(!other.join("meta.redb").exists(), "a refused mkfs left a pool behind");
 }
 
+/// A bundle size mkfs does not accept (not a power of two, below the record size, above
+/// 4M) is refused in one line naming it, the record size and the accepted range, and leaves
+/// no pool; one it accepts is what the new pool reports.
+#[test]
+fn a_bad_bundle_size_is_refused_naming_what_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (args, bytes, rs)) in [
+        (vec!["--bundle-size", "384K"], 393216, 131072),
+        (vec!["--bundle-size", "64K"], 65536, 131072),
+        (vec!["--bundle-size", "8M"], 8388608, 131072),
+        (vec!["--recordsize", "1M", "--bundle-size", "512K"], 524288, 1048576),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let pool = dir.path().join(format!("bad{i}"));
+        let mut all = vec!["mkfs", pool.to_str().unwrap()];
+        all.extend(args);
+        let out = squeezefs(&all);
+        assert_one_line_error(
+            &out,
+            1,
+            &[
+                &format!("bundle size {bytes} "),
+                &format!("record size {rs} "),
+                "accepted: a power of two from the record size to 4194304 bytes",
+            ],
+        );
+        assert!(!pool.join("meta.redb").exists(), "a refused mkfs left a pool behind");
+    }
+    let pool = dir.path().join("good");
+    let out = squeezefs(&["mkfs", pool.to_str().unwrap(), "--recordsize", "64K", "--bundle-size", "4M"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("record size 64 KiB, bundles up to 4096 KiB"), "{text}");
+}
+
 #[test]
 fn a_usage_error_is_clap_s_with_status_2() {
     let dir = tempfile::tempdir().unwrap();

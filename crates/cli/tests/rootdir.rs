@@ -799,7 +799,8 @@ fn walk_files(root: &Path) -> Vec<PathBuf> {
 /// (a directory's `user.squeezefs.recordsize=16K`, a file's own `64K`): files without a
 /// property get the pool's 1 MiB records, the others their own; small files and short
 /// tails are bundled by their own record size (a 16K-record file's full records never),
-/// every bundle stays within the pool's record size; the pool is fsck- and scrub-clean
+/// every bundle stays within the pool's bundle size (twice its record size, the default);
+/// the pool is fsck- and scrub-clean
 /// after the store's rebuild and reads back the source, also through a mount.
 #[test]
 fn rootdir_recordsize_sets_the_pools_and_source_properties_set_their_own() {
@@ -828,9 +829,9 @@ fn rootdir_recordsize_sets_the_pools_and_source_properties_set_their_own() {
     run_ok(&["scrub", pool.to_str().unwrap()]);
     {
         let e = Engine::open(&pool, &OpenOptions { read_only: true, ..OpenOptions::default() }).unwrap();
-        assert_eq!(e.info().recordsize, 1 << 20);
+        assert_eq!((e.info().recordsize, e.info().bundle_size), (1 << 20, 2 << 20));
         for (id, b) in e.bundles().unwrap() {
-            assert!(b.logical <= 1 << 20, "bundle {id}: {} bytes", b.logical);
+            assert!(b.logical <= 2 << 20, "bundle {id}: {} bytes", b.logical);
         }
         let bundled = |x: &squeezefs_pipeline::ExtentPtr| matches!(x.stored, StoredRecord::Bundled(_));
         for (i, (path, len, rs)) in files.iter().enumerate() {
@@ -915,5 +916,66 @@ fn rootdir_seal_no_seal_and_a_damaged_seal() {
             err.contains(seal.to_str().unwrap()) && err.contains("checksum of the compressed body"),
             "{cmd}: {err}"
         );
+    }
+}
+
+/// `mkfs --rootdir --recordsize 16K --bundle-size 64K`: the small files of a tree share
+/// bundles longer than a record and within the bundle size; through a mount every file
+/// reads back, one is changed in place (copy on write out of its bundle), one cut and one
+/// deleted; the pool stays fsck- and scrub-clean and reads back after the unmount.
+#[test]
+fn rootdir_bundle_size_bounds_the_bundles_and_the_mount_changes_them() {
+    use squeezefs_pipeline::{Engine, OpenOptions};
+    let dir = tempfile::Builder::new().prefix("sqzroot").tempdir_in("/tmp").unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    let mut want: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for i in 0..60u64 {
+        let path = format!("d/f{i:02}");
+        let data = text(500 + i, 700 + (i as usize * 331) % 9000);
+        std::fs::write(src.join(&path), &data).unwrap();
+        want.insert(path, data);
+    }
+    let big = text(600, (40 << 10) + 3000);
+    std::fs::write(src.join("big"), &big).unwrap();
+    want.insert("big".into(), big);
+    let pool = dir.path().join("pool");
+    let out = mkfs_rootdir(&pool, &src, &["--recordsize", "16K", "--bundle-size", "64K", "--jobs", "2"]);
+    assert!(out.status.success(), "mkfs failed: {}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("bundles up to 64 KiB"));
+    assert!(bundles_in(&pool) >= 2, "too few bundles");
+    {
+        let e = Engine::open(&pool, &OpenOptions { read_only: true, ..OpenOptions::default() }).unwrap();
+        assert_eq!((e.info().recordsize, e.info().bundle_size), (16 << 10, 64 << 10));
+        let b = e.bundles().unwrap();
+        assert!(b.iter().all(|(_, b)| b.logical <= 64 << 10), "a bundle past the bundle size");
+        assert!(b.iter().any(|(_, b)| b.logical > 16 << 10), "no bundle longer than a record");
+    }
+    run_ok(&["scrub", pool.to_str().unwrap()]);
+    if can_mount() {
+        let mnt = dir.path().join("mnt");
+        {
+            let _m = mount(&pool, &mnt);
+            for (path, data) in &want {
+                assert!(std::fs::read(mnt.join(path)).unwrap() == *data, "{path} through the mount");
+            }
+            let f = std::fs::OpenOptions::new().write(true).open(mnt.join("d/f10")).unwrap();
+            f.write_all_at(b"CHANGED THROUGH THE MOUNT", 300).unwrap();
+            f.sync_all().unwrap();
+            want.get_mut("d/f10").unwrap()[300..325].copy_from_slice(b"CHANGED THROUGH THE MOUNT");
+            std::fs::OpenOptions::new().write(true).open(mnt.join("d/f20")).unwrap().set_len(100).unwrap();
+            want.get_mut("d/f20").unwrap().truncate(100);
+            std::fs::remove_file(mnt.join("d/f30")).unwrap();
+            want.remove("d/f30");
+            for (path, data) in &want {
+                assert!(std::fs::read(mnt.join(path)).unwrap() == *data, "{path} after the changes");
+            }
+        }
+        assert!(bundles_in(&pool) >= 2);
+        run_ok(&["scrub", pool.to_str().unwrap()]);
+        let _m = mount(&pool, &mnt);
+        for (path, data) in &want {
+            assert!(std::fs::read(mnt.join(path)).unwrap() == *data, "{path} after a remount");
+        }
     }
 }

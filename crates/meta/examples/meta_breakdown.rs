@@ -23,7 +23,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let recordsize = u64::from(sb.recordsize);
 
     println!(
-        "meta.redb: {file_bytes} bytes (file length); sector {sector}, record size {recordsize}, records packed at {granule}-byte granularity"
+        "meta.redb: {file_bytes} bytes (file length); sector {sector}, record size {recordsize}, bundles up to {}, records packed at {granule}-byte granularity",
+        sb.bundle_size()
     );
     println!("{:<16} {:>9} {:>12} {:>12} {:>12} {:>12}", "table", "rows", "stored B", "leaf B", "branch B", "fragm. B");
     let mut total = [0u64; 4];

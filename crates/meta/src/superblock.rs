@@ -36,6 +36,12 @@ impl Features {
     /// commit that writes the pool's first such row sets it, so a pool whose files all use
     /// the superblock's record size stays readable by builds that predate it.
     pub const INCOMPAT_RECORDSIZES: u64 = 1 << 5;
+    /// Bundles may be longer than the pool's record size: the superblock carries their bound
+    /// (`Superblock::bundle_size`, bytes 89..93). Set by mkfs only when that bound differs
+    /// from the record size, so a pool whose bundles are bounded by its record size stays
+    /// readable by builds that predate it; a build that does not know the bit would take
+    /// the record size for the bound and call every longer bundle damaged.
+    pub const INCOMPAT_BUNDLE_SIZE: u64 = 1 << 6;
 
     /// The `background` table may hold background compression's cursor (a build that does
     /// not know it ignores the table; background compression then starts afresh).
@@ -48,8 +54,10 @@ impl Features {
         | Self::INCOMPAT_PACKED_BYTES
         | Self::INCOMPAT_BUNDLES
         | Self::INCOMPAT_COMPACT_ROWS
-        | Self::INCOMPAT_RECORDSIZES;
-    /// Incompatible features mkfs sets; the others are set when first used.
+        | Self::INCOMPAT_RECORDSIZES
+        | Self::INCOMPAT_BUNDLE_SIZE;
+    /// Incompatible features mkfs sets; `INCOMPAT_BUNDLE_SIZE` is added by mkfs when the
+    /// pool's bundle size is not its record size, the others are set when first used.
     pub const MKFS_INCOMPAT: u64 = Self::INCOMPAT_INLINE_DATA
         | Self::INCOMPAT_PACKED_SECTORS
         | Self::INCOMPAT_PACKED_BYTES
@@ -82,11 +90,22 @@ pub struct Superblock {
     pub txg: u64,
     /// creation time, seconds since the epoch
     pub created: i64,
+    /// bound of a bundle's decoded and stored bytes when the pool has
+    /// `INCOMPAT_BUNDLE_SIZE` (encoded after `created` then, and only then); `None`: the
+    /// record size bounds them, as in pools made before the field
+    pub bundle_size: Option<u32>,
 }
 
 impl Superblock {
+    /// The bound of a bundle's decoded and stored bytes in this pool.
+    pub fn bundle_size(&self) -> u32 {
+        self.bundle_size.unwrap_or(self.recordsize)
+    }
+
     /// magic, version, compat, ro_compat, incompat, pool_id, sector, recordsize, max_inline,
-    /// device_count, next_ino, txg, created.
+    /// device_count, next_ino, txg, created, and with `INCOMPAT_BUNDLE_SIZE` bundle_size.
+    /// The field follows the flag, not `bundle_size`: a superblock always decodes to what
+    /// its flags say (a `bundle_size` without the flag is not written).
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::with_capacity(96);
         w.bytes(&SUPERBLOCK_MAGIC)
@@ -102,6 +121,9 @@ impl Superblock {
             .u64(self.next_ino)
             .u64(self.txg)
             .i64(self.created);
+        if self.features.incompat & Features::INCOMPAT_BUNDLE_SIZE != 0 {
+            w.u32(self.bundle_size());
+        }
         w.finish()
     }
 
@@ -115,7 +137,7 @@ impl Superblock {
         let features = Features { compat: r.u64()?, ro_compat: r.u64()?, incompat: r.u64()? };
         let mut pool_id = [0u8; 16];
         pool_id.copy_from_slice(r.bytes(16)?);
-        Ok(Superblock {
+        let mut sb = Superblock {
             features,
             pool_id,
             sector: r.u32()?,
@@ -125,7 +147,12 @@ impl Superblock {
             next_ino: r.u64()?,
             txg: r.u64()?,
             created: r.i64()?,
-        })
+            bundle_size: None,
+        };
+        if features.incompat & Features::INCOMPAT_BUNDLE_SIZE != 0 {
+            sb.bundle_size = Some(r.u32()?);
+        }
+        Ok(sb)
     }
 }
 
@@ -198,12 +225,45 @@ mod tests {
             next_ino: 2,
             txg: 5,
             created: 1_700_000_000,
+            bundle_size: None,
         }
     }
 
     #[test]
     fn superblock_round_trips() {
         assert_eq!(Superblock::decode(&sb().encode()).unwrap(), sb());
+        let mut b = sb();
+        b.features.incompat |= Features::INCOMPAT_BUNDLE_SIZE;
+        b.bundle_size = Some(1 << 22);
+        assert_eq!(Superblock::decode(&b.encode()).unwrap(), b);
+    }
+
+    /// The layout of docs/format.md §2, byte by byte: 89 bytes, and the bundle size at
+    /// 89..93 only in a pool with `INCOMPAT_BUNDLE_SIZE`.
+    #[test]
+    fn superblock_layout() {
+        let mut b = sb();
+        b.next_ino = 0x0102_0304_0506_0708;
+        let e = b.encode();
+        assert_eq!(e.len(), 89);
+        assert_eq!(&e[0..8], b"SQZFSMET");
+        assert_eq!(e[8], 1);
+        assert_eq!(&e[25..33], &Features::MKFS_INCOMPAT.to_le_bytes());
+        assert_eq!(&e[53..57], &131072u32.to_le_bytes());
+        assert_eq!(&e[65..73], &0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(b.bundle_size(), 131072, "without the field the record size bounds bundles");
+        b.features.incompat |= Features::INCOMPAT_BUNDLE_SIZE;
+        b.bundle_size = Some(0x0004_0000);
+        let e = b.encode();
+        assert_eq!(e.len(), 93);
+        assert_eq!(&e[89..93], &0x0004_0000u32.to_le_bytes());
+        assert_eq!(b.bundle_size(), 0x0004_0000);
+        // the flag without its field is a truncated superblock, not a default
+        assert!(matches!(Superblock::decode(&e[..89]), Err(MetaError::Corrupt { .. })));
+        // a bundle size without the flag is not written: the pool reads as one without it
+        let mut c = sb();
+        c.bundle_size = Some(1 << 20);
+        assert_eq!(Superblock::decode(&c.encode()).unwrap().bundle_size, None);
     }
 
     #[test]

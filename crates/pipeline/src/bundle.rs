@@ -30,20 +30,29 @@
 //! (`Layer::rs`: only a file's last record can be) and shorter than the pool's record size,
 //! that is held raw, was not compressed early, is not all zeros (those become holes) and
 //! whose policy compresses. They are grouped in the txg's order (inode number, then record
-//! index), per policy, into bundles of at most the pool's record size; a group of fewer
-//! than `MIN_MEMBERS` is stored the ordinary way.
+//! index), per policy, into bundles of at most the pool's **bundle size** (superblock,
+//! docs/format.md §2: a power of two from the record size to 4 MiB, by default twice the
+//! record size; the record size itself in pools made before the field); a group of fewer
+//! than `MIN_MEMBERS` is stored the ordinary way. A member is shorter than the pool's
+//! record size and a bundle holds at least one record size, so every bundle has room for
+//! a second member.
 //!
 //! Files with a record size of their own (docs/format.md `recordsizes`) take part like the
 //! others: a member's slice is its last record, cut at its own record size by the dirty
 //! cache, so reading it back maps file offsets with that size (read.rs `load_bundled`);
-//! the bundle around it is a unit of storage only and never bigger than the pool's record
+//! the bundle around it is a unit of storage only and never bigger than the pool's bundle
 //! size, whatever its members' files use. Full records are never bundled: a file with
 //! 16 KiB records keeps them each on its own (records that small are chosen to be read and
 //! rewritten one at a time, which a bundle would undo), and the tail of a 1 MiB-record file
 //! joins a bundle only when it is shorter than the pool's record size.
 //!
-//! Tunables: `MIN_MEMBERS`; the bundle size is the pool's record size, so every read and
-//! cache path that bounds bundles by it holds whatever the members' files use.
+//! The bundle size bounds what reading one small file costs (the whole bundle is read and
+//! decoded, then cached, read.rs `load_bundled`) and what compressing one bundle needs
+//! (the context class of its length, compress.rs `CONTEXT_BLOCKS`); every read, cache and
+//! check path bounds bundles by it (read.rs, scrub.rs `read_bundle`, fsck.rs
+//! `check_bundles`), never by the record size.
+//!
+//! Tunables: `MIN_MEMBERS`; the bundle size is the pool's (mkfs `--bundle-size`).
 
 use crate::devq::Payload;
 use crate::dirty::{Layer, Rec};
@@ -85,12 +94,14 @@ impl Bundles {
     }
 
     /// Stage `bundle` (after `cut`): take the records that go into bundles out of `jobs`
-    /// (which stay in job order) and group them (`recordsize`: the pool's, the bundles'
-    /// bound; each layer's own `rs` says which of its records is short; `global`: the
-    /// pool's policy, for layers without their own). `jobs` must be in job order.
+    /// (which stay in job order) and group them (`recordsize`: the pool's, which a member
+    /// is shorter than; `bundle_size`: the pool's, the bundles' bound, at least
+    /// `recordsize`; each layer's own `rs` says which of its records is short; `global`:
+    /// the pool's policy, for layers without their own). `jobs` must be in job order.
     pub fn select(
         &self,
         recordsize: u64,
+        bundle_size: u64,
         global: Policy,
         frozen: &[(Ino, Arc<Layer>)],
         jobs: Vec<Job>,
@@ -98,7 +109,8 @@ impl Bundles {
         if !self.enabled {
             return (jobs, Vec::new());
         }
-        let cap = recordsize as usize;
+        let member_max = recordsize as usize;
+        let cap = bundle_size.max(recordsize) as usize;
         let mut keep = Vec::with_capacity(jobs.len());
         // per policy: the group being filled
         let mut open: Vec<Group> = Vec::new();
@@ -110,7 +122,7 @@ impl Bundles {
                 Some(Rec::Data(d))
                     if !policy.stores_raw()
                         && d.early().is_none()
-                        && d.raw().is_some_and(|b| is_member(b, layer.rs as usize, cap)) =>
+                        && d.raw().is_some_and(|b| is_member(b, layer.rs as usize, member_max)) =>
                 {
                     d.len()
                 }
@@ -207,12 +219,13 @@ impl Bundles {
     }
 }
 
-/// Whether a record of `b` in a file of `file_rs`-byte records may join a bundle of at
-/// most `cap` bytes: it is the file's short last record (shorter than its own record size;
-/// a full record never is a member), fits a bundle with room for another member, and holds
-/// something other than zeros (those become holes).
-fn is_member(b: &[u8], file_rs: usize, cap: usize) -> bool {
-    !b.is_empty() && b.len() < file_rs && b.len() < cap && !is_zeros(b)
+/// Whether a record of `b` in a file of `file_rs`-byte records may join a bundle in a pool
+/// of `pool_rs`-byte records: it is the file's short last record (shorter than its own
+/// record size; a full record never is a member), shorter than the pool's record size (so
+/// a bundle, at least that long, has room for another member), and holds something other
+/// than zeros (those become holes).
+fn is_member(b: &[u8], file_rs: usize, pool_rs: usize) -> bool {
+    !b.is_empty() && b.len() < file_rs && b.len() < pool_rs && !is_zeros(b)
 }
 
 /// One member of a planned bundle.

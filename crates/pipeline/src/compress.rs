@@ -125,12 +125,15 @@ impl<H> Compression<H> {
     }
 }
 
-/// Block sizes of the compression-context pools: a record goes to the smallest that holds
-/// it. Records up to 128 KiB share the first (their contexts are sized and their zstd
-/// parameters tuned for it, as before files had record sizes of their own); each longer
-/// record size gets its own pool, sized for it, so a 1 MiB record is compressed with a
-/// window over the whole record and no 128 KiB record pays for a 1 MiB context.
-pub const CONTEXT_BLOCKS: [usize; 4] = [128 << 10, 256 << 10, 512 << 10, 1 << 20];
+/// Block sizes of the compression-context pools: a record or a bundle goes to the smallest
+/// that holds it. Records up to 128 KiB share the first (their contexts are sized and their
+/// zstd parameters tuned for it, as before files had record sizes of their own); each
+/// longer size gets its own pool, sized for it, so a 1 MiB record is compressed with a
+/// window over the whole record and no 128 KiB record pays for a 1 MiB context. The sizes
+/// above the largest record size serve bundles (bundle.rs; up to `MAX_BUNDLE_SIZE`): a
+/// bundle is compressed with a window over all its members, which is where its gain
+/// comes from.
+pub const CONTEXT_BLOCKS: [usize; 6] = [128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20];
 
 /// Index in [`CONTEXT_BLOCKS`] of the pool for a record of `len` bytes (the last pool for
 /// anything longer, which the codec then refuses and the record is stored raw).
@@ -157,7 +160,10 @@ impl Codecs {
 
     /// The pool of [`CONTEXT_BLOCKS`]`[class]`, created on first use (a pool that stores raw
     /// never needs one). Each pool has the whole memory bound: a mount writing records of
-    /// several sizes above 128 KiB at once may hold up to one bound per size.
+    /// several sizes above 128 KiB at once may hold up to one bound per size, and an engine
+    /// that bundles uses the class of its bundles besides its records' (a bundle is
+    /// compressed in one context sized for the bundle size, never more than one per
+    /// worker at a time).
     fn pool(&self, class: usize) -> &Workspaces {
         self.ws[class].get_or_init(|| {
             let workers = self.threads.max(1);
@@ -197,7 +203,7 @@ impl Codecs {
     }
 
     /// Compress `data` with `codec` (policy.rs `compress_with`), with the contexts of its
-    /// size class (a record's, or a bundle's: at most the pool's record size): the result
+    /// size class (a record's, or a bundle's: at most the pool's bundle size): the result
     /// and the codec's CPU and wall time.
     pub fn compress_with(&self, data: &[u8], codec: Codec) -> (Compressed, CallTime) {
         compress_with(data, codec, self.sector, || self.pool(context_class(data.len())), &self.outs)
@@ -538,8 +544,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_record_size_gets_the_smallest_context_pool_that_holds_it() {
-        for shift in 12..=20u32 {
+    fn each_record_and_bundle_size_gets_the_smallest_context_pool_that_holds_it() {
+        for shift in 12..=22u32 {
             let rs = 1usize << shift;
             for len in [1, rs / 2 + 1, rs - 1, rs] {
                 let c = context_class(len);
@@ -549,7 +555,12 @@ mod tests {
         }
         assert_eq!(context_class(128 << 10), 0);
         assert_eq!(context_class((128 << 10) + 1), 1);
-        assert_eq!(context_class(1 << 20), CONTEXT_BLOCKS.len() - 1);
-        assert_eq!(CONTEXT_BLOCKS[CONTEXT_BLOCKS.len() - 1], crate::options::MAX_RECORDSIZE as usize);
+        assert_eq!(context_class(1 << 20), 3);
+        assert_eq!(context_class((1 << 20) + 1), 4);
+        assert_eq!(context_class(4 << 20), CONTEXT_BLOCKS.len() - 1);
+        assert!(CONTEXT_BLOCKS.contains(&(crate::options::MAX_RECORDSIZE as usize)));
+        // the largest bundle has a pool sized for it, so no bundle is stored raw for being
+        // too long for its contexts
+        assert_eq!(CONTEXT_BLOCKS[CONTEXT_BLOCKS.len() - 1], crate::options::MAX_BUNDLE_SIZE as usize);
     }
 }

@@ -163,9 +163,9 @@ pub enum Corruption {
     #[error("inode {ino} offset {offset}: its record lies in bundle {bundle}, which does not exist")]
     NoSuchBundle { ino: Ino, offset: u64, bundle: u64 },
     #[error(
-        "inode {ino} offset {offset}: slice {start}+{len} of bundle {bundle} ({logical} bytes; record size {recordsize})"
+        "inode {ino} offset {offset}: slice {start}+{len} of bundle {bundle} ({logical} bytes; the pool's bundles are at most {bundle_size})"
     )]
-    BundleSliceOutside { ino: Ino, offset: u64, start: u32, len: u32, bundle: u64, logical: u32, recordsize: u64 },
+    BundleSliceOutside { ino: Ino, offset: u64, start: u32, len: u32, bundle: u64, logical: u32, bundle_size: u64 },
 }
 
 /// An argument outside what the engine accepts.
@@ -248,6 +248,12 @@ pub enum PoolError {
         max = crate::options::MAX_RECORDSIZE
     )]
     RecordSizeUnsupported { recordsize: u32 },
+    #[error(
+        "bundle size {bundle_size} is not supported with record size {recordsize} (accepted: a power of two from the record size to {max} bytes, e.g. {double} for twice the record size)",
+        max = crate::options::MAX_BUNDLE_SIZE,
+        double = u64::from(*recordsize) * 2
+    )]
+    BundleSizeUnsupported { bundle_size: u32, recordsize: u32 },
     #[error("max_inline {max_inline} exceeds half the record size ({limit} bytes)")]
     MaxInlineTooLarge { max_inline: u32, limit: u32 },
     #[error("{} exists and is not a directory; a pool is a directory", path.display())]
@@ -327,10 +333,10 @@ pub enum PoolError {
     #[error("the pool has no superblock")]
     NoSuperblock,
     #[error(
-        "the superblock of {} is corrupt: sector {sector}, record size {recordsize}, max_inline {max_inline}, {devices} devices",
+        "the superblock of {} is corrupt: sector {sector}, record size {recordsize}, bundle size {bundle_size}, max_inline {max_inline}, {devices} devices",
         path.display()
     )]
-    CorruptSuperblock { path: PathBuf, sector: u32, recordsize: u32, max_inline: u32, devices: u32 },
+    CorruptSuperblock { path: PathBuf, sector: u32, recordsize: u32, bundle_size: u32, max_inline: u32, devices: u32 },
     #[error("pool {} uses features this build does not support (incompat flags {flags:#x}); upgrade squeezefs", path.display())]
     UnknownFeatures { path: PathBuf, flags: u64 },
     #[error("device record {index} missing")]

@@ -18,8 +18,9 @@
 //!   older build would read those files at the pool's record size);
 //! * bundles: every bundled record names an existing bundle and lies inside its decoded
 //!   bytes, no two records of a bundle overlap, a bundle's member count equals the records
-//!   pointing into it (a bundle nobody points to is a leak), and its device range takes
-//!   part in the space checks above like a record's;
+//!   pointing into it (a bundle nobody points to is a leak), it is at most the pool's
+//!   bundle size, stored and decoded, and its device range takes part in the space checks
+//!   above like a record's;
 //! * namespace: dirents point to live inodes of the right kind, each dirent has its cookie
 //!   row and vice versa, link counts match the dirents (directories: 2 + subdirectories),
 //!   every inode is reachable or an orphan, symlinks have targets.
@@ -268,7 +269,7 @@ type BundleRefs = BTreeMap<u64, Vec<(u64, u64, Ino, u64)>>;
 /// Extents belong to an existing inode, lie below its size, within its record size
 /// (`sizes`, else the pool's) and on a sector in pools without byte packing; returns the
 /// device extents, the bytes each inode's extents occupy, and the records lying in bundles
-/// (a bundle itself is bounded by the pool's record size, `check_bundles`).
+/// (a bundle itself is bounded by the pool's bundle size, `check_bundles`).
 fn check_extents(
     inner: &Inner,
     rx: &redb::ReadTransaction,
@@ -493,10 +494,10 @@ fn check_bundles(
         } else if refs.len() as u64 != u64::from(b.members) {
             r.problems.push(format!("bundle {id} counts {} records but {} point into it", b.members, refs.len()));
         }
-        if u64::from(b.logical) > inner.recordsize || u64::from(b.ext.psize) > inner.recordsize {
+        if u64::from(b.logical) > inner.bundle_size || u64::from(b.ext.psize) > inner.bundle_size {
             r.problems.push(format!(
-                "bundle {id}: {} stored / {} decoded bytes exceed the record size {}",
-                b.ext.psize, b.logical, inner.recordsize
+                "bundle {id}: {} stored / {} decoded bytes exceed the pool's bundle size {}",
+                b.ext.psize, b.logical, inner.bundle_size
             ));
         }
         refs.sort_unstable();

@@ -32,6 +32,10 @@ pub struct Inner {
     pub granule: u64,
     /// the pool's record size (superblock): files without a `recordsizes` row use it
     pub recordsize: u64,
+    /// bound of a bundle's decoded and stored bytes (superblock `bundle_size()`): what
+    /// `bundle::select` fills bundles up to and what every read, cache and check of a
+    /// bundle accepts
+    pub bundle_size: u64,
     /// the pool has `INCOMPAT_RECORDSIZES` (set by the commit of its first `recordsizes` row)
     pub recordsizes_on: AtomicBool,
     /// the smallest record size of any file the data path held since open (the pool's at
@@ -117,6 +121,7 @@ impl Inner {
         sector: u64,
         granule: u64,
         recordsize: u64,
+        bundle_size: u64,
         recordsizes_on: bool,
         max_inline: u64,
         space: Space,
@@ -151,6 +156,7 @@ impl Inner {
             sector,
             granule,
             recordsize,
+            bundle_size,
             recordsizes_on: AtomicBool::new(recordsizes_on),
             smallest_rs: AtomicU64::new(recordsize),
             max_inline,

@@ -72,8 +72,9 @@ pub use error::{Corruption, EngineError, Internal, InvalidArg, IoError, PanicSit
 pub use meta_seal::{SealReport, SEAL_TMP_FILE, UNSEAL_TMP_FILE};
 pub use metatx::MetaTx;
 pub use options::{
-    recordsize_supported, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_QOS_BURST,
-    DEFAULT_RECORDSIZE, MAX_RECORDSIZE, META_FILE, MIN_RECORDSIZE, QOS_BURST_RANGE, SEAL_FILE,
+    bundle_size_supported, default_bundle_size, recordsize_supported, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE,
+    DEFAULT_MAX_INLINE, DEFAULT_QOS_BURST, DEFAULT_RECORDSIZE, MAX_BUNDLE_SIZE, MAX_RECORDSIZE, META_FILE,
+    MIN_RECORDSIZE, QOS_BURST_RANGE, SEAL_FILE,
 };
 pub use policy::ADAPTIVE_PLACEHOLDER;
 pub use pool::now;
@@ -114,6 +115,8 @@ pub struct StatFs {
 pub struct PoolInfo {
     pub sector: u32,
     pub recordsize: u32,
+    /// bound of a bundle's decoded bytes (the record size in pools made before the field)
+    pub bundle_size: u32,
     pub max_inline: u32,
     pub devices: usize,
     pub last_txg: u64,
@@ -252,6 +255,7 @@ impl Engine {
         PoolInfo {
             sector: self.inner.sector as u32,
             recordsize: self.inner.recordsize as u32,
+            bundle_size: self.inner.bundle_size as u32,
             max_inline: self.inner.max_inline as u32,
             devices: self.inner.space.devs().len(),
             last_txg: self.inner.txg.synced(),

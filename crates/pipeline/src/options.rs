@@ -23,6 +23,24 @@ pub const MAX_RECORDSIZE: u32 = 1024 * 1024;
 pub fn recordsize_supported(bytes: u64) -> bool {
     bytes.is_power_of_two() && (u64::from(MIN_RECORDSIZE)..=u64::from(MAX_RECORDSIZE)).contains(&bytes)
 }
+/// Largest bundle size (`MkfsOptions::bundle_size`): 4 MiB, so a read of one small file
+/// decodes at most that much whatever the record size.
+pub const MAX_BUNDLE_SIZE: u32 = 4 << 20;
+
+/// Whether `bytes` is a bundle size for a pool of `recordsize`-byte records: a power of two
+/// from the record size to [`MAX_BUNDLE_SIZE`] (a bundle holds any member a record of the
+/// pool could be, bundle.rs).
+pub fn bundle_size_supported(bytes: u64, recordsize: u64) -> bool {
+    bytes.is_power_of_two() && (recordsize..=u64::from(MAX_BUNDLE_SIZE)).contains(&bytes)
+}
+
+/// Bundle size of a pool of `recordsize`-byte records made without `--bundle-size`: twice
+/// the record size, so reading a bundled small file decodes at most two records' worth
+/// (docs/benchmarks.md, rootdir: what larger bundles save and cost).
+pub fn default_bundle_size(recordsize: u32) -> u32 {
+    recordsize.saturating_mul(2).min(MAX_BUNDLE_SIZE)
+}
+
 /// Default of `OpenOptions::max_delta_rows`: rows of metadata changes held in memory
 /// (nsdelta.rs, ~200 B each) past which the txg driver is asked to commit.
 pub const DEFAULT_MAX_DELTA_ROWS: usize = 256 * 1024;
@@ -44,6 +62,10 @@ pub struct MkfsOptions {
     pub force: bool,
     /// Largest stored (compressed) size of a small file kept inline; `None`: 2 KiB.
     pub max_inline: Option<u32>,
+    /// Bound of a bundle's decoded bytes (bundle.rs): a power of two from the record size to
+    /// [`MAX_BUNDLE_SIZE`]; `None`: [`default_bundle_size`]. Equal to the record size, the
+    /// pool stays readable by builds that bound bundles by the record size.
+    pub bundle_size: Option<u32>,
     /// Fixed capacity for the pool's own device file (tests of ENOSPC); `None`: growable.
     pub device_capacity: Option<u64>,
 }
@@ -97,6 +119,32 @@ impl Default for OpenOptions {
             trace: None,
             qos_burst: DEFAULT_QOS_BURST,
             bundle_small_records: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every record size against every power of two up to 16 MiB and its neighbours (never
+    /// accepted: not powers of two, or below every record size): a bundle size is accepted
+    /// exactly from the record size to `MAX_BUNDLE_SIZE`, and the default of every record
+    /// size is accepted and twice it.
+    #[test]
+    fn bundle_sizes_run_from_the_record_size_to_4m() {
+        for rs in (12..=20).map(|s| 1u64 << s) {
+            assert!(recordsize_supported(rs));
+            for b in (0..=24).map(|s| 1u64 << s) {
+                let want = b >= rs && b <= u64::from(MAX_BUNDLE_SIZE);
+                assert_eq!(bundle_size_supported(b, rs), want, "{b} with records of {rs}");
+                for off in [b - 1, b + 1] {
+                    assert!(!bundle_size_supported(off, rs), "{off} with records of {rs}");
+                }
+            }
+            let d = default_bundle_size(rs as u32);
+            assert_eq!(u64::from(d), 2 * rs);
+            assert!(bundle_size_supported(u64::from(d), rs));
         }
     }
 }

@@ -9,8 +9,8 @@ use crate::inner::Inner;
 #[allow(unused_imports)]
 use crate::metadb::MetaDb;
 use crate::options::{
-    recordsize_supported, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE,
-    META_FILE, SEAL_FILE,
+    bundle_size_supported, default_bundle_size, recordsize_supported, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE,
+    DEFAULT_MAX_INLINE, DEFAULT_RECORDSIZE, META_FILE, SEAL_FILE,
 };
 use crate::pool_lock::{PoolLock, Refusal};
 use crate::space::{DevSlot, Space};
@@ -45,7 +45,8 @@ pub fn now() -> Timestamp {
     Timestamp { secs: ts.tv_sec, nanos: ts.tv_nsec as u32 }
 }
 
-fn validate(opts: &MkfsOptions) -> Result<(u32, u32)> {
+/// The checked geometry of a new pool: (record size, max_inline, bundle size).
+fn validate(opts: &MkfsOptions) -> Result<(u32, u32, u32)> {
     if let Some(s) = opts.sector {
         if s != 512 && s != 4096 {
             return Err(PoolError::SectorUnsupported { sector: s }.into());
@@ -59,11 +60,15 @@ fn validate(opts: &MkfsOptions) -> Result<(u32, u32)> {
     if mi > rs / 2 {
         return Err(PoolError::MaxInlineTooLarge { max_inline: mi, limit: rs / 2 }.into());
     }
-    Ok((rs, mi))
+    let bs = opts.bundle_size.unwrap_or_else(|| default_bundle_size(rs));
+    if !bundle_size_supported(u64::from(bs), u64::from(rs)) {
+        return Err(PoolError::BundleSizeUnsupported { bundle_size: bs, recordsize: rs }.into());
+    }
+    Ok((rs, mi, bs))
 }
 
 pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<()> {
-    let (recordsize, max_inline) = validate(opts)?;
+    let (recordsize, max_inline, bundle_size) = validate(opts)?;
     let meta = pool.join(META_FILE);
     if pool.exists() && !pool.is_dir() {
         return Err(PoolError::NotADirectory { path: pool.to_path_buf() }.into());
@@ -148,8 +153,15 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
     let db = redb::Database::create(&meta)?;
     let tx = db.begin_write()?;
     {
+        // bundles bounded by the record size need no field: such a pool stays readable by
+        // builds that predate bundle sizes
+        let mut features = Features::current();
+        let bundle_size = (bundle_size != recordsize).then_some(bundle_size);
+        if bundle_size.is_some() {
+            features.incompat |= Features::INCOMPAT_BUNDLE_SIZE;
+        }
         let sb = Superblock {
-            features: Features::current(),
+            features,
             pool_id: pool_id.0,
             sector,
             recordsize,
@@ -158,6 +170,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
             next_ino: ROOT_INO + 1,
             txg: 0,
             created: now().secs,
+            bundle_size,
         };
         tx.open_table(tables::SUPERBLOCK)?.insert(0u8, &sb.encode()[..])?;
         let mut dt = tx.open_table(tables::DEVICES)?;
@@ -255,6 +268,10 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     let bundles = Bundles::new(bundling, crate::bundle::next_id(&rx)?);
     drop(rx);
     let space = Space::new(pool.to_path_buf(), slots, images, u64::from(sb.sector), granule, u64::from(sb.recordsize));
+    if bundling {
+        // a bundle is placed like a record of up to the bundle size
+        space.note_record_size(u64::from(sb.bundle_size()));
+    }
     // the trace is created once the pool is known to open (a refused open leaves an old
     // trace alone); a read-only open compresses nothing and traces nothing
     let trace = match &opts.trace {
@@ -271,6 +288,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         u64::from(sb.sector),
         granule,
         u64::from(sb.recordsize),
+        u64::from(sb.bundle_size()),
         recordsizes_on,
         u64::from(sb.max_inline),
         space,
@@ -330,6 +348,7 @@ fn open_store(pool: &Path, meta: &Path, read_only: bool, lock: &PoolLock) -> Res
 fn check_superblock(pool: &Path, sb: &Superblock) -> Result<()> {
     if !(sb.sector == 512 || sb.sector == 4096)
         || !recordsize_supported(u64::from(sb.recordsize))
+        || !bundle_size_supported(u64::from(sb.bundle_size()), u64::from(sb.recordsize))
         || sb.max_inline > sb.recordsize
         || sb.device_count == 0
     {
@@ -337,6 +356,7 @@ fn check_superblock(pool: &Path, sb: &Superblock) -> Result<()> {
             path: pool.to_path_buf(),
             sector: sb.sector,
             recordsize: sb.recordsize,
+            bundle_size: sb.bundle_size(),
             max_inline: sb.max_inline,
             devices: sb.device_count,
         }

@@ -164,7 +164,7 @@ fn load_uncached(
 /// of a bundled record (record `idx` of `ino`, whose records are `rs` bytes). The decoded
 /// bundle goes into the record cache as a record of its own, so the next members (the next
 /// small files of a directory) cost neither a device read nor a decode. A bundle is at most
-/// the pool's record size whatever its members' files use (bundle.rs `select`).
+/// the pool's bundle size whatever its members' files use (bundle.rs `select`).
 fn load_bundled(inner: &Inner, ino: Ino, idx: u64, rs: u64, e: &ExtentPtr, s: BundleSlice) -> Result<Arc<Vec<u8>>> {
     let off = record_start_byte(idx, rs);
     if u64::from(e.logical) > rs {
@@ -184,7 +184,7 @@ fn load_bundled(inner: &Inner, ino: Ino, idx: u64, rs: u64, e: &ExtentPtr, s: Bu
         };
     };
     let end = u64::from(s.offset) + u64::from(e.logical);
-    if end > u64::from(b.logical) || u64::from(b.logical) > inner.recordsize {
+    if end > u64::from(b.logical) || u64::from(b.logical) > inner.bundle_size {
         return Err(Corruption::BundleSliceOutside {
             ino,
             offset: off,
@@ -192,11 +192,13 @@ fn load_bundled(inner: &Inner, ino: Ino, idx: u64, rs: u64, e: &ExtentPtr, s: Bu
             len: e.logical,
             bundle: s.bundle,
             logical: b.logical,
-            recordsize: inner.recordsize,
+            bundle_size: inner.bundle_size,
         }
         .into());
     }
-    let whole = load(inner, ino, idx, inner.recordsize, &crate::bundle::as_record(&b))?;
+    // the bundle as a record of the bundle size: `load` bounds its stored and decoded bytes
+    // by that
+    let whole = load(inner, ino, idx, inner.bundle_size, &crate::bundle::as_record(&b))?;
     let part = &whole[s.offset as usize..end as usize];
     let h = xxh3_64(part);
     if h != e.hash {

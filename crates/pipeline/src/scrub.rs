@@ -179,8 +179,11 @@ fn read_bundle(inner: &Inner, b: &squeezefs_meta::Bundle) -> std::result::Result
     let d = b.ext;
     let devs = inner.space.devs();
     let dev = devs.get(d.dev as usize).ok_or_else(|| format!("on device {} of {}", d.dev, devs.len()))?;
-    if u64::from(d.psize) > inner.recordsize || u64::from(b.logical) > inner.recordsize {
-        return Err(format!("stored size {} / decoded size {} exceed the record size", d.psize, b.logical));
+    if u64::from(d.psize) > inner.bundle_size || u64::from(b.logical) > inner.bundle_size {
+        return Err(format!(
+            "stored size {} / decoded size {} exceed the pool's bundle size {}",
+            d.psize, b.logical, inner.bundle_size
+        ));
     }
     let mut buf = vec![0u8; d.psize as usize];
     dev.dev.read_at(&mut buf, d.offset).map_err(|err| format!("read failed: {err}"))?;

@@ -177,7 +177,8 @@ impl<'a> TxgSync<'a> {
     fn bundle(&mut self) -> Result<()> {
         let inner = self.inner;
         let jobs = std::mem::take(&mut self.jobs);
-        let (jobs, bundles) = inner.bundles.select(inner.recordsize, inner.compress.pool_policy(), &self.frozen, jobs);
+        let (jobs, bundles) =
+            inner.bundles.select(inner.recordsize, inner.bundle_size, inner.compress.pool_policy(), &self.frozen, jobs);
         let first = self.frozen.len();
         self.jobs = jobs;
         self.jobs.extend((0..bundles.len()).map(|b| (first + b, 0)));

@@ -64,8 +64,9 @@ fn delete(e: &Engine, name: &str) {
     .unwrap();
 }
 
-/// Small files of one txg share bundles of at most a record (an incompressible one among
-/// them too: the bundle as a whole compresses); an all-zero one and whole records stay as
+/// Small files of one txg share bundles of at most the pool's bundle size (twice the
+/// record size by default; an incompressible one among them too: the bundle as a whole
+/// compresses); an all-zero one and whole records stay as
 /// they were; a txg of incompressible small files makes a raw bundle; everything reads
 /// back, also after a reopen without bundling.
 #[test]
@@ -75,6 +76,7 @@ fn small_records_of_one_txg_share_bundles_and_read_back() {
     Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
     let e = Engine::open(&pool, &bundle_opts()).unwrap();
     assert!(e.bundling());
+    assert_eq!(e.info().bundle_size, 256 * 1024, "the default: twice the record size");
     let mut want = Vec::new();
     for i in 0..120u64 {
         let data = text(i, 1 + (i as usize * 997) % 20_000);
@@ -97,7 +99,7 @@ fn small_records_of_one_txg_share_bundles_and_read_back() {
     assert!(bundles.len() >= 2, "{} bundles", bundles.len());
     let mut members = 0;
     for (id, b) in &bundles {
-        assert!(u64::from(b.logical) <= 128 * 1024, "bundle {id} decodes to {}", b.logical);
+        assert!(u64::from(b.logical) <= 256 * 1024, "bundle {id} decodes to {}", b.logical);
         assert!(b.members >= 2);
         members += b.members;
     }
@@ -212,7 +214,7 @@ fn create_rs(e: &Engine, name: &str, rs: u64) -> Ino {
 /// 16 KiB or 4 KiB records bundles only its short tail (never a full record, though one is
 /// shorter than the pool's record size), a 1 MiB-record file's tail joins a bundle when it
 /// is shorter than the pool's record size and stays on its own when longer; every bundle
-/// stays within the pool's record size. A member is changed in place through its bundle
+/// stays within the pool's bundle size. A member is changed in place through its bundle
 /// (read-modify-write at its own record size), cut and extended; everything reads back,
 /// also after a reopen without bundling, and fsck and scrub stay clean.
 #[test]
@@ -244,7 +246,7 @@ fn bundles_take_each_files_last_record_at_its_own_record_size() {
     }
     e.sync().unwrap();
     for (id, b) in e.bundles().unwrap() {
-        assert!(u64::from(b.logical) <= 128 * K, "bundle {id} decodes to {} bytes", b.logical);
+        assert!(u64::from(b.logical) <= 256 * K, "bundle {id} decodes to {} bytes", b.logical);
     }
     let bundled = |e: &Engine, name: &str| -> Vec<bool> {
         let f = file(e, name);
@@ -506,4 +508,245 @@ fn a_new_pool_writes_compact_rows() {
     assert_eq!(e.dir_list(ROOT_INO, 0, 10).unwrap().len(), 2);
     assert_eq!(want.atime, t);
     assert!(e.fsck().unwrap().is_clean());
+}
+
+/// The superblock of a closed pool.
+fn superblock(pool: &Path) -> squeezefs_meta::Superblock {
+    use redb::ReadableDatabase;
+    let db = redb::ReadOnlyDatabase::open(pool.join(META_FILE)).unwrap();
+    let rx = db.begin_read().unwrap();
+    let v = rx.open_table(squeezefs_meta::tables::SUPERBLOCK).unwrap().get(0u8).unwrap().unwrap().value().to_vec();
+    squeezefs_meta::Superblock::decode(&v).unwrap()
+}
+
+/// mkfs takes bundle sizes that are powers of two from the record size to 4 MiB and
+/// refuses the others naming the size, the record size and what is accepted (leaving no
+/// pool); without one a pool's bundles are twice its record size long. A bundle size equal
+/// to the record size leaves the superblock as builds without bundle sizes write it (no
+/// `BUNDLE_SIZE`, 89 bytes); any other sets the flag, and the size survives a reopen.
+#[test]
+fn mkfs_takes_bundle_sizes_from_the_record_size_to_4m() {
+    use squeezefs_meta::Features;
+    const K: u32 = 1024;
+    let d = tempfile::tempdir().unwrap();
+    for (i, &(rs, bs)) in
+        [(128 * K, 64 * K), (128 * K, 384 * K), (128 * K, 8192 * K), (1024 * K, 512 * K), (4 * K, 0), (4 * K, 6 * K)]
+            .iter()
+            .enumerate()
+    {
+        let pool = d.path().join(format!("bad{i}"));
+        let opts = MkfsOptions { recordsize: Some(rs), bundle_size: Some(bs), ..Default::default() };
+        let err = Engine::mkfs(&pool, &opts).unwrap_err();
+        assert!(
+            matches!(&err, EngineError::Pool(PoolError::BundleSizeUnsupported { bundle_size, recordsize })
+                if (*bundle_size, *recordsize) == (bs, rs)),
+            "{rs}/{bs}: {err:?}"
+        );
+        let msg = err.to_string();
+        for part in [&format!("bundle size {bs} "), &format!("record size {rs} "), "power of two", "4194304"] {
+            assert!(msg.contains(part), "{part:?} missing from {msg}");
+        }
+        assert!(!pool.join(META_FILE).exists(), "a refused mkfs left a pool");
+    }
+    let cases: [(Option<u32>, Option<u32>, u32); 7] = [
+        (None, None, 256 * K),
+        (Some(4 * K), None, 8 * K),
+        (Some(1024 * K), None, 2048 * K),
+        (Some(128 * K), Some(128 * K), 128 * K),
+        (Some(128 * K), Some(4096 * K), 4096 * K),
+        (Some(4 * K), Some(4 * K), 4 * K),
+        (Some(1024 * K), Some(4096 * K), 4096 * K),
+    ];
+    for (i, &(rs, bs, want)) in cases.iter().enumerate() {
+        let pool = d.path().join(format!("good{i}"));
+        Engine::mkfs(&pool, &MkfsOptions { recordsize: rs, bundle_size: bs, ..Default::default() }).unwrap();
+        let sb = superblock(&pool);
+        let flagged = sb.features.incompat & Features::INCOMPAT_BUNDLE_SIZE != 0;
+        assert_eq!(flagged, want != sb.recordsize, "{rs:?}/{bs:?}");
+        assert_eq!(sb.encode().len(), if flagged { 93 } else { 89 });
+        assert_eq!(sb.bundle_size(), want);
+        let e = Engine::open(&pool, &bundle_opts()).unwrap();
+        assert_eq!(e.info().bundle_size, want, "{rs:?}/{bs:?}");
+        e.close().unwrap();
+        drop(e);
+        // commits re-encode the superblock: the field stays with its flag
+        let e = Engine::open(&pool, &fast_opts()).unwrap();
+        assert_eq!(e.info().bundle_size, want, "{rs:?}/{bs:?} after a reopen");
+        e.close().unwrap();
+        drop(e);
+        assert_eq!(superblock(&pool).bundle_size(), want);
+    }
+}
+
+/// A superblock whose bundle size is out of range (shorter than the record size, not a
+/// power of two, longer than 4 MiB) is a damaged one: open refuses it naming the size.
+#[test]
+fn open_refuses_a_superblock_with_a_bundle_size_out_of_range() {
+    let d = tempfile::tempdir().unwrap();
+    for bad in [64 * 1024u32, 300 * 1024, 8 << 20] {
+        let pool = d.path().join(format!("p{bad}"));
+        Engine::mkfs(&pool, &MkfsOptions { bundle_size: Some(512 * 1024), ..Default::default() }).unwrap();
+        {
+            use redb::ReadableTable;
+            let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+            let tx = db.begin_write().unwrap();
+            {
+                let mut t = tx.open_table(squeezefs_meta::tables::SUPERBLOCK).unwrap();
+                let mut sb = squeezefs_meta::Superblock::decode(t.get(0u8).unwrap().unwrap().value()).unwrap();
+                sb.bundle_size = Some(bad);
+                t.insert(0u8, &sb.encode()[..]).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        let err = Engine::open(&pool, &fast_opts()).err().expect("a damaged superblock opened");
+        assert!(
+            matches!(err, EngineError::Pool(PoolError::CorruptSuperblock { bundle_size, .. }) if bundle_size == bad)
+        );
+        assert!(err.to_string().contains(&format!("bundle size {bad}")), "{err}");
+    }
+}
+
+/// The extents of `ino`: whether each record is bundled, and its decoded length.
+fn records(e: &Engine, ino: Ino) -> Vec<(bool, u32)> {
+    e.extents(ino).unwrap().iter().map(|(_, x)| (matches!(x.stored, StoredRecord::Bundled(_)), x.logical)).collect()
+}
+
+/// A pool whose bundles are four records long (32 KiB records, 128 KiB bundles): files of
+/// every length around the record and bundle boundaries (and files with 1 MiB records of
+/// their own) are written in one txg. Bundles fill past a record up to the bundle size,
+/// never beyond, and a bundle is closed only when the next member would not fit; members
+/// stay shorter than a record, full records stay on their own. Everything reads back and
+/// stays fsck- and scrub-clean through the bundles' life: a member changed in place (copy
+/// on write through its bundle), a full record of a bundled file changed (its tail stays),
+/// members cut by truncations, then every file deleted one at a time until the last bundle
+/// is freed and the pool's space with it; the bundle size survives reopens.
+#[test]
+fn bundles_four_records_long_hold_files_of_every_length_through_their_life() {
+    const RS: u64 = 32 * 1024;
+    const BS: u64 = 4 * RS;
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let mkfs = MkfsOptions { recordsize: Some(RS as u32), bundle_size: Some(BS as u32), ..Default::default() };
+    Engine::mkfs(&pool, &mkfs).unwrap();
+    let e = Engine::open(&pool, &bundle_opts()).unwrap();
+    assert_eq!((u64::from(e.info().recordsize), u64::from(e.info().bundle_size)), (RS, BS));
+    let mut lens: Vec<u64> = vec![1, 2, 100, 2047, 2048, 2049, 4095, 4096, 4097];
+    for base in [RS, 2 * RS, 3 * RS, BS, BS + RS] {
+        lens.extend([base - 1, base, base + 1, base + RS / 2]);
+    }
+    lens.extend((0..40).map(|i| 300 + i * 617 % 9000));
+    // (name, content, own record size)
+    let mut want: Vec<(String, Vec<u8>, u64)> = Vec::new();
+    for (i, &len) in lens.iter().enumerate() {
+        let name = format!("f{i:03}");
+        let data = text(700 + i as u64, len as usize);
+        e.write(create(&e, &name), 0, &data).unwrap();
+        want.push((name, data, RS));
+    }
+    // 1 MiB records of their own: a short tail below the pool's record size is bundled, one
+    // above it (though below the bundle size) stays on its own
+    for (name, len) in [("own-small", 20 * 1024), ("own-mid", 100 * 1024)] {
+        let data = text(len as u64, len);
+        e.write(create_rs(&e, name, 1 << 20), 0, &data).unwrap();
+        want.push((name.to_string(), data, 1 << 20));
+    }
+    e.sync().unwrap();
+
+    let bundles = e.bundles().unwrap();
+    assert!(bundles.len() >= 3, "{} bundles", bundles.len());
+    for (id, b) in &bundles {
+        assert!(u64::from(b.logical) <= BS, "bundle {id} decodes to {} bytes", b.logical);
+    }
+    assert!(bundles.iter().any(|(_, b)| u64::from(b.logical) > RS), "no bundle is longer than a record");
+    // members are shorter than a record, so a bundle closed at most a record short of full
+    let short = bundles.iter().filter(|(_, b)| u64::from(b.logical) <= BS - RS).count();
+    assert!(short <= 1, "{short} bundles were closed while a member would have fit");
+    let mut unbundled_tails = 0;
+    for (name, data, rs) in &want {
+        let f = file(&e, name);
+        let recs = records(&e, f);
+        let len = data.len() as u64;
+        assert_eq!(recs.len() as u64, len.div_ceil(*rs), "{name}");
+        let (last, whole) = recs.split_last().unwrap();
+        assert!(whole.iter().all(|&(b, l)| !b && u64::from(l) == *rs), "{name}: a full record bundled");
+        let tail = len % rs;
+        if tail == 0 || tail >= RS {
+            assert!(!last.0, "{name}: a record of {} bytes bundled", last.1);
+        } else if !last.0 {
+            unbundled_tails += 1;
+        }
+        assert_eq!(&read_all(&e, f), data, "{name}");
+    }
+    assert!(unbundled_tails <= 1, "{unbundled_tails} short tails stored on their own");
+    assert!(records(&e, file(&e, "own-small"))[0].0 && !records(&e, file(&e, "own-mid"))[0].0);
+    check_clean(&e);
+
+    // changes through the bundles, by an engine that bundles
+    let at = |want: &mut Vec<(String, Vec<u8>, u64)>, name: &str| want.iter().position(|w| w.0 == name).unwrap();
+    let count = |e: &Engine, id: u64| e.bundles().unwrap().into_iter().find(|(i, _)| *i == id).map(|(_, b)| b.members);
+    // copy on write of a member: a few bytes in the middle of the tail of a 2-record file
+    let name = format!("f{:03}", lens.iter().position(|&l| l == 2 * RS + RS / 2).unwrap());
+    let f = file(&e, &name);
+    let id = bundle_of(&e, f).expect("tail bundled");
+    let before = count(&e, id).unwrap();
+    e.write(f, 2 * RS + 100, b"CHANGED IN PLACE").unwrap();
+    let i = at(&mut want, &name);
+    want[i].1[(2 * RS + 100) as usize..(2 * RS + 116) as usize].copy_from_slice(b"CHANGED IN PLACE");
+    // a full record of another bundled file: its tail stays where it is
+    let name2 = format!("f{:03}", lens.iter().position(|&l| l == 3 * RS + 1).unwrap());
+    let f2 = file(&e, &name2);
+    let id2 = bundle_of(&e, f2).expect("tail bundled");
+    e.write(f2, 10, b"HEAD").unwrap();
+    let i2 = at(&mut want, &name2);
+    want[i2].1[10..14].copy_from_slice(b"HEAD");
+    e.sync().unwrap();
+    assert_ne!(bundle_of(&e, f), Some(id), "the changed tail is still in its old bundle");
+    assert_eq!(count(&e, id), Some(before - 1));
+    assert_eq!(bundle_of(&e, f2), Some(id2), "an untouched tail left its bundle");
+    for (name, data, _) in &want {
+        assert_eq!(&read_all(&e, file(&e, name)), data, "{name} after the changes");
+    }
+    check_clean(&e);
+
+    // truncations: a tail cut shorter, a tail cut off at a record boundary, a file cut
+    // into its first record's middle
+    for (len, to) in [(BS + RS / 2, BS + 100), (3 * RS + RS / 2, 3 * RS), (2 * RS - 1, 5000)] {
+        let name = format!("f{:03}", lens.iter().position(|&l| l == len).unwrap());
+        e.set_size(file(&e, &name), to).unwrap();
+        let i = at(&mut want, &name);
+        want[i].1.truncate(to as usize);
+    }
+    e.sync().unwrap();
+    for (name, data, _) in &want {
+        assert_eq!(&read_all(&e, file(&e, name)), data, "{name} after the truncations");
+    }
+    check_clean(&e);
+    e.close().unwrap();
+    drop(e);
+
+    // reopened: the bundle size is the pool's; every file deleted one by one
+    let e = Engine::open(&pool, &bundle_opts()).unwrap();
+    assert_eq!(u64::from(e.info().bundle_size), BS);
+    for (name, data, _) in &want {
+        assert_eq!(&read_all(&e, file(&e, name)), data, "{name} after a reopen");
+    }
+    let mut members: std::collections::BTreeMap<u64, u32> =
+        e.bundles().unwrap().into_iter().map(|(id, b)| (id, b.members)).collect();
+    for (k, (name, _, _)) in want.iter().enumerate() {
+        if let Some(id) = bundle_of(&e, file(&e, name)) {
+            *members.get_mut(&id).unwrap() -= 1;
+        }
+        delete(&e, name);
+        e.sync().unwrap();
+        let live: std::collections::BTreeMap<u64, u32> =
+            e.bundles().unwrap().into_iter().map(|(id, b)| (id, b.members)).collect();
+        members.retain(|_, m| *m > 0);
+        assert_eq!(live, members, "after deleting {name}");
+        if k % 8 == 7 {
+            check_clean(&e);
+        }
+    }
+    assert!(e.bundles().unwrap().is_empty());
+    assert_eq!(used(&e), 0, "space left allocated after every file was deleted");
+    check_clean(&e);
 }

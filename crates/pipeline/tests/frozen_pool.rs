@@ -8,7 +8,10 @@
 //! * tests/fixtures/pool-v1-bundles-before-recordsizes, made with bundles and compact rows
 //!   but before per-file record sizes: the same, with its bundled tails read and changed;
 //! * tests/fixtures/pool-v1-sealed, that pool sealed in seal format 1: it opens read-only
-//!   from the seal and read-write by unsealing it.
+//!   from the seal and read-write by unsealing it;
+//! * tests/fixtures/pool-v1-bundles-before-bundle-size, made with bundles bounded by its
+//!   record size, before pools had a bundle size: its bundles, old and new, stay within a
+//!   record and its superblock without the field.
 
 mod common;
 use common::*;
@@ -397,4 +400,107 @@ fn a_pool_sealed_in_seal_format_1_opens_read_only_and_unseals_for_writing() {
     let e = Engine::open(&pool, &fast_opts()).unwrap();
     assert!(pool.join(META_FILE).exists() && !pool.join(SEAL_FILE).exists());
     check(&e);
+}
+
+const BUNDLES_BEFORE_BUNDLE_SIZE: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pool-v1-bundles-before-bundle-size");
+
+/// The files of pool-v1-bundles-before-bundle-size (its README): (path, content).
+fn bundles_before_bundle_size_files() -> Vec<(String, Vec<u8>)> {
+    let mut v = vec![
+        ("text".to_string(), text()),
+        ("small".to_string(), b"hello frozen pool\n".to_vec()),
+        ("noise".to_string(), noise()),
+    ];
+    v.extend((0..60).map(|n| (format!("many/{n:03}"), format!("small file {n}\n").repeat(20 * n + 1).into_bytes())));
+    v
+}
+
+/// The superblock row of a closed pool, as stored.
+fn superblock_bytes(pool: &Path) -> Vec<u8> {
+    use redb::ReadableDatabase;
+    let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+    let rx = db.begin_read().unwrap();
+    let v = rx.open_table(squeezefs_meta::tables::SUPERBLOCK).unwrap().get(0u8).unwrap().unwrap().value().to_vec();
+    v
+}
+
+/// A pool from before bundle sizes, its bundles bounded by its 32 KiB record size: it opens
+/// with that bound (no `BUNDLE_SIZE`: its bundle size is its record size) and reads back;
+/// an engine that bundles writes new bundles of at most a record, though they would fill
+/// the default twice that, and leaves the superblock as it was (89 bytes, no new flag), so
+/// the build that made the pool still opens it; a bundled file changed in place and new
+/// small files read back, fsck and scrub stay clean.
+#[test]
+fn a_pool_with_bundles_from_before_bundle_sizes_keeps_them_within_a_record() {
+    const RS: u32 = 32 << 10;
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    unpack_fixture(BUNDLES_BEFORE_BUNDLE_SIZE, &pool);
+    let flag = squeezefs_meta::Features::INCOMPAT_BUNDLE_SIZE;
+    let had = incompat(&pool);
+    assert_eq!(had & flag, 0);
+    assert_ne!(had & squeezefs_meta::Features::INCOMPAT_BUNDLES, 0);
+    let original_sb = superblock_bytes(&pool);
+    assert_eq!(original_sb.len(), 89);
+    let clean = |e: &Engine| {
+        let r = e.fsck().unwrap();
+        assert!(r.is_clean(), "{:?}", r.problems);
+        let s = e.scrub(&|_, _| {}).unwrap();
+        assert!(s.is_clean(), "{:?}", s.damaged);
+        r
+    };
+    let within_a_record = |e: &Engine| {
+        let b = e.bundles().unwrap();
+        for (id, b) in &b {
+            assert!(b.logical <= RS && b.ext.psize <= RS, "bundle {id}: {} / {} bytes", b.logical, b.ext.psize);
+        }
+        b.len()
+    };
+    let e = Engine::open(&pool, &OpenOptions { read_only: true, ..fast_opts() }).unwrap();
+    assert_eq!((e.info().recordsize, e.info().bundle_size), (RS, RS));
+    for (path, data) in bundles_before_bundle_size_files() {
+        assert_eq!(read_all(&e, path_ino(&e, &path)), data, "{path}");
+    }
+    assert_eq!(within_a_record(&e), 19);
+    let r = clean(&e);
+    assert_eq!((r.inodes, r.extents, r.bundles, r.allocated_bytes), (65, 80, 19, 20_982));
+    drop(e);
+
+    let opts = OpenOptions { compression: "zstd:3".parse().unwrap(), bundle_small_records: true, ..fast_opts() };
+    let e = Engine::open(&pool, &opts).unwrap();
+    assert!(e.bundling());
+    assert_eq!(e.info().bundle_size, RS);
+    let mut want = bundles_before_bundle_size_files();
+    let old = e.bundles().unwrap().into_iter().map(|(id, _)| id).max().unwrap();
+    // 40 new small files, 133 KB in all: at least 5 bundles of 32 KiB, where bundles of the
+    // default size (64 KiB here) would hold them in 3
+    for n in 0..40usize {
+        let data = lines(100 + n * 3, |i| format!("new file {n} line {i}\n"));
+        e.write(create(&e, &format!("new{n:02}")), 0, &data).unwrap();
+        want.push((format!("new{n:02}"), data));
+    }
+    let changed = path_ino(&e, "many/030");
+    e.write(changed, 100, b"CHANGED").unwrap();
+    want.iter_mut().find(|w| w.0 == "many/030").unwrap().1[100..107].copy_from_slice(b"CHANGED");
+    e.sync().unwrap();
+    let new_bundles = e.bundles().unwrap().into_iter().filter(|(id, _)| *id > old).count();
+    assert!(new_bundles >= 5, "{new_bundles} new bundles for 133 KB of small files in 32 KiB bundles");
+    within_a_record(&e);
+    for (path, data) in &want {
+        assert_eq!(&read_all(&e, path_ino(&e, path)), data, "{path}");
+    }
+    clean(&e);
+    e.close().unwrap();
+    drop(e);
+    let sb = superblock_bytes(&pool);
+    assert_eq!(sb.len(), 89, "the superblock gained a field");
+    assert_eq!(incompat(&pool), had, "the pool's features changed");
+
+    let e = Engine::open(&pool, &OpenOptions { read_only: true, ..fast_opts() }).unwrap();
+    for (path, data) in &want {
+        assert_eq!(&read_all(&e, path_ino(&e, path)), data, "{path} after a reopen");
+    }
+    within_a_record(&e);
+    clean(&e);
 }
