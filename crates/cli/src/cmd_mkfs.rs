@@ -193,13 +193,15 @@ impl RootdirPlan {
         drop((fs, engine));
         log::info!("rootdir: pool closed after {:.2} s", t0.elapsed().as_secs_f64());
         // the copy committed many txgs, each leaving the pages it replaced free in the store,
-        // and rows inserted in key order leave half-full leaves: the store is rewritten
-        let (before, after) = Engine::compact_meta(&a.pool).context("compacting the metadata store")?;
-        log::info!(
-            "rootdir: metadata store compacted from {before} to {after} bytes after {:.2} s",
-            t0.elapsed().as_secs_f64()
-        );
+        // and rows inserted in key order leave half-full leaves: a store kept as it is gets
+        // rewritten; a sealed one needs no rewrite, since the seal holds rows, not pages, and
+        // unsealing builds the store in key order
         let meta_file = if a.no_seal {
+            let (before, after) = Engine::compact_meta(&a.pool).context("compacting the metadata store")?;
+            log::info!(
+                "rootdir: metadata store compacted from {before} to {after} bytes after {:.2} s",
+                t0.elapsed().as_secs_f64()
+            );
             squeezefs_pipeline::META_FILE
         } else {
             let r = Engine::seal(&a.pool, squeezefs_pipeline::SEAL_LEVEL).context("sealing the metadata store")?;
