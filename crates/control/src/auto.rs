@@ -94,8 +94,9 @@
 //!   4. no carry when i now saves less than min_gain (a weak rung saving nothing on a
 //!      binary says little about zstd:1): the others go stale.
 //!   Carried rungs count as confident (on the hull, usable without exploring); the first
-//!   record at one measures it again. On data switching every few MiB (tests/auto_sim.rs)
-//!   explorations fell from 20–34% of the records to 5–10%.
+//!   record at one measures it again. Why: on data that changes kind every few MiB,
+//!   re-measuring every relevant rung after each change makes a fifth to a third of the
+//!   records explorations; carried, they stay under a tenth.
 //! CORRECTION g (the model's n, o and D come from meters that can be off several times over
 //!   on a shared machine — a device's drain rate read after idle gaps overstates a throttled
 //!   device 2× —, and the pipeline is not perfectly parallel): ln g = P + I, from the queue
@@ -148,9 +149,10 @@
 //!   probe_bytes 64 MiB          ≤ 0.2% of the records probed on incompressible data
 //!   stale_bytes 1 GiB           rungs not used for that long are measured again before use
 //!   explore_timeout 1 s         an exploration whose result never came back is given up
-//!   carry_max 2, profiles 8     scaling over more changes let unused rungs' figures wander
-//!                               (the simulation's 1-core 100 MB/s cell sat at lz4:fast=32,
-//!                               ratio −17%); 8 profiles hold the corpus's kinds of data
+//!   carry_max 2, profiles 8     each scaling adds one record's noise to an unused rung's
+//!                               figures, so with no bound they wander far enough to pin the
+//!                               position at a weak rung (ratio −17% on switching data at
+//!                               100 MB/s, 1 core); 8 profiles hold a few kinds of data each
 //!   explore_reach 2             a rung is explored only if it costs at most twice the next
 //!                               rung up from the position (or zstd:1's nominal cost): with
 //!                               every relevant rung explored, a target swinging up the ladder

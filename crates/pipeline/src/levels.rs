@@ -36,9 +36,10 @@
 //!             gap, and the per-range average read 2–4.7× its limit). Until a device has
 //!             written RATE_CONFIRM_BYTES and then has a sustained rate or is seen with an
 //!             empty queue, its rate counts as unmeasured and auto holds its starting level:
-//!             the first ranges of a throttled loop device complete at 1.4 GB/s whatever the
-//!             limit, and auto decided 460–545 records raw (at memory speed, within 0.1 s)
-//!             on that figure at a 100 MB/s limit. Room (a hint space.rs
+//!             the first ranges of a throttled device, or of one behind a write cache,
+//!             complete at memory speed whatever the limit (1.4 GB/s at a 100 MB/s loop
+//!             throttle), and on that figure the model stores records raw, which it then
+//!             decides at memory speed too. Room (a hint space.rs
 //!             refreshes at every placement), and queued bytes: its write queue, plus an even
 //!             share of the bytes compressed (or decided raw) and not yet handed to any
 //!             device. The thesis's queue is what left the compressor and waits for a
