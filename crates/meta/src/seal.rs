@@ -249,6 +249,17 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// Rows as a table's plain stream holds them: each a varint length, then its bytes.
+#[cfg(test)]
+pub(crate) fn length_prefixed(rows: &[Vec<u8>]) -> Vec<u8> {
+    let mut s = Vec::new();
+    for r in rows {
+        put_varint(&mut s, r.len() as u64);
+        s.extend_from_slice(r);
+    }
+    s
+}
+
 /// A cursor over a body stream; every read is bounds-checked.
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],

@@ -82,16 +82,8 @@ pub(crate) fn join(cols: [&[u8]; STREAMS], rows: u64) -> Result<Vec<u8>, SealErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seal::length_prefixed as stream;
     use proptest::prelude::*;
-
-    fn stream(rows: &[Vec<u8>]) -> Vec<u8> {
-        let mut s = Vec::new();
-        for r in rows {
-            put_varint(&mut s, r.len() as u64);
-            s.extend_from_slice(r);
-        }
-        s
-    }
 
     fn row(kind: u8, ino: u64, cookie: u64) -> Vec<u8> {
         let mut v = vec![2, kind];
