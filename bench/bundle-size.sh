@@ -2,18 +2,20 @@
 # Bundle size of a `mkfs --rootdir` pool: what it saves against mksquashfs, and what it costs
 # to read the small files back, on the Linux 6.1 source tree, in one run.
 #
-# usage: bench/bundle-size.sh [--blocks "128K 1M"] [--factors "1 2 4"] [--rounds N]
+# usage: bench/bundle-size.sh [--levels "3"] [--blocks "128K 1M"] [--factors "1 2 4"] [--rounds N]
 #                             [--read-blocks "128K"] [--read-rounds N] [--jobs N]
 #                             [--workdir DIR] [--outdir DIR] [--no-size] [--no-read]
 #
 # Source: WORKDIR/src as bench/rootdir.sh extracts it (default /var/tmp/rootdir-bench), read
 # once before timing.
-# Size (unless --no-size): for each block size B, ROUNDS times, alternately:
-#   mksquashfs SRC IMG -comp zstd -Xcompression-level 3 -b B -processors JOBS, then `sync IMG`;
-#   squeezefs mkfs POOL --rootdir SRC --compress zstd:3 --recordsize B --bundle-size F×B
+# Size (unless --no-size): for each zstd level N (default 3) and block size B, ROUNDS times,
+# alternately:
+#   mksquashfs SRC IMG -comp zstd -Xcompression-level N -b B -processors JOBS, then `sync IMG`;
+#   squeezefs mkfs POOL --rootdir SRC --compress zstd:N --recordsize B --bundle-size F×B
 #     --jobs JOBS, for each factor F (a bundle size above 4M is skipped).
 #   Images and pools go to OUTDIR (default /dev/shm/bundle-size-bench: device write speed
-#   left out). Size: `du -B1` of the image, of data.0 and meta.redb; time: wall seconds until
+#   left out). Size: `du -B1` of the image, of data.0 and the metadata store (meta.seal, as
+#   mkfs --rootdir seals it); time: wall seconds until
 #   durable and CPU seconds (user+sys, /usr/bin/time).
 # Read cost (unless --no-read): for each block size B of --read-blocks, a pool at bundle size
 #   B and one at 2×B, made on WORKDIR's disk; then READ_ROUNDS times, alternately, each pool
@@ -29,6 +31,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LEVELS="3"
 BLOCKS="128K 1M"
 FACTORS="1 2 4"
 ROUNDS=1
@@ -45,6 +48,7 @@ log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
+        --levels) LEVELS=${2:?}; shift 2 ;;
         --blocks) BLOCKS=${2:?}; shift 2 ;;
         --factors) FACTORS=${2:?}; shift 2 ;;
         --rounds) ROUNDS=${2:?}; shift 2 ;;
@@ -101,36 +105,40 @@ echo "# squeezefs: $($BIN --version) at commit $COMMIT ($BIN); $(mksquashfs -ver
 if [ "$SIZE" = 1 ]; then
     echo "# size: output to $OUT ($(df --output=fstype "$OUT" | tail -1))"
     ROWS=()
-    for block in $BLOCKS; do
-        b=$(bytes_of "$block")
-        for round in $(seq "$ROUNDS"); do
-            img=$OUT/img.sqfs
-            rm -f "$img"
-            l=$(load1)
-            log "mksquashfs zstd:3 -b $block (round $round, load $l)"
-            timed sh -c "mksquashfs '$TREE' '$img' -comp zstd -Xcompression-level 3 -b $block -no-progress -quiet -processors $JOBS && sync '$img'"
-            sq=$(alloc "$img")
-            sq_wall=$WALL
-            ROWS+=("| mksquashfs -b $block | - | - | $sq | $(mb "$sq") | 1 | $WALL | 1 | $CPU | $l |")
-            rm -f "$img"
-            for f in $FACTORS; do
-                bs=$(( b * f ))
-                [ "$bs" -le $(( 4 << 20 )) ] || continue
-                pool=$OUT/pool
-                rm -rf "$pool"
+    for level in $LEVELS; do
+        for block in $BLOCKS; do
+            b=$(bytes_of "$block")
+            for round in $(seq "$ROUNDS"); do
+                img=$OUT/img.sqfs
+                rm -f "$img"
                 l=$(load1)
-                log "squeezefs --rootdir --recordsize $block --bundle-size $bs (round $round, load $l)"
-                timed "$BIN" mkfs "$pool" --rootdir "$TREE" --compress zstd:3 --recordsize "$b" --bundle-size "$bs" \
-                    --jobs "$JOBS" -q
-                sz=$(alloc "$pool")
-                ROWS+=("| squeezefs rs $block, bundles $((bs / 1024))K | $(mb "$(alloc "$pool/data.0")") | $(mb "$(alloc "$pool/meta.redb")") | $sz | $(mb "$sz") | $(ratio "$sz" "$sq") | $WALL | $(ratio "$WALL" "$sq_wall") | $CPU | $l |")
-                "$BIN" fsck "$pool" >/dev/null || die "fsck of the pool failed"
-                rm -rf "$pool"
+                log "mksquashfs zstd:$level -b $block (round $round, load $l)"
+                timed sh -c "mksquashfs '$TREE' '$img' -comp zstd -Xcompression-level $level -b $block -no-progress -quiet -processors $JOBS && sync '$img'"
+                sq=$(alloc "$img")
+                sq_wall=$WALL
+                ROWS+=("| mksquashfs zstd:$level -b $block | - | - | $sq | $(mb "$sq") | 1 | $WALL | 1 | $CPU | $l |")
+                rm -f "$img"
+                for f in $FACTORS; do
+                    bs=$(( b * f ))
+                    [ "$bs" -le $(( 4 << 20 )) ] || continue
+                    pool=$OUT/pool
+                    rm -rf "$pool"
+                    l=$(load1)
+                    log "squeezefs --rootdir --recordsize $block --bundle-size $bs (round $round, load $l)"
+                    timed "$BIN" mkfs "$pool" --rootdir "$TREE" --compress zstd:$level --recordsize "$b" --bundle-size "$bs" \
+                        --jobs "$JOBS" -q
+                    sz=$(alloc "$pool")
+                    store=meta.redb
+                    [ -e "$pool/meta.seal" ] && store=meta.seal
+                    ROWS+=("| squeezefs zstd:$level rs $block, bundles $((bs / 1024))K | $(mb "$(alloc "$pool/data.0")") | $(mb "$(alloc "$pool/$store")") | $sz | $(mb "$sz") | $(ratio "$sz" "$sq") | $WALL | $(ratio "$WALL" "$sq_wall") | $CPU | $l |")
+                    "$BIN" fsck "$pool" >/dev/null || die "fsck of the pool failed"
+                    rm -rf "$pool"
+                done
             done
         done
     done
     echo
-    echo "| tool | data.0 MB | meta.redb MB | bytes | MB | vs squashfs | wall s | time vs squashfs | CPU s | load |"
+    echo "| tool | data.0 MB | store MB | bytes | MB | vs squashfs | wall s | time vs squashfs | CPU s | load |"
     echo "|---|---|---|---|---|---|---|---|---|---|"
     printf '%s\n' "${ROWS[@]}"
 fi
