@@ -16,7 +16,8 @@
 #   --limits L,..    device write limits in MB/s (10^6 B/s) or `unthrottled`
 #                    (default 25,50,100,200,400,unthrottled)
 #   --specs S,..     compression specs (default none,lz4,lz4fast-20,zstd:-5,zstd:1,zstd:3,
-#                    zstd:9,zlib:6,auto)
+#                    zstd:9,zlib:6,auto); SPEC~NAME=V+NAME=V runs SPEC with those auto
+#                    tunables (the daemon's SQUEEZEFS_AUTO_TUNE), e.g. auto~explore_reach=1
 #   --datasets D,..  medium (Silesia corpus), random (/dev/urandom), xml (the corpus xml,
 #                    highly compressible), change (medium → random → medium in one file)
 #   --cores C,..     cores the daemon may use: 1 (taskset -c 0) or 2 (default 1,2)
@@ -55,7 +56,7 @@ DATA_DIR=/var/tmp/sqz-auto-eval-data
 
 die() { echo "auto-eval: $*" >&2; exit 1; }
 note() { echo "[$(date -u +%H:%M:%S)] $*"; }
-usage() { sed -n '2,47p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,48p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 MODE=matrix
 LIMITS="" SPECS="" DATASETS="" CORES="" SIZE="" RUNS=1 TRACE=0 HOG=0 KEEP_DATA=0 BASELINE=""
@@ -253,10 +254,12 @@ dataset_file() {
 TRACE_OK=1
 RUN_SQ=$SQ # the binary of the current run (the baseline's for SPEC@base)
 mount_pool() { # SPEC CORES [TRACEFILE] → mounts, or returns the mount's error text on stderr
-    local opts="compress=${1%@base}" cpus=0
+    local spec=${1%@base} tune="" cpus=0
+    if [[ "$spec" == *"~"* ]]; then tune=${spec#*~} spec=${spec%%~*}; fi
+    local opts="compress=$spec"
     [ "$2" = 2 ] && cpus=0,1
     [ -n "${3:-}" ] && opts="$opts,trace=$3"
-    taskset -c $cpus "$RUN_SQ" mount "$POOL" "$MNT" -o "$opts"
+    env ${tune:+SQUEEZEFS_AUTO_TUNE=${tune//+/,}} taskset -c $cpus "$RUN_SQ" mount "$POOL" "$MNT" -o "$opts"
 }
 daemon_pid() { getfattr -n user.squeezefs.mount --only-values "$MNT" 2>/dev/null | sed -n 's/^pid=//p'; }
 daemon_cpu_s() { # utime + stime of a pid, seconds

@@ -183,6 +183,8 @@ use squeezefs_codec::{Algorithm, Codec, Spec};
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tunables {
     pub queue_target_secs: f64,
+    /// time constant of the averaged queue the correction g follows, seconds
+    pub queue_tau_secs: f64,
     pub guard_safety_records: u64,
     /// proportional part of ln g per unit of queue error, above / below the target
     pub gain_p_up: f64,
@@ -212,6 +214,7 @@ impl Default for Tunables {
     fn default() -> Tunables {
         Tunables {
             queue_target_secs: 0.05,
+            queue_tau_secs: QUEUE_TAU_SECS,
             guard_safety_records: 2,
             gain_p_up: 1.0,
             gain_p_down: 0.3,
@@ -228,6 +231,75 @@ impl Default for Tunables {
             carry_max: 2,
             profiles: 8,
         }
+    }
+}
+
+impl Tunables {
+    /// The names [`Tunables::set`] accepts.
+    pub const NAMES: &'static [&'static str] = &[
+        "queue_target_secs",
+        "queue_tau_secs",
+        "guard_safety_records",
+        "gain_p_up",
+        "gain_p_down",
+        "gain_i",
+        "gain_min",
+        "gain_max",
+        "min_gain",
+        "confident_bytes",
+        "probe_bytes",
+        "stale_bytes",
+        "explore_timeout_secs",
+        "explore_reach",
+        "carry_max",
+        "profiles",
+    ];
+
+    /// Overrides from `name=value,name=value` (the daemon's `SQUEEZEFS_AUTO_TUNE`, for tuning
+    /// on a real device what the simulation cannot model). Values must be finite and not
+    /// negative; an error names the item and what is accepted, and leaves `self` unchanged.
+    pub fn set(&mut self, items: &str) -> Result<(), String> {
+        let mut t = self.clone();
+        for item in items.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let Some((name, value)) = item.split_once('=') else {
+                return Err(format!("`{item}`: expected name=value"));
+            };
+            let (name, value) = (name.trim(), value.trim());
+            let v: f64 = value
+                .parse()
+                .ok()
+                .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| format!("`{item}`: the value must be a number ≥ 0"))?;
+            let whole = || -> Result<u64, String> {
+                (v.fract() == 0.0 && v <= u32::MAX as f64 * 4096.0)
+                    .then_some(v as u64)
+                    .ok_or_else(|| format!("`{item}`: {name} takes a whole number"))
+            };
+            match name {
+                "queue_target_secs" => t.queue_target_secs = v,
+                "queue_tau_secs" => t.queue_tau_secs = v,
+                "guard_safety_records" => t.guard_safety_records = whole()?,
+                "gain_p_up" => t.gain_p_up = v,
+                "gain_p_down" => t.gain_p_down = v,
+                "gain_i" => t.gain_i = v,
+                "gain_min" => t.gain_min = v,
+                "gain_max" => t.gain_max = v,
+                "min_gain" => t.min_gain = v,
+                "confident_bytes" => t.confident_bytes = whole()?,
+                "probe_bytes" => t.probe_bytes = whole()?,
+                "stale_bytes" => t.stale_bytes = whole()?,
+                "explore_timeout_secs" => t.explore_timeout_secs = v,
+                "explore_reach" => t.explore_reach = v,
+                "carry_max" => t.carry_max = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
+                "profiles" => t.profiles = whole()? as usize,
+                _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
+            }
+        }
+        if !(t.gain_min > 0.0 && t.gain_min <= 1.0 && t.gain_max >= 1.0) {
+            return Err("gain_min must lie in (0, 1] and gain_max be at least 1".into());
+        }
+        *self = t;
+        Ok(())
     }
 }
 
@@ -429,6 +501,7 @@ impl AutoController {
             })
             .unwrap_or(0);
         let n = cands.len();
+        let queue_tau = tun.queue_tau_secs;
         let mut c = AutoController {
             tun,
             cands,
@@ -454,7 +527,7 @@ impl AutoController {
             acc: 0.0,
             gain: 1.0,
             integral: 0.0,
-            queue_avg: TimeEwma::new(QUEUE_TAU_SECS),
+            queue_avg: TimeEwma::new(queue_tau),
             last_now: None,
             exploring: None,
             last_probe: 0,

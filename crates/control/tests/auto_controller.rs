@@ -666,3 +666,28 @@ fn qos_mix_is_the_strongest_that_meets_the_rate() {
     let fast = a.mix_for_rate(1.0, 1.0, 500.0 * MB);
     assert!(truth(Data::Medium, slow.lo).1 > truth(Data::Medium, fast.hi).1);
 }
+
+#[test]
+fn tunable_overrides_set_named_fields_and_reject_bad_items_whole() {
+    let mut t = Tunables::default();
+    t.set("explore_reach=1, gain_p_up=0.25,confident_bytes=524288,profiles=16").unwrap();
+    assert_eq!(t.explore_reach, 1.0);
+    assert_eq!(t.gain_p_up, 0.25);
+    assert_eq!(t.confident_bytes, 512 << 10);
+    assert_eq!(t.profiles, 16);
+    let before = t.clone();
+    for (bad, names) in [
+        ("explore_reach", "name=value"),
+        ("nonsense=1", "accepted: queue_target_secs"),
+        ("gain_i=-1", "≥ 0"),
+        ("gain_i=NaN", "≥ 0"),
+        ("profiles=1.5", "whole number"),
+        ("explore_reach=3,gain_min=0", "gain_min"),
+    ] {
+        let e = t.set(bad).unwrap_err();
+        assert!(e.contains(names), "{bad}: {e}");
+        assert_eq!(t, before, "{bad} changed the tunables");
+    }
+    t.set("").unwrap();
+    assert_eq!(t, before);
+}

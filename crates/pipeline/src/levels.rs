@@ -205,6 +205,21 @@ pub struct Levels {
     next_debug_ns: AtomicU64,
 }
 
+/// Environment variable with auto tunable overrides (`name=value,…`, control auto.rs
+/// `Tunables::set`): for tuning on a real device; a bad value is logged and ignored.
+pub const AUTO_TUNE_ENV: &str = "SQUEEZEFS_AUTO_TUNE";
+
+fn tunables_from_env() -> Tunables {
+    let mut t = Tunables::default();
+    if let Ok(v) = std::env::var(AUTO_TUNE_ENV) {
+        match t.set(&v) {
+            Ok(()) => log::info!("auto: tunables {v} from {AUTO_TUNE_ENV}"),
+            Err(e) => log::warn!("auto: {AUTO_TUNE_ENV} ignored: {e}"),
+        }
+    }
+    t
+}
+
 thread_local! {
     /// Device views of the decision being made on this thread (no allocation per record).
     static VIEWS: RefCell<Vec<DeviceView>> = const { RefCell::new(Vec::new()) };
@@ -231,7 +246,7 @@ impl Levels {
             devices,
             room,
             autos: RwLock::new(Rank::Leaf, Vec::new()),
-            tunables: Tunables::default(),
+            tunables: tunables_from_env(),
             meters: Meters {
                 next_ns: AtomicU64::new(0),
                 state: Mutex::new(
