@@ -45,6 +45,10 @@ pub enum ServerError {
 pub struct Server {
     path: PathBuf,
     stop: Arc<AtomicBool>,
+    /// the listening socket itself (a clone of the accepting thread's), to wake that thread
+    /// by shutting it down: a connect by path cannot once the socket file or the pool
+    /// directory is gone, and the unmount would wait for the thread for ever
+    listener: Option<UnixListener>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -110,13 +114,14 @@ impl Server {
             std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid()))
                 .map_err(|e| io("giving the socket to the pool's owner", e))?;
         }
+        let waker = listener.try_clone().map_err(|e| io("cloning the control socket", e))?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("sqz-control".into())
             .spawn(move || accept_loop(listener, fs, allowed, stop2))
             .map_err(|e| io("starting the control thread", e))?;
-        Ok(Server { path, stop, thread: Some(thread) })
+        Ok(Server { path, stop, listener: Some(waker), thread: Some(thread) })
     }
 
     pub fn socket_path(&self) -> &Path {
@@ -132,8 +137,12 @@ impl Server {
         if self.stop.swap(true, Ordering::AcqRel) {
             return;
         }
-        // wake the accepting thread
-        let _ = UnixStream::connect(&self.path);
+        // wake the accepting thread: a shut-down listening socket fails its accept at once
+        if let Some(l) = self.listener.take() {
+            use std::os::fd::AsRawFd;
+            // SAFETY: shutdown on a socket this struct owns; no memory is passed
+            unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) };
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

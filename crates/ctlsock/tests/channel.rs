@@ -1,6 +1,7 @@
 //! The control channel over a real Unix socket and a real fs core (engine in a temporary
 //! pool, no mount): hello, a recompress job with progress, typed errors for bad input, a
-//! stale socket replaced, a live one refused, the version check and the peer check.
+//! stale socket replaced, a live one refused, the version check, the peer check, and a stop
+//! after the pool directory is gone.
 use squeezefs_ctlsock::proto::{self, Op, WirePath};
 use squeezefs_ctlsock::{Client, ClientError, ErrorKind, Reply, Server};
 use squeezefs_fs::{Creds, Fs, FsConfig, ROOT_INO};
@@ -191,4 +192,20 @@ fn only_root_and_the_pools_owner_get_answers() {
     assert_eq!(code, 0, "the daemon checks the peer's uid");
     drop(server);
     fs.shutdown().unwrap();
+}
+
+#[test]
+fn stop_returns_when_the_pool_directory_is_gone() {
+    // the unmount of a pool whose directory was removed while mounted (a test's temporary
+    // directory, a pool moved away) stops the control thread all the same
+    let d = tempfile::tempdir().unwrap();
+    let (pool, fs) = pool_with_files(d.path());
+    let server = Server::start(&pool, fs).unwrap();
+    std::fs::remove_dir_all(&pool).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        server.stop();
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10)).expect("Server::stop returned");
 }
