@@ -226,12 +226,22 @@ fn waiting_policy(sched: Sched, busy: bool, fifo_allowed: bool) -> Policy {
     }
 }
 
-/// Pin the calling thread to `cpu` (the queue's CPU); best effort.
+/// Pin the calling thread to `cpu` (the queue's CPU); best effort. A CPU outside the
+/// thread's inherited affinity (the daemon started under `taskset`, or in a cpuset) is left
+/// alone: the queue's thread then runs on the CPUs the daemon was given, so a restriction
+/// the user put on the daemon holds for every one of its threads.
 fn pin_to(cpu: usize) {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: cpu_set_t is plain data; both calls read or write exactly `size` bytes of it
     unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size, &mut allowed) == 0 && !libc::CPU_ISSET(cpu, &allowed) {
+            log::debug!("uring queue {cpu}: its CPU is outside the daemon's affinity; not pinned");
+            return;
+        }
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+        if libc::sched_setaffinity(0, size, &set) != 0 {
             log::info!("uring queue {cpu}: could not pin to its CPU: {}", io::Error::last_os_error());
         }
     }
@@ -515,6 +525,40 @@ fn run(core: &OpCore, header: &mut [u8], payload: &mut [u8]) -> Handled {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn affinity() -> Vec<usize> {
+        // SAFETY: as in pin_to
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
+            (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+        }
+    }
+
+    #[test]
+    fn ring_threads_stay_on_the_cpus_the_daemon_was_given() {
+        let cpus = affinity();
+        if cpus.len() < 2 {
+            eprintln!("skipped: needs two CPUs, this process may use {cpus:?}");
+            return;
+        }
+        let (first, second) = (cpus[0], cpus[1]);
+        std::thread::spawn(move || {
+            // the daemon under `taskset -c FIRST`: a queue of another CPU is not pinned there
+            pin_to(first);
+            pin_to(second);
+            assert_eq!(affinity(), vec![first]);
+        })
+        .join()
+        .unwrap();
+        std::thread::spawn(move || {
+            // with both CPUs allowed, each queue's thread goes to its own
+            pin_to(second);
+            assert_eq!(affinity(), vec![second]);
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn ring_threads_sleep_fifo_only_when_every_cpu_is_busy_and_fifo_is_allowed() {
