@@ -271,7 +271,8 @@ impl Tunables {
                 .filter(|v: &f64| v.is_finite() && *v >= 0.0)
                 .ok_or_else(|| format!("`{item}`: the value must be a number ≥ 0"))?;
             let whole = || -> Result<u64, String> {
-                (v.fract() == 0.0 && v <= u32::MAX as f64 * 4096.0)
+                // integers above 2^53 are not exact in the f64 they were parsed into
+                (v.fract() == 0.0 && v <= (1u64 << 53) as f64)
                     .then_some(v as u64)
                     .ok_or_else(|| format!("`{item}`: {name} takes a whole number"))
             };
