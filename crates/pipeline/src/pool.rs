@@ -230,11 +230,20 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         Refusal::Closing(holder) => PoolError::Closing { pool: pool.to_path_buf(), holder },
     })?;
     // a read-write open needs the store as a file; a read-only one of a sealed pool reads
-    // the seal into memory (meta_seal.rs)
-    if !opts.read_only {
+    // the seal into memory (meta_seal.rs). A sealed pool's superblock is checked before it
+    // is unsealed: a pool this build cannot open is refused, and one it may only read is
+    // opened read-only, both without writing to it
+    let mut read_only = opts.read_only;
+    if !read_only && !meta.exists() {
+        let db = MetaDb::Sealed(crate::meta_seal::load_in_memory(pool)?);
+        let sb = read_superblock(&db)?;
+        check_superblock(pool, &sb)?;
+        read_only = warn_read_only(pool, &sb);
+    }
+    if !read_only {
         crate::meta_seal::settle(pool)?;
     }
-    let (db, sb, read_only) = open_store(pool, &meta, opts.read_only, &lock)?;
+    let (db, sb, read_only) = open_store(pool, &meta, read_only, &lock)?;
     lock.claim();
     // pools made before PACKED_BYTES keep packing at the sector: their free map and extent
     // footprints are in whole sectors
@@ -324,24 +333,35 @@ fn open_store(pool: &Path, meta: &Path, read_only: bool, lock: &PoolLock) -> Res
     } else {
         open_db(read_only)?
     };
-    let sb = {
-        let rx = db.begin_read()?;
-        let t = rx.open_table(tables::SUPERBLOCK)?;
-        let v = t.get(0u8)?.ok_or(PoolError::NoSuperblock)?;
-        Superblock::decode(v.value())?
-    };
+    let sb = read_superblock(&db)?;
     check_superblock(pool, &sb)?;
-    let ro_unknown = sb.features.unknown_ro_compat();
-    if ro_unknown == 0 || read_only {
+    if read_only || !warn_read_only(pool, &sb) {
         return Ok((db, sb, read_only));
     }
-    log::warn!(
-        "pool {} uses read-only-compatible features this build does not know ({ro_unknown:#x}); opening read-only",
-        pool.display()
-    );
     // and the store too: this build must not write a pool it does not fully understand
     drop(db); // the read-write handle holds redb's lock until dropped
     Ok((open_db(true)?, sb, true))
+}
+
+/// The superblock row of a store.
+fn read_superblock(db: &MetaDb) -> Result<Superblock> {
+    let rx = db.begin_read()?;
+    let t = rx.open_table(tables::SUPERBLOCK)?;
+    let v = t.get(0u8)?.ok_or(PoolError::NoSuperblock)?;
+    Ok(Superblock::decode(v.value())?)
+}
+
+/// Whether the pool uses read-only-compatible features this build does not know (logged):
+/// then it is opened read-only.
+fn warn_read_only(pool: &Path, sb: &Superblock) -> bool {
+    let ro_unknown = sb.features.unknown_ro_compat();
+    if ro_unknown != 0 {
+        log::warn!(
+            "pool {} uses read-only-compatible features this build does not know ({ro_unknown:#x}); opening read-only",
+            pool.display()
+        );
+    }
+    ro_unknown != 0
 }
 
 /// A superblock this build can use: its geometry in range, no unknown incompatible feature.

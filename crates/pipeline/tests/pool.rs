@@ -35,6 +35,27 @@ fn unknown_incompat_feature_refuses_and_ro_compat_opens_read_only() {
 }
 
 #[test]
+fn a_sealed_pool_is_checked_before_it_is_unsealed() {
+    // a read-write open of a sealed pool this build may only read, or cannot open at all,
+    // leaves it sealed: nothing is written to a pool the build does not fully understand
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    set_features(&pool, |sb| sb.features.ro_compat |= 1 << 20);
+    Engine::seal(&pool, 3).unwrap().expect("sealed");
+    let e = Engine::open(&pool, &OpenOptions::default()).unwrap();
+    assert!(e.read_only());
+    drop(e);
+    assert!(pool.join(SEAL_FILE).exists() && !pool.join(META_FILE).exists(), "the pool was unsealed");
+    Engine::unseal(&pool).unwrap();
+    set_features(&pool, |sb| sb.features.incompat |= 1 << 40);
+    Engine::seal(&pool, 3).unwrap().expect("sealed");
+    let err = Engine::open(&pool, &OpenOptions::default()).err().unwrap();
+    assert!(err.to_string().contains("incompat"), "{err}");
+    assert!(pool.join(SEAL_FILE).exists() && !pool.join(META_FILE).exists(), "the pool was unsealed");
+}
+
+#[test]
 fn files_beyond_4_gib_are_sparse_and_exact() {
     let d = tempfile::tempdir().unwrap();
     let pool = d.path().join("pool");
