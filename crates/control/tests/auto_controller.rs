@@ -691,3 +691,14 @@ fn tunable_overrides_set_named_fields_and_reject_bad_items_whole() {
     t.set("").unwrap();
     assert_eq!(t, before);
 }
+
+#[test]
+fn every_tunable_name_listed_is_accepted() {
+    for name in Tunables::NAMES {
+        // a value no default has; gain_min must stay within (0, 1]
+        let v = if *name == "gain_min" { "0.5" } else { "7" };
+        let mut t = Tunables::default();
+        t.set(&format!("{name}={v}")).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_ne!(t, Tunables::default(), "{name}={v} changed nothing");
+    }
+}
