@@ -208,6 +208,13 @@ pub struct Tunables {
     pub carry_max: u32,
     /// kinds of data whose figures are remembered
     pub profiles: usize,
+    /// 1: the queue-feedback mode (feedback.rs) decides instead of the model
+    pub feedback: u32,
+    /// feedback mode: rungs per second up (per unit of ln(q/q*)) and down (per unit of
+    /// 1 − q/q*), and the proportional part in rungs
+    pub fb_up: f64,
+    pub fb_down: f64,
+    pub fb_p: f64,
 }
 
 impl Default for Tunables {
@@ -230,6 +237,10 @@ impl Default for Tunables {
             explore_reach: 2.0,
             carry_max: 2,
             profiles: 8,
+            feedback: 0,
+            fb_up: 4.0,
+            fb_down: 6.0,
+            fb_p: 1.0,
         }
     }
 }
@@ -253,6 +264,10 @@ impl Tunables {
         "explore_reach",
         "carry_max",
         "profiles",
+        "feedback",
+        "fb_up",
+        "fb_down",
+        "fb_p",
     ];
 
     /// Overrides from `name=value,name=value` (the daemon's `SQUEEZEFS_AUTO_TUNE`, for tuning
@@ -293,6 +308,10 @@ impl Tunables {
                 "explore_reach" => t.explore_reach = v,
                 "carry_max" => t.carry_max = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 "profiles" => t.profiles = whole()? as usize,
+                "feedback" => t.feedback = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
+                "fb_up" => t.fb_up = v,
+                "fb_down" => t.fb_down = v,
+                "fb_p" => t.fb_p = v,
                 _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
             }
         }
@@ -484,6 +503,8 @@ pub struct AutoController {
     rate_window: Option<(f64, u64, f64)>,
     /// the queue has reached its target once
     primed: bool,
+    /// the queue-feedback mode, when `feedback` is set: it decides every record
+    feedback: Option<Box<crate::feedback::Feedback>>,
 }
 
 /// The codec the controller starts at and probes with: the candidate nominally nearest zstd:1.
@@ -538,7 +559,11 @@ impl AutoController {
             cpu_bound: false,
             rate_window: None,
             primed: false,
+            feedback: None,
         };
+        if c.tun.feedback != 0 {
+            c.feedback = Some(Box::new(crate::feedback::Feedback::new(&c.cands, START, c.tun.clone())));
+        }
         c.rebuild();
         c
     }
@@ -807,6 +832,9 @@ impl AutoController {
 
     /// The level for the next record.
     pub fn decide(&mut self, inp: &AutoInputs) -> Decision {
+        if let Some(f) = &mut self.feedback {
+            return f.decide(inp);
+        }
         let now = inp.now_secs;
         let dt = self.last_now.map_or(0.0, |t| (now - t).clamp(0.0, 1.0));
         self.last_now = Some(now.max(self.last_now.unwrap_or(now)));
@@ -1013,6 +1041,10 @@ impl AutoController {
     /// Feed back a compressed record (every record `decide` gave a codec other than
     /// `Codec::NONE`, whether or not its output was kept).
     pub fn observe(&mut self, s: &Sample) {
+        if let Some(f) = &mut self.feedback {
+            f.observe(s);
+            return;
+        }
         let Some(i) = self.cands.iter().position(|c| *c == s.codec) else { return };
         if s.input_bytes == 0 {
             return;

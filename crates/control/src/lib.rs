@@ -10,6 +10,7 @@ mod auto;
 pub mod background;
 pub mod cpu;
 mod device_choice;
+pub mod feedback;
 pub mod ewma;
 pub mod ladder;
 pub mod measure;

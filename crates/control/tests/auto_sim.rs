@@ -11,8 +11,14 @@ use squeezefs_control::{AutoController, Tunables};
 const DEVICES: [f64; 6] = [25.0, 50.0, 100.0, 200.0, 400.0, 1100.0];
 const DATA: [Data; 3] = [Data::Medium, Data::Incompressible, Data::High];
 
+/// The default controller, with the daemon's `SQUEEZEFS_AUTO_TUNE` overrides if set (a
+/// design aid: the same cells for a variant).
 fn auto_default() -> AutoController {
-    AutoController::new(squeezefs_codec::AUTO_DEFAULT_MIN, squeezefs_codec::AUTO_DEFAULT_MAX, Tunables::default())
+    let mut tun = Tunables::default();
+    if let Ok(items) = std::env::var("SQUEEZEFS_AUTO_TUNE") {
+        tun.set(&items).expect("SQUEEZEFS_AUTO_TUNE");
+    }
+    AutoController::new(squeezefs_codec::AUTO_DEFAULT_MIN, squeezefs_codec::AUTO_DEFAULT_MAX, tun)
 }
 
 fn fixed(s: &Setup, c: Codec) -> Outcome {

@@ -1,0 +1,215 @@
+//! The queue-feedback mode of the auto controller (tunable `feedback=1`): the position on a
+//! fixed ladder moves with the device queue alone, so no decision compares figures of two
+//! rungs measured on different data.
+//!
+//! ```text
+//! WHY: the model (auto.rs) places the position where n/(o+c) = D/s on a ladder built from
+//!   each rung's own measurements. On data that changes kind every few tens of records (the
+//!   corpus: text, an office binary, a database, XML) the rungs are measured on different
+//!   kinds, the hull is rebuilt from incomparable points and the position jumps between
+//!   distant rungs. The device queue, in contrast, integrates the real mismatch between what
+//!   compression delivers and what the devices drain, on whatever data is being written.
+//!
+//! LADDER (`spine`): the candidates of `auto:MIN..MAX` on the lower convex hull of their
+//!   nominal figures (codec/nominal.rs), raw below them: one order, fixed for the mount, each
+//!   rung nominally faster and weaker than the next and none beaten by a mix of its
+//!   neighbours. Nominal figures are one consistent table, so the order holds on typical data
+//!   even where single measurements disagree.
+//!
+//! STATE: the position x ∈ [0, R] (0 raw, j the j-th rung, a fraction mixes rung ⌊x⌋ with the
+//!   next, spread over records by error diffusion); the queue delay averaged over
+//!   queue_tau_secs; whether the queue has reached its target once (`primed`); the saving of
+//!   the recent compressed records and the raw state it drives; the last probe.
+//!
+//! TRANSITIONS, per record, with q the averaged queue delay and q* its target — the larger of
+//!   queue_target_secs, the device time of batch_bytes (records wait for their txg: a queue
+//!   the pipeline holds by itself) and 4 compression times of the current rung (room for a
+//!   slow record):
+//!   q > q*              the devices are the bottleneck: x rises by fb_up·min(ln(q/q*), 2)
+//!                       rungs per second (stronger levels cost CPU that is idle anyway)
+//!   q ≤ q*, backlog,    the CPU is the bottleneck (records wait for compression while the
+//!     primed            devices run short): x falls by fb_down·(1 − q/q*) rungs per second,
+//!                       down to raw (never slower than `none`)
+//!   otherwise           hold: an unsaturated pipeline or one starting up says nothing
+//!   The record's rung is taken at x + fb_p·clamp(ln(q/q*), −1, 1) (the proportional part:
+//!   the queue is itself the integral of the rate mismatch, and x integrating it again would
+//!   oscillate without it).
+//!   RAW: when the records compressed over the last DRIFT_WINDOW_BYTES saved less than
+//!   min_gain, records are stored raw and one record every probe_bytes is compressed at x's
+//!   rung (at least the first); a probe that saves min_gain or more ends it.
+//!
+//! TUNABLES (auto.rs `Tunables`): fb_up 4 and fb_down 6 rungs/s (the ladder spans about 20
+//!   rungs: a second or two from end to end, quicker down because a starved device loses
+//!   throughput while a long queue costs only memory), fb_p 1 rung; queue_target_secs,
+//!   queue_tau_secs, batch_bytes, min_gain and probe_bytes as the model uses them.
+//! ```
+
+use crate::auto::{AutoInputs, Decision, Reason, Sample, Tunables};
+use crate::ewma::{ByteEwma, TimeEwma};
+use crate::ladder::{lower_hull, Mix, Point};
+use crate::measure::{queue_estimate, DRIFT_WINDOW_BYTES, LEVEL_WINDOW_BYTES};
+use squeezefs_codec::Codec;
+
+/// Longest time step one decision integrates, seconds (a pause between writes is not a
+/// second of queue error).
+const MAX_STEP_SECS: f64 = 0.25;
+
+/// The queue-feedback controller's state (see the module comment).
+#[derive(Clone, Debug)]
+pub struct Feedback {
+    tun: Tunables,
+    spine: Vec<Codec>,
+    /// CPU ns per byte of each rung, measured (nominal until then): the queue target's
+    /// room for one record
+    cost: Vec<ByteEwma>,
+    x: f64,
+    acc: f64,
+    queue_avg: TimeEwma,
+    last_now: Option<f64>,
+    saving: ByteEwma,
+    /// input bytes in `saving` since it restarted
+    saving_bytes: u64,
+    raw: bool,
+    bytes: u64,
+    last_probe: u64,
+}
+
+impl Feedback {
+    /// The controller for the candidates of an `auto:MIN..MAX` range, fastest first,
+    /// starting at the rung nominally nearest `start`.
+    pub fn new(cands: &[Codec], start: Codec, tun: Tunables) -> Feedback {
+        let mut pts = vec![Point { cost: 0.0, stored: 1.0 }];
+        pts.extend(cands.iter().map(|c| Point::nominal(*c)));
+        let spine: Vec<Codec> = lower_hull(&pts).into_iter().filter(|&k| k > 0).map(|k| cands[k - 1]).collect();
+        let start_cost = Point::nominal(start).cost.ln();
+        let x = spine
+            .iter()
+            .enumerate()
+            .min_by(|a, b| {
+                (Point::nominal(*a.1).cost.ln() - start_cost)
+                    .abs()
+                    .total_cmp(&(Point::nominal(*b.1).cost.ln() - start_cost).abs())
+            })
+            .map_or(0.0, |(i, _)| (i + 1) as f64);
+        let cost = spine
+            .iter()
+            .map(|c| {
+                let mut e = ByteEwma::new(LEVEL_WINDOW_BYTES);
+                e.set(Point::nominal(*c).cost);
+                e
+            })
+            .collect();
+        let queue_avg = TimeEwma::new(tun.queue_tau_secs.max(1e-3));
+        Feedback {
+            tun,
+            spine,
+            cost,
+            x,
+            acc: 0.0,
+            queue_avg,
+            last_now: None,
+            saving: ByteEwma::new(DRIFT_WINDOW_BYTES),
+            saving_bytes: 0,
+            raw: false,
+            bytes: 0,
+            last_probe: 0,
+        }
+    }
+
+    /// The ladder, fastest first (raw, below it, is not listed).
+    pub fn spine(&self) -> &[Codec] {
+        &self.spine
+    }
+
+    /// The position: 0 raw, j the j-th rung of the spine.
+    pub fn position(&self) -> f64 {
+        self.x
+    }
+
+    /// The codec of rung `r` (0: raw).
+    fn rung(&self, r: usize) -> Codec {
+        if r == 0 {
+            Codec::NONE
+        } else {
+            self.spine[(r - 1).min(self.spine.len() - 1)]
+        }
+    }
+
+    fn rung_cost(&self, r: usize) -> f64 {
+        if r == 0 {
+            0.0
+        } else {
+            self.cost[(r - 1).min(self.cost.len() - 1)].value().unwrap_or(0.0)
+        }
+    }
+
+    /// The level for the next record.
+    pub fn decide(&mut self, inp: &AutoInputs) -> Decision {
+        let now = inp.now_secs;
+        let dt = self.last_now.map_or(0.0, |t| (now - t).clamp(0.0, MAX_STEP_SECS));
+        self.last_now = Some(now.max(self.last_now.unwrap_or(now)));
+        self.bytes = self.bytes.saturating_add(inp.record_bytes);
+        let rec = inp.record_bytes.max(1);
+        let q = queue_estimate(inp.devices, rec, self.tun.guard_safety_records.saturating_mul(rec));
+        let top = self.spine.len() as f64;
+        if self.spine.is_empty() {
+            return Decision { codec: Codec::NONE, reason: Reason::Model, queue_delay_secs: q.delay_secs };
+        }
+        let (Some(qs), Some(dev)) = (q.queued_secs, q.device_bps) else {
+            let codec = self.rung(self.x.round() as usize);
+            return Decision { codec, reason: Reason::Hold, queue_delay_secs: q.delay_secs };
+        };
+        let avg = self.queue_avg.update(now, qs);
+        let cores = if inp.cores > 0.0 && inp.cores.is_finite() { inp.cores } else { 1.0 };
+        let wall = (inp.workers.max(1) as f64 / cores).max(1.0);
+        let here = self.x.floor() as usize;
+        let record_secs = self.rung_cost((here + 1).min(self.spine.len())) * rec as f64 * wall * 1e-9;
+        let want = self.tun.queue_target_secs.max(self.tun.batch_bytes as f64 / dev).max(4.0 * record_secs).max(1e-6);
+        let err = (avg.max(1e-9) / want).ln();
+        if avg > want {
+            self.x += self.tun.fb_up * err.min(2.0) * dt;
+        } else if inp.backlog {
+            self.x -= self.tun.fb_down * (1.0 - avg / want) * dt;
+        }
+        self.x = self.x.clamp(0.0, top);
+        let p = if avg > want || inp.backlog { self.tun.fb_p * err.clamp(-1.0, 1.0) } else { 0.0 };
+        let xe = (self.x + p).clamp(0.0, top);
+        if self.raw {
+            if self.bytes.saturating_sub(self.last_probe) >= self.tun.probe_bytes {
+                self.last_probe = self.bytes;
+                let r = (xe.round() as usize).max(1);
+                return Decision { codec: self.rung(r), reason: Reason::Probe, queue_delay_secs: q.delay_secs };
+            }
+            return Decision { codec: Codec::NONE, reason: Reason::Model, queue_delay_secs: q.delay_secs };
+        }
+        let k = xe.floor() as usize;
+        let mix = Mix { lo: self.rung(k), hi: self.rung(k + 1), frac: xe - k as f64 };
+        Decision { codec: mix.pick(&mut self.acc), reason: Reason::Model, queue_delay_secs: q.delay_secs }
+    }
+
+    /// Feed back a compressed record.
+    pub fn observe(&mut self, s: &Sample) {
+        if s.input_bytes == 0 {
+            return;
+        }
+        if let Some(i) = self.spine.iter().position(|c| *c == s.codec) {
+            self.cost[i].update(s.cpu_ns as f64 / s.input_bytes as f64, s.input_bytes);
+        }
+        let saved = 1.0 - s.stored_bytes.min(s.input_bytes) as f64 / s.input_bytes as f64;
+        if self.raw {
+            // a probe: one record decides, so that compressible data is taken up at once
+            if saved >= self.tun.min_gain / (1.0 + self.tun.min_gain) {
+                self.raw = false;
+                self.saving = ByteEwma::new(DRIFT_WINDOW_BYTES);
+                self.saving_bytes = 0;
+            }
+            return;
+        }
+        let avg = self.saving.update(saved, s.input_bytes).unwrap_or(1.0);
+        self.saving_bytes = self.saving_bytes.saturating_add(s.input_bytes);
+        if self.saving_bytes >= DRIFT_WINDOW_BYTES && avg < self.tun.min_gain / (1.0 + self.tun.min_gain) {
+            self.raw = true;
+            self.last_probe = self.bytes;
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! The queue-feedback mode of auto (feedback.rs), each rule on synthetic inputs: the ladder,
+//! up on a long queue, down on a starved device with records waiting, holding otherwise,
+//! neighbours mixed only, raw on data that does not compress and back on data that does.
+
+use squeezefs_codec::{Algorithm, Codec, Spec};
+use squeezefs_control::feedback::Feedback;
+use squeezefs_control::ladder::{candidates, Point};
+use squeezefs_control::{AutoController, AutoInputs, Decision, DeviceView, Reason, Sample, Tunables};
+
+const REC: u64 = 128 << 10;
+const MB: f64 = 1e6;
+
+fn zstd(l: i32) -> Codec {
+    Codec { alg: Algorithm::Zstd, level: l }
+}
+
+fn fb(spec: &str) -> Feedback {
+    let Spec::Auto { min, max } = spec.parse::<Spec>().unwrap() else { panic!("{spec}: not auto") };
+    Feedback::new(&candidates(min, max), zstd(1), Tunables::default())
+}
+
+/// One device of 100 MB/s whose queue holds `queue_secs` of writing.
+fn device(queue_secs: f64) -> [DeviceView; 1] {
+    [DeviceView { queued_bytes: (queue_secs * 100.0 * MB) as u64, throughput_bps: 100.0 * MB, free_bytes: u64::MAX }]
+}
+
+/// Decide `n` records 10 ms apart from `*now` on; the decisions.
+fn run(f: &mut Feedback, now: &mut f64, n: usize, queue_secs: f64, backlog: bool) -> Vec<Decision> {
+    let dev = device(queue_secs);
+    (0..n)
+        .map(|_| {
+            *now += 0.01;
+            f.decide(&AutoInputs {
+                now_secs: *now,
+                record_bytes: REC,
+                devices: &dev,
+                cores: 2.0,
+                workers: 2,
+                overhead_ns_per_byte: 1.0,
+                backlog,
+            })
+        })
+        .collect()
+}
+
+fn sample(c: Codec, ratio: f64) -> Sample {
+    Sample { codec: c, input_bytes: REC, stored_bytes: (REC as f64 / ratio) as u64, cpu_ns: 2 * REC }
+}
+
+#[test]
+fn the_ladder_is_nominally_faster_and_weaker_at_every_step() {
+    let f = fb("auto");
+    let s = f.spine();
+    assert!(s.len() >= 10, "{s:?}");
+    assert!(s.contains(&zstd(1)) && s.contains(&zstd(15)), "{s:?}");
+    for w in s.windows(2) {
+        let (a, b) = (Point::nominal(w[0]), Point::nominal(w[1]));
+        assert!(a.cost < b.cost && a.stored > b.stored, "{} then {}", w[0], w[1]);
+    }
+    let narrow = fb("auto:zstd:1..zstd:9");
+    assert_eq!(narrow.spine().first(), Some(&zstd(1)));
+    assert_eq!(narrow.spine().last(), Some(&zstd(9)));
+}
+
+#[test]
+fn a_long_queue_moves_up_the_ladder_and_a_starved_device_moves_down() {
+    let mut f = fb("auto");
+    let mut now = 0.0;
+    let start = f.position();
+    run(&mut f, &mut now, 100, 2.0, false);
+    let up = f.position();
+    assert!(up > start + 2.0, "one second of a long queue: {start} → {up}");
+    run(&mut f, &mut now, 300, 0.0, true);
+    assert_eq!(f.position(), 0.0, "three seconds of a starved device with records waiting end at raw");
+    let d = run(&mut f, &mut now, 10, 0.0, true);
+    assert!(d.iter().all(|d| d.codec == Codec::NONE), "{d:?}");
+}
+
+#[test]
+fn an_unsaturated_pipeline_holds_its_level() {
+    let mut f = fb("auto");
+    let mut now = 0.0;
+    run(&mut f, &mut now, 50, 2.0, false);
+    let p = f.position();
+    run(&mut f, &mut now, 200, 0.0, false);
+    assert_eq!(f.position(), p, "no records waiting: an empty queue says nothing");
+}
+
+#[test]
+fn only_neighbouring_rungs_are_mixed() {
+    let mut f = fb("auto");
+    let mut now = 0.0;
+    // a queue swinging around its target: the position moves, the records stay within the two
+    // rungs around it (plus one for the proportional part)
+    for i in 0..40 {
+        let q = if i % 2 == 0 { 0.3 } else { 0.02 };
+        let before = f.position();
+        let d = run(&mut f, &mut now, 5, q, true);
+        let after = f.position();
+        let (lo, hi) = (before.min(after).floor() as i64 - 1, before.max(after).ceil() as i64 + 1);
+        for d in d {
+            let r = if d.codec == Codec::NONE {
+                0
+            } else {
+                f.spine().iter().position(|c| *c == d.codec).unwrap() as i64 + 1
+            };
+            assert!((lo..=hi).contains(&r), "rung {r} outside {lo}..={hi}");
+        }
+    }
+}
+
+#[test]
+fn data_that_does_not_compress_is_stored_raw_and_probed() {
+    let mut f = fb("auto");
+    let mut now = 0.0;
+    for d in run(&mut f, &mut now, 16, 0.1, true) {
+        f.observe(&sample(d.codec, 1.01));
+    }
+    let d = run(&mut f, &mut now, 100, 0.1, true);
+    assert!(d.iter().all(|d| d.codec == Codec::NONE || d.reason == Reason::Probe), "{d:?}");
+    // 64 MiB between probes is 512 records
+    let d = run(&mut f, &mut now, 600, 0.1, true);
+    let probes: Vec<&Decision> = d.iter().filter(|d| d.reason == Reason::Probe).collect();
+    assert_eq!(probes.len(), 1, "one probe per probe_bytes");
+    assert_ne!(probes[0].codec, Codec::NONE);
+    f.observe(&sample(probes[0].codec, 2.0));
+    let d = run(&mut f, &mut now, 10, 0.1, true);
+    assert!(d.iter().all(|d| d.codec != Codec::NONE), "a probe that compresses ends raw: {d:?}");
+}
+
+#[test]
+fn the_feedback_tunable_hands_decisions_to_the_feedback_mode() {
+    let mut tun = Tunables::default();
+    tun.set("feedback=1").unwrap();
+    let mut a = AutoController::for_spec("auto:zstd:1..zstd:9".parse().unwrap(), tun).unwrap();
+    let dev = device(2.0);
+    let mut now = 0.0;
+    let mut last = Codec::NONE;
+    for _ in 0..300 {
+        now += 0.01;
+        last = a
+            .decide(&AutoInputs {
+                now_secs: now,
+                record_bytes: REC,
+                devices: &dev,
+                cores: 2.0,
+                workers: 2,
+                overhead_ns_per_byte: 1.0,
+                backlog: false,
+            })
+            .codec;
+    }
+    assert_eq!(last, zstd(9), "three seconds of a long queue reach the top of the range");
+}
