@@ -18,8 +18,8 @@
 //!
 //! STATE: the position x ∈ [0, R] (0 raw, j the j-th rung, a fraction mixes rung ⌊x⌋ with the
 //!   next, spread over records by error diffusion); the queue delay averaged over
-//!   queue_tau_secs; whether the queue has reached its target once (`primed`); the saving of
-//!   the recent compressed records and the raw state it drives; the last probe.
+//!   queue_tau_secs; the saving of the recent compressed records and the raw state it drives;
+//!   the last probe.
 //!
 //! TRANSITIONS, per record, with q the averaged queue delay and q* its target — the larger of
 //!   queue_target_secs, the device time of batch_bytes (records wait for their txg: a queue
@@ -27,8 +27,8 @@
 //!   slow record):
 //!   q > q*              the devices are the bottleneck: x rises by fb_up·min(ln(q/q*), 2)
 //!                       rungs per second (stronger levels cost CPU that is idle anyway)
-//!   q ≤ q*, backlog,    the CPU is the bottleneck (records wait for compression while the
-//!     primed            devices run short): x falls by fb_down·(1 − q/q*) rungs per second,
+//!   q ≤ q*, backlog     the CPU is the bottleneck (records wait for compression while the
+//!                       devices run short): x falls by fb_down·(1 − q/q*) rungs per second,
 //!                       down to raw (never slower than `none`)
 //!   otherwise           hold: an unsaturated pipeline or one starting up says nothing
 //!   The record's rung is taken at x + fb_p·clamp(ln(q/q*), −1, 1) (the proportional part:

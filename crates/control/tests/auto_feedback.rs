@@ -70,8 +70,9 @@ fn a_long_queue_moves_up_the_ladder_and_a_starved_device_moves_down() {
     run(&mut f, &mut now, 100, 2.0, false);
     let up = f.position();
     assert!(up > start + 2.0, "one second of a long queue: {start} → {up}");
-    run(&mut f, &mut now, 300, 0.0, true);
-    assert_eq!(f.position(), 0.0, "three seconds of a starved device with records waiting end at raw");
+    // the averaged queue takes a few queue_tau_secs to forget the long queue
+    run(&mut f, &mut now, 600, 0.0, true);
+    assert_eq!(f.position(), 0.0, "six seconds of a starved device with records waiting end at raw");
     let d = run(&mut f, &mut now, 10, 0.0, true);
     assert!(d.iter().all(|d| d.codec == Codec::NONE), "{d:?}");
 }
@@ -81,8 +82,11 @@ fn an_unsaturated_pipeline_holds_its_level() {
     let mut f = fb("auto");
     let mut now = 0.0;
     run(&mut f, &mut now, 50, 2.0, false);
+    // once the averaged queue has fallen below its target
+    run(&mut f, &mut now, 300, 0.0, false);
     let p = f.position();
-    run(&mut f, &mut now, 200, 0.0, false);
+    assert!(p > 1.0, "{p}");
+    run(&mut f, &mut now, 300, 0.0, false);
     assert_eq!(f.position(), p, "no records waiting: an empty queue says nothing");
 }
 
