@@ -237,7 +237,7 @@ impl Default for Tunables {
             explore_reach: 2.0,
             carry_max: 2,
             profiles: 8,
-            feedback: 0,
+            feedback: 1,
             fb_up: 4.0,
             fb_down: 6.0,
             fb_p: 1.0,
@@ -246,6 +246,12 @@ impl Default for Tunables {
 }
 
 impl Tunables {
+    /// The defaults with the model deciding instead of the queue feedback: the mode whose
+    /// ladder is built from each rung's own measurements, which QoS's `mix_for_rate` reads.
+    pub fn model() -> Tunables {
+        Tunables { feedback: 0, ..Tunables::default() }
+    }
+
     /// The names [`Tunables::set`] accepts.
     pub const NAMES: &'static [&'static str] = &[
         "queue_target_secs",

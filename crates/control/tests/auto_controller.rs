@@ -1,4 +1,4 @@
-//! The auto controller's requirements, each on synthetic inputs: the ladder, stepping up and
+//! The auto controller's model mode (`Tunables::model`, the ladder QoS reads), each requirement on synthetic inputs: the ladder, stepping up and
 //! down, mixing neighbours only, exploring and re-measuring, incompressible data, never slower
 //! than `none`, and the QoS entry point.
 
@@ -20,7 +20,7 @@ fn lz4(a: i32) -> Codec {
 }
 
 fn ctl(spec: &str) -> AutoController {
-    AutoController::for_spec(spec.parse::<Spec>().unwrap(), Tunables::default()).unwrap()
+    AutoController::for_spec(spec.parse::<Spec>().unwrap(), Tunables::model()).unwrap()
 }
 
 /// The true (ns per byte, ratio) of a codec on `data`, from the simulation's table.
@@ -351,7 +351,7 @@ fn data_seen_before_gets_its_remembered_figures_back() {
 
 #[test]
 fn rungs_carried_over_too_many_changes_are_measured_again() {
-    let tun = Tunables { profiles: 0, ..Tunables::default() };
+    let tun = Tunables { profiles: 0, ..Tunables::model() };
     let carry_max = tun.carry_max;
     let mut a = AutoController::for_spec("auto:lz4fast-64..zstd:9".parse().unwrap(), tun).unwrap();
     measure_all(&mut a, Data::Medium);
@@ -550,7 +550,7 @@ fn a_start_up_queue_does_not_wind_up_the_correction() {
 #[test]
 fn explorations_stay_within_reach_of_the_position() {
     // new data whose figures cannot be carried over: every other rung goes stale
-    let tun = Tunables { carry_max: 0, profiles: 0, ..Tunables::default() };
+    let tun = Tunables { carry_max: 0, profiles: 0, ..Tunables::model() };
     let mut a = AutoController::for_spec("auto:lz4fast-64..zstd:19".parse().unwrap(), tun).unwrap();
     measure_all(&mut a, Data::Medium);
     let mut env = Env::new(0.5);
@@ -598,7 +598,7 @@ fn explorations_stay_within_reach_of_the_position() {
 #[test]
 fn a_queue_the_pipeline_holds_by_itself_is_no_sign_of_a_slow_device() {
     let gain_after = |batch_bytes: u64| {
-        let tun = Tunables { batch_bytes, ..Tunables::default() };
+        let tun = Tunables { batch_bytes, ..Tunables::model() };
         let mut a = AutoController::for_spec("auto:lz4fast-64..zstd:9".parse().unwrap(), tun).unwrap();
         measure_all(&mut a, Data::Medium);
         let mut env = Env::new(0.5);

@@ -377,7 +377,7 @@ impl QosLevels {
     fn tree(&mut self, tree: TreeId) -> &mut TreeLevel {
         let (min, max) = (self.tun.min, self.tun.max);
         self.trees.entry(tree).or_insert_with(|| {
-            let ctl = AutoController::new(min, max, Tunables::default());
+            let ctl = AutoController::new(min, max, Tunables::model());
             let start = if ctl.candidates().contains(&START) { START } else { ctl.candidates()[0] };
             TreeLevel { ctl, mix: Mix { lo: start, hi: start, frac: 0.0 }, acc: 0.0, was_active: false }
         })
