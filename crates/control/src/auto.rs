@@ -1,6 +1,11 @@
 //! The auto controller (docs/design.md §9): for each record, the level that keeps the devices busy
 //! with the strongest compression the CPU allows.
 //!
+//! Two modes. By default (tunable `feedback` 1) the queue-feedback mode of feedback.rs decides
+//! every record: a fixed nominal ladder walked by the device queue alone. The model below
+//! (`feedback` 0, `Tunables::model`) decides otherwise, and is what QoS plans with
+//! (`mix_for_rate` reads its measured ladder, which only this mode keeps).
+//!
 //! ```text
 //! MODEL (thesis §3.1, eq. 3.7, with the CPU the rest of the pipeline needs):
 //!   write throughput W = min( n / (o + c),  D / s )                     [input bytes/s]
@@ -158,6 +163,8 @@
 //!                               every relevant rung explored, a target swinging up the ladder
 //!                               had zstd:7–15 explored on a contended core, a third of the
 //!                               records and as much codec CPU as zstd:1 spent on everything
+//!   feedback 1                  the queue-feedback mode decides (feedback.rs); 0: this model
+//!   fb_up 4, fb_down 6, fb_p 1  feedback mode's rates and proportional part (feedback.rs)
 //!   batch_bytes 0               the pipeline sets its txg's early-sync bytes (16 MiB): at
 //!                               20 MB/s that alone is 0.8 s of queue, and a 0.05 s target
 //!                               read it as a device 16 times too slow

@@ -1,6 +1,6 @@
-//! The queue-feedback mode of the auto controller (tunable `feedback=1`): the position on a
-//! fixed ladder moves with the device queue alone, so no decision compares figures of two
-//! rungs measured on different data.
+//! The queue-feedback mode of the auto controller (the default; tunable `feedback=0` selects
+//! the model of auto.rs): the position on a fixed ladder moves with the device queue alone, so
+//! no decision compares figures of two rungs measured on different data.
 //!
 //! ```text
 //! WHY: the model (auto.rs) places the position where n/(o+c) = D/s on a ladder built from
