@@ -34,6 +34,12 @@
 //!   The record's rung is taken at x + fb_p·clamp(ln(q/q*), −1, 1) (the proportional part:
 //!   the queue is itself the integral of the rate mismatch, and x integrating it again would
 //!   oscillate without it).
+//!   CPU-BOUND PIN: with x inside the segment of rungs lo and hi, q ≤ q* and the stronger rung
+//!   alone the faster (n/(o + c_hi) ≥ min(n/(o + c_lo), D·ratio_lo), from the two rungs' own
+//!   measurements, both in use on the current data), every record goes to hi and x does not
+//!   fall: the crossing of the two would write a little faster than hi but store more, and
+//!   the best single level is hi (the target: its speed with its ratio). The devices wait by
+//!   design; a queue above q* moves x up as always.
 //!   RAW: when the records compressed over the last DRIFT_WINDOW_BYTES saved less than
 //!   min_gain, records are stored raw and one record every probe_bytes is compressed at x's
 //!   rung (at least the first); a probe that saves min_gain or more ends it.
@@ -62,6 +68,8 @@ pub struct Feedback {
     /// CPU ns per byte of each rung, measured (nominal until then): the queue target's
     /// room for one record
     cost: Vec<ByteEwma>,
+    /// stored bytes per input byte of each rung, measured (nominal until then)
+    stored: Vec<ByteEwma>,
     x: f64,
     acc: f64,
     queue_avg: TimeEwma,
@@ -99,11 +107,20 @@ impl Feedback {
                 e
             })
             .collect();
+        let stored = spine
+            .iter()
+            .map(|c| {
+                let mut e = ByteEwma::new(LEVEL_WINDOW_BYTES);
+                e.set(Point::nominal(*c).stored);
+                e
+            })
+            .collect();
         let queue_avg = TimeEwma::new(tun.queue_tau_secs.max(1e-3));
         Feedback {
             tun,
             spine,
             cost,
+            stored,
             x,
             acc: 0.0,
             queue_avg,
@@ -143,6 +160,23 @@ impl Feedback {
         }
     }
 
+    fn rung_stored(&self, r: usize) -> f64 {
+        if r == 0 {
+            1.0
+        } else {
+            self.stored[(r - 1).min(self.stored.len() - 1)].value().unwrap_or(1.0)
+        }
+    }
+
+    /// Whether rung `k + 1` alone writes at least as fast as rung `k` alone, the first bound
+    /// by the CPU (n/(o + c)), the second by the CPU or the devices (D·ratio): then `k + 1` is
+    /// the better single level of the two (the CPU-BOUND PIN).
+    fn stronger_is_faster(&self, k: usize, n: f64, o: f64, dev_bps: f64) -> bool {
+        let cpu = |r: usize| n * 1e9 / (o + self.rung_cost(r)).max(1e-3);
+        let lo = cpu(k).min(dev_bps / self.rung_stored(k).max(1e-6));
+        cpu(k + 1) >= lo
+    }
+
     /// The level for the next record.
     pub fn decide(&mut self, inp: &AutoInputs) -> Decision {
         let now = inp.now_secs;
@@ -166,9 +200,15 @@ impl Feedback {
         let record_secs = self.rung_cost((here + 1).min(self.spine.len())) * rec as f64 * wall * 1e-9;
         let want = self.tun.queue_target_secs.max(self.tun.batch_bytes as f64 / dev).max(4.0 * record_secs).max(1e-6);
         let err = (avg.max(1e-9) / want).ln();
+        let n = (inp.workers.max(1) as f64).min(cores);
+        let seg = self.x.floor() as usize;
+        let pinned = avg <= want
+            && self.x > seg as f64
+            && seg < self.spine.len()
+            && self.stronger_is_faster(seg, n, inp.overhead_ns_per_byte.max(0.0), dev);
         if avg > want {
             self.x += self.tun.fb_up * err.min(2.0) * dt;
-        } else if inp.backlog {
+        } else if inp.backlog && !pinned {
             self.x -= self.tun.fb_down * (1.0 - avg / want) * dt;
         }
         self.x = self.x.clamp(0.0, top);
@@ -182,6 +222,9 @@ impl Feedback {
             }
             return Decision { codec: Codec::NONE, reason: Reason::Model, queue_delay_secs: q.delay_secs };
         }
+        if pinned {
+            return Decision { codec: self.rung(seg + 1), reason: Reason::Model, queue_delay_secs: q.delay_secs };
+        }
         let k = xe.floor() as usize;
         let mix = Mix { lo: self.rung(k), hi: self.rung(k + 1), frac: xe - k as f64 };
         Decision { codec: mix.pick(&mut self.acc), reason: Reason::Model, queue_delay_secs: q.delay_secs }
@@ -194,6 +237,8 @@ impl Feedback {
         }
         if let Some(i) = self.spine.iter().position(|c| *c == s.codec) {
             self.cost[i].update(s.cpu_ns as f64 / s.input_bytes as f64, s.input_bytes);
+            let stored = s.stored_bytes.min(s.input_bytes) as f64 / s.input_bytes as f64;
+            self.stored[i].update(stored, s.input_bytes);
         }
         let saved = 1.0 - s.stored_bytes.min(s.input_bytes) as f64 / s.input_bytes as f64;
         if self.raw {

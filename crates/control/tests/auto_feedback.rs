@@ -1,6 +1,7 @@
 //! The queue-feedback mode of auto (feedback.rs), each rule on synthetic inputs: the ladder,
 //! up on a long queue, down on a starved device with records waiting, holding otherwise,
-//! neighbours mixed only, raw on data that does not compress and back on data that does.
+//! neighbours mixed only, raw on data that does not compress and back on data that does, the
+//! stronger rung kept where the CPU bounds it and it alone is faster.
 
 use squeezefs_codec::{Algorithm, Codec, Spec};
 use squeezefs_control::feedback::Feedback;
@@ -26,7 +27,15 @@ fn device(queue_secs: f64) -> [DeviceView; 1] {
 
 /// Decide `n` records 10 ms apart from `*now` on; the decisions.
 fn run(f: &mut Feedback, now: &mut f64, n: usize, queue_secs: f64, backlog: bool) -> Vec<Decision> {
-    let dev = device(queue_secs);
+    run_on(f, now, n, device(queue_secs), backlog)
+}
+
+/// A device draining 10 GB/s with nothing queued: no rung is held by it.
+fn starved() -> [DeviceView; 1] {
+    [DeviceView { queued_bytes: 0, throughput_bps: 10_000.0 * MB, free_bytes: u64::MAX }]
+}
+
+fn run_on(f: &mut Feedback, now: &mut f64, n: usize, dev: [DeviceView; 1], backlog: bool) -> Vec<Decision> {
     (0..n)
         .map(|_| {
             *now += 0.01;
@@ -71,9 +80,9 @@ fn a_long_queue_moves_up_the_ladder_and_a_starved_device_moves_down() {
     let up = f.position();
     assert!(up > start + 2.0, "one second of a long queue: {start} → {up}");
     // the averaged queue takes a few queue_tau_secs to forget the long queue
-    run(&mut f, &mut now, 600, 0.0, true);
+    run_on(&mut f, &mut now, 600, starved(), true);
     assert_eq!(f.position(), 0.0, "six seconds of a starved device with records waiting end at raw");
-    let d = run(&mut f, &mut now, 10, 0.0, true);
+    let d = run_on(&mut f, &mut now, 10, starved(), true);
     assert!(d.iter().all(|d| d.codec == Codec::NONE), "{d:?}");
 }
 
@@ -155,4 +164,53 @@ fn the_feedback_tunable_hands_decisions_to_the_feedback_mode() {
             .codec;
     }
     assert_eq!(last, zstd(9), "three seconds of a long queue reach the top of the range");
+}
+
+/// A Feedback whose position sits inside a segment (rungs `seg` and `seg + 1`, both
+/// compressing) after a long queue and a settled quiet spell; the segment.
+fn inside_a_segment(now: &mut f64) -> (Feedback, usize) {
+    let mut f = fb("auto");
+    run(&mut f, now, 40, 2.0, false);
+    run(&mut f, now, 100, 0.0, false);
+    let x = f.position();
+    let seg = x.floor() as usize;
+    assert!(seg >= 1 && x > seg as f64 && seg < f.spine().len(), "position {x}");
+    (f, seg)
+}
+
+/// Measured figures for rung `r` (1-based on the spine): `cost` ns per byte, `stored` per byte.
+fn measure(f: &mut Feedback, r: usize, cost: f64, stored: f64) {
+    let c = f.spine()[r - 1];
+    // 50 MiB: the nominal seed of the 8 MiB averages is forgotten
+    for _ in 0..400 {
+        f.observe(&Sample {
+            codec: c,
+            input_bytes: REC,
+            stored_bytes: (REC as f64 * stored) as u64,
+            cpu_ns: (REC as f64 * cost) as u64,
+        });
+    }
+}
+
+#[test]
+fn a_cpu_bound_mix_keeps_the_stronger_rung_when_it_alone_is_faster() {
+    // 2 cores, 1 ns/B of overhead, a 100 MB/s device. The weaker rung alone is held by the
+    // device (100 MB/s ÷ 0.5 = 200 MB/s); the stronger alone by the CPU: 2/(1 + 5) ns = 333 MB/s.
+    let mut now = 0.0;
+    let (mut f, seg) = inside_a_segment(&mut now);
+    measure(&mut f, seg, 2.0, 0.5);
+    measure(&mut f, seg + 1, 5.0, 0.45);
+    let x = f.position();
+    let d = run(&mut f, &mut now, 200, 0.0, true);
+    assert!(d.iter().all(|d| d.codec == f.spine()[seg]), "{d:?}");
+    assert_eq!(f.position(), x, "the position does not fall while the stronger rung is the faster");
+
+    // the stronger rung at 15 ns/B alone writes 125 MB/s: the crossing is faster, and x
+    // falls out of the segment towards it
+    let (mut f, seg) = inside_a_segment(&mut now);
+    measure(&mut f, seg, 2.0, 0.5);
+    measure(&mut f, seg + 1, 15.0, 0.45);
+    let x = f.position();
+    run(&mut f, &mut now, 200, 0.0, true);
+    assert!(f.position() <= seg as f64, "{x} → {}", f.position());
 }
