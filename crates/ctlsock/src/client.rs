@@ -53,16 +53,23 @@ impl Client {
     pub fn call(self, op: Op, on_progress: &mut dyn FnMut(&Reply) -> bool) -> Result<Reply, ClientError> {
         let Client { socket, mut stream } = self;
         let io = |what, source| ClientError::Io { socket: socket.clone(), what, source };
-        stream
-            .write_all(&proto::line(&Request { v: proto::PROTOCOL_VERSION, op }))
-            .map_err(|e| io("sending the request", e))?;
+        // A daemon refusing the peer answers without reading the request and closes, which
+        // can beat the request's write (EPIPE): its answer is queued on our side all the same,
+        // so a failed send still reads, and reports the send only if nothing came back.
+        let sent = stream.write_all(&proto::line(&Request { v: proto::PROTOCOL_VERSION, op }));
         let mut r = BufReader::new(stream);
         let mut line = String::new();
         loop {
             line.clear();
-            let n = r.read_line(&mut line).map_err(|e| io("reading the answer", e))?;
-            if n == 0 {
-                return Err(ClientError::Closed);
+            let got = r.read_line(&mut line);
+            if !matches!(got, Ok(n) if n > 0) {
+                if let Err(e) = sent {
+                    return Err(io("sending the request", e));
+                }
+                return match got {
+                    Ok(_) => Err(ClientError::Closed),
+                    Err(e) => Err(io("reading the answer", e)),
+                };
             }
             if line.len() > proto::MAX_LINE {
                 return Err(ClientError::Protocol(format!("a line of {} bytes", line.len())));

@@ -209,3 +209,21 @@ fn stop_returns_when_the_pool_directory_is_gone() {
     });
     rx.recv_timeout(std::time::Duration::from_secs(10)).expect("Server::stop returned");
 }
+
+#[test]
+fn a_refusal_that_beats_the_request_reaches_the_client() {
+    // a daemon refusing a peer answers without reading the request and closes; when that
+    // happens before the client has written, the write fails (EPIPE) while the answer waits
+    // in the client's socket: the client must report the answer, not the failed write
+    let dir = tempfile::tempdir().unwrap();
+    let listener = UnixListener::bind(dir.path().join(proto::SOCKET_NAME)).unwrap();
+    let refuse = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let reply = Reply::Error { kind: ErrorKind::PermissionDenied, message: "uid 65534 may not".into() };
+        s.write_all(&proto::line(&proto::ReplyLine { v: proto::PROTOCOL_VERSION, reply })).unwrap();
+    });
+    let client = Client::connect(dir.path()).unwrap();
+    refuse.join().unwrap();
+    let (kind, message) = daemon_error(client.call(Op::Hello, &mut |_| true));
+    assert_eq!(kind, ErrorKind::PermissionDenied, "{message}");
+}
