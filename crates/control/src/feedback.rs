@@ -204,6 +204,9 @@ impl Feedback {
             return Decision { codec: Codec::NONE, reason: Reason::Model, queue_delay_secs: q.delay_secs };
         }
         let (Some(qs), Some(dev)) = (q.queued_secs, q.device_bps) else {
+            if self.raw {
+                return self.raw_decision(self.x.round() as usize, q.delay_secs);
+            }
             let codec = self.rung(self.x.round() as usize);
             return Decision { codec, reason: Reason::Hold, queue_delay_secs: q.delay_secs };
         };
@@ -229,12 +232,7 @@ impl Feedback {
         let p = if avg > want || inp.backlog { self.tun.fb_p * err.clamp(-1.0, 1.0) } else { 0.0 };
         let xe = (self.x + p).clamp(0.0, top);
         if self.raw {
-            if self.bytes.saturating_sub(self.last_probe) >= self.tun.probe_bytes {
-                self.last_probe = self.bytes;
-                let r = (xe.round() as usize).max(1);
-                return Decision { codec: self.rung(r), reason: Reason::Probe, queue_delay_secs: q.delay_secs };
-            }
-            return Decision { codec: Codec::NONE, reason: Reason::Model, queue_delay_secs: q.delay_secs };
+            return self.raw_decision(xe.round() as usize, q.delay_secs);
         }
         if pinned {
             return Decision { codec: self.rung(seg + 1), reason: Reason::Model, queue_delay_secs: q.delay_secs };
@@ -242,6 +240,16 @@ impl Feedback {
         let k = xe.floor() as usize;
         let mix = Mix { lo: self.rung(k), hi: self.rung(k + 1), frac: xe - k as f64 };
         Decision { codec: mix.pick(&mut self.acc), reason: Reason::Model, queue_delay_secs: q.delay_secs }
+    }
+
+    /// A record in raw mode: raw, or every probe_bytes a probe at rung `r` (at least the
+    /// first compressing rung).
+    fn raw_decision(&mut self, r: usize, queue_delay_secs: Option<f64>) -> Decision {
+        if self.bytes.saturating_sub(self.last_probe) >= self.tun.probe_bytes {
+            self.last_probe = self.bytes;
+            return Decision { codec: self.rung(r.max(1)), reason: Reason::Probe, queue_delay_secs };
+        }
+        Decision { codec: Codec::NONE, reason: Reason::Model, queue_delay_secs }
     }
 
     /// Feed back a compressed record.

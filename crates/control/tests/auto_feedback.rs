@@ -227,3 +227,18 @@ fn an_unmeasured_weaker_rung_does_not_pin_the_stronger() {
     run(&mut f, &mut now, 200, 0.0, true);
     assert!(f.position() < start - 1.0, "{start} → {}", f.position());
 }
+
+#[test]
+fn data_that_does_not_compress_goes_raw_before_any_device_rate_is_known() {
+    // no device has a rate yet (the first 32 MiB of a mount): the position holds, but raw
+    // mode does not wait for a rate
+    let mut f = fb("auto");
+    let mut now = 0.0;
+    let unmeasured = [DeviceView { queued_bytes: 0, throughput_bps: 0.0, free_bytes: u64::MAX }];
+    for d in run_on(&mut f, &mut now, 16, unmeasured, true) {
+        assert_eq!(d.reason, Reason::Hold);
+        f.observe(&sample(d.codec, 1.0));
+    }
+    let d = run_on(&mut f, &mut now, 100, unmeasured, true);
+    assert!(d.iter().all(|d| d.codec == Codec::NONE), "{d:?}");
+}
