@@ -34,13 +34,6 @@
 //!   The record's rung is taken at x + fb_p·clamp(ln(q/q*), −1, 1) (the proportional part:
 //!   the queue is itself the integral of the rate mismatch, and x integrating it again would
 //!   oscillate without it).
-//!   CPU-BOUND PIN: with x inside the segment of rungs lo and hi, q ≤ q* and the stronger rung
-//!   alone the faster (n/(o + c_hi) ≥ min(n/(o + c_lo), D·ratio_lo), from the two rungs' own
-//!   measurements, both taken within the last PIN_FRESH_BYTES: never from nominal figures,
-//!   which are off by a factor of 2 on data unlike the table's), every record goes to hi and
-//!   x does not fall: the crossing of the two would write a little faster than hi but store more, and
-//!   the best single level is hi (the target: its speed with its ratio). The devices wait by
-//!   design; a queue above q* moves x up as always.
 //!   RAW: when the records compressed over the last DRIFT_WINDOW_BYTES saved less than
 //!   min_gain, records are stored raw and one record every probe_bytes is compressed at x's
 //!   rung (at least the first); a probe that saves min_gain or more ends it.
@@ -60,10 +53,6 @@ use squeezefs_codec::Codec;
 /// Longest time step one decision integrates, seconds (a pause between writes is not a
 /// second of queue error).
 const MAX_STEP_SECS: f64 = 0.25;
-/// A rung's measurement counts for the CPU-BOUND PIN while fewer bytes than this were written
-/// since its last record (then the pin lets go, the mix uses the rung again and re-measures
-/// it: data changes are noticed within a few hundred records).
-const PIN_FRESH_BYTES: u64 = 32 << 20;
 
 /// The queue-feedback controller's state (see the module comment).
 #[derive(Clone, Debug)]
@@ -73,12 +62,6 @@ pub struct Feedback {
     /// CPU ns per byte of each rung, measured (nominal until then): the queue target's
     /// room for one record
     cost: Vec<ByteEwma>,
-    /// stored bytes per input byte and CPU ns per byte of each rung, measured only (the
-    /// CPU-BOUND PIN compares measurements, never nominal figures)
-    stored: Vec<ByteEwma>,
-    pin_cost: Vec<ByteEwma>,
-    /// `bytes` when each rung was last observed
-    seen: Vec<Option<u64>>,
     x: f64,
     acc: f64,
     queue_avg: TimeEwma,
@@ -116,17 +99,11 @@ impl Feedback {
                 e
             })
             .collect();
-        let stored = spine.iter().map(|_| ByteEwma::new(LEVEL_WINDOW_BYTES)).collect();
-        let pin_cost = spine.iter().map(|_| ByteEwma::new(LEVEL_WINDOW_BYTES)).collect();
-        let seen = vec![None; spine.len()];
         let queue_avg = TimeEwma::new(tun.queue_tau_secs.max(1e-3));
         Feedback {
             tun,
             spine,
             cost,
-            stored,
-            pin_cost,
-            seen,
             x,
             acc: 0.0,
             queue_avg,
@@ -166,31 +143,6 @@ impl Feedback {
         }
     }
 
-    /// Rung `r`'s measured (CPU ns per byte, stored per byte), if it was observed within the
-    /// last PIN_FRESH_BYTES (raw: exactly (0, 1)).
-    fn measured(&self, r: usize) -> Option<(f64, f64)> {
-        if r == 0 {
-            return Some((0.0, 1.0));
-        }
-        let i = r - 1;
-        let seen = self.seen.get(i).copied().flatten()?;
-        if self.bytes.saturating_sub(seen) > PIN_FRESH_BYTES {
-            return None;
-        }
-        Some((self.pin_cost[i].value()?, self.stored[i].value()?))
-    }
-
-    /// Whether rung `k + 1` alone writes at least as fast as rung `k` alone, the first bound
-    /// by the CPU (n/(o + c)), the second by the CPU or the devices (D·ratio), both from fresh
-    /// measurements: then `k + 1` is the better single level of the two (the CPU-BOUND PIN).
-    fn stronger_is_faster(&self, k: usize, n: f64, o: f64, dev_bps: f64) -> bool {
-        let (Some((c_lo, s_lo)), Some((c_hi, _))) = (self.measured(k), self.measured(k + 1)) else {
-            return false;
-        };
-        let cpu = |c: f64| n * 1e9 / (o + c).max(1e-3);
-        cpu(c_hi) >= cpu(c_lo).min(dev_bps / s_lo.max(1e-6))
-    }
-
     /// The level for the next record.
     pub fn decide(&mut self, inp: &AutoInputs) -> Decision {
         let now = inp.now_secs;
@@ -217,15 +169,9 @@ impl Feedback {
         let record_secs = self.rung_cost((here + 1).min(self.spine.len())) * rec as f64 * wall * 1e-9;
         let want = self.tun.queue_target_secs.max(self.tun.batch_bytes as f64 / dev).max(4.0 * record_secs).max(1e-6);
         let err = (avg.max(1e-9) / want).ln();
-        let n = (inp.workers.max(1) as f64).min(cores);
-        let seg = self.x.floor() as usize;
-        let pinned = avg <= want
-            && self.x > seg as f64
-            && seg < self.spine.len()
-            && self.stronger_is_faster(seg, n, inp.overhead_ns_per_byte.max(0.0), dev);
         if avg > want {
             self.x += self.tun.fb_up * err.min(2.0) * dt;
-        } else if inp.backlog && !pinned {
+        } else if inp.backlog {
             self.x -= self.tun.fb_down * (1.0 - avg / want) * dt;
         }
         self.x = self.x.clamp(0.0, top);
@@ -233,9 +179,6 @@ impl Feedback {
         let xe = (self.x + p).clamp(0.0, top);
         if self.raw {
             return self.raw_decision(xe.round() as usize, q.delay_secs);
-        }
-        if pinned {
-            return Decision { codec: self.rung(seg + 1), reason: Reason::Model, queue_delay_secs: q.delay_secs };
         }
         let k = xe.floor() as usize;
         let mix = Mix { lo: self.rung(k), hi: self.rung(k + 1), frac: xe - k as f64 };
@@ -259,10 +202,6 @@ impl Feedback {
         }
         if let Some(i) = self.spine.iter().position(|c| *c == s.codec) {
             self.cost[i].update(s.cpu_ns as f64 / s.input_bytes as f64, s.input_bytes);
-            let stored = s.stored_bytes.min(s.input_bytes) as f64 / s.input_bytes as f64;
-            self.stored[i].update(stored, s.input_bytes);
-            self.pin_cost[i].update(s.cpu_ns as f64 / s.input_bytes as f64, s.input_bytes);
-            self.seen[i] = Some(self.bytes);
         }
         let saved = 1.0 - s.stored_bytes.min(s.input_bytes) as f64 / s.input_bytes as f64;
         if self.raw {

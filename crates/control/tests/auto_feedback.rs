@@ -1,7 +1,6 @@
 //! The queue-feedback mode of auto (feedback.rs), each rule on synthetic inputs: the ladder,
 //! up on a long queue, down on a starved device with records waiting, holding otherwise,
-//! neighbours mixed only, raw on data that does not compress and back on data that does, the
-//! stronger rung kept where the CPU bounds it and it alone is faster.
+//! neighbours mixed only, raw on data that does not compress and back on data that does.
 
 use squeezefs_codec::{Algorithm, Codec, Spec};
 use squeezefs_control::feedback::Feedback;
@@ -164,68 +163,6 @@ fn the_feedback_tunable_hands_decisions_to_the_feedback_mode() {
             .codec;
     }
     assert_eq!(last, zstd(9), "three seconds of a long queue reach the top of the range");
-}
-
-/// A Feedback whose position sits inside a segment (rungs `seg` and `seg + 1`, both
-/// compressing) after a long queue and a settled quiet spell; the segment.
-fn inside_a_segment(now: &mut f64) -> (Feedback, usize) {
-    let mut f = fb("auto");
-    run(&mut f, now, 40, 2.0, false);
-    run(&mut f, now, 100, 0.0, false);
-    let x = f.position();
-    let seg = x.floor() as usize;
-    assert!(seg >= 1 && x > seg as f64 && seg < f.spine().len(), "position {x}");
-    (f, seg)
-}
-
-/// Measured figures for rung `r` (1-based on the spine): `cost` ns per byte, `stored` per byte.
-fn measure(f: &mut Feedback, r: usize, cost: f64, stored: f64) {
-    let c = f.spine()[r - 1];
-    // 50 MiB: the nominal seed of the 8 MiB averages is forgotten
-    for _ in 0..400 {
-        f.observe(&Sample {
-            codec: c,
-            input_bytes: REC,
-            stored_bytes: (REC as f64 * stored) as u64,
-            cpu_ns: (REC as f64 * cost) as u64,
-        });
-    }
-}
-
-#[test]
-fn a_cpu_bound_mix_keeps_the_stronger_rung_when_it_alone_is_faster() {
-    // 2 cores, 1 ns/B of overhead, a 100 MB/s device. The weaker rung alone is held by the
-    // device (100 MB/s ÷ 0.5 = 200 MB/s); the stronger alone by the CPU: 2/(1 + 5) ns = 333 MB/s.
-    let mut now = 0.0;
-    let (mut f, seg) = inside_a_segment(&mut now);
-    measure(&mut f, seg, 2.0, 0.5);
-    measure(&mut f, seg + 1, 5.0, 0.45);
-    let x = f.position();
-    let d = run(&mut f, &mut now, 200, 0.0, true);
-    assert!(d.iter().all(|d| d.codec == f.spine()[seg]), "{d:?}");
-    assert_eq!(f.position(), x, "the position does not fall while the stronger rung is the faster");
-
-    // the stronger rung at 15 ns/B alone writes 125 MB/s: the crossing is faster, and x
-    // falls out of the segment towards it
-    let (mut f, seg) = inside_a_segment(&mut now);
-    measure(&mut f, seg, 2.0, 0.5);
-    measure(&mut f, seg + 1, 15.0, 0.45);
-    let x = f.position();
-    run(&mut f, &mut now, 200, 0.0, true);
-    assert!(f.position() <= seg as f64, "{x} → {}", f.position());
-}
-
-#[test]
-fn an_unmeasured_weaker_rung_does_not_pin_the_stronger() {
-    // data compressing 7× at the start rung, the rung below it never measured: its nominal
-    // figures (about 2×) would make a 100 MB/s device look like its limit and pin the start
-    let mut f = fb("auto");
-    let mut now = 0.0;
-    let start = f.position();
-    assert!(start >= 2.0, "{start}");
-    measure(&mut f, start as usize, 2.0, 0.15);
-    run(&mut f, &mut now, 200, 0.0, true);
-    assert!(f.position() < start - 1.0, "{start} → {}", f.position());
 }
 
 #[test]
