@@ -38,7 +38,7 @@
 //! atomics outside the lock, for the throughput benchmark and, later, the auto controller
 //! (docs/design.md §9: measured CPU time, not wall time).
 //!
-//! Tunables (`WorkspaceConfig`): max_bytes, idle_timeout, block_size.
+//! Tunables (`WorkspaceConfig`): max_bytes, idle_timeout, block_size, search_size.
 
 use crate::algorithm::{Algorithm, Codec, DEFLATE_MAX_LEVEL, ZSTD_MAX_LEVEL};
 use crate::backend::{self, Ctx, Family};
@@ -58,6 +58,34 @@ pub struct WorkspaceConfig {
     pub idle_timeout: std::time::Duration,
     /// largest source `compress` accepts; zstd workspaces are sized for it (default 128 KiB)
     pub block_size: usize,
+    /// the source length whose search each zstd level spends (`None`: the block size).
+    /// Contexts that compress bundles of several records' tails set the record size: the
+    /// level then searches as on one record, over a window of the whole bundle
+    /// (backend/zstd.rs `shaped_cparams`).
+    pub search_size: Option<usize>,
+}
+
+impl WorkspaceConfig {
+    /// What this pool's contexts are built for.
+    pub(crate) fn shape(&self) -> Shape {
+        let block = self.block_size.max(1);
+        Shape { block, search: self.search_size.unwrap_or(block).clamp(1, block) }
+    }
+}
+
+/// What a compression context is built for: sources of up to `block` bytes, searched as
+/// sources of `search` bytes (`search ≤ block`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Shape {
+    pub block: usize,
+    pub search: usize,
+}
+
+impl Shape {
+    /// A context for records of up to `block` bytes.
+    pub(crate) fn record(block: usize) -> Shape {
+        Shape { block, search: block }
+    }
 }
 
 impl Default for WorkspaceConfig {
@@ -68,6 +96,7 @@ impl Default for WorkspaceConfig {
             // txg sync (every 5 s), so a shorter timeout still keeps them warm.
             idle_timeout: Duration::from_secs(60),
             block_size: 128 << 10,
+            search_size: None,
         }
     }
 }
@@ -113,7 +142,7 @@ fn zstd_row(level: i32) -> usize {
     level.clamp(0, ZSTD_MAX_LEVEL) as usize
 }
 
-/// Memory per level, computed once per block size.
+/// Memory per level, computed once per context shape.
 #[derive(Debug)]
 struct SizeTable {
     /// monotonic: zstd[i] = max over rows ≤ i of the estimate
@@ -128,12 +157,12 @@ struct SizeTable {
 }
 
 impl SizeTable {
-    fn new(block_size: usize) -> SizeTable {
+    fn new(shape: Shape) -> SizeTable {
         let mut zstd = [0; ZSTD_MAX_LEVEL as usize + 1];
         let mut running = 0;
         for (row, slot) in zstd.iter_mut().enumerate() {
             let level = if row == 0 { -1 } else { row as i32 };
-            running = running.max(backend::zstd::cctx_bytes(level, block_size));
+            running = running.max(backend::zstd::cctx_bytes(level, shape));
             *slot = running;
         }
         let deflate = *deflate_sizes();
@@ -205,7 +234,7 @@ pub fn workspace_bytes(codec: Codec, block_size: usize) -> usize {
         .get_or_init(Default::default)
         .lock()
         .entry(block_size)
-        .or_insert_with(|| Box::leak(Box::new(SizeTable::new(block_size))));
+        .or_insert_with(|| Box::leak(Box::new(SizeTable::new(Shape::record(block_size)))));
     table.bytes(family, codec.level)
 }
 
@@ -309,7 +338,7 @@ enum Plan {
 impl Workspaces {
     pub fn new(cfg: WorkspaceConfig) -> Workspaces {
         let cfg = WorkspaceConfig { block_size: cfg.block_size.max(1), ..cfg };
-        let sizes = SizeTable::new(cfg.block_size);
+        let sizes = SizeTable::new(cfg.shape());
         let reserve_bytes: usize = Family::all().map(|f| sizes.max_bytes(f)).sum();
         let max_bytes = cfg.max_bytes.max(reserve_bytes);
         let reserves = Family::all().map(|f| (f, Reserve::Free(None))).collect();
@@ -490,7 +519,7 @@ impl Workspaces {
         drop(freed);
         match plan {
             Plan::Reuse(ws) => Ok(Lease { pool: self, ws: Some(ws), from_reserve: false }),
-            Plan::Create => match Ctx::create(family, level, need, self.cfg.block_size) {
+            Plan::Create => match Ctx::create(family, level, need, self.cfg.shape()) {
                 Ok(ctx) => {
                     self.note_created(need);
                     let ws = Workspace {
@@ -519,7 +548,7 @@ impl Workspaces {
                             self.state.lock().live -= old.bytes;
                             drop(old);
                         }
-                        match Ctx::create(family, level, need, self.cfg.block_size) {
+                        match Ctx::create(family, level, need, self.cfg.shape()) {
                             Ok(ctx) => {
                                 self.note_created(need);
                                 Workspace {
@@ -582,7 +611,7 @@ mod size_tests {
 
     #[test]
     fn zstd_workspaces_are_monotonic_and_within_the_btrfs_figures() {
-        let t = SizeTable::new(128 << 10);
+        let t = SizeTable::new(Shape::record(128 << 10));
         for w in t.zstd.windows(2) {
             assert!(w[0] <= w[1]);
         }
@@ -594,11 +623,11 @@ mod size_tests {
     #[test]
     fn a_workspace_serves_its_level_and_every_level_below_on_any_source_size() {
         let block = 128 << 10;
-        let t = SizeTable::new(block);
+        let t = SizeTable::new(Shape::record(block));
         let text: Vec<u8> = (0..block).map(|i| b"abcabdabeabfqq  xyz\n"[(i * 7 + i / 13) % 20]).collect();
         let mut dst = vec![0u8; zstd_safe::compress_bound(block)];
         for top in 1..=ZSTD_MAX_LEVEL {
-            let mut c = backend::zstd::Compressor::new(t.zstd[top as usize], block).unwrap();
+            let mut c = backend::zstd::Compressor::new(t.zstd[top as usize], Shape::record(block)).unwrap();
             for level in [top, top - 1, 1, -1, -7].into_iter().filter(|&l| l != 0) {
                 for len in [block, 10_000, 100] {
                     c.compress(level, &text[..len], &mut dst).unwrap_or_else(|e| panic!("{top}/{level}/{len}: {e}"));

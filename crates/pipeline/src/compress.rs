@@ -69,6 +69,15 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
+/// What one compression job holds: a record of a file, or a bundle of short records
+/// (bundle.rs), which is searched as one record of the pool's record size
+/// ([`Codecs::compress_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    Record,
+    Bundle,
+}
+
 /// The compress stage's state: the pool's compression policy (a file's own, when it has
 /// one, travels with its dirty data), the level decisions, the codecs, the queue of work.
 pub struct Compression<H> {
@@ -86,7 +95,15 @@ impl<H> Compression<H> {
     /// Compress one record of file `ino` whose `streak` records in a row compressed: the
     /// one place a record's codec is decided and its compression measured (block comment).
     /// `backlog`: more records wait for compression behind this one.
-    pub fn compress(&self, ino: Ino, data: &[u8], policy: Policy, streak: &AtomicU32, backlog: bool) -> Compressed {
+    pub fn compress(
+        &self,
+        ino: Ino,
+        data: &[u8],
+        policy: Policy,
+        streak: &AtomicU32,
+        backlog: bool,
+        unit: Unit,
+    ) -> Compressed {
         if is_zeros(data) {
             return Compressed::Zeros;
         }
@@ -96,7 +113,7 @@ impl<H> Compression<H> {
         let (c, time) = if choice.codec == Codec::NONE {
             (raw_of(data), CallTime::default())
         } else {
-            let (c, time) = self.codecs.compress_with(data, choice.codec);
+            let (c, time) = self.codecs.compress_with(data, choice.codec, unit);
             // the file's streak follows what its records do when compressed; a record stored
             // raw by decision (auto's, the heuristic's) says nothing about that
             match &c {
@@ -146,6 +163,11 @@ pub struct Codecs {
     /// one pool of contexts per block size ([`CONTEXT_BLOCKS`]), each created on first use;
     /// the first also serves every decode (decoding contexts do not depend on block sizes)
     ws: [OnceLock<Workspaces>; CONTEXT_BLOCKS.len()],
+    /// the pools of bundles longer than the record size, per block size: their contexts
+    /// search as on one record of `recordsize` bytes (codec `WorkspaceConfig::search_size`)
+    bundle_ws: [OnceLock<Workspaces>; CONTEXT_BLOCKS.len()],
+    /// the pool's record size
+    recordsize: usize,
     outs: Arc<OutPool>,
     /// worker threads (sizes the contexts' memory bound)
     threads: usize,
@@ -153,9 +175,17 @@ pub struct Codecs {
 }
 
 impl Codecs {
-    /// `out_bytes`: idle compressed-output buffers kept for reuse (outbuf.rs).
-    pub fn new(threads: usize, sector: u64, out_bytes: usize) -> Codecs {
-        Codecs { ws: Default::default(), outs: OutPool::new(out_bytes), threads, sector: sector as usize }
+    /// `out_bytes`: idle compressed-output buffers kept for reuse (outbuf.rs); `recordsize`:
+    /// the pool's.
+    pub fn new(threads: usize, sector: u64, out_bytes: usize, recordsize: u64) -> Codecs {
+        Codecs {
+            ws: Default::default(),
+            bundle_ws: Default::default(),
+            recordsize: recordsize as usize,
+            outs: OutPool::new(out_bytes),
+            threads,
+            sector: sector as usize,
+        }
     }
 
     /// The pool of [`CONTEXT_BLOCKS`]`[class]`, created on first use (a pool that stores raw
@@ -165,13 +195,25 @@ impl Codecs {
     /// compressed in one context sized for the bundle size, never more than one per
     /// worker at a time).
     fn pool(&self, class: usize) -> &Workspaces {
-        self.ws[class].get_or_init(|| {
-            let workers = self.threads.max(1);
-            Workspaces::new(WorkspaceConfig {
-                max_bytes: (64usize << 20).max(workers * (8 << 20)),
-                idle_timeout: std::time::Duration::from_secs(60),
-                block_size: CONTEXT_BLOCKS[class],
-            })
+        self.ws[class].get_or_init(|| self.new_pool(class, None))
+    }
+
+    /// The pool for bundles of [`CONTEXT_BLOCKS`]`[class]`: the record pool of that size
+    /// when a record can be that long, else one whose contexts search as on one record.
+    fn bundle_pool(&self, class: usize) -> &Workspaces {
+        if CONTEXT_BLOCKS[class] <= self.recordsize {
+            return self.pool(class);
+        }
+        self.bundle_ws[class].get_or_init(|| self.new_pool(class, Some(self.recordsize)))
+    }
+
+    fn new_pool(&self, class: usize, search_size: Option<usize>) -> Workspaces {
+        let workers = self.threads.max(1);
+        Workspaces::new(WorkspaceConfig {
+            max_bytes: (64usize << 20).max(workers * (8 << 20)),
+            idle_timeout: std::time::Duration::from_secs(60),
+            block_size: CONTEXT_BLOCKS[class],
+            search_size,
         })
     }
 
@@ -183,7 +225,7 @@ impl Codecs {
     /// Figures of the compression contexts (every pool's summed), without creating them.
     pub fn stats(&self) -> squeezefs_codec::PoolStats {
         let mut total = squeezefs_codec::PoolStats::default();
-        for s in self.ws.iter().filter_map(OnceLock::get).map(Workspaces::stats) {
+        for s in self.ws.iter().chain(&self.bundle_ws).filter_map(OnceLock::get).map(Workspaces::stats) {
             total.max_bytes += s.max_bytes;
             total.reserve_bytes += s.reserve_bytes;
             total.used_bytes += s.used_bytes;
@@ -204,9 +246,17 @@ impl Codecs {
 
     /// Compress `data` with `codec` (policy.rs `compress_with`), with the contexts of its
     /// size class (a record's, or a bundle's: at most the pool's bundle size): the result
-    /// and the codec's CPU and wall time.
-    pub fn compress_with(&self, data: &[u8], codec: Codec) -> (Compressed, CallTime) {
-        compress_with(data, codec, self.sector, || self.pool(context_class(data.len())), &self.outs)
+    /// and the codec's CPU and wall time. A bundle is searched as one record of the pool's
+    /// record size over a window of the whole bundle (codec `shaped_cparams`): a level
+    /// costs per byte what it costs on the records the user chose it for, and the bundle
+    /// adds the matches and entropy tables its members share.
+    pub fn compress_with(&self, data: &[u8], codec: Codec, unit: Unit) -> (Compressed, CallTime) {
+        let class = context_class(data.len());
+        let pool = || match unit {
+            Unit::Record => self.pool(class),
+            Unit::Bundle => self.bundle_pool(class),
+        };
+        compress_with(data, codec, self.sector, pool, &self.outs)
     }
 }
 
@@ -250,6 +300,7 @@ pub struct Slot {
     pub policy: Policy,
     /// the file the record belongs to
     pub ino: Ino,
+    pub unit: Unit,
     acct: Arc<Accounting>,
 }
 
@@ -298,12 +349,28 @@ fn charge_of(c: &Compressed) -> u64 {
 }
 
 impl Slot {
-    /// A QUEUED slot compressing `buf`.
+    /// A QUEUED slot compressing the record `buf`.
     pub fn new(
         buf: Arc<Vec<u8>>,
         policy: Policy,
         ino: Ino,
         streak: Arc<AtomicU32>,
+        acct: &Arc<Accounting>,
+    ) -> Arc<Slot> {
+        Slot::queued(buf, policy, ino, streak, Unit::Record, acct)
+    }
+
+    /// A QUEUED slot compressing the bundle `buf` (its first member's file: `ino`).
+    pub fn bundle(buf: Arc<Vec<u8>>, policy: Policy, ino: Ino, acct: &Arc<Accounting>) -> Arc<Slot> {
+        Slot::queued(buf, policy, ino, Arc::default(), Unit::Bundle, acct)
+    }
+
+    fn queued(
+        buf: Arc<Vec<u8>>,
+        policy: Policy,
+        ino: Ino,
+        streak: Arc<AtomicU32>,
+        unit: Unit,
         acct: &Arc<Accounting>,
     ) -> Arc<Slot> {
         Arc::new(Slot {
@@ -319,6 +386,7 @@ impl Slot {
             ),
             policy,
             ino,
+            unit,
             acct: acct.clone(),
         })
     }
@@ -334,6 +402,7 @@ impl Slot {
             ),
             policy,
             ino,
+            unit: Unit::Record,
             acct: acct.clone(),
         })
     }
@@ -377,7 +446,7 @@ impl Slot {
     /// Run the job if it is still queued (called by a worker): `compress` compresses the
     /// record's bytes (of file `ino`) with the slot's policy, or returns `None` when it
     /// panicked.
-    pub fn run(&self, compress: impl FnOnce(Ino, &[u8], Policy, &AtomicU32) -> Option<Compressed>) -> Ran {
+    pub fn run(&self, compress: impl FnOnce(Ino, &[u8], Policy, &AtomicU32, Unit) -> Option<Compressed>) -> Ran {
         let job = {
             let mut g = self.st.lock();
             match std::mem::replace(&mut g.state, State::Running) {
@@ -389,7 +458,7 @@ impl Slot {
             }
         };
         let len = job.buf.len() as u64;
-        let c = compress(self.ino, &job.buf, self.policy, &job.streak);
+        let c = compress(self.ino, &job.buf, self.policy, &job.streak, self.unit);
         let packed = matches!(c, Some(Compressed::Packed { .. }));
         // let go of the buffer before publishing: a writer or the buffer pool may then
         // own it alone again (no copy on write)

@@ -41,7 +41,7 @@
 //! write.rs (a write that fills a record).
 
 use crate::accounting::{Counter, Event};
-use crate::compress::{Slot, EARLY_SYNC_BYTES};
+use crate::compress::{Slot, Unit, EARLY_SYNC_BYTES};
 use crate::dirty::{PackedRec, Rec, RecordHome};
 use crate::error::PanicSite;
 use crate::fault::Site;
@@ -99,11 +99,11 @@ fn submit(inner: &Arc<Inner>, jobs: usize) {
 /// Run entries, urgent first, until the queue is empty (see the block comment).
 fn run_queue(inner: &Inner) {
     while let Some((slot, home)) = inner.compress.queue.pop(inner.qos.now()) {
-        let ran = slot.run(|ino, buf, policy, streak| {
+        let ran = slot.run(|ino, buf, policy, streak, unit| {
             let c = inner.catch(PanicSite::CompressJob, || {
                 inner.faults.hit(Site::CompressJob);
                 let backlog = !inner.compress.queue.is_empty();
-                inner.compress.compress(ino, buf, policy, streak, backlog)
+                inner.compress.compress(ino, buf, policy, streak, backlog, unit)
             });
             c.ok()
         });
@@ -176,7 +176,7 @@ pub enum CallerResult {
 /// Caller-runs: compress one whole record on the calling thread, from the caller's bytes.
 pub fn compress_in_caller(inner: &Inner, ino: Ino, data: &[u8], policy: Policy, streak: &AtomicU32) -> CallerResult {
     // the writer runs records itself because the queue is long: saturated by definition
-    let c = inner.compress.compress(ino, data, policy, streak, true);
+    let c = inner.compress.compress(ino, data, policy, streak, true, Unit::Record);
     let ready = inner.acct.charge(Counter::Ready, 0);
     if ready.add(data.len() as u64) >= EARLY_SYNC_BYTES {
         inner.txg.kick();

@@ -58,7 +58,7 @@
 //! Tunables: `MAX_SWAP_TRIES` (16), `MAX_LOOKS` (4).
 
 use crate::accounting::Counter;
-use crate::compress::{Slot, EARLY_SYNC_BYTES};
+use crate::compress::{Slot, Unit, EARLY_SYNC_BYTES};
 use crate::dirty::{DataRec, LayerView, PackedRec, Rec};
 use crate::error::{EngineError, Result};
 use crate::inner::Inner;
@@ -233,7 +233,7 @@ fn encode(inner: &Inner, ino: Ino, idx: u64, l: &Looked, to: &RewriteTo) -> Resu
     let was_raw = l.e.alg == Algorithm::None.id();
     let policy = Policy { spec: to.spec, force: to.force || !was_raw, tree: NO_TREE };
     let streak = AtomicU32::new(0);
-    let c = inner.compress.compress(ino, &data, policy, &streak, false);
+    let c = inner.compress.compress(ino, &data, policy, &streak, false, Unit::Record);
     if was_raw && matches!(c, Compressed::Raw { .. }) {
         return Ok(None);
     }

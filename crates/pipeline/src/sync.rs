@@ -414,7 +414,7 @@ fn compress_records(
         ));
     }
     for (b, plan) in bundles.iter().enumerate() {
-        let slot = Slot::new(plan.buf.clone(), plan.policy, plan.ino, Arc::new(AtomicU32::new(0)), &inner.acct);
+        let slot = Slot::bundle(plan.buf.clone(), plan.policy, plan.ino, &inner.acct);
         new_slots.push(slot.forward_to(tx.clone(), frozen.len() + b, 0));
     }
     early::queue_urgent_many(inner, new_slots);

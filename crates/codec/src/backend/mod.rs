@@ -9,6 +9,7 @@ pub(crate) mod zstd;
 
 use crate::algorithm::{Algorithm, Codec};
 use crate::error::CodecError;
+use crate::workspace::Shape;
 
 /// What kind of context a workspace holds; a workspace serves only requests of its family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -75,9 +76,9 @@ pub(crate) enum Ctx {
 impl Ctx {
     /// Create a context of `family` able to serve `level` (zstd: any level whose parameters
     /// need at most `bytes`). The only allocation of a context's life.
-    pub(crate) fn create(family: Family, level: i32, bytes: usize, block: usize) -> Result<Ctx, CodecError> {
+    pub(crate) fn create(family: Family, level: i32, bytes: usize, shape: Shape) -> Result<Ctx, CodecError> {
         Ok(match family {
-            Family::ZstdC => Ctx::ZstdC(zstd::Compressor::new(bytes, block)?),
+            Family::ZstdC => Ctx::ZstdC(zstd::Compressor::new(bytes, shape)?),
             Family::Lz4C => Ctx::Lz4C(lz4::FastState::new()),
             Family::Lz4HcC => Ctx::Lz4HcC(lz4::HcState::new()),
             Family::DeflateC => Ctx::DeflateC(deflate::Compressor::new(level)?),

@@ -10,6 +10,7 @@
 
 use crate::algorithm::Algorithm;
 use crate::error::CodecError;
+use crate::workspace::Shape;
 use std::ptr::NonNull;
 use zstd_safe::zstd_sys as sys;
 
@@ -81,6 +82,27 @@ pub(crate) fn cparams(level: i32, block: usize) -> sys::ZSTD_compressionParamete
     p
 }
 
+/// Parameters of `level` for a context of `shape`: [`cparams`] of the search size, with
+/// the window of the block (a window of at most the block, as libzstd's table gives it).
+/// For a record context (search = block) this is `cparams(level, block)`. For a bundle's
+/// (search = the record size, block = the bundle size) the level searches each position
+/// as it would in one record — the match finder's tables, tree or chain depth, search
+/// log and strategy are the record's — while matches may reach back over the whole
+/// bundle. A level's CPU per byte is then what the user chose it for with the record
+/// size, whatever the bundle size; with the bundle's own parameters a level spends more
+/// per byte the longer the unit (zstd -15 on 2 MiB pieces of a source tree: +28% CPU
+/// for −1.6% bytes against the record's search over the same 2 MiB window,
+/// docs/benchmarks.md, `mkfs --rootdir`).
+pub(crate) fn shaped_cparams(level: i32, shape: Shape) -> sys::ZSTD_compressionParameters {
+    let mut p = cparams(level, shape.search);
+    if shape.block > shape.search {
+        // SAFETY: pure function of its arguments.
+        let wide = unsafe { sys::ZSTD_getCParams(level, shape.block as u64, 0) };
+        p.windowLog = p.windowLog.max(wide.windowLog);
+    }
+    p
+}
+
 /// Whether `level` on sources of up to `block` bytes runs the post-block splitter (see
 /// [`cparams`]): the `lazy2` levels. libzstd's own choice stands for the others.
 pub(crate) fn post_block_splitter(level: i32, block: usize) -> bool {
@@ -89,45 +111,61 @@ pub(crate) fn post_block_splitter(level: i32, block: usize) -> bool {
     p.strategy == sys::ZSTD_strategy::ZSTD_lazy2
 }
 
-/// The explicit parameters `level` needs on top of the level itself (empty when libzstd's
-/// table is used unchanged).
-fn overrides(level: i32, block: usize) -> Vec<(sys::ZSTD_cParameter, i32)> {
-    // SAFETY: pure function of its arguments.
-    let base = unsafe { sys::ZSTD_getCParams(level, block as u64, 0) };
-    let capped = cparams(level, block);
+/// The explicit parameters `level` needs on top of the level itself for a context of
+/// `shape` (empty when libzstd's table is used unchanged). A bundle context sets every
+/// table parameter: libzstd derives the level's defaults from the source length, which is
+/// the bundle's, not the record's.
+fn overrides(level: i32, shape: Shape) -> Vec<(sys::ZSTD_cParameter, i32)> {
+    use sys::ZSTD_cParameter::*;
+    let p = shaped_cparams(level, shape);
     let mut v = Vec::new();
-    if capped.chainLog != base.chainLog {
-        v.push((sys::ZSTD_cParameter::ZSTD_c_chainLog, capped.chainLog as i32));
+    if shape.block > shape.search {
+        v.extend([
+            (ZSTD_c_windowLog, p.windowLog as i32),
+            (ZSTD_c_chainLog, p.chainLog as i32),
+            (ZSTD_c_hashLog, p.hashLog as i32),
+            (ZSTD_c_searchLog, p.searchLog as i32),
+            (ZSTD_c_minMatch, p.minMatch as i32),
+            (ZSTD_c_targetLength, p.targetLength as i32),
+            (ZSTD_c_strategy, p.strategy as i32),
+        ]);
+    } else {
+        // SAFETY: pure function of its arguments.
+        let base = unsafe { sys::ZSTD_getCParams(level, shape.block as u64, 0) };
+        if p.chainLog != base.chainLog {
+            v.push((ZSTD_c_chainLog, p.chainLog as i32));
+        }
+        if p.hashLog != base.hashLog {
+            v.push((ZSTD_c_hashLog, p.hashLog as i32));
+        }
     }
-    if capped.hashLog != base.hashLog {
-        v.push((sys::ZSTD_cParameter::ZSTD_c_hashLog, capped.hashLog as i32));
-    }
-    if post_block_splitter(level, block) {
+    if post_block_splitter(level, shape.search) {
         v.push((SPLIT_AFTER_SEQUENCES, 1));
     }
     v
 }
 
-/// Bytes a static CCtx needs to compress sources of up to `block` bytes at `level`: the
-/// estimate for [`cparams`] with the row-based match finder on.
+/// Bytes a static CCtx needs to compress sources of up to `shape.block` bytes at `level`:
+/// the estimate for [`shaped_cparams`] with the row-based match finder on.
 /// `ZSTD_estimateCCtxSize_usingCParams` budgets for the larger of the row and chain match
 /// finders (for greedy/lazy levels) because libzstd picks one at run time; we pin the row
 /// finder (which libzstd picks anyway on x86-64 for windows above 16 KiB, so frames equal
 /// the zstd CLI's) and budget exactly for it.
-pub(crate) fn cctx_bytes(level: i32, block: usize) -> usize {
+pub(crate) fn cctx_bytes(level: i32, shape: Shape) -> usize {
+    let cp = shaped_cparams(level, shape);
     // SAFETY: the params object is created, used and freed here; all calls are checked.
     unsafe {
         let params = sys::ZSTD_createCCtxParams();
         if params.is_null() {
-            return sys::ZSTD_estimateCCtxSize_usingCParams(sys::ZSTD_getCParams(level, block as u64, 0));
+            return sys::ZSTD_estimateCCtxSize_usingCParams(cp);
         }
-        let mut p = sys::ZSTD_getParams(level, block as u64, 0);
-        p.cParams = cparams(level, block);
+        let mut p = sys::ZSTD_getParams(level, shape.block as u64, 0);
+        p.cParams = cp;
         let mut r = sys::ZSTD_CCtxParams_init_advanced(params, p);
         if !is_error(r) {
             r = sys::ZSTD_CCtxParams_setParameter(params, USE_ROW_MATCH_FINDER, 1);
         }
-        if !is_error(r) && post_block_splitter(level, block) {
+        if !is_error(r) && post_block_splitter(level, shape.search) {
             r = sys::ZSTD_CCtxParams_setParameter(params, SPLIT_AFTER_SEQUENCES, 1);
         }
         let bytes = if is_error(r) {
@@ -150,8 +188,8 @@ pub(crate) struct Compressor {
     /// Backing store of the static CCtx; 8-aligned as libzstd requires. Never reallocated.
     _mem: Box<[u64]>,
     cctx: NonNull<sys::ZSTD_CCtx>,
-    /// block size the parameter caps are computed for
-    block: usize,
+    /// what the parameters are computed for
+    shape: Shape,
     level: i32,
 }
 
@@ -160,12 +198,12 @@ pub(crate) struct Compressor {
 unsafe impl Send for Compressor {}
 
 impl Compressor {
-    pub(crate) fn new(bytes: usize, block: usize) -> Result<Compressor, CodecError> {
+    pub(crate) fn new(bytes: usize, shape: Shape) -> Result<Compressor, CodecError> {
         let mut mem = vec![0u64; bytes.div_ceil(8)].into_boxed_slice();
         // SAFETY: buffer is 8-aligned, `bytes` long, and outlives the CCtx (same struct).
         let cctx = unsafe { sys::ZSTD_initStaticCCtx(mem.as_mut_ptr().cast(), mem.len() * 8) };
         let cctx = NonNull::new(cctx).ok_or(CodecError::OutOfMemory { alg: Algorithm::Zstd })?;
-        Ok(Compressor { _mem: mem, cctx, block, level: i32::MIN })
+        Ok(Compressor { _mem: mem, cctx, shape, level: i32::MIN })
     }
 
     fn set(&mut self, param: sys::ZSTD_cParameter, value: i32) -> Result<(), CodecError> {
@@ -190,7 +228,7 @@ impl Compressor {
         self.set(sys::ZSTD_cParameter::ZSTD_c_compressionLevel, level)?;
         // pin the match finder `cctx_bytes` budgeted for
         self.set(USE_ROW_MATCH_FINDER, 1)?;
-        for (param, value) in overrides(level, self.block) {
+        for (param, value) in overrides(level, self.shape) {
             self.set(param, value)?;
         }
         self.level = level;
@@ -266,7 +304,7 @@ mod tests {
     }
 
     fn ours(level: i32, src: &[u8]) -> Vec<u8> {
-        let mut c = Compressor::new(cctx_bytes(level, RECORD), RECORD).unwrap();
+        let mut c = Compressor::new(cctx_bytes(level, Shape::record(RECORD)), Shape::record(RECORD)).unwrap();
         let mut dst = vec![0u8; zstd_safe::compress_bound(src.len())];
         let n = c.compress(level, src, &mut dst).unwrap_or_else(|e| panic!("level {level}: {e}"));
         dst.truncate(n);
@@ -298,6 +336,83 @@ mod tests {
             let n = zstd_safe::compress(&mut stock[..], &src, level).unwrap();
             let mine = ours(level, &src).len();
             assert!(mine < n, "level {level}: {mine} bytes against libzstd's {n}");
+        }
+    }
+
+    /// Bundle contexts: (bundle size, record size) as pools make them by default.
+    const BUNDLES: [Shape; 3] = [
+        Shape { block: 256 << 10, search: 128 << 10 },
+        Shape { block: 2 << 20, search: 1 << 20 },
+        Shape { block: 512 << 10, search: 128 << 10 },
+    ];
+
+    #[test]
+    fn a_bundle_context_searches_as_its_record_over_the_bundles_window() {
+        for shape in BUNDLES {
+            for level in (1..=22).chain([-1, -5]) {
+                let record = cparams(level, shape.search);
+                let bundle = shaped_cparams(level, shape);
+                // SAFETY: pure function of its arguments.
+                let wide = unsafe { sys::ZSTD_getCParams(level, shape.block as u64, 0) };
+                let at = format!("level {level}, {shape:?}");
+                assert_eq!(bundle.windowLog, record.windowLog.max(wide.windowLog), "{at}");
+                assert!(bundle.windowLog > record.windowLog || record.windowLog >= wide.windowLog, "{at}");
+                let search = |p: &sys::ZSTD_compressionParameters| {
+                    (p.chainLog, p.hashLog, p.searchLog, p.minMatch, p.targetLength, p.strategy as i32)
+                };
+                assert_eq!(search(&bundle), search(&record), "{at}");
+            }
+        }
+        // the shape of a record context is the record's parameters, unchanged
+        for level in 1..=22 {
+            let a = shaped_cparams(level, Shape::record(RECORD));
+            let b = cparams(level, RECORD);
+            assert_eq!((a.windowLog, a.chainLog, a.hashLog), (b.windowLog, b.chainLog, b.hashLog), "level {level}");
+        }
+    }
+
+    /// A static bundle context must hold its parameters at every level (window of the
+    /// bundle, tables of the record), and its frames must decode.
+    #[test]
+    fn every_level_compresses_a_full_bundle_in_its_static_workspace() {
+        for shape in BUNDLES {
+            let mut src = Vec::with_capacity(shape.block);
+            while src.len() < shape.block {
+                let mut r = mixed_record();
+                r.truncate(shape.block - src.len());
+                src.extend_from_slice(&r);
+            }
+            for level in (1..=19).chain([-1, -5]) {
+                let mut c = Compressor::new(cctx_bytes(level, shape), shape).unwrap();
+                let mut dst = vec![0u8; zstd_safe::compress_bound(src.len())];
+                let n = c.compress(level, &src, &mut dst).unwrap_or_else(|e| panic!("level {level}, {shape:?}: {e}"));
+                let mut back = vec![0u8; src.len()];
+                let got = Decompressor::new().unwrap().decompress(&dst[..n], &mut back).unwrap();
+                assert!(got == src.len() && back == src, "level {level}, {shape:?}: round trip");
+            }
+        }
+    }
+
+    /// Matches reach past the record: a bundle whose second half repeats its first (noise,
+    /// so only the repeat compresses) at a distance of twice the record size.
+    #[test]
+    fn a_bundle_finds_matches_farther_back_than_one_record() {
+        let shape = Shape { block: 512 << 10, search: 128 << 10 };
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let half: Vec<u8> = (0..shape.block / 2)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let src = [half.clone(), half].concat();
+        for level in [1, 3] {
+            let mut c = Compressor::new(cctx_bytes(level, shape), shape).unwrap();
+            let mut dst = vec![0u8; zstd_safe::compress_bound(src.len())];
+            let n = c.compress(level, &src, &mut dst).unwrap();
+            assert!(n < src.len() * 6 / 10, "level {level}: {n} bytes of {}", src.len());
         }
     }
 }
