@@ -222,6 +222,9 @@ pub struct Tunables {
     pub fb_up: f64,
     pub fb_down: f64,
     pub fb_p: f64,
+    /// feedback mode, before any device has a rate: stored bytes queued for every device
+    /// above which the position rises all the same (the devices are behind)
+    pub fb_start_bytes: u64,
 }
 
 impl Default for Tunables {
@@ -248,6 +251,7 @@ impl Default for Tunables {
             fb_up: 4.0,
             fb_down: 6.0,
             fb_p: 1.0,
+            fb_start_bytes: 32 << 20,
         }
     }
 }
@@ -281,6 +285,7 @@ impl Tunables {
         "fb_up",
         "fb_down",
         "fb_p",
+        "fb_start_bytes",
     ];
 
     /// Overrides from `name=value,name=value` (the daemon's `SQUEEZEFS_AUTO_TUNE`, for tuning
@@ -325,6 +330,7 @@ impl Tunables {
                 "fb_up" => t.fb_up = v,
                 "fb_down" => t.fb_down = v,
                 "fb_p" => t.fb_p = v,
+                "fb_start_bytes" => t.fb_start_bytes = whole()?,
                 _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
             }
         }

@@ -30,7 +30,14 @@
 //!   q ≤ q*, backlog     the CPU is the bottleneck (records wait for compression while the
 //!                       devices run short): x falls by fb_down·(1 − q/q*) rungs per second,
 //!                       down to raw (never slower than `none`)
-//!   otherwise           hold: an unsaturated pipeline or one starting up says nothing
+//!   otherwise           hold: an unsaturated pipeline says nothing
+//!   START-UP: until some device has a rate (the pipeline confirms one after the burst a
+//!   throttled device or a write cache lets through at memory speed), queue seconds are
+//!   unknown and a short queue proves nothing. A long one does: when every device with
+//!   room has more than fb_start_bytes queued, x rises by fb_up·min(ln(b/fb_start_bytes),
+//!   2) rungs per second, b the shortest of those queues in bytes; otherwise x holds. A
+//!   start on a slow device then climbs while its rate is being confirmed instead of
+//!   writing the first tens of megabytes at the starting rung.
 //!   The record's rung is taken at x + fb_p·clamp(ln(q/q*), −1, 1) (the proportional part:
 //!   the queue is itself the integral of the rate mismatch, and x integrating it again would
 //!   oscillate without it).
@@ -40,7 +47,9 @@
 //!
 //! TUNABLES (auto.rs `Tunables`): fb_up 4 and fb_down 6 rungs/s (the ladder spans about 20
 //!   rungs: a second or two from end to end, quicker down because a starved device loses
-//!   throughput while a long queue costs only memory), fb_p 1 rung; queue_target_secs,
+//!   throughput while a long queue costs only memory), fb_p 1 rung; fb_start_bytes 32 MiB
+//!   (what a device drains before the pipeline trusts its rate: a queue that long is past
+//!   any burst, and more than the pipeline's own batching holds); queue_target_secs,
 //!   queue_tau_secs, batch_bytes, min_gain and probe_bytes as the model uses them.
 //! ```
 
@@ -156,8 +165,22 @@ impl Feedback {
             return Decision { codec: Codec::NONE, reason: Reason::Model, queue_delay_secs: q.delay_secs };
         }
         let (Some(qs), Some(dev)) = (q.queued_secs, q.device_bps) else {
+            let behind = inp
+                .devices
+                .iter()
+                .filter(|d| d.free_bytes >= rec)
+                .map(|d| d.queued_bytes)
+                .min()
+                .filter(|&b| b > self.tun.fb_start_bytes);
+            if let Some(b) = behind {
+                let err = (b as f64 / self.tun.fb_start_bytes.max(1) as f64).ln();
+                self.x = (self.x + self.tun.fb_up * err.min(2.0) * dt).clamp(0.0, top);
+            }
             if self.raw {
                 return self.raw_decision(self.x.round() as usize, q.delay_secs);
+            }
+            if behind.is_some() {
+                return Decision { codec: self.mixed(self.x), reason: Reason::Model, queue_delay_secs: q.delay_secs };
             }
             let codec = self.rung(self.x.round() as usize);
             return Decision { codec, reason: Reason::Hold, queue_delay_secs: q.delay_secs };
@@ -180,9 +203,14 @@ impl Feedback {
         if self.raw {
             return self.raw_decision(xe.round() as usize, q.delay_secs);
         }
-        let k = xe.floor() as usize;
-        let mix = Mix { lo: self.rung(k), hi: self.rung(k + 1), frac: xe - k as f64 };
-        Decision { codec: mix.pick(&mut self.acc), reason: Reason::Model, queue_delay_secs: q.delay_secs }
+        Decision { codec: self.mixed(xe), reason: Reason::Model, queue_delay_secs: q.delay_secs }
+    }
+
+    /// The rung for position `x`: ⌊x⌋ or the next, spread over records by error diffusion.
+    fn mixed(&mut self, x: f64) -> Codec {
+        let k = x.floor() as usize;
+        let mix = Mix { lo: self.rung(k), hi: self.rung(k + 1), frac: x - k as f64 };
+        mix.pick(&mut self.acc)
     }
 
     /// A record in raw mode: raw, or every probe_bytes a probe at rung `r` (at least the

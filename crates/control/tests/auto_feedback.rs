@@ -179,3 +179,42 @@ fn data_that_does_not_compress_goes_raw_before_any_device_rate_is_known() {
     let d = run_on(&mut f, &mut now, 100, unmeasured, true);
     assert!(d.iter().all(|d| d.codec == Codec::NONE), "{d:?}");
 }
+
+#[test]
+fn a_start_on_a_slow_device_climbs_before_its_rate_is_known() {
+    // no device has a rate yet: a queue of a few MiB (a burst, the pipeline's own batching)
+    // holds the position, up or down; one past fb_start_bytes on every device moves it up
+    let unmeasured = |queued: u64| [DeviceView { queued_bytes: queued, throughput_bps: 0.0, free_bytes: u64::MAX }];
+    let mut f = fb("auto");
+    let mut now = 0.0;
+    let start = f.position();
+    for backlog in [false, true] {
+        let d = run_on(&mut f, &mut now, 100, unmeasured(8 << 20), backlog);
+        assert!(d.iter().all(|d| d.reason == Reason::Hold && d.codec == zstd(1)), "{d:?}");
+        assert_eq!(f.position(), start);
+    }
+    let d = run_on(&mut f, &mut now, 100, unmeasured(128 << 20), true);
+    assert!(f.position() > start + 2.0, "one second 4× past the start queue: {start} → {}", f.position());
+    assert!(d.iter().all(|d| d.reason == Reason::Model), "{d:?}");
+    assert_ne!(d.last().unwrap().codec, zstd(1));
+    // a second device with room and a short queue takes the next record: nothing is behind
+    let mut g = fb("auto");
+    let two = [
+        DeviceView { queued_bytes: 128 << 20, throughput_bps: 0.0, free_bytes: u64::MAX },
+        DeviceView { queued_bytes: 1 << 20, throughput_bps: 0.0, free_bytes: u64::MAX },
+    ];
+    for i in 0..100 {
+        now += 0.01;
+        let inp = AutoInputs {
+            now_secs: now,
+            record_bytes: REC,
+            devices: &two,
+            cores: 2.0,
+            workers: 2,
+            overhead_ns_per_byte: 1.0,
+            backlog: false,
+        };
+        assert_eq!(g.decide(&inp).reason, Reason::Hold, "record {i}");
+    }
+    assert_eq!(g.position(), start);
+}
