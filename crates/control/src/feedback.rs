@@ -34,10 +34,12 @@
 //!   START-UP: until some device has a rate (the pipeline confirms one after the burst a
 //!   throttled device or a write cache lets through at memory speed), queue seconds are
 //!   unknown and a short queue proves nothing. A long one does: when every device with
-//!   room has more than fb_start_bytes queued, x rises by fb_up·min(ln(b/fb_start_bytes),
-//!   2) rungs per second, b the shortest of those queues in bytes; otherwise x holds. A
-//!   start on a slow device then climbs while its rate is being confirmed instead of
-//!   writing the first tens of megabytes at the starting rung.
+//!   room has queued more than fb_start_bytes of input (its stored bytes over the recent
+//!   stored fraction: the share of the engine's dirty memory that waits for a device, not
+//!   for the CPU), x rises by fb_up·min(ln(b/fb_start_bytes), 2) rungs per second, b the
+//!   shortest of those queues; otherwise x holds. A start on a slow device then climbs
+//!   while its rate is being confirmed instead of writing its first hundreds of megabytes
+//!   (what the dirty limit lets a writer put in memory at once) at the starting rung.
 //!   The record's rung is taken at x + fb_p·clamp(ln(q/q*), −1, 1) (the proportional part:
 //!   the queue is itself the integral of the rate mismatch, and x integrating it again would
 //!   oscillate without it).
@@ -48,8 +50,8 @@
 //! TUNABLES (auto.rs `Tunables`): fb_up 4 and fb_down 6 rungs/s (the ladder spans about 20
 //!   rungs: a second or two from end to end, quicker down because a starved device loses
 //!   throughput while a long queue costs only memory), fb_p 1 rung; fb_start_bytes 32 MiB
-//!   (what a device drains before the pipeline trusts its rate: a queue that long is past
-//!   any burst, and more than the pipeline's own batching holds); queue_target_secs,
+//!   (twice the input the pipeline batches by itself before it syncs: past that, compressed
+//!   data piles up for a device that does not keep up); queue_target_secs,
 //!   queue_tau_secs, batch_bytes, min_gain and probe_bytes as the model uses them.
 //! ```
 
@@ -165,15 +167,17 @@ impl Feedback {
             return Decision { codec: Codec::NONE, reason: Reason::Model, queue_delay_secs: q.delay_secs };
         }
         let (Some(qs), Some(dev)) = (q.queued_secs, q.device_bps) else {
+            // the shortest queue, in the input bytes it holds at the recent saving
+            let stored = 1.0 - self.saving.value().unwrap_or(0.0).clamp(0.0, 0.99);
             let behind = inp
                 .devices
                 .iter()
                 .filter(|d| d.free_bytes >= rec)
-                .map(|d| d.queued_bytes)
-                .min()
-                .filter(|&b| b > self.tun.fb_start_bytes);
+                .map(|d| d.queued_bytes as f64 / stored)
+                .min_by(f64::total_cmp)
+                .filter(|&b| b > self.tun.fb_start_bytes as f64);
             if let Some(b) = behind {
-                let err = (b as f64 / self.tun.fb_start_bytes.max(1) as f64).ln();
+                let err = (b / self.tun.fb_start_bytes.max(1) as f64).ln();
                 self.x = (self.x + self.tun.fb_up * err.min(2.0) * dt).clamp(0.0, top);
             }
             if self.raw {

@@ -217,4 +217,14 @@ fn a_start_on_a_slow_device_climbs_before_its_rate_is_known() {
         assert_eq!(g.decide(&inp).reason, Reason::Hold, "record {i}");
     }
     assert_eq!(g.position(), start);
+    // the queue counts in the input it holds: 8 MiB stored of data compressed 8:1 is
+    // 64 MiB of the writer's data waiting for the device
+    let mut h = fb("auto");
+    let mut now = 0.0;
+    for d in run_on(&mut h, &mut now, 40, unmeasured(1 << 20), true) {
+        h.observe(&sample(d.codec, 8.0));
+    }
+    assert_eq!(h.position(), start);
+    run_on(&mut h, &mut now, 100, unmeasured(8 << 20), true);
+    assert!(h.position() > start + 2.0, "8 MiB stored at 8:1: {start} → {}", h.position());
 }
