@@ -222,9 +222,14 @@ pub struct Tunables {
     pub fb_up: f64,
     pub fb_down: f64,
     pub fb_p: f64,
-    /// feedback mode, before any device has a rate: stored bytes queued for every device
+    /// feedback mode, before any device has a rate: input bytes queued for every device
     /// above which the position rises all the same (the devices are behind)
     pub fb_start_bytes: u64,
+    /// feedback mode: a CPU-bound descent stops at the strongest rung whose CPU per input
+    /// byte, storing included, is within this fraction of the cheapest rung's (`fb_floor`
+    /// 0: no floor)
+    pub fb_floor_slack: f64,
+    pub fb_floor: u32,
 }
 
 impl Default for Tunables {
@@ -252,6 +257,8 @@ impl Default for Tunables {
             fb_down: 6.0,
             fb_p: 1.0,
             fb_start_bytes: 32 << 20,
+            fb_floor_slack: 0.05,
+            fb_floor: 1,
         }
     }
 }
@@ -286,6 +293,8 @@ impl Tunables {
         "fb_down",
         "fb_p",
         "fb_start_bytes",
+        "fb_floor_slack",
+        "fb_floor",
     ];
 
     /// Overrides from `name=value,name=value` (the daemon's `SQUEEZEFS_AUTO_TUNE`, for tuning
@@ -331,6 +340,8 @@ impl Tunables {
                 "fb_down" => t.fb_down = v,
                 "fb_p" => t.fb_p = v,
                 "fb_start_bytes" => t.fb_start_bytes = whole()?,
+                "fb_floor_slack" => t.fb_floor_slack = v,
+                "fb_floor" => t.fb_floor = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
             }
         }

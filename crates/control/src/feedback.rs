@@ -43,6 +43,16 @@
 //!   The record's rung is taken at x + fb_p·clamp(ln(q/q*), −1, 1) (the proportional part:
 //!   the queue is itself the integral of the rate mismatch, and x integrating it again would
 //!   oscillate without it).
+//!   FLOOR: neither the descent nor the proportional part takes the rung below min(x, f),
+//!   f the strongest rung whose CPU per input byte with storing counted, cost(r) +
+//!   o·stored(r), is within fb_floor_slack of the cheapest rung's (raw: o). A stored byte
+//!   costs the pipeline CPU too (copy, checksum, the write's kernel time): on data that
+//!   compresses well a weaker rung saves codec time and spends it again storing more, so
+//!   below f a CPU-bound pipeline gets no faster and only loses ratio. cost(r) and stored(r)
+//!   are each rung's measured averages (nominal until measured); o, the pipeline CPU per
+//!   stored byte, is the overhead meter's figure per input byte over the recent stored
+//!   fraction (the overhead counted as all per stored byte: it overstates o by the part
+//!   per input byte, and 0 before the meter has a figure, which leaves the floor at raw).
 //!   RAW: when the records compressed over the last DRIFT_WINDOW_BYTES saved less than
 //!   min_gain, records are stored raw and one record every probe_bytes is compressed at x's
 //!   rung (at least the first); a probe that saves min_gain or more ends it.
@@ -51,7 +61,8 @@
 //!   rungs: a second or two from end to end, quicker down because a starved device loses
 //!   throughput while a long queue costs only memory), fb_p 1 rung; fb_start_bytes 32 MiB
 //!   (twice the input the pipeline batches by itself before it syncs: past that, compressed
-//!   data piles up for a device that does not keep up); queue_target_secs,
+//!   data piles up for a device that does not keep up); fb_floor_slack 0.05 (what the
+//!   issue's targets allow a level to give up in speed), fb_floor 1 (0: no floor); queue_target_secs,
 //!   queue_tau_secs, batch_bytes, min_gain and probe_bytes as the model uses them.
 //! ```
 
@@ -71,8 +82,12 @@ pub struct Feedback {
     tun: Tunables,
     spine: Vec<Codec>,
     /// CPU ns per byte of each rung, measured (nominal until then): the queue target's
-    /// room for one record
+    /// room for one record, and the floor
     cost: Vec<ByteEwma>,
+    /// stored bytes per input byte of each rung, measured (nominal until then): the floor
+    stored: Vec<ByteEwma>,
+    /// input bytes each rung was measured on
+    seen: Vec<u64>,
     x: f64,
     acc: f64,
     queue_avg: TimeEwma,
@@ -110,11 +125,21 @@ impl Feedback {
                 e
             })
             .collect();
+        let stored = spine
+            .iter()
+            .map(|c| {
+                let mut e = ByteEwma::new(LEVEL_WINDOW_BYTES);
+                e.set(Point::nominal(*c).stored);
+                e
+            })
+            .collect();
         let queue_avg = TimeEwma::new(tun.queue_tau_secs.max(1e-3));
         Feedback {
             tun,
+            seen: vec![0; spine.len()],
             spine,
             cost,
+            stored,
             x,
             acc: 0.0,
             queue_avg,
@@ -196,14 +221,15 @@ impl Feedback {
         let record_secs = self.rung_cost((here + 1).min(self.spine.len())) * rec as f64 * wall * 1e-9;
         let want = self.tun.queue_target_secs.max(self.tun.batch_bytes as f64 / dev).max(4.0 * record_secs).max(1e-6);
         let err = (avg.max(1e-9) / want).ln();
+        let floor = self.floor(inp.overhead_ns_per_byte).min(self.x);
         if avg > want {
             self.x += self.tun.fb_up * err.min(2.0) * dt;
         } else if inp.backlog {
-            self.x -= self.tun.fb_down * (1.0 - avg / want) * dt;
+            self.x = (self.x - self.tun.fb_down * (1.0 - avg / want) * dt).max(floor);
         }
         self.x = self.x.clamp(0.0, top);
         let p = if avg > want || inp.backlog { self.tun.fb_p * err.clamp(-1.0, 1.0) } else { 0.0 };
-        let xe = (self.x + p).clamp(0.0, top);
+        let xe = (self.x + p).clamp(floor, top);
         if self.raw {
             return self.raw_decision(xe.round() as usize, q.delay_secs);
         }
@@ -215,6 +241,46 @@ impl Feedback {
         let k = x.floor() as usize;
         let mix = Mix { lo: self.rung(k), hi: self.rung(k + 1), frac: x - k as f64 };
         mix.pick(&mut self.acc)
+    }
+
+    /// The floor rung f (module comment), given the pipeline's CPU per input byte beyond
+    /// the codec's.
+    pub fn floor(&self, overhead_ns_per_byte: f64) -> f64 {
+        let saved = self.saving.value().unwrap_or(0.0).clamp(0.0, 0.99);
+        if self.tun.fb_floor == 0 || !(overhead_ns_per_byte.is_finite() && overhead_ns_per_byte > 0.0) {
+            return 0.0;
+        }
+        let per_stored = overhead_ns_per_byte / (1.0 - saved);
+        // a rung not measured yet: its nominal figures scaled as the measured rung nearest
+        // the position departs from its own (the data compresses better or worse than the
+        // nominal corpus, at every rung alike)
+        let near = (0..self.spine.len())
+            .filter(|&i| self.seen[i] > 0)
+            .min_by(|&a, &b| (a as f64 + 1.0 - self.x).abs().total_cmp(&(b as f64 + 1.0 - self.x).abs()));
+        let (ks, kc) = near.map_or((1.0, 1.0), |i| {
+            let n = Point::nominal(self.spine[i]);
+            let s = self.stored[i].value().unwrap_or(n.stored) / n.stored.max(1e-9);
+            let c = self.cost[i].value().unwrap_or(n.cost) / n.cost.max(1e-9);
+            (s, c)
+        });
+        let figures = |i: usize| {
+            if self.seen[i] > 0 {
+                (self.cost[i].value().unwrap_or(0.0), self.stored[i].value().unwrap_or(1.0))
+            } else {
+                let n = Point::nominal(self.spine[i]);
+                (n.cost * kc, (n.stored * ks).min(1.0))
+            }
+        };
+        let total = |r: usize| match r {
+            0 => per_stored,
+            _ => {
+                let (cost, stored) = figures(r - 1);
+                cost + per_stored * stored
+            }
+        };
+        let least = (0..=self.spine.len()).map(total).fold(f64::INFINITY, f64::min);
+        let bound = least * (1.0 + self.tun.fb_floor_slack);
+        (0..=self.spine.len()).rev().find(|&r| total(r) <= bound).unwrap_or(0) as f64
     }
 
     /// A record in raw mode: raw, or every probe_bytes a probe at rung `r` (at least the
@@ -234,6 +300,9 @@ impl Feedback {
         }
         if let Some(i) = self.spine.iter().position(|c| *c == s.codec) {
             self.cost[i].update(s.cpu_ns as f64 / s.input_bytes as f64, s.input_bytes);
+            let stored = s.stored_bytes.min(s.input_bytes) as f64 / s.input_bytes as f64;
+            self.stored[i].update(stored, s.input_bytes);
+            self.seen[i] = self.seen[i].saturating_add(s.input_bytes);
         }
         let saved = 1.0 - s.stored_bytes.min(s.input_bytes) as f64 / s.input_bytes as f64;
         if self.raw {

@@ -24,6 +24,18 @@ fn auto_default() -> AutoController {
     auto_with(Tunables::default())
 }
 
+/// The world the model's throughput model assumes: all pipeline CPU beyond the codec per
+/// input byte. The default sim world (sim `Setup::new`) is the one measured on the real
+/// pipeline, where nearly all of it is per stored byte; the model, kept for QoS, is tested
+/// in its own.
+fn model_world(s: Setup) -> Setup {
+    Setup { overhead_ns: 1.0, store_ns: 0.0, ..s }
+}
+
+fn measured_world(s: Setup) -> Setup {
+    s
+}
+
 fn auto_with(mut tun: Tunables) -> AutoController {
     if let Ok(items) = std::env::var("SQUEEZEFS_AUTO_TUNE") {
         tun.set(&items).expect("SQUEEZEFS_AUTO_TUNE");
@@ -102,12 +114,12 @@ fn misses(c: &Cell) -> Vec<String> {
 }
 
 /// Every (data, cores, device) cell run with `auto`, each printed as it is done.
-fn every_cell(auto: fn() -> AutoController) -> Vec<(Cell, String)> {
+fn every_cell(auto: fn() -> AutoController, world: fn(Setup) -> Setup) -> Vec<(Cell, String)> {
     let mut cells = Vec::new();
     for data in DATA {
         for cores in [1.0, 2.0] {
             for dev in DEVICES {
-                let c = cell(Setup::new(dev, cores, data), auto);
+                let c = cell(world(Setup::new(dev, cores, data)), auto);
                 let line = describe(&c);
                 println!("{line}");
                 cells.push((c, line));
@@ -120,7 +132,7 @@ fn every_cell(auto: fn() -> AutoController) -> Vec<(Cell, String)> {
 #[test]
 fn auto_meets_the_targets_in_every_cell() {
     let mut failed = Vec::new();
-    for (c, line) in every_cell(auto_model) {
+    for (c, line) in every_cell(auto_model, model_world) {
         for m in misses(&c) {
             failed.push(format!("{line}\n    MISS: {m}"));
         }
@@ -135,7 +147,7 @@ fn auto_meets_the_targets_in_every_cell() {
 #[test]
 fn feedback_stays_near_the_best_level_where_runs_are_long() {
     let mut failed = Vec::new();
-    for (c, line) in every_cell(auto_default) {
+    for (c, line) in every_cell(auto_default, measured_world) {
         let (thr, best, none) = (c.auto.mb_s(), c.best.1.mb_s(), c.none.mb_s());
         let long = c.setup.device_mb_s <= 200.0;
         let miss = if c.setup.data == Data::Incompressible {
@@ -202,16 +214,16 @@ fn show_cell() {
 /// well as a run on that data alone.
 #[test]
 fn auto_follows_data_that_changes_mid_stream() {
-    follows_data_that_changes_mid_stream(auto_model);
+    follows_data_that_changes_mid_stream(auto_model, model_world);
 }
 
 #[test]
 fn feedback_follows_data_that_changes_mid_stream() {
-    follows_data_that_changes_mid_stream(auto_default);
+    follows_data_that_changes_mid_stream(auto_default, measured_world);
 }
 
-fn follows_data_that_changes_mid_stream(auto: fn() -> AutoController) {
-    let s = Setup::new(100.0, 2.0, Data::Medium);
+fn follows_data_that_changes_mid_stream(auto: fn() -> AutoController, world: fn(Setup) -> Setup) {
+    let s = world(Setup::new(100.0, 2.0, Data::Medium));
     let third = s.total_bytes / 3;
     let phase = move |off: u64| match off / third {
         0 => Data::Medium,
@@ -250,7 +262,7 @@ fn auto_absorbs_wrong_model_inputs() {
     let mut failed = Vec::new();
     for (data, cores, o, k) in [(Data::Medium, 1.0, 0.7, 1.25), (Data::High, 2.0, 1.3, 0.8)] {
         for dev in [50.0, 200.0, 400.0, 1100.0] {
-            let mut s = Setup::new(dev, cores, data);
+            let mut s = model_world(Setup::new(dev, cores, data));
             s.overhead_reported = o;
             s.cores_reported = cores * k;
             let c = cell(s, auto_model);
@@ -277,7 +289,7 @@ fn auto_keeps_up_with_data_that_switches_every_few_mib() {
     let mut failed = Vec::new();
     for cores in [1.0, 2.0] {
         for dev in [25.0, 100.0, 400.0] {
-            let s = Setup::new(dev, cores, Data::Medium);
+            let s = model_world(Setup::new(dev, cores, Data::Medium));
             let kinds = [Data::Medium, Data::High, Data::Medium, Data::High];
             let sizes = [9u64 << 20, 5 << 20, 7 << 20, 6 << 20];
             let period: u64 = sizes.iter().sum();

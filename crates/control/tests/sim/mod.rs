@@ -105,9 +105,12 @@ pub struct Setup {
     /// cores the controller is told it has (a CPU hog makes this less than `cores`)
     pub cores_reported: f64,
     pub workers: usize,
-    /// pipeline CPU per byte outside the codec, ns
+    /// pipeline CPU outside the codec, ns per input byte…
     pub overhead_ns: f64,
-    /// what the controller is told the overhead is
+    /// …and per stored byte (copy, checksum, the write's kernel time)
+    pub store_ns: f64,
+    /// what the controller is told the overhead is, as a factor on the true figure per
+    /// input byte (averaged over the records finished, as the pipeline's meter does)
     pub overhead_reported: f64,
     pub data: Data,
     pub total_bytes: u64,
@@ -126,7 +129,8 @@ impl Setup {
             cores,
             cores_reported: cores,
             workers: 2,
-            overhead_ns: 1.0,
+            overhead_ns: 0.2,
+            store_ns: 2.5,
             overhead_reported: 1.0,
             data,
             total_bytes: 1 << 30,
@@ -212,6 +216,9 @@ pub fn run(s: &Setup, policy: &mut Policy, data_at: &dyn Fn(u64) -> Data) -> Out
     let (mut issued, mut written_input, mut written_stored) = (0u64, 0u64, 0u64);
     let mut in_flight = 0u64;
     let mut recs = Vec::new();
+    // the overhead meter: pipeline CPU beyond the codec per input byte, 0 until a record
+    // is done
+    let mut overhead_avg = 0.0f64;
     loop {
         // start records on idle workers while dirty data allows
         for w in workers.iter_mut() {
@@ -233,7 +240,7 @@ pub fn run(s: &Setup, policy: &mut Policy, data_at: &dyn Fn(u64) -> Data) -> Out
                         devices: &views,
                         cores: s.cores_reported,
                         workers: s.workers,
-                        overhead_ns_per_byte: s.overhead_reported,
+                        overhead_ns_per_byte: s.overhead_reported * overhead_avg,
                         backlog: issued < s.total_bytes,
                     });
                     (d.codec, d.reason, d.queue_delay_secs, a.gain())
@@ -263,7 +270,13 @@ pub fn run(s: &Setup, policy: &mut Policy, data_at: &dyn Fn(u64) -> Data) -> Out
                 queued: queued_now,
                 gain,
             };
-            *w = Some(Job { rec, left: codec_ns + s.overhead_ns * input as f64 });
+            let overhead = s.overhead_ns * input as f64 + s.store_ns * stored as f64;
+            overhead_avg = if overhead_avg == 0.0 {
+                overhead / input as f64
+            } else {
+                0.95 * overhead_avg + 0.05 * overhead / input as f64
+            };
+            *w = Some(Job { rec, left: codec_ns + overhead });
         }
         if writing.is_none() {
             if let Some(r) = queue.pop_front() {
