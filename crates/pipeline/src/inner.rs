@@ -165,7 +165,11 @@ impl Inner {
             early: EarlyPlacement::new(granule),
             acct: Arc::default(),
             dirty: DirtyData::new(pool_bytes),
-            compress: Compression::new(policy, levels, Codecs::new(workers.threads(), sector, pool_bytes / 4, recordsize)),
+            compress: Compression::new(
+                policy,
+                levels,
+                Codecs::new(workers.threads(), sector, pool_bytes / 4, recordsize),
+            ),
             bundles,
             qos,
             throttle: Throttle::new(opts.max_dirty_bytes),
