@@ -90,8 +90,8 @@ pub(crate) fn cparams(level: i32, block: usize) -> sys::ZSTD_compressionParamete
 /// log and strategy are the record's — while matches may reach back over the whole
 /// bundle. A level's CPU per byte is then what the user chose it for with the record
 /// size, whatever the bundle size; with the bundle's own parameters a level spends more
-/// per byte the longer the unit (zstd -15 on 2 MiB pieces of a source tree: +28% CPU
-/// for −1.6% bytes against the record's search over the same 2 MiB window,
+/// per byte the longer the unit (zstd -15 on 2 MiB pieces of a source tree: +23% CPU
+/// for −0.7% bytes against the 1 MiB record's search over the same 2 MiB window,
 /// docs/benchmarks.md, `mkfs --rootdir`).
 pub(crate) fn shaped_cparams(level: i32, shape: Shape) -> sys::ZSTD_compressionParameters {
     let mut p = cparams(level, shape.search);
