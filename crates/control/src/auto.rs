@@ -230,9 +230,6 @@ pub struct Tunables {
     /// 0: no floor)
     pub fb_floor_slack: f64,
     pub fb_floor: u32,
-    /// feedback mode: a long queue that drains to its target within this many seconds at
-    /// its current pace stops the climb (0: never)
-    pub fb_drain_secs: f64,
 }
 
 impl Default for Tunables {
@@ -262,7 +259,6 @@ impl Default for Tunables {
             fb_start_bytes: 32 << 20,
             fb_floor_slack: 0.05,
             fb_floor: 1,
-            fb_drain_secs: 1.0,
         }
     }
 }
@@ -299,7 +295,6 @@ impl Tunables {
         "fb_start_bytes",
         "fb_floor_slack",
         "fb_floor",
-        "fb_drain_secs",
     ];
 
     /// Overrides from `name=value,name=value` (the daemon's `SQUEEZEFS_AUTO_TUNE`, for tuning
@@ -347,7 +342,6 @@ impl Tunables {
                 "fb_start_bytes" => t.fb_start_bytes = whole()?,
                 "fb_floor_slack" => t.fb_floor_slack = v,
                 "fb_floor" => t.fb_floor = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
-                "fb_drain_secs" => t.fb_drain_secs = v,
                 _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
             }
         }

@@ -26,13 +26,7 @@
 //!   the pipeline holds by itself) and 4 compression times of the current rung (room for a
 //!   slow record):
 //!   q > q*              the devices are the bottleneck: x rises by fb_up·min(ln(q/q*), 2)
-//!                       rungs per second (stronger levels cost CPU that is idle anyway) —
-//!                       unless the queue already drains: at its pace (dq/dt averaged over
-//!                       DRAIN_TAU_SECS) it reaches q* within fb_drain_secs, and x holds.
-//!                       Climbing on would carry x past the rung whose output the devices
-//!                       just keep up with (the queue a start leaves, the burst of a
-//!                       writer, still drains at the top rung), and the descent from there
-//!                       starves the devices for the seconds it takes
+//!                       rungs per second (stronger levels cost CPU that is idle anyway)
 //!   q ≤ q*, backlog     the CPU is the bottleneck (records wait for compression while the
 //!                       devices run short): x falls by fb_down·(1 − q/q*) rungs per second,
 //!                       down to raw (never slower than `none`)
@@ -69,8 +63,6 @@
 //!   (twice the input the pipeline batches by itself before it syncs: past that, compressed
 //!   data piles up for a device that does not keep up); fb_floor_slack 0.05 (the speed
 //!   a level may give up for ratio under the auto targets), fb_floor 1 (0: no floor);
-//!   fb_drain_secs 1 (a queue a second from its target at its pace ends the climb; 0:
-//!   never);
 //!   queue_target_secs, queue_tau_secs, batch_bytes, min_gain and probe_bytes as the
 //!   model uses them.
 //! ```
@@ -84,9 +76,6 @@ use squeezefs_codec::Codec;
 /// Longest time step one decision integrates, seconds (a pause between writes is not a
 /// second of queue error).
 const MAX_STEP_SECS: f64 = 0.25;
-/// Time constant of the queue's averaged pace (dq/dt), seconds: longer than a txg's
-/// batches, which move the queue in steps.
-const DRAIN_TAU_SECS: f64 = 0.5;
 
 /// The queue-feedback controller's state (see the module comment).
 #[derive(Clone, Debug)]
@@ -103,9 +92,6 @@ pub struct Feedback {
     x: f64,
     acc: f64,
     queue_avg: TimeEwma,
-    /// the averaged queue's pace, seconds of queue per second, and the last (time, queue)
-    pace: f64,
-    last_queue: Option<(f64, f64)>,
     last_now: Option<f64>,
     saving: ByteEwma,
     /// input bytes in `saving` since it restarted
@@ -158,8 +144,6 @@ impl Feedback {
             x,
             acc: 0.0,
             queue_avg,
-            pace: 0.0,
-            last_queue: None,
             last_now: None,
             saving: ByteEwma::new(DRIFT_WINDOW_BYTES),
             saving_bytes: 0,
@@ -238,17 +222,8 @@ impl Feedback {
         let record_secs = self.rung_cost((here + 1).min(self.spine.len())) * rec as f64 * wall * 1e-9;
         let want = self.tun.queue_target_secs.max(self.tun.batch_bytes as f64 / dev).max(4.0 * record_secs).max(1e-6);
         let err = (avg.max(1e-9) / want).ln();
-        if let Some((t0, q0)) = self.last_queue {
-            let span = now - t0;
-            if span > 0.0 {
-                let a = span / (span + DRAIN_TAU_SECS);
-                self.pace += a * ((avg - q0) / span - self.pace);
-            }
-        }
-        self.last_queue = Some((now, avg));
-        let draining = self.pace < 0.0 && (avg - want) < -self.pace * self.tun.fb_drain_secs;
         let floor = self.floor(inp.overhead_ns_per_byte).min(self.x);
-        if avg > want && !draining {
+        if avg > want {
             self.x += self.tun.fb_up * err.min(2.0) * dt;
         } else if inp.backlog {
             self.x = (self.x - self.tun.fb_down * (1.0 - avg / want) * dt).max(floor);

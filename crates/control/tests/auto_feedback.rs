@@ -290,28 +290,3 @@ fn a_cpu_bound_descent_stops_where_storing_costs_more_than_the_codec_saves() {
         }
     }
 }
-
-#[test]
-fn a_long_queue_that_drains_fast_enough_stops_the_climb() {
-    // a queue of three seconds falling by 3 s per second reaches its target within
-    // fb_drain_secs; once its pace shows (averaged over half a second) the position holds,
-    // where the same queue standing still climbs on
-    let mut draining = fb("auto");
-    let mut steady = fb("auto");
-    let (mut t1, mut t2) = (0.0, 0.0);
-    let mut at_half = 0.0;
-    for i in 0..90 {
-        run(&mut draining, &mut t1, 1, 3.0 - 0.03 * i as f64, false);
-        run(&mut steady, &mut t2, 1, 3.0, false);
-        if i == 50 {
-            at_half = draining.position();
-        }
-    }
-    assert_eq!(draining.position(), at_half, "a draining queue holds once its pace shows");
-    assert!(
-        steady.position() > draining.position() + 3.0,
-        "a standing queue climbs on: {} against {}",
-        steady.position(),
-        draining.position()
-    );
-}
