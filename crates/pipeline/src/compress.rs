@@ -632,4 +632,33 @@ mod tests {
         // too long for its contexts
         assert_eq!(CONTEXT_BLOCKS[CONTEXT_BLOCKS.len() - 1], crate::options::MAX_BUNDLE_SIZE as usize);
     }
+
+    /// A bundle of a 1 MiB-record pool and a 2 MiB record go to different contexts: the
+    /// bundle's search is the record size's, the record's its own (codec
+    /// `shaped_cparams`), so at zstd:15 the same bytes give different frames, and both
+    /// decode.
+    #[test]
+    fn a_bundle_is_compressed_in_contexts_that_search_as_one_record() {
+        let codecs = Codecs::new(2, 512, 8 << 20, 1 << 20);
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let words = ["bundle ", "record ", "search ", "window ", "zstd ", "txg ", "extent\n"];
+        let mut data = Vec::with_capacity(2 << 20);
+        while data.len() < 2 << 20 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            data.extend_from_slice(words[(x % 7) as usize].as_bytes());
+        }
+        data.truncate(2 << 20);
+        let zstd15 = Codec { alg: squeezefs_codec::Algorithm::Zstd, level: 15 };
+        let frame = |unit| match codecs.compress_with(&data, zstd15, unit).0 {
+            Compressed::Packed { bytes, .. } => bytes.to_vec(),
+            _ => panic!("{unit:?}: not compressed"),
+        };
+        let (bundle, record) = (frame(Unit::Bundle), frame(Unit::Record));
+        assert_ne!(bundle, record, "the bundle's context searched as the 2 MiB record's");
+        for f in [&bundle, &record] {
+            assert!(zstd::bulk::decompress(f, data.len()).is_ok_and(|d| d == data));
+        }
+    }
 }
