@@ -24,15 +24,7 @@ mod tests {
     #[test]
     fn incompressible_input_fits_the_bound_at_every_length_class() {
         let ws = crate::Workspaces::new(crate::WorkspaceConfig::default());
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        let src: Vec<u8> = (0..(128 << 10))
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let src = crate::test_data::noise(0x2545_F491_4F6C_DD1D, 128 << 10);
         let codecs =
             [Codec::zstd(1), Codec::zstd(-50), Codec::lz4(1), Codec::lz4hc(9), Codec::deflate(1), Codec::deflate(12)];
         for codec in codecs.map(Result::unwrap) {

@@ -18,6 +18,8 @@ pub mod heuristic;
 pub mod nominal;
 mod sector;
 mod spec;
+#[cfg(test)]
+mod test_data;
 mod thread_cpu;
 mod workspace;
 

@@ -118,22 +118,17 @@ impl Feedback {
                     .total_cmp(&(Point::nominal(*b.1).cost.ln() - start_cost).abs())
             })
             .map_or(0.0, |(i, _)| (i + 1) as f64);
-        let cost = spine
-            .iter()
-            .map(|c| {
-                let mut e = ByteEwma::new(LEVEL_WINDOW_BYTES);
-                e.set(Point::nominal(*c).cost);
-                e
-            })
-            .collect();
-        let stored = spine
-            .iter()
-            .map(|c| {
-                let mut e = ByteEwma::new(LEVEL_WINDOW_BYTES);
-                e.set(Point::nominal(*c).stored);
-                e
-            })
-            .collect();
+        let nominal = |figure: fn(Point) -> f64| -> Vec<ByteEwma> {
+            spine
+                .iter()
+                .map(|c| {
+                    let mut e = ByteEwma::new(LEVEL_WINDOW_BYTES);
+                    e.set(figure(Point::nominal(*c)));
+                    e
+                })
+                .collect()
+        };
+        let (cost, stored) = (nominal(|p| p.cost), nominal(|p| p.stored));
         let queue_avg = TimeEwma::new(tun.queue_tau_secs.max(1e-3));
         Feedback {
             tun,

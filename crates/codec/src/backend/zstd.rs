@@ -398,15 +398,7 @@ mod tests {
     #[test]
     fn a_bundle_finds_matches_farther_back_than_one_record() {
         let shape = Shape { block: 512 << 10, search: 128 << 10 };
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        let half: Vec<u8> = (0..shape.block / 2)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let half = crate::test_data::noise(0x2545_f491_4f6c_dd1d, shape.block / 2);
         let src = [half.clone(), half].concat();
         for level in [1, 3] {
             let mut c = Compressor::new(cctx_bytes(level, shape), shape).unwrap();
