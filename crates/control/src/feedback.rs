@@ -189,7 +189,7 @@ impl Feedback {
         }
         let (Some(qs), Some(dev)) = (q.queued_secs, q.device_bps) else {
             // the shortest queue, in the input bytes it holds at the recent saving
-            let stored = 1.0 - self.saving.value().unwrap_or(0.0).clamp(0.0, 0.99);
+            let stored = self.stored_fraction();
             let behind = inp
                 .devices
                 .iter()
@@ -239,14 +239,19 @@ impl Feedback {
         mix.pick(&mut self.acc)
     }
 
+    /// Stored bytes per input byte of the recent compressed records (1 before any; at
+    /// least 0.01, so that it divides).
+    fn stored_fraction(&self) -> f64 {
+        1.0 - self.saving.value().unwrap_or(0.0).clamp(0.0, 0.99)
+    }
+
     /// The floor rung f (module comment), given the pipeline's CPU per input byte beyond
     /// the codec's.
     pub fn floor(&self, overhead_ns_per_byte: f64) -> f64 {
-        let saved = self.saving.value().unwrap_or(0.0).clamp(0.0, 0.99);
         if self.tun.fb_floor == 0 || !(overhead_ns_per_byte.is_finite() && overhead_ns_per_byte > 0.0) {
             return 0.0;
         }
-        let per_stored = overhead_ns_per_byte / (1.0 - saved);
+        let per_stored = overhead_ns_per_byte / self.stored_fraction();
         // a rung not measured yet: its nominal figures scaled as the measured rung nearest
         // the position departs from its own (the data compresses better or worse than the
         // nominal corpus, at every rung alike)
