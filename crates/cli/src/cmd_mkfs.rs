@@ -204,7 +204,8 @@ impl RootdirPlan {
             );
             squeezefs_pipeline::META_FILE
         } else {
-            let r = Engine::seal(&a.pool, squeezefs_pipeline::SEAL_LEVEL).context("sealing the metadata store")?;
+            let r = Engine::seal(&a.pool, squeezefs_pipeline::seal_level_for(self.spec))
+                .context("sealing the metadata store")?;
             if let Some(r) = r {
                 log::info!(
                     "rootdir: metadata store sealed from {} to {} bytes in {:.2} s",

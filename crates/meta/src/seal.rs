@@ -547,6 +547,20 @@ pub struct SealSummary {
 /// The uncompressed body of every table `rx` holds; refused when it holds a table this
 /// build does not know (its rows could not be put back).
 pub fn dump_body(rx: &redb::ReadTransaction) -> Result<(Vec<u8>, u32, u64), SealError> {
+    let mut body = Vec::new();
+    let (tables, rows) = dump_entries(rx, |entry| {
+        body.extend_from_slice(&entry);
+        Ok(())
+    })?;
+    Ok((body, tables, rows))
+}
+
+/// Every table `rx` holds as body entries, handed to `emit` one table at a time in body
+/// order; the number of tables and rows.
+fn dump_entries(
+    rx: &redb::ReadTransaction,
+    mut emit: impl FnMut(Vec<u8>) -> Result<(), SealError>,
+) -> Result<(u32, u64), SealError> {
     if rx.list_multimap_tables()?.next().is_some() {
         return Err(SealError::MultimapTable);
     }
@@ -555,54 +569,87 @@ pub fn dump_body(rx: &redb::ReadTransaction) -> Result<(Vec<u8>, u32, u64), Seal
     if let Some(n) = present.iter().find(|n| !known.contains(&n.as_str())) {
         return Err(SealError::UnknownTable { name: n.clone() });
     }
-    let mut body = Vec::new();
     let (mut count, mut rows) = (0u32, 0u64);
     macro_rules! dump {
         ($def:expr) => {
             if present.iter().any(|n| n == $def.name()) {
+                let mut entry = Vec::new();
                 if $def.name() == tables::DIR_COOKIES.name() && cookies_derivable(rx, &present)? {
                     let n = rx.open_table(tables::DIR_COOKIES)?.len()?;
-                    write_entry(&mut body, $def.name(), FORM_DERIVED, n, &[]);
+                    write_entry(&mut entry, $def.name(), FORM_DERIVED, n, &[]);
                     rows += n;
                 } else {
-                    rows += dump_table(rx, $def, &mut body)?;
+                    rows += dump_table(rx, $def, &mut entry)?;
                 }
+                emit(entry)?;
                 count += 1;
             }
         };
     }
     for_each_table!(dump);
-    Ok((body, count, rows))
+    Ok((count, rows))
 }
 
 /// The sealed form (header and compressed body) of every table `rx` holds, compressed at
 /// zstd `level`.
+///
+/// The body is compressed on a second thread, a table at a time, while the next tables
+/// are read: at level 9 compressing takes about 1.4 times as long as reading, and the two
+/// overlap instead of adding up.
 pub fn seal(rx: &redb::ReadTransaction, level: i32) -> Result<(Vec<u8>, SealSummary), SealError> {
-    let (body, tables, rows) = dump_body(rx)?;
-    let compressed = compress(&body, level).map_err(SealError::Compress)?;
+    // a bound of two entries keeps at most two tables' dumps waiting for the compressor
+    let (to_compressor, entries) = std::sync::mpsc::sync_channel::<Vec<u8>>(2);
+    let (dumped, compressed) = std::thread::scope(|s| {
+        let compressor = s.spawn(move || compress_entries(entries, level));
+        let dumped = dump_entries(rx, |entry| {
+            // a closed channel means the compressor failed: its error is the one reported
+            to_compressor.send(entry).map_err(|_| SealError::Compress(std::io::Error::other("compressor stopped")))
+        });
+        drop(to_compressor);
+        let compressed = compressor.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (dumped, compressed)
+    });
+    let CompressedBody { mut file, body_len, body_hash } = compressed.map_err(SealError::Compress)?;
+    let (tables, rows) = dumped?;
+    let compressed = &file[HEADER_LEN..];
     let hdr = SealHeader {
         version: VERSION,
         flags: 0,
         tables,
         rows,
-        body_len: body.len() as u64,
+        body_len,
         compressed_len: compressed.len() as u64,
-        body_hash: xxh3_64(&body),
-        compressed_hash: xxh3_64(&compressed),
+        body_hash,
+        compressed_hash: xxh3_64(compressed),
     };
-    let mut file = Vec::with_capacity(HEADER_LEN + compressed.len());
-    file.extend_from_slice(&hdr.encode());
-    file.extend_from_slice(&compressed);
-    let summary = SealSummary { tables, rows, body_len: hdr.body_len, compressed_len: hdr.compressed_len };
+    file[..HEADER_LEN].copy_from_slice(&hdr.encode());
+    let summary = SealSummary { tables, rows, body_len, compressed_len: hdr.compressed_len };
     Ok((file, summary))
 }
 
-fn compress(body: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
+/// A body compressed as it arrived, behind room for the header.
+struct CompressedBody {
+    /// `HEADER_LEN` bytes to be overwritten, then the zstd frame
+    file: Vec<u8>,
+    body_len: u64,
+    body_hash: u64,
+}
+
+/// Compress the body entries arriving on `entries` into one zstd frame at `level`, until
+/// the sender hangs up.
+fn compress_entries(entries: std::sync::mpsc::Receiver<Vec<u8>>, level: i32) -> std::io::Result<CompressedBody> {
+    use std::io::Write;
     use zstd::stream::raw::CParameter;
-    let mut c = zstd::bulk::Compressor::new(level)?;
-    c.set_parameter(CParameter::WindowLog(WINDOW_LOG))?;
-    c.set_parameter(CParameter::EnableLongDistanceMatching(true))?;
-    c.compress(body)
+    let mut z = zstd::stream::write::Encoder::new(vec![0u8; HEADER_LEN], level)?;
+    z.set_parameter(CParameter::WindowLog(WINDOW_LOG))?;
+    z.set_parameter(CParameter::EnableLongDistanceMatching(true))?;
+    let (mut hash, mut body_len) = (xxhash_rust::xxh3::Xxh3::new(), 0u64);
+    for entry in entries {
+        hash.update(&entry);
+        body_len += entry.len() as u64;
+        z.write_all(&entry)?;
+    }
+    Ok(CompressedBody { file: z.finish()?, body_len, body_hash: hash.digest() })
 }
 
 /// The checked, decompressed body of the sealed store `file`, and its header.

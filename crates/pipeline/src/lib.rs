@@ -69,7 +69,7 @@ mod write;
 
 pub use accounting::EarlyStats;
 pub use error::{Corruption, EngineError, Internal, InvalidArg, IoError, PanicSite, PoolError, Result};
-pub use meta_seal::{SealReport, SEAL_TMP_FILE, UNSEAL_TMP_FILE};
+pub use meta_seal::{seal_level_for, SealReport, SEAL_TMP_FILE, UNSEAL_TMP_FILE};
 pub use metatx::MetaTx;
 pub use options::{
     bundle_size_supported, default_bundle_size, recordsize_supported, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE,
