@@ -114,7 +114,8 @@ impl Bundles {
         let mut keep = Vec::with_capacity(jobs.len());
         // per policy: the group being filled
         let mut open: Vec<Group> = Vec::new();
-        let mut groups: Vec<(Policy, Vec<Job>)> = Vec::new();
+        // (policy, members, their bytes)
+        let mut groups: Vec<(Policy, Vec<Job>, usize)> = Vec::new();
         for (li, idx) in jobs {
             let layer = &frozen[li].1;
             let policy = layer.policy.unwrap_or(global);
@@ -140,20 +141,20 @@ impl Bundles {
             };
             let group = &mut open[g];
             if group.bytes + len > cap {
-                groups.push((policy, std::mem::take(&mut group.jobs)));
+                groups.push((policy, std::mem::take(&mut group.jobs), group.bytes));
                 group.bytes = 0;
             }
             group.jobs.push((li, idx));
             group.bytes += len;
         }
-        groups.extend(open.into_iter().map(|g| (g.policy, g.jobs)));
+        groups.extend(open.into_iter().map(|g| (g.policy, g.jobs, g.bytes)));
         let mut plans = Vec::new();
-        for (policy, members) in groups {
+        for (policy, members, bytes) in groups {
             if members.len() < MIN_MEMBERS {
                 keep.extend(members);
                 continue;
             }
-            let mut buf = Vec::new();
+            let mut buf = Vec::with_capacity(bytes);
             let mut ms = Vec::with_capacity(members.len());
             for (li, idx) in members {
                 let Some(Rec::Data(d)) = frozen[li].1.recs.get(&idx) else { unreachable!("selected above") };
