@@ -165,6 +165,7 @@
 //!                               records and as much codec CPU as zstd:1 spent on everything
 //!   feedback 1                  the queue-feedback mode decides (feedback.rs); 0: this model
 //!   fb_up 4, fb_down 6, fb_p 1  feedback mode's rates and proportional part (feedback.rs)
+//!   fb_lead 1                   feedback mode's look-ahead on the queue's pace, s
 //!   batch_bytes 0               the pipeline sets its txg's early-sync bytes (16 MiB): at
 //!                               20 MB/s that alone is 0.8 s of queue, and a 0.05 s target
 //!                               read it as a device 16 times too slow
@@ -230,6 +231,9 @@ pub struct Tunables {
     /// 0: no floor)
     pub fb_floor_slack: f64,
     pub fb_floor: u32,
+    /// feedback mode: seconds ahead the averaged queue is extrapolated at its pace before
+    /// it is compared with its target (0: the queue as it is)
+    pub fb_lead: f64,
 }
 
 impl Default for Tunables {
@@ -259,6 +263,7 @@ impl Default for Tunables {
             fb_start_bytes: 32 << 20,
             fb_floor_slack: 0.05,
             fb_floor: 1,
+            fb_lead: 1.0,
         }
     }
 }
@@ -295,6 +300,7 @@ impl Tunables {
         "fb_start_bytes",
         "fb_floor_slack",
         "fb_floor",
+        "fb_lead",
     ];
 
     /// Overrides from `name=value,name=value` (the daemon's `SQUEEZEFS_AUTO_TUNE`, for tuning
@@ -341,12 +347,16 @@ impl Tunables {
                 "fb_p" => t.fb_p = v,
                 "fb_start_bytes" => t.fb_start_bytes = whole()?,
                 "fb_floor_slack" => t.fb_floor_slack = v,
+                "fb_lead" => t.fb_lead = v,
                 "fb_floor" => t.fb_floor = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
             }
         }
         if !(t.gain_min > 0.0 && t.gain_min <= 1.0 && t.gain_max >= 1.0) {
             return Err("gain_min must lie in (0, 1] and gain_max be at least 1".into());
+        }
+        if !(t.fb_lead >= 0.0 && t.fb_lead.is_finite()) {
+            return Err("fb_lead must be a finite number of seconds, 0 or more".into());
         }
         *self = t;
         Ok(())

@@ -92,6 +92,10 @@ pub struct Feedback {
     x: f64,
     acc: f64,
     queue_avg: TimeEwma,
+    /// the averaged queue at the previous decision, and its pace (seconds of queue per
+    /// second, averaged over queue_tau_secs)
+    last_avg: Option<f64>,
+    pace: f64,
     last_now: Option<f64>,
     saving: ByteEwma,
     /// input bytes in `saving` since it restarted
@@ -139,6 +143,8 @@ impl Feedback {
             x,
             acc: 0.0,
             queue_avg,
+            last_avg: None,
+            pace: 0.0,
             last_now: None,
             saving: ByteEwma::new(DRIFT_WINDOW_BYTES),
             saving_bytes: 0,
@@ -211,20 +217,30 @@ impl Feedback {
             return Decision { codec, reason: Reason::Hold, queue_delay_secs: q.delay_secs };
         };
         let avg = self.queue_avg.update(now, qs);
+        if dt > 0.0 {
+            if let Some(prev) = self.last_avg {
+                let a = (dt / self.tun.queue_tau_secs.max(1e-3)).min(1.0);
+                self.pace += a * ((avg - prev) / dt - self.pace);
+            }
+        }
+        self.last_avg = Some(avg);
+        // the queue as it will be fb_lead from now at its pace: a backlog draining towards
+        // an empty device turns the position down before the device runs dry
+        let ahead = (avg + self.tun.fb_lead * self.pace).max(0.0);
         let cores = if inp.cores > 0.0 && inp.cores.is_finite() { inp.cores } else { 1.0 };
         let wall = (inp.workers.max(1) as f64 / cores).max(1.0);
         let here = self.x.floor() as usize;
         let record_secs = self.rung_cost((here + 1).min(self.spine.len())) * rec as f64 * wall * 1e-9;
         let want = self.tun.queue_target_secs.max(self.tun.batch_bytes as f64 / dev).max(4.0 * record_secs).max(1e-6);
-        let err = (avg.max(1e-9) / want).ln();
+        let err = (ahead.max(1e-9) / want).ln();
         let floor = self.floor(inp.overhead_ns_per_byte).min(self.x);
-        if avg > want {
+        if ahead > want {
             self.x += self.tun.fb_up * err.min(2.0) * dt;
         } else if inp.backlog {
-            self.x = (self.x - self.tun.fb_down * (1.0 - avg / want) * dt).max(floor);
+            self.x = (self.x - self.tun.fb_down * (1.0 - ahead / want) * dt).max(floor);
         }
         self.x = self.x.clamp(0.0, top);
-        let p = if avg > want || inp.backlog { self.tun.fb_p * err.clamp(-1.0, 1.0) } else { 0.0 };
+        let p = if ahead > want || inp.backlog { self.tun.fb_p * err.clamp(-1.0, 1.0) } else { 0.0 };
         let xe = (self.x + p).clamp(floor, top);
         if self.raw {
             return self.raw_decision(xe.round() as usize, q.delay_secs);

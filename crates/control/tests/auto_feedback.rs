@@ -290,3 +290,29 @@ fn a_cpu_bound_descent_stops_where_storing_costs_more_than_the_codec_saves() {
         }
     }
 }
+
+/// A backlog draining at one second of queue per second, the CPU busy all along, from 2 s
+/// down to 0.6 s, twelve times the queue target: with the default look-ahead the position
+/// turns down about a second before the queue would run out; without it, it goes on
+/// climbing while the queue is above its target, and the device would run dry while the
+/// position came down.
+#[test]
+fn a_draining_queue_turns_the_position_down_before_the_device_runs_dry() {
+    let drain = |fb_lead: f64| {
+        let tun = Tunables { fb_lead, ..Tunables::default() };
+        let Spec::Auto { min, max } = "auto".parse::<Spec>().unwrap() else { unreachable!() };
+        let mut f = Feedback::new(&candidates(min, max), zstd(1), tun);
+        let mut now = 0.0;
+        run(&mut f, &mut now, 50, 2.0, true);
+        let mut highest = f.position();
+        for i in 1..=140 {
+            run(&mut f, &mut now, 1, 2.0 - 0.01 * i as f64, true);
+            highest = highest.max(f.position());
+        }
+        (highest, f.position())
+    };
+    let (highest, end) = drain(Tunables::default().fb_lead);
+    assert!(end < highest - 1.0, "the queue down to 0.6 s: highest {highest}, then {end}");
+    let (highest, end) = drain(0.0);
+    assert_eq!(end, highest, "without the look-ahead a queue above its target only climbs");
+}
