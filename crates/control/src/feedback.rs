@@ -21,10 +21,13 @@
 //!   queue_tau_secs; the saving of the recent compressed records and the raw state it drives;
 //!   the last probe.
 //!
-//! TRANSITIONS, per record, with q the averaged queue delay and q* its target — the larger of
-//!   queue_target_secs, the device time of batch_bytes (records wait for their txg: a queue
-//!   the pipeline holds by itself) and 4 compression times of the current rung (room for a
-//!   slow record):
+//! TRANSITIONS, per record, with q the averaged queue delay looked fb_lead seconds ahead at
+//!   its pace (q̄ + fb_lead·dq̄/dt, at least 0; the pace averaged over queue_tau_secs) and q*
+//!   its target — the larger of queue_target_secs, the device time of batch_bytes (records
+//!   wait for their txg: a queue the pipeline holds by itself) and 4 compression times of
+//!   the current rung (room for a slow record). Looking ahead, a backlog draining towards an
+//!   empty device turns the position down while the device still has work, and a growing
+//!   queue turns it up before it is long:
 //!   q > q*              the devices are the bottleneck: x rises by fb_up·min(ln(q/q*), 2)
 //!                       rungs per second (stronger levels cost CPU that is idle anyway)
 //!   q ≤ q*, backlog     the CPU is the bottleneck (records wait for compression while the
@@ -59,7 +62,8 @@
 //!
 //! TUNABLES (auto.rs `Tunables`): fb_up 4 and fb_down 6 rungs/s (the ladder spans about 20
 //!   rungs: a second or two from end to end, quicker down because a starved device loses
-//!   throughput while a long queue costs only memory), fb_p 1 rung; fb_start_bytes 32 MiB
+//!   throughput while a long queue costs only memory), fb_p 1 rung; fb_lead 1 s (about
+//!   what a descent of several rungs takes, so that it ends as the backlog does); fb_start_bytes 32 MiB
 //!   (twice the input the pipeline batches by itself before it syncs: past that, compressed
 //!   data piles up for a device that does not keep up); fb_floor_slack 0.05 (the speed
 //!   a level may give up for ratio under the auto targets), fb_floor 1 (0: no floor);
