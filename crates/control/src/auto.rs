@@ -231,7 +231,7 @@ pub struct Tunables {
     /// 0: no floor)
     pub fb_floor_slack: f64,
     pub fb_floor: u32,
-    /// feedback mode: seconds ahead the averaged queue is extrapolated at its pace before
+    /// feedback mode: seconds ahead a draining queue is extrapolated at its pace before
     /// it is compared with its target (0: the queue as it is)
     pub fb_lead: f64,
 }

@@ -21,13 +21,13 @@
 //!   queue_tau_secs; the saving of the recent compressed records and the raw state it drives;
 //!   the last probe.
 //!
-//! TRANSITIONS, per record, with q the averaged queue delay looked fb_lead seconds ahead at
-//!   its pace (q̄ + fb_lead·dq̄/dt, at least 0; the pace averaged over queue_tau_secs) and q*
-//!   its target — the larger of queue_target_secs, the device time of batch_bytes (records
-//!   wait for their txg: a queue the pipeline holds by itself) and 4 compression times of
-//!   the current rung (room for a slow record). Looking ahead, a backlog draining towards an
-//!   empty device turns the position down while the device still has work, and a growing
-//!   queue turns it up before it is long:
+//! TRANSITIONS, per record, with q the averaged queue delay q̄, looked fb_lead seconds ahead
+//!   while it drains (q̄ + fb_lead·min(dq̄/dt, 0), at least 0; the pace averaged over
+//!   queue_tau_secs), and q* its target — the larger of queue_target_secs, the device time
+//!   of batch_bytes (records wait for their txg: a queue the pipeline holds by itself) and 4
+//!   compression times of the current rung (room for a slow record). Looking ahead, a
+//!   backlog draining towards an empty device turns the position down while the device
+//!   still has work:
 //!   q > q*              the devices are the bottleneck: x rises by fb_up·min(ln(q/q*), 2)
 //!                       rungs per second (stronger levels cost CPU that is idle anyway)
 //!   q ≤ q*, backlog     the CPU is the bottleneck (records wait for compression while the
@@ -228,9 +228,12 @@ impl Feedback {
             }
         }
         self.last_avg = Some(avg);
-        // the queue as it will be fb_lead from now at its pace: a backlog draining towards
-        // an empty device turns the position down before the device runs dry
-        let ahead = (avg + self.tun.fb_lead * self.pace).max(0.0);
+        // the queue as it will be fb_lead from now if it goes on draining at its pace: a
+        // backlog draining towards an empty device turns the position down before the
+        // device runs dry. A growing queue is taken as it is: the queue moves in steps as
+        // txgs hand their records to the devices, and a step up read as a pace would hold
+        // a descent back.
+        let ahead = (avg + self.tun.fb_lead * self.pace.min(0.0)).max(0.0);
         let cores = if inp.cores > 0.0 && inp.cores.is_finite() { inp.cores } else { 1.0 };
         let wall = (inp.workers.max(1) as f64 / cores).max(1.0);
         let here = self.x.floor() as usize;
