@@ -63,10 +63,11 @@
 //! TUNABLES (auto.rs `Tunables`): fb_up 4 and fb_down 6 rungs/s (the ladder spans about 20
 //!   rungs: a second or two from end to end, quicker down because a starved device loses
 //!   throughput while a long queue costs only memory), fb_p 1 rung; fb_lead 1 s (about
-//!   what a descent of several rungs takes, so that it ends as the backlog does); fb_start_bytes 32 MiB
-//!   (twice the input the pipeline batches by itself before it syncs: past that, compressed
-//!   data piles up for a device that does not keep up); fb_floor_slack 0.05 (the speed
-//!   a level may give up for ratio under the auto targets), fb_floor 1 (0: no floor);
+//!   what a descent of several rungs takes, so that it ends as the backlog does);
+//!   fb_start_bytes 32 MiB (twice the input the pipeline batches by itself before it
+//!   syncs: past that, compressed data piles up for a device that does not keep up);
+//!   fb_floor_slack 0.05 (the speed a level may give up for ratio under the auto
+//!   targets), fb_floor 1 (0: no floor);
 //!   queue_target_secs, queue_tau_secs, batch_bytes, min_gain and probe_bytes as the
 //!   model uses them.
 //! ```
