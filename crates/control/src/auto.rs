@@ -355,9 +355,6 @@ impl Tunables {
         if !(t.gain_min > 0.0 && t.gain_min <= 1.0 && t.gain_max >= 1.0) {
             return Err("gain_min must lie in (0, 1] and gain_max be at least 1".into());
         }
-        if !(t.fb_lead >= 0.0 && t.fb_lead.is_finite()) {
-            return Err("fb_lead must be a finite number of seconds, 0 or more".into());
-        }
         *self = t;
         Ok(())
     }

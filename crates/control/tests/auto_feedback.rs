@@ -299,7 +299,9 @@ fn a_cpu_bound_descent_stops_where_storing_costs_more_than_the_codec_saves() {
 #[test]
 fn a_draining_queue_turns_the_position_down_before_the_device_runs_dry() {
     let drain = |fb_lead: f64| {
-        let tun = Tunables { fb_lead, ..Tunables::default() };
+        // a slow climb, so that the run without the look-ahead stays below the top rung
+        // and its climbing is seen
+        let tun = Tunables { fb_lead, fb_up: 1.0, ..Tunables::default() };
         let Spec::Auto { min, max } = "auto".parse::<Spec>().unwrap() else { unreachable!() };
         let mut f = Feedback::new(&candidates(min, max), zstd(1), tun);
         let mut now = 0.0;
@@ -309,10 +311,11 @@ fn a_draining_queue_turns_the_position_down_before_the_device_runs_dry() {
             run(&mut f, &mut now, 1, 2.0 - 0.01 * i as f64, true);
             highest = highest.max(f.position());
         }
-        (highest, f.position())
+        (highest, f.position(), f.spine().len() as f64)
     };
-    let (highest, end) = drain(Tunables::default().fb_lead);
+    let (highest, end, _) = drain(Tunables::default().fb_lead);
     assert!(end < highest - 1.0, "the queue down to 0.6 s: highest {highest}, then {end}");
-    let (highest, end) = drain(0.0);
+    let (highest, end, top) = drain(0.0);
     assert_eq!(end, highest, "without the look-ahead a queue above its target only climbs");
+    assert!(highest < top, "the climb reached the top rung, where it cannot be seen: {highest}");
 }
