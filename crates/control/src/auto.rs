@@ -621,10 +621,19 @@ impl AutoController {
     /// The current ladder: (codec, cost ns/B, stored per byte, measured on the current data),
     /// raw first.
     pub fn ladder(&mut self) -> Vec<(Codec, Point, bool)> {
+        if let Some(f) = &self.feedback {
+            return f.figures();
+        }
         if self.dirty {
             self.rebuild();
         }
         self.ladder.iter().map(|r| (self.codec(r.id), r.pt, r.measured)).collect()
+    }
+
+    /// The feedback mode's position and the floor its last decision respected (None: the
+    /// model decides).
+    pub fn position(&self) -> Option<(f64, f64)> {
+        self.feedback.as_ref().map(|f| (f.position(), f.last_floor()))
     }
 
     /// The queue correction g.

@@ -47,15 +47,22 @@
 //!   the queue is itself the integral of the rate mismatch, and x integrating it again would
 //!   oscillate without it).
 //!   FLOOR: neither the descent nor the proportional part takes the rung below min(x, f),
-//!   f the strongest rung whose CPU per input byte with storing counted, cost(r) +
-//!   o·stored(r), is within fb_floor_slack of the cheapest rung's (raw: o). A stored byte
-//!   costs the pipeline CPU too (copy, checksum, the write's kernel time): on data that
-//!   compresses well a weaker rung saves codec time and spends it again storing more, so
-//!   below f a CPU-bound pipeline gets no faster and only loses ratio. cost(r) and stored(r)
-//!   are each rung's measured averages (nominal until measured); o, the pipeline CPU per
+//!   f the strongest rung whose write rate T(r) is within fb_floor_slack of the best
+//!   rung's, T(r) = min(n / (cost(r) + o·stored(r)), D / stored(r)): what the CPU (n cores)
+//!   compresses and stores, or what the devices take (D bytes/s: their drain rate when
+//!   last seen as the bottleneck, q̄ > q*, or any higher rate since; infinite until
+//!   then, since a device that keeps up drains only what arrives). A descent only helps while the rung below is faster by both bounds:
+//!   a stored byte costs the pipeline CPU too (copy, checksum, the write's kernel time),
+//!   so on data that compresses well a weaker rung saves codec time and spends it again
+//!   storing more; and a weaker rung that stores more can make the device the bottleneck
+//!   at a lower rate than the CPU's at the stronger one (the corpus XML at 100 MB/s on one
+//!   core: lz4 fills the device at 420 MB/s of input, zstd:1 is CPU-bound at 490). Below
+//!   f a CPU-bound pipeline gets no faster and only loses ratio. cost(r) and stored(r) are
+//!   each rung's measured averages (nominal until measured); o, the pipeline CPU per
 //!   stored byte, is the overhead meter's figure per input byte over the recent stored
 //!   fraction (the overhead counted as all per stored byte: it overstates o by the part
-//!   per input byte, and 0 before the meter has a figure, which leaves the floor at raw).
+//!   per input byte, and 0 before the meter has a figure: the CPU bound is then the
+//!   codec's alone).
 //!   RAW: when the records compressed over the last DRIFT_WINDOW_BYTES saved less than
 //!   min_gain, records are stored raw and one record every probe_bytes is compressed at x's
 //!   rung (at least the first); a probe that saves min_gain or more ends it.
@@ -108,6 +115,10 @@ pub struct Feedback {
     raw: bool,
     bytes: u64,
     last_probe: u64,
+    last_floor: f64,
+    /// the devices' drain rate when last seen as the bottleneck, bytes/s (or any higher
+    /// rate seen since): the floor's device bound
+    capacity: Option<f64>,
 }
 
 impl Feedback {
@@ -156,6 +167,8 @@ impl Feedback {
             raw: false,
             bytes: 0,
             last_probe: 0,
+            last_floor: 0.0,
+            capacity: None,
         }
     }
 
@@ -241,7 +254,14 @@ impl Feedback {
         let record_secs = self.rung_cost((here + 1).min(self.spine.len())) * rec as f64 * wall * 1e-9;
         let want = self.tun.queue_target_secs.max(self.tun.batch_bytes as f64 / dev).max(4.0 * record_secs).max(1e-6);
         let err = (ahead.max(1e-9) / want).ln();
-        let floor = self.floor(inp.overhead_ns_per_byte).min(self.x);
+        // the devices' rate is their capacity only while they are the bottleneck: a device
+        // that keeps up drains what arrives, and that rate as a bound would hold the
+        // position wherever it is
+        if avg > want || self.capacity.is_some_and(|c| dev > c) {
+            self.capacity = Some(dev);
+        }
+        let floor = self.floor(inp.overhead_ns_per_byte, cores, self.capacity).min(self.x);
+        self.last_floor = floor;
         if ahead > want {
             self.x += self.tun.fb_up * err.min(2.0) * dt;
         } else if inp.backlog {
@@ -254,6 +274,21 @@ impl Feedback {
             return self.raw_decision(xe.round() as usize, q.delay_secs);
         }
         Decision { codec: self.mixed(xe), reason: Reason::Model, queue_delay_secs: q.delay_secs }
+    }
+
+    /// Each rung's figures as the floor takes them, raw first: (codec, CPU ns and stored
+    /// bytes per input byte, measured on this mount's data).
+    pub fn figures(&self) -> Vec<(Codec, Point, bool)> {
+        let rungs = self.spine.iter().enumerate().map(|(i, c)| {
+            let pt = Point { cost: self.cost[i].value().unwrap_or(0.0), stored: self.stored[i].value().unwrap_or(1.0) };
+            (*c, pt, self.seen[i] > 0)
+        });
+        std::iter::once((Codec::NONE, Point { cost: 0.0, stored: 1.0 }, true)).chain(rungs).collect()
+    }
+
+    /// The floor the last decision respected (module comment, FLOOR).
+    pub fn last_floor(&self) -> f64 {
+        self.last_floor
     }
 
     /// The rung for position `x`: ⌊x⌋ or the next, spread over records by error diffusion.
@@ -270,12 +305,14 @@ impl Feedback {
     }
 
     /// The floor rung f (module comment), given the pipeline's CPU per input byte beyond
-    /// the codec's.
-    pub fn floor(&self, overhead_ns_per_byte: f64) -> f64 {
-        if self.tun.fb_floor == 0 || !(overhead_ns_per_byte.is_finite() && overhead_ns_per_byte > 0.0) {
+    /// the codec's, the cores it runs on and the devices' drain rate (None: not known yet,
+    /// the CPU alone bounds).
+    pub fn floor(&self, overhead_ns_per_byte: f64, cores: f64, device_bps: Option<f64>) -> f64 {
+        if self.tun.fb_floor == 0 {
             return 0.0;
         }
-        let per_stored = overhead_ns_per_byte / self.stored_fraction();
+        let o = if overhead_ns_per_byte.is_finite() { overhead_ns_per_byte.max(0.0) } else { 0.0 };
+        let per_stored = o / self.stored_fraction();
         // a rung not measured yet: its nominal figures scaled as the measured rung nearest
         // the position departs from its own (the data compresses better or worse than the
         // nominal corpus, at every rung alike)
@@ -296,16 +333,16 @@ impl Feedback {
                 (n.cost * kc, (n.stored * ks).min(1.0))
             }
         };
-        let total = |r: usize| match r {
-            0 => per_stored,
-            _ => {
-                let (cost, stored) = figures(r - 1);
-                cost + per_stored * stored
-            }
+        let cores = if cores.is_finite() && cores > 0.0 { cores } else { 1.0 };
+        let device_bps = device_bps.filter(|d| d.is_finite() && *d > 0.0).unwrap_or(f64::INFINITY);
+        let rate = |r: usize| {
+            let (cost, stored) = if r == 0 { (0.0, 1.0) } else { figures(r - 1) };
+            let cpu = cores * 1e9 / (cost + per_stored * stored).max(1e-9);
+            cpu.min(device_bps / stored.max(1e-6))
         };
-        let least = (0..=self.spine.len()).map(total).fold(f64::INFINITY, f64::min);
-        let bound = least * (1.0 + self.tun.fb_floor_slack);
-        (0..=self.spine.len()).rev().find(|&r| total(r) <= bound).unwrap_or(0) as f64
+        let best = (0..=self.spine.len()).map(rate).fold(0.0, f64::max);
+        let bound = best / (1.0 + self.tun.fb_floor_slack);
+        (0..=self.spine.len()).rev().find(|&r| rate(r) >= bound).unwrap_or(0) as f64
     }
 
     /// A record in raw mode: raw, or every probe_bytes a probe at rung `r` (at least the

@@ -291,6 +291,74 @@ fn a_cpu_bound_descent_stops_where_storing_costs_more_than_the_codec_saves() {
     }
 }
 
+/// A CPU-bound pipeline at zstd:1 on data like the corpus's XML, where every weaker rung
+/// costs less CPU but stores much more: towards a 100 MB/s device the descent stops at
+/// zstd:1, because below it the device would be the bottleneck at a lower rate than the
+/// CPU's at zstd:1; towards a device that drains anything, the same figures let it descend.
+/// A device that never had a queue says nothing of what it could take: its rate is what
+/// arrived, and the descent goes on.
+#[test]
+fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
+    let figures = |i: usize, z: usize| -> (f64, f64) {
+        match i.cmp(&z) {
+            std::cmp::Ordering::Less => {
+                let below = (z - 1 - i) as f64;
+                ((1.2 - 0.05 * below).max(0.3), 0.20 + 0.02 * below)
+            }
+            std::cmp::Ordering::Equal => (1.6, 0.15),
+            std::cmp::Ordering::Greater => (1.6 * 1.5f64.powi((i - z) as i32), 0.15 - 0.005 * (i - z) as f64),
+        }
+    };
+    let slow = [DeviceView { queued_bytes: 0, throughput_bps: 100.0 * MB, free_bytes: u64::MAX }];
+    for (dev, seen_busy, held) in [(slow, true, true), (starved(), true, false), (slow, false, false)] {
+        let mut f = fb("auto");
+        let spine = f.spine().to_vec();
+        let z = spine.iter().position(|c| *c == zstd(1)).unwrap();
+        for (i, c) in spine.iter().enumerate().chain(std::iter::once((z, &spine[z]))) {
+            let (cost, stored) = figures(i, z);
+            for _ in 0..64 {
+                let n = REC as f64;
+                f.observe(&Sample {
+                    codec: *c,
+                    input_bytes: REC,
+                    stored_bytes: (n * stored) as u64,
+                    cpu_ns: (n * cost) as u64,
+                });
+            }
+        }
+        let mut now = 0.0;
+        if seen_busy {
+            // the device the bottleneck for a moment: its rate is what it can take
+            run_on(&mut f, &mut now, 20, [DeviceView { queued_bytes: 50 * MB as u64, ..dev[0] }], true);
+        }
+        let mut decide = |f: &mut Feedback| {
+            now += 0.01;
+            f.decide(&AutoInputs {
+                now_secs: now,
+                record_bytes: REC,
+                devices: &dev,
+                cores: 1.0,
+                workers: 1,
+                overhead_ns_per_byte: 0.05,
+                backlog: true,
+            })
+        };
+        // four seconds with the device's queue empty and records waiting for the CPU
+        for _ in 0..400 {
+            decide(&mut f);
+        }
+        let rung = |c: Codec| spine.iter().position(|s| *s == c).map_or(-1, |i| i as i64);
+        let last: Vec<i64> = (0..100).map(|_| rung(decide(&mut f).codec)).collect();
+        if held {
+            // zstd:1 writes 1 / (1.6 + 0.05) ns = 606 MB/s; the rung below it would store
+            // 0.20 of 100 MB/s device time per byte: 500 MB/s
+            assert!(last.iter().all(|&r| r >= z as i64), "descended below zstd:1 (rung {z}): {last:?}");
+        } else {
+            assert!(last.iter().all(|&r| r < z as i64), "held at zstd:1 with nothing to wait for: {last:?}");
+        }
+    }
+}
+
 /// A backlog draining at one second of queue per second, the CPU busy all along, from 2 s
 /// down to 0.6 s, twelve times the queue target: with the default look-ahead the position
 /// turns down about a second before the queue would run out; without it, it goes on
@@ -300,8 +368,9 @@ fn a_cpu_bound_descent_stops_where_storing_costs_more_than_the_codec_saves() {
 fn a_draining_queue_turns_the_position_down_before_the_device_runs_dry() {
     let drain = |fb_lead: f64| {
         // a slow climb, so that the run without the look-ahead stays below the top rung
-        // and its climbing is seen
-        let tun = Tunables { fb_lead, fb_up: 1.0, ..Tunables::default() };
+        // and its climbing is seen; no floor: by the nominal figures the rungs this climb
+        // reaches keep a 100 MB/s device busy on 2 cores, and the floor would hold them
+        let tun = Tunables { fb_lead, fb_up: 1.0, fb_floor: 0, ..Tunables::default() };
         let Spec::Auto { min, max } = "auto".parse::<Spec>().unwrap() else { unreachable!() };
         let mut f = Feedback::new(&candidates(min, max), zstd(1), tun);
         let mut now = 0.0;

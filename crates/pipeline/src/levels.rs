@@ -355,8 +355,9 @@ impl Levels {
                     .iter()
                     .map(|(c, p, m)| format!("{c}{}({:.2}ns,{:.3})", if *m { "" } else { "?" }, p.cost, p.stored))
                     .collect();
+                let at = ctl.position().map_or(String::new(), |(x, f)| format!(", position {x:.2} floor {f:.2}"));
                 log::debug!(
-                    "auto {}: cores {cores:.2}, overhead {overhead:.2} ns/B, devices {:?}, backlog {}, gain {:.2} → {} ({}); ladder {}",
+                    "auto {}: cores {cores:.2}, overhead {overhead:.2} ns/B, devices {:?}, backlog {}, gain {:.2}{at} → {} ({}); ladder {}",
                     policy.spec,
                     v.iter().map(|d| (d.queued_bytes, (d.throughput_bps / 1e6).round())).collect::<Vec<_>>(),
                     rec.backlog,
