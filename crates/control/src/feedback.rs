@@ -29,7 +29,8 @@
 //!   backlog draining towards an empty device turns the position down while the device
 //!   still has work:
 //!   q > q*              the devices are the bottleneck: x rises by fb_up·min(ln(q/q*), 2)
-//!                       rungs per second (stronger levels cost CPU that is idle anyway)
+//!                       rungs per second (stronger levels cost CPU that is idle anyway),
+//!                       at once to the floor f (FLOOR) if that is higher
 //!   q ≤ q*, backlog     the CPU is the bottleneck (records wait for compression while the
 //!                       devices run short): x falls by fb_down·(1 − q/q*) rungs per second,
 //!                       down to raw (never slower than `none`)
@@ -50,8 +51,8 @@
 //!   f the strongest rung whose write rate T(r) is within fb_floor_slack of the best
 //!   rung's, T(r) = min(n / (cost(r) + o·stored(r)), D / stored(r)): what the CPU (n cores)
 //!   compresses and stores, or what the devices take (D bytes/s: their drain rate when
-//!   last seen as the bottleneck, q̄ > q*, or any higher rate since; infinite until
-//!   then, since a device that keeps up drains only what arrives). A descent only helps while the rung below is faster by both bounds:
+//!   last seen as the bottleneck, q̄ > q* for CAPACITY_SECS, or any higher rate since;
+//!   infinite until then, since a device that keeps up drains only what arrives). A descent only helps while the rung below is faster by both bounds:
 //!   a stored byte costs the pipeline CPU too (copy, checksum, the write's kernel time),
 //!   so on data that compresses well a weaker rung saves codec time and spends it again
 //!   storing more; and a weaker rung that stores more can make the device the bottleneck
@@ -89,6 +90,11 @@ use squeezefs_codec::Codec;
 /// second of queue error).
 const MAX_STEP_SECS: f64 = 0.25;
 
+/// How long the averaged queue must stay above its target before the devices' drain rate
+/// is taken as what they can take (FLOOR), seconds: longer than one txg's records handed
+/// over at once take to drain.
+const CAPACITY_SECS: f64 = 0.5;
+
 /// The queue-feedback controller's state (see the module comment).
 #[derive(Clone, Debug)]
 pub struct Feedback {
@@ -119,6 +125,8 @@ pub struct Feedback {
     /// the devices' drain rate when last seen as the bottleneck, bytes/s (or any higher
     /// rate seen since): the floor's device bound
     capacity: Option<f64>,
+    /// since when the averaged queue has been above its target
+    behind_since: Option<f64>,
 }
 
 impl Feedback {
@@ -169,6 +177,7 @@ impl Feedback {
             last_probe: 0,
             last_floor: 0.0,
             capacity: None,
+            behind_since: None,
         }
     }
 
@@ -256,14 +265,22 @@ impl Feedback {
         let err = (ahead.max(1e-9) / want).ln();
         // the devices' rate is their capacity only while they are the bottleneck: a device
         // that keeps up drains what arrives, and that rate as a bound would hold the
-        // position wherever it is
-        if avg > want || self.capacity.is_some_and(|c| dev > c) {
+        // position wherever it is. A queue above its target for a moment is a txg's batch
+        // handed over at once; for CAPACITY_SECS it is the device falling behind.
+        let behind = if avg > want { *self.behind_since.get_or_insert(now) } else { now };
+        if avg <= want {
+            self.behind_since = None;
+        }
+        if now - behind >= CAPACITY_SECS || self.capacity.is_some_and(|c| dev > c) {
             self.capacity = Some(dev);
         }
-        let floor = self.floor(inp.overhead_ns_per_byte, cores, self.capacity).min(self.x);
+        let f = self.floor(inp.overhead_ns_per_byte, cores, self.capacity);
+        let floor = f.min(self.x);
         self.last_floor = floor;
         if ahead > want {
-            self.x += self.tun.fb_up * err.min(2.0) * dt;
+            // below f the devices are the bottleneck at a rate f beats: no need to climb
+            // there rung by rung
+            self.x = (self.x + self.tun.fb_up * err.min(2.0) * dt).max(f);
         } else if inp.backlog {
             self.x = (self.x - self.tun.fb_down * (1.0 - ahead / want) * dt).max(floor);
         }

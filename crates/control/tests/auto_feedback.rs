@@ -295,8 +295,8 @@ fn a_cpu_bound_descent_stops_where_storing_costs_more_than_the_codec_saves() {
 /// costs less CPU but stores much more: towards a 100 MB/s device the descent stops at
 /// zstd:1, because below it the device would be the bottleneck at a lower rate than the
 /// CPU's at zstd:1; towards a device that drains anything, the same figures let it descend.
-/// A device that never had a queue says nothing of what it could take: its rate is what
-/// arrived, and the descent goes on.
+/// A device that never had a queue, or had one only for a moment, says nothing of what it
+/// could take: its rate is what arrived, and the descent goes on.
 #[test]
 fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
     let figures = |i: usize, z: usize| -> (f64, f64) {
@@ -310,7 +310,8 @@ fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
         }
     };
     let slow = [DeviceView { queued_bytes: 0, throughput_bps: 100.0 * MB, free_bytes: u64::MAX }];
-    for (dev, seen_busy, held) in [(slow, true, true), (starved(), true, false), (slow, false, false)] {
+    // (device, records decided 10 ms apart with 0.5 s queued first, held at zstd:1)
+    for (dev, busy, held) in [(slow, 80, true), (starved(), 80, false), (slow, 0, false), (slow, 20, false)] {
         let mut f = fb("auto");
         let spine = f.spine().to_vec();
         let z = spine.iter().position(|c| *c == zstd(1)).unwrap();
@@ -327,10 +328,9 @@ fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
             }
         }
         let mut now = 0.0;
-        if seen_busy {
-            // the device the bottleneck for a moment: its rate is what it can take
-            run_on(&mut f, &mut now, 20, [DeviceView { queued_bytes: 50 * MB as u64, ..dev[0] }], true);
-        }
+        // the device the bottleneck for 0.8 s: its rate is what it can take; for 0.2 s, a
+        // batch handed over at once
+        run_on(&mut f, &mut now, busy, [DeviceView { queued_bytes: 50 * MB as u64, ..dev[0] }], true);
         let mut decide = |f: &mut Feedback| {
             now += 0.01;
             f.decide(&AutoInputs {
