@@ -29,8 +29,7 @@
 //!   backlog draining towards an empty device turns the position down while the device
 //!   still has work:
 //!   q > q*              the devices are the bottleneck: x rises by fb_up·min(ln(q/q*), 2)
-//!                       rungs per second (stronger levels cost CPU that is idle anyway),
-//!                       at once to the floor f (FLOOR) if that is higher
+//!                       rungs per second (stronger levels cost CPU that is idle anyway)
 //!   q ≤ q*, backlog     the CPU is the bottleneck (records wait for compression while the
 //!                       devices run short): x falls by fb_down·(1 − q/q*) rungs per second,
 //!                       down to raw (never slower than `none`)
@@ -274,13 +273,10 @@ impl Feedback {
         if now - behind >= CAPACITY_SECS || self.capacity.is_some_and(|c| dev > c) {
             self.capacity = Some(dev);
         }
-        let f = self.floor(inp.overhead_ns_per_byte, cores, self.capacity);
-        let floor = f.min(self.x);
+        let floor = self.floor(inp.overhead_ns_per_byte, cores, self.capacity).min(self.x);
         self.last_floor = floor;
         if ahead > want {
-            // below f the devices are the bottleneck at a rate f beats: no need to climb
-            // there rung by rung
-            self.x = (self.x + self.tun.fb_up * err.min(2.0) * dt).max(f);
+            self.x += self.tun.fb_up * err.min(2.0) * dt;
         } else if inp.backlog {
             self.x = (self.x - self.tun.fb_down * (1.0 - ahead / want) * dt).max(floor);
         }
