@@ -226,9 +226,9 @@ pub struct Tunables {
     /// feedback mode, before any device has a rate: input bytes queued for every device
     /// above which the position rises all the same (the devices are behind)
     pub fb_start_bytes: u64,
-    /// feedback mode: a CPU-bound descent stops at the strongest rung whose CPU per input
-    /// byte, storing included, is within this fraction of the cheapest rung's (`fb_floor`
-    /// 0: no floor)
+    /// feedback mode: a CPU-bound descent stops at the strongest rung whose write rate
+    /// (the CPU's, storing included, or the devices', whichever is lower) is within this
+    /// fraction of the fastest rung's (`fb_floor` 0: no floor)
     pub fb_floor_slack: f64,
     pub fb_floor: u32,
     /// feedback mode: seconds ahead a draining queue is extrapolated at its pace before
