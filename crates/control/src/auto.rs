@@ -166,6 +166,8 @@
 //!   feedback 1                  the queue-feedback mode decides (feedback.rs); 0: this model
 //!   fb_up 4, fb_down 6, fb_p 1  feedback mode's rates and proportional part (feedback.rs)
 //!   fb_lead 1                   feedback mode's look-ahead on the queue's pace, s
+//!   fb_capacity_secs 0.5        feedback mode: a queue above target this long makes the
+//!                               devices' drain rate the floor's device bound
 //!   batch_bytes 0               the pipeline sets its txg's early-sync bytes (16 MiB): at
 //!                               20 MB/s that alone is 0.8 s of queue, and a 0.05 s target
 //!                               read it as a device 16 times too slow
@@ -234,6 +236,9 @@ pub struct Tunables {
     /// feedback mode: seconds ahead a draining queue is extrapolated at its pace before
     /// it is compared with its target (0: the queue as it is)
     pub fb_lead: f64,
+    /// feedback mode: seconds the averaged queue must stay above its target before the
+    /// devices' drain rate counts as what they can take (the floor's device bound)
+    pub fb_capacity_secs: f64,
 }
 
 impl Default for Tunables {
@@ -264,6 +269,7 @@ impl Default for Tunables {
             fb_floor_slack: 0.05,
             fb_floor: 1,
             fb_lead: 1.0,
+            fb_capacity_secs: 0.5,
         }
     }
 }
@@ -301,6 +307,7 @@ impl Tunables {
         "fb_floor_slack",
         "fb_floor",
         "fb_lead",
+        "fb_capacity_secs",
     ];
 
     /// Overrides from `name=value,name=value` (the daemon's `SQUEEZEFS_AUTO_TUNE`, for tuning
@@ -348,6 +355,7 @@ impl Tunables {
                 "fb_start_bytes" => t.fb_start_bytes = whole()?,
                 "fb_floor_slack" => t.fb_floor_slack = v,
                 "fb_lead" => t.fb_lead = v,
+                "fb_capacity_secs" => t.fb_capacity_secs = v,
                 "fb_floor" => t.fb_floor = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
             }

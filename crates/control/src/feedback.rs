@@ -50,7 +50,7 @@
 //!   f the strongest rung whose write rate T(r) is within fb_floor_slack of the best
 //!   rung's, T(r) = min(n / (cost(r) + o·stored(r)), D / stored(r)): what the CPU (n cores)
 //!   compresses and stores, or what the devices take (D bytes/s: their drain rate when
-//!   last seen as the bottleneck, q̄ > q* for CAPACITY_SECS, or any higher rate since;
+//!   last seen as the bottleneck, q̄ > q* for fb_capacity_secs, or any higher rate since;
 //!   infinite until then, since a device that keeps up drains only what arrives). A descent only helps while the rung below is faster by both bounds:
 //!   a stored byte costs the pipeline CPU too (copy, checksum, the write's kernel time),
 //!   so on data that compresses well a weaker rung saves codec time and spends it again
@@ -74,7 +74,8 @@
 //!   fb_start_bytes 32 MiB (twice the input the pipeline batches by itself before it
 //!   syncs: past that, compressed data piles up for a device that does not keep up);
 //!   fb_floor_slack 0.05 (the speed a level may give up for ratio under the auto
-//!   targets), fb_floor 1 (0: no floor);
+//!   targets), fb_floor 1 (0: no floor); fb_capacity_secs 0.5 (longer than one txg's
+//!   records, handed over at once, take to drain);
 //!   queue_target_secs, queue_tau_secs, batch_bytes, min_gain and probe_bytes as the
 //!   model uses them.
 //! ```
@@ -88,11 +89,6 @@ use squeezefs_codec::Codec;
 /// Longest time step one decision integrates, seconds (a pause between writes is not a
 /// second of queue error).
 const MAX_STEP_SECS: f64 = 0.25;
-
-/// How long the averaged queue must stay above its target before the devices' drain rate
-/// is taken as what they can take (FLOOR), seconds: longer than one txg's records handed
-/// over at once take to drain.
-const CAPACITY_SECS: f64 = 0.5;
 
 /// The queue-feedback controller's state (see the module comment).
 #[derive(Clone, Debug)]
@@ -265,12 +261,12 @@ impl Feedback {
         // the devices' rate is their capacity only while they are the bottleneck: a device
         // that keeps up drains what arrives, and that rate as a bound would hold the
         // position wherever it is. A queue above its target for a moment is a txg's batch
-        // handed over at once; for CAPACITY_SECS it is the device falling behind.
+        // handed over at once; for fb_capacity_secs it is the device falling behind.
         let behind = if avg > want { *self.behind_since.get_or_insert(now) } else { now };
         if avg <= want {
             self.behind_since = None;
         }
-        if now - behind >= CAPACITY_SECS || self.capacity.is_some_and(|c| dev > c) {
+        if now - behind >= self.tun.fb_capacity_secs || self.capacity.is_some_and(|c| dev > c) {
             self.capacity = Some(dev);
         }
         let floor = self.floor(inp.overhead_ns_per_byte, cores, self.capacity).min(self.x);
