@@ -51,8 +51,9 @@
 //!   rung's, T(r) = min(n / (cost(r) + o·stored(r)), D / stored(r)): what the CPU (n cores)
 //!   compresses and stores, or what the devices take (D bytes/s: their drain rate when
 //!   last seen as the bottleneck, q̄ > q* for fb_capacity_secs, or any higher rate since;
-//!   infinite until then, since a device that keeps up drains only what arrives). A descent only helps while the rung below is faster by both bounds:
-//!   a stored byte costs the pipeline CPU too (copy, checksum, the write's kernel time),
+//!   infinite until then, since a device that keeps up drains only what arrives). A
+//!   descent only helps while the rung below is faster by both bounds: a stored byte
+//!   costs the pipeline CPU too (copy, checksum, the write's kernel time),
 //!   so on data that compresses well a weaker rung saves codec time and spends it again
 //!   storing more; and a weaker rung that stores more can make the device the bottleneck
 //!   at a lower rate than the CPU's at the stronger one (the corpus XML at 100 MB/s on one

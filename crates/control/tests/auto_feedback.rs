@@ -350,8 +350,8 @@ fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
         let rung = |c: Codec| spine.iter().position(|s| *s == c).map_or(-1, |i| i as i64);
         let last: Vec<i64> = (0..100).map(|_| rung(decide(&mut f).codec)).collect();
         if held {
-            // zstd:1 writes 1 / (1.6 + 0.05) ns = 606 MB/s; the rung below it would store
-            // 0.20 of 100 MB/s device time per byte: 500 MB/s
+            // zstd:1 writes 1 / (1.6 + 0.05) ns = 606 MB/s; the rung below it stores 0.20
+            // of each byte, and a 100 MB/s device takes 100 / 0.20 = 500 MB/s of it
             assert!(last.iter().all(|&r| r >= z as i64), "descended below zstd:1 (rung {z}): {last:?}");
         } else {
             assert!(last.iter().all(|&r| r < z as i64), "held at zstd:1 with nothing to wait for: {last:?}");
