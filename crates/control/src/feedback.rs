@@ -53,9 +53,9 @@
 //!   last seen as the bottleneck, q̄ > q* for fb_capacity_secs, or any higher rate since;
 //!   infinite until then, since a device that keeps up drains only what arrives). A
 //!   descent only helps while the rung below is faster by both bounds: a stored byte
-//!   costs the pipeline CPU too (copy, checksum, the write's kernel time),
-//!   so on data that compresses well a weaker rung saves codec time and spends it again
-//!   storing more; and a weaker rung that stores more can make the device the bottleneck
+//!   costs the pipeline CPU too (copy, checksum, the write's kernel time), so on data
+//!   that compresses well a weaker rung saves codec time and spends it again storing
+//!   more; and a weaker rung that stores more can make the device the bottleneck
 //!   at a lower rate than the CPU's at the stronger one (the corpus XML at 100 MB/s on one
 //!   core: lz4 fills the device at 420 MB/s of input, zstd:1 is CPU-bound at 490). Below
 //!   f a CPU-bound pipeline gets no faster and only loses ratio. cost(r) and stored(r) are
@@ -263,11 +263,13 @@ impl Feedback {
         // that keeps up drains what arrives, and that rate as a bound would hold the
         // position wherever it is. A queue above its target for a moment is a txg's batch
         // handed over at once; for fb_capacity_secs it is the device falling behind.
-        let behind = if avg > want { *self.behind_since.get_or_insert(now) } else { now };
         if avg <= want {
             self.behind_since = None;
+        } else if self.behind_since.is_none() {
+            self.behind_since = Some(now);
         }
-        if now - behind >= self.tun.fb_capacity_secs || self.capacity.is_some_and(|c| dev > c) {
+        let held = self.behind_since.is_some_and(|t| now - t >= self.tun.fb_capacity_secs);
+        if held || self.capacity.is_some_and(|c| dev > c) {
             self.capacity = Some(dev);
         }
         let floor = self.floor(inp.overhead_ns_per_byte, cores, self.capacity).min(self.x);

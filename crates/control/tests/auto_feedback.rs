@@ -229,6 +229,15 @@ fn a_start_on_a_slow_device_climbs_before_its_rate_is_known() {
     assert!(h.position() > start + 2.0, "8 MiB stored at 8:1: {start} → {}", h.position());
 }
 
+/// Feed back 64 records compressed with `c` at `cost` CPU ns and `stored` bytes per input
+/// byte: enough for the rung's averages to hold those figures.
+fn measure(f: &mut Feedback, c: Codec, cost: f64, stored: f64) {
+    let n = REC as f64;
+    for _ in 0..64 {
+        f.observe(&Sample { codec: c, input_bytes: REC, stored_bytes: (n * stored) as u64, cpu_ns: (n * cost) as u64 });
+    }
+}
+
 /// Rung `i`'s figures on data like the corpus's XML, `z` the index of zstd:1: below it each
 /// rung saves a twentieth of a nanosecond per byte and stores 3% more of it; above it each
 /// costs half again as much for a little less stored.
@@ -249,15 +258,7 @@ fn a_cpu_bound_descent_stops_where_storing_costs_more_than_the_codec_saves() {
         // every rung measured on this data
         for (i, c) in spine.iter().enumerate() {
             let (cost, stored) = xml_like(i, z);
-            for _ in 0..64 {
-                let n = REC as f64;
-                f.observe(&Sample {
-                    codec: *c,
-                    input_bytes: REC,
-                    stored_bytes: (n * stored) as u64,
-                    cpu_ns: (n * cost) as u64,
-                });
-            }
+            measure(&mut f, *c, cost, stored);
         }
         f.observe(&sample(zstd(1), 1.0 / 0.15));
         let mut now = 0.0;
@@ -310,22 +311,25 @@ fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
         }
     };
     let slow = [DeviceView { queued_bytes: 0, throughput_bps: 100.0 * MB, free_bytes: u64::MAX }];
-    // (device, records decided 10 ms apart with 0.5 s queued first, held at zstd:1)
-    for (dev, busy, held) in [(slow, 80, true), (starved(), 80, false), (slow, 0, false), (slow, 20, false)] {
-        let mut f = fb("auto");
+    // (device, records decided 10 ms apart with 0.5 s queued first, fb_capacity_secs, held
+    // at zstd:1); a zero hold still needs the queue long at least once
+    let cases = [
+        (slow, 80, 0.5, true),
+        (starved(), 80, 0.5, false),
+        (slow, 0, 0.5, false),
+        (slow, 20, 0.5, false),
+        (slow, 0, 0.0, false),
+        (slow, 20, 0.0, true),
+    ];
+    for (dev, busy, hold, held) in cases {
+        let Spec::Auto { min, max } = "auto".parse::<Spec>().unwrap() else { unreachable!() };
+        let tun = Tunables { fb_capacity_secs: hold, ..Tunables::default() };
+        let mut f = Feedback::new(&candidates(min, max), zstd(1), tun);
         let spine = f.spine().to_vec();
         let z = spine.iter().position(|c| *c == zstd(1)).unwrap();
         for (i, c) in spine.iter().enumerate().chain(std::iter::once((z, &spine[z]))) {
             let (cost, stored) = figures(i, z);
-            for _ in 0..64 {
-                let n = REC as f64;
-                f.observe(&Sample {
-                    codec: *c,
-                    input_bytes: REC,
-                    stored_bytes: (n * stored) as u64,
-                    cpu_ns: (n * cost) as u64,
-                });
-            }
+            measure(&mut f, *c, cost, stored);
         }
         let mut now = 0.0;
         // the device the bottleneck for 0.8 s: its rate is what it can take; for 0.2 s, a
