@@ -168,6 +168,8 @@
 //!   fb_lead 1                   feedback mode's look-ahead on the queue's pace, s
 //!   fb_capacity_secs 0.5        feedback mode: a queue above target this long makes the
 //!                               devices' drain rate the floor's device bound
+//!   fb_lift 4                   feedback mode: rungs per second a CPU-bound position rises
+//!                               to a floor above it
 //!   batch_bytes 0               the pipeline sets its txg's early-sync bytes (16 MiB): at
 //!                               20 MB/s that alone is 0.8 s of queue, and a 0.05 s target
 //!                               read it as a device 16 times too slow
@@ -239,6 +241,9 @@ pub struct Tunables {
     /// feedback mode: seconds the averaged queue must stay above its target before the
     /// devices' drain rate counts as what they can take (the floor's device bound)
     pub fb_capacity_secs: f64,
+    /// feedback mode: rungs per second a CPU-bound position rises towards a floor above it
+    /// (0: it stays where it is)
+    pub fb_lift: f64,
 }
 
 impl Default for Tunables {
@@ -270,6 +275,7 @@ impl Default for Tunables {
             fb_floor: 1,
             fb_lead: 1.0,
             fb_capacity_secs: 0.5,
+            fb_lift: 4.0,
         }
     }
 }
@@ -308,6 +314,7 @@ impl Tunables {
         "fb_floor",
         "fb_lead",
         "fb_capacity_secs",
+        "fb_lift",
     ];
 
     /// Overrides from `name=value,name=value` (the daemon's `SQUEEZEFS_AUTO_TUNE`, for tuning
@@ -356,6 +363,7 @@ impl Tunables {
                 "fb_floor_slack" => t.fb_floor_slack = v,
                 "fb_lead" => t.fb_lead = v,
                 "fb_capacity_secs" => t.fb_capacity_secs = v,
+                "fb_lift" => t.fb_lift = v,
                 "fb_floor" => t.fb_floor = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
             }

@@ -32,7 +32,12 @@
 //!                       rungs per second (stronger levels cost CPU that is idle anyway)
 //!   q ≤ q*, backlog     the CPU is the bottleneck (records wait for compression while the
 //!                       devices run short): x falls by fb_down·(1 − q/q*) rungs per second,
-//!                       down to raw (never slower than `none`)
+//!                       down to raw (never slower than `none`), but not below the floor f
+//!   … and x < f         the floor rose above the position (the devices' rate became known
+//!                       after the descent, or the data changed the rungs' figures): x
+//!                       rises by fb_lift rungs per second up to f. Below f a CPU-bound
+//!                       pipeline is no faster and stores more, and nothing else lifts it:
+//!                       the queue stays short
 //!   otherwise           hold: an unsaturated pipeline says nothing
 //!   START-UP: until some device has a rate (the pipeline confirms one after the burst a
 //!   throttled device or a write cache lets through at memory speed), queue seconds are
@@ -75,7 +80,8 @@
 //!   fb_start_bytes 32 MiB (twice the input the pipeline batches by itself before it
 //!   syncs: past that, compressed data piles up for a device that does not keep up);
 //!   fb_floor_slack 0.05 (the speed a level may give up for ratio under the auto
-//!   targets), fb_floor 1 (0: no floor); fb_capacity_secs 0.5 (longer than one txg's
+//!   targets), fb_floor 1 (0: no floor); fb_lift 4 rungs/s (as fast as a climb: the
+//!   floor is a rung the figures say is as fast as any); fb_capacity_secs 0.5 (longer than one txg's
 //!   records, handed over at once, take to drain);
 //!   queue_target_secs, queue_tau_secs, batch_bytes, min_gain and probe_bytes as the
 //!   model uses them.
@@ -272,13 +278,16 @@ impl Feedback {
         if held || self.capacity.is_some_and(|c| dev > c) {
             self.capacity = Some(dev);
         }
-        let floor = self.floor(inp.overhead_ns_per_byte, cores, self.capacity).min(self.x);
-        self.last_floor = floor;
+        let f = self.floor(inp.overhead_ns_per_byte, cores, self.capacity);
+        self.last_floor = f;
         if ahead > want {
             self.x += self.tun.fb_up * err.min(2.0) * dt;
+        } else if inp.backlog && f > self.x && self.tun.fb_lift > 0.0 {
+            self.x = (self.x + self.tun.fb_lift * dt).min(f);
         } else if inp.backlog {
-            self.x = (self.x - self.tun.fb_down * (1.0 - ahead / want) * dt).max(floor);
+            self.x = (self.x - self.tun.fb_down * (1.0 - ahead / want) * dt).max(f.min(self.x));
         }
+        let floor = f.min(self.x);
         self.x = self.x.clamp(0.0, top);
         let p = if ahead > want || inp.backlog { self.tun.fb_p * err.clamp(-1.0, 1.0) } else { 0.0 };
         let xe = (self.x + p).clamp(floor, top);

@@ -292,6 +292,20 @@ fn a_cpu_bound_descent_stops_where_storing_costs_more_than_the_codec_saves() {
     }
 }
 
+/// Rung `i`'s figures at a crossing, `z` the index of zstd:1: zstd:1 costs 1.6 ns per byte
+/// and stores 0.15 of it; the rung below costs 1.2 ns and stores 0.20, and each further one
+/// saves 0.05 ns and stores 0.02 more; above zstd:1 each costs half again as much.
+fn crossing(i: usize, z: usize) -> (f64, f64) {
+    match i.cmp(&z) {
+        std::cmp::Ordering::Less => {
+            let below = (z - 1 - i) as f64;
+            ((1.2 - 0.05 * below).max(0.3), 0.20 + 0.02 * below)
+        }
+        std::cmp::Ordering::Equal => (1.6, 0.15),
+        std::cmp::Ordering::Greater => (1.6 * 1.5f64.powi((i - z) as i32), 0.15 - 0.005 * (i - z) as f64),
+    }
+}
+
 /// A CPU-bound pipeline at zstd:1 on data like the corpus's XML, where every weaker rung
 /// costs less CPU but stores much more: towards a 100 MB/s device the descent stops at
 /// zstd:1, because below it the device would be the bottleneck at a lower rate than the
@@ -300,16 +314,7 @@ fn a_cpu_bound_descent_stops_where_storing_costs_more_than_the_codec_saves() {
 /// could take: its rate is what arrived, and the descent goes on.
 #[test]
 fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
-    let figures = |i: usize, z: usize| -> (f64, f64) {
-        match i.cmp(&z) {
-            std::cmp::Ordering::Less => {
-                let below = (z - 1 - i) as f64;
-                ((1.2 - 0.05 * below).max(0.3), 0.20 + 0.02 * below)
-            }
-            std::cmp::Ordering::Equal => (1.6, 0.15),
-            std::cmp::Ordering::Greater => (1.6 * 1.5f64.powi((i - z) as i32), 0.15 - 0.005 * (i - z) as f64),
-        }
-    };
+    let figures = crossing;
     let slow = [DeviceView { queued_bytes: 0, throughput_bps: 100.0 * MB, free_bytes: u64::MAX }];
     // (device, records decided 10 ms apart with 0.5 s queued first, fb_capacity_secs, held
     // at zstd:1); a zero hold still needs the queue long at least once
@@ -391,4 +396,63 @@ fn a_draining_queue_turns_the_position_down_before_the_device_runs_dry() {
     let (highest, end, top) = drain(0.0);
     assert_eq!(end, highest, "without the look-ahead a queue above its target only climbs");
     assert!(highest < top, "the climb reached the top rung, where it cannot be seen: {highest}");
+}
+
+/// The crossing of the test above, with the device's rate learned only after the descent
+/// has gone below zstd:1 (a 1 GiB write at 500 MB/s lasts two seconds, and the queue
+/// stays long for half of one only once a weaker rung has filled the device): the
+/// CPU-bound position then rises back to the floor, where a position held by the floor
+/// would stay below it for good.
+#[test]
+fn a_cpu_bound_position_below_a_floor_learned_late_rises_to_it() {
+    for (lift, rises) in [(Tunables::default().fb_lift, true), (0.0, false)] {
+        let Spec::Auto { min, max } = "auto".parse::<Spec>().unwrap() else { unreachable!() };
+        let tun = Tunables { fb_lift: lift, ..Tunables::default() };
+        let mut f = Feedback::new(&candidates(min, max), zstd(1), tun);
+        let spine = f.spine().to_vec();
+        let z = spine.iter().position(|c| *c == zstd(1)).unwrap();
+        for (i, c) in spine.iter().enumerate().chain(std::iter::once((z, &spine[z]))) {
+            let (cost, stored) = crossing(i, z);
+            measure(&mut f, *c, cost, stored);
+        }
+        let dev = |queued: f64| {
+            [DeviceView { queued_bytes: queued as u64, throughput_bps: 100.0 * MB, free_bytes: u64::MAX }]
+        };
+        let mut now = 0.0;
+        let mut decide = |f: &mut Feedback, queued: f64| {
+            now += 0.01;
+            f.decide(&AutoInputs {
+                now_secs: now,
+                record_bytes: REC,
+                devices: &dev(queued),
+                cores: 1.0,
+                workers: 1,
+                overhead_ns_per_byte: 0.05,
+                backlog: true,
+            })
+        };
+        // CPU-bound with the device's rate unknown: the descent goes below zstd:1
+        for _ in 0..400 {
+            decide(&mut f, 0.0);
+        }
+        let below = f.position();
+        assert!(below < (z + 1) as f64 - 1.0, "no descent below zstd:1 (rung {}): {below}", z + 1);
+        // the device behind for 0.8 s, its queue just above the target: the rate is learned
+        // and the position rises only a little
+        for _ in 0..80 {
+            decide(&mut f, 0.06 * 100.0 * MB);
+        }
+        assert!(f.position() < (z + 1) as f64 - 0.5, "the queue alone lifted it: {}", f.position());
+        // CPU-bound again for two seconds
+        for _ in 0..200 {
+            decide(&mut f, 0.0);
+        }
+        let rung = |c: Codec| spine.iter().position(|s| *s == c).map_or(-1, |i| i as i64);
+        let last: Vec<i64> = (0..100).map(|_| rung(decide(&mut f, 0.0).codec)).collect();
+        if rises {
+            assert!(last.iter().all(|&r| r >= z as i64), "stayed below zstd:1 (rung {z}): {last:?}");
+        } else {
+            assert!(last.iter().all(|&r| r < z as i64), "rose without the lift: {last:?}");
+        }
+    }
 }
