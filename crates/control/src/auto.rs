@@ -646,10 +646,10 @@ impl AutoController {
         self.ladder.iter().map(|r| (self.codec(r.id), r.pt, r.measured)).collect()
     }
 
-    /// The feedback mode's position and the floor its last decision respected (None: the
-    /// model decides).
-    pub fn position(&self) -> Option<(f64, f64)> {
-        self.feedback.as_ref().map(|f| (f.position(), f.last_floor()))
+    /// The feedback mode's position, the floor its last decision respected and the devices'
+    /// capacity the floor took (None: the model decides).
+    pub fn position(&self) -> Option<(f64, f64, Option<f64>)> {
+        self.feedback.as_ref().map(|f| (f.position(), f.last_floor(), f.capacity()))
     }
 
     /// The queue correction g.

@@ -307,6 +307,12 @@ impl Feedback {
         std::iter::once((Codec::NONE, Point { cost: 0.0, stored: 1.0 }, true)).chain(rungs).collect()
     }
 
+    /// The devices' drain rate the floor takes as their capacity, bytes/s (None: not seen
+    /// as the bottleneck yet).
+    pub fn capacity(&self) -> Option<f64> {
+        self.capacity
+    }
+
     /// The floor the last decision respected (module comment, FLOOR).
     pub fn last_floor(&self) -> f64 {
         self.last_floor

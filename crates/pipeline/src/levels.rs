@@ -355,7 +355,10 @@ impl Levels {
                     .iter()
                     .map(|(c, p, m)| format!("{c}{}({:.2}ns,{:.3})", if *m { "" } else { "?" }, p.cost, p.stored))
                     .collect();
-                let at = ctl.position().map_or(String::new(), |(x, f)| format!(", position {x:.2} floor {f:.2}"));
+                let at = ctl.position().map_or(String::new(), |(x, f, d)| {
+                    let d = d.map_or("unknown".into(), |d| format!("{:.0} MB/s", d / 1e6));
+                    format!(", position {x:.2} floor {f:.2} capacity {d}")
+                });
                 // each device's two drain figures, MB/s: per range from its kick, and
                 // sustained while its queue never emptied (the view takes the lower)
                 let mbs = |bps: f64| (bps / 1e6).round();
