@@ -81,8 +81,8 @@
 //!   syncs: past that, compressed data piles up for a device that does not keep up);
 //!   fb_floor_slack 0.05 (the speed a level may give up for ratio under the auto
 //!   targets), fb_floor 1 (0: no floor); fb_lift 4 rungs/s (as fast as a climb: the
-//!   floor is a rung the figures say is as fast as any); fb_capacity_secs 0.5 (longer than one txg's
-//!   records, handed over at once, take to drain);
+//!   floor is a rung the figures say is as fast as any); fb_capacity_secs 0.5 (longer
+//!   than one txg's records, handed over at once, take to drain);
 //!   queue_target_secs, queue_tau_secs, batch_bytes, min_gain and probe_bytes as the
 //!   model uses them.
 //! ```
@@ -313,7 +313,8 @@ impl Feedback {
         self.capacity
     }
 
-    /// The floor the last decision respected (module comment, FLOOR).
+    /// The floor rung f at the last decision (module comment, FLOOR): a descent stops at
+    /// min(x, f), a CPU-bound position below it rises to it.
     pub fn last_floor(&self) -> f64 {
         self.last_floor
     }
