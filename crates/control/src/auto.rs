@@ -646,7 +646,7 @@ impl AutoController {
         self.ladder.iter().map(|r| (self.codec(r.id), r.pt, r.measured)).collect()
     }
 
-    /// The feedback mode's position, the floor its last decision respected and the devices'
+    /// The feedback mode's position, its floor rung at the last decision and the devices'
     /// capacity the floor took (None: the model decides).
     pub fn position(&self) -> Option<(f64, f64, Option<f64>)> {
         self.feedback.as_ref().map(|f| (f.position(), f.last_floor(), f.capacity()))

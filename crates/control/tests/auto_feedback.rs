@@ -306,6 +306,20 @@ fn crossing(i: usize, z: usize) -> (f64, f64) {
     }
 }
 
+/// The default ladder with every rung measured at the crossing, zstd:1 last (the recent
+/// saving is then the starting rung's): the controller, its spine and zstd:1's index.
+fn at_crossing(tun: Tunables) -> (Feedback, Vec<Codec>, usize) {
+    let Spec::Auto { min, max } = "auto".parse::<Spec>().unwrap() else { unreachable!() };
+    let mut f = Feedback::new(&candidates(min, max), zstd(1), tun);
+    let spine = f.spine().to_vec();
+    let z = spine.iter().position(|c| *c == zstd(1)).unwrap();
+    for (i, c) in spine.iter().enumerate().chain(std::iter::once((z, &spine[z]))) {
+        let (cost, stored) = crossing(i, z);
+        measure(&mut f, *c, cost, stored);
+    }
+    (f, spine, z)
+}
+
 /// A CPU-bound pipeline at zstd:1 on data like the corpus's XML, where every weaker rung
 /// costs less CPU but stores much more: towards a 100 MB/s device the descent stops at
 /// zstd:1, because below it the device would be the bottleneck at a lower rate than the
@@ -314,7 +328,6 @@ fn crossing(i: usize, z: usize) -> (f64, f64) {
 /// could take: its rate is what arrived, and the descent goes on.
 #[test]
 fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
-    let figures = crossing;
     let slow = [DeviceView { queued_bytes: 0, throughput_bps: 100.0 * MB, free_bytes: u64::MAX }];
     // (device, records decided 10 ms apart with 0.5 s queued first, fb_capacity_secs, held
     // at zstd:1); a zero hold still needs the queue long at least once
@@ -327,15 +340,7 @@ fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
         (slow, 20, 0.0, true),
     ];
     for (dev, busy, hold, held) in cases {
-        let Spec::Auto { min, max } = "auto".parse::<Spec>().unwrap() else { unreachable!() };
-        let tun = Tunables { fb_capacity_secs: hold, ..Tunables::default() };
-        let mut f = Feedback::new(&candidates(min, max), zstd(1), tun);
-        let spine = f.spine().to_vec();
-        let z = spine.iter().position(|c| *c == zstd(1)).unwrap();
-        for (i, c) in spine.iter().enumerate().chain(std::iter::once((z, &spine[z]))) {
-            let (cost, stored) = figures(i, z);
-            measure(&mut f, *c, cost, stored);
-        }
+        let (mut f, spine, z) = at_crossing(Tunables { fb_capacity_secs: hold, ..Tunables::default() });
         let mut now = 0.0;
         // the device the bottleneck for 0.8 s: its rate is what it can take; for 0.2 s, a
         // batch handed over at once
@@ -406,15 +411,7 @@ fn a_draining_queue_turns_the_position_down_before_the_device_runs_dry() {
 #[test]
 fn a_cpu_bound_position_below_a_floor_learned_late_rises_to_it() {
     for (lift, rises) in [(Tunables::default().fb_lift, true), (0.0, false)] {
-        let Spec::Auto { min, max } = "auto".parse::<Spec>().unwrap() else { unreachable!() };
-        let tun = Tunables { fb_lift: lift, ..Tunables::default() };
-        let mut f = Feedback::new(&candidates(min, max), zstd(1), tun);
-        let spine = f.spine().to_vec();
-        let z = spine.iter().position(|c| *c == zstd(1)).unwrap();
-        for (i, c) in spine.iter().enumerate().chain(std::iter::once((z, &spine[z]))) {
-            let (cost, stored) = crossing(i, z);
-            measure(&mut f, *c, cost, stored);
-        }
+        let (mut f, spine, z) = at_crossing(Tunables { fb_lift: lift, ..Tunables::default() });
         let dev = |queued: f64| {
             [DeviceView { queued_bytes: queued as u64, throughput_bps: 100.0 * MB, free_bytes: u64::MAX }]
         };
