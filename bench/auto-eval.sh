@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# compress=auto against every fixed level on a real, write-throttled block device (issue 23,
-# DESIGN §5). Root only: it sets up a loop device, the cgroup-v1 blkio throttle of the root
-# cgroup and FUSE mounts.
+# compress=auto against every fixed level on a real, write-limited block device (issue 23,
+# DESIGN §5). Root only: it sets up a loop device, its write limit (the cgroup-v1 blkio
+# throttle of the root cgroup, or a paced FUSE file under it) and FUSE mounts.
 #
 # usage: bench/auto-eval.sh [MODE] [options]
 #   MODE (default matrix):
@@ -27,7 +27,16 @@
 #   --trace          auto runs mount with trace=FILE and are plotted with `squeezefs plot`
 #                    (skipped with a note while the mount option does not exist)
 #   --hog            a CPU hog on core 0 during every run (the hog mode sets it)
-#   --backing DIR    directory of the loop device's backing file (default /var/tmp)
+#   --device KIND    how the loop device's writes are limited (default throttle):
+#                    throttle  its backing file in --backing (default /var/tmp), the limit
+#                              the cgroup-v1 blkio throttle: a token bucket that passes
+#                              writes at the host disk's speed while they arrive below the
+#                              limit, so the device's rate shows only while it is saturated
+#                    paced     its backing file is the `dev` of bench/paced-device (a FUSE
+#                              server: every write completes size ÷ limit after the one
+#                              before, idle or not, as on a disk), its data in --backing
+#                              (default /dev/shm: the host disk's writeback stays out)
+#   --backing DIR    directory of the device's data
 #   --out DIR        results directory (default /var/tmp/squeezefs-bench-results/auto-eval-TIME)
 #   --keep-data      keep the generated data sets (in /var/tmp/sqz-auto-eval-data) for the next run
 #   --baseline BIN   another squeezefs binary (e.g. main's): every auto spec S also runs with it,
@@ -43,7 +52,7 @@
 # taskset), then timed: dd of the data set into one file (1 MiB writes, conv=fsync), and,
 # after an untimed `squeezefs stats --json` (the ratio), `squeezefs umount` (waits for the
 # daemon's flush). Throughput = bytes / (write + fsync + umount). Load average and the bytes
-# that crossed the throttle are recorded per run. Results: OUT/results.jsonl, the tables and
+# that crossed the device's limit are recorded per run. Results: OUT/results.jsonl, the tables and
 # PNGs of crates/cli/examples/auto_eval_report.rs (OUT/report.md, OUT/auto-eval-*.png),
 # trace plots in OUT/runs/*/trace.png.
 set -euo pipefail
@@ -56,11 +65,11 @@ DATA_DIR=/var/tmp/sqz-auto-eval-data
 
 die() { echo "auto-eval: $*" >&2; exit 1; }
 note() { echo "[$(date -u +%H:%M:%S)] $*"; }
-usage() { sed -n '2,48p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,57p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 MODE=matrix
 LIMITS="" SPECS="" DATASETS="" CORES="" SIZE="" RUNS=1 TRACE=0 HOG=0 KEEP_DATA=0 BASELINE=""
-BACKING=/var/tmp
+BACKING="" DEVICE=throttle
 OUT=/var/tmp/squeezefs-bench-results/auto-eval-$(date -u +%Y%m%dT%H%M%S)
 case "${1:-}" in matrix|hog|change|verify-throttle) MODE=$1; shift ;; esac
 while [ $# -gt 0 ]; do
@@ -74,6 +83,7 @@ while [ $# -gt 0 ]; do
         --trace) TRACE=1; shift ;;
         --hog) HOG=1; shift ;;
         --backing) BACKING=${2:?--backing needs a directory}; shift 2 ;;
+        --device) DEVICE=${2:?--device needs throttle or paced}; shift 2 ;;
         --out) OUT=${2:?--out needs a directory}; shift 2 ;;
         --keep-data) KEEP_DATA=1; shift ;;
         --baseline) BASELINE=${2:?--baseline needs a squeezefs binary}; shift 2 ;;
@@ -89,6 +99,11 @@ case $MODE in
     verify-throttle) : "${LIMITS:=25,100,unthrottled}" "${SIZE:=256M}" ;;
 esac
 : "${SIZE:=1G}"
+case $DEVICE in
+    throttle) : "${BACKING:=/var/tmp}" ;;
+    paced) : "${BACKING:=/dev/shm}" ;;
+    *) die "--device: '$DEVICE' (accepted: throttle, paced)" ;;
+esac
 
 # ---- checks ---------------------------------------------------------------------------
 [ "$(id -u)" = 0 ] || die "must run as root (loop device, blkio throttle, FUSE)"
@@ -127,11 +142,13 @@ fi
 
 # ---- binaries ---------------------------------------------------------------------------
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
-note "build (release): squeezefs and the report example"
-(cd "$REPO" && cargo build --locked --release -q -p squeezefs --bin squeezefs --example auto_eval_report)
+note "build (release): squeezefs, the report example and the paced device"
+(cd "$REPO" && cargo build --locked --release -q -p squeezefs --bin squeezefs --example auto_eval_report \
+    -p squeezefs-paced-device)
 TARGET=${CARGO_TARGET_DIR:-$REPO/target}/release
 SQ=$TARGET/squeezefs
 REPORT=$TARGET/examples/auto_eval_report
+PACED_BIN=$TARGET/paced-device
 COMMIT=$(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD -- crates || echo +dirty)
 
 # ---- space -------------------------------------------------------------------------------
@@ -168,7 +185,7 @@ POOL=$WORK/pool
 MNT=$WORK/mnt
 mkdir -p "$MNT"
 BACKING_FILE=$(mktemp "$BACKING/sqz-auto-eval-dev.XXXXXX")
-LOOP="" MAJMIN="" HOG_PID=""
+LOOP="" MAJMIN="" HOG_PID="" PACED="" PACED_PID=""
 # data sets that exist now are someone's cache (--keep-data): only those made here go
 mapfile -t DATA_BEFORE < <(find "$DATA_DIR" -maxdepth 1 -name '*.bin' 2>/dev/null)
 cleanup() {
@@ -177,6 +194,10 @@ cleanup() {
     [ -n "$HOG_PID" ] && kill "$HOG_PID" 2>/dev/null && wait "$HOG_PID" 2>/dev/null
     [ -n "$MAJMIN" ] && echo "$MAJMIN 0" >"$THROTTLE"
     [ -n "$LOOP" ] && losetup -d "$LOOP"
+    if [ -n "$PACED_PID" ]; then
+        umount "$PACED" 2>/dev/null || umount -l "$PACED"
+        wait "$PACED_PID" 2>/dev/null
+    fi
     rm -f "$BACKING_FILE"
     rm -rf "$WORK"
     rm -f "$DATA_DIR"/*.tmp
@@ -191,16 +212,32 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 truncate -s "$DEV_BYTES" "$BACKING_FILE"
+LOOP_FILE=$BACKING_FILE
+if [ "$DEVICE" = paced ]; then
+    PACED=$WORK/paced
+    mkdir -p "$PACED"
+    "$PACED_BIN" "$PACED" --backing "$BACKING_FILE" --size "$DEV_BYTES" 2>"$WORK/paced.log" &
+    PACED_PID=$!
+    for _ in $(seq 50); do [ -e "$PACED/dev" ] && break; sleep 0.1; done
+    [ -e "$PACED/dev" ] || die "the paced device did not come up: $(head -c 300 "$WORK/paced.log")"
+    LOOP_FILE=$PACED/dev
+fi
 # direct I/O from the loop device to its backing file: the loop device does not keep a
 # second copy of the data in the host's page cache, and its fdatasync reaches the disk
-LOOP=$(losetup -f --show --direct-io=on "$BACKING_FILE")
+LOOP=$(losetup -f --show --direct-io=on "$LOOP_FILE")
 MAJMIN=$(lsblk -dno MAJ:MIN "$LOOP" | tr -d ' ')
-note "device: $LOOP ($MAJMIN) over $BACKING_FILE, $(numfmt --to=iec $DEV_BYTES), direct I/O $(cat /sys/block/"${LOOP#/dev/}"/loop/dio)"
+note "device: $LOOP ($MAJMIN) over $LOOP_FILE, $(numfmt --to=iec $DEV_BYTES), direct I/O $(cat /sys/block/"${LOOP#/dev/}"/loop/dio), limits by $DEVICE"
 
-# Set the write limit of the loop device (MB/s, or unthrottled) and check the kernel took it.
+# Set the write limit of the loop device (MB/s, or unthrottled) and check it was taken: the
+# throttle's, or the paced device's rate with the throttle off.
 set_limit() {
     local bps=0
     [ "$1" = unthrottled ] || bps=$(($1 * 1000000))
+    if [ "$DEVICE" = paced ]; then
+        echo "$bps" >"$PACED/rate"
+        [ "$(cat "$PACED/rate")" = "$bps" ] || die "the paced device's rate reads '$(cat "$PACED/rate")' after writing $bps"
+        bps=0
+    fi
     echo "$MAJMIN $bps" >"$THROTTLE"
     local now
     now=$(awk -v d="$MAJMIN" '$1 == d { print $2 }' "$THROTTLE")
@@ -339,12 +376,13 @@ run_one() { # DATASET CORES LIMIT SPEC ROUND
         --argjson device_write_bytes "$written" --argjson daemon_cpu_s "$cpu" \
         --arg daemon_cpus "$affinity" --arg load "$load" --slurpfile stats "$dir/stats.json" \
         --argjson trace_png "$png" --arg commit "$COMMIT" --arg binary "$RUN_SQ" --arg time "$(date -u +%FT%TZ)" \
+        --arg device "$DEVICE" \
         '{dataset:$dataset, hog:$hog, cores:$cores, limit_mbs:$limit_mbs, spec:$spec, round:$round,
           bytes:$bytes, seconds:$seconds, write_s:$write_s, umount_s:$umount_s,
           disk_bytes:$disk_bytes, uncompressed_bytes:$uncompressed_bytes,
           device_write_bytes:$device_write_bytes, daemon_cpu_s:$daemon_cpu_s,
           daemon_cpus:$daemon_cpus, load:$load, levels:$stats[0].rows, trace_png:$trace_png,
-          commit:$commit, binary:$binary, time:$time}' >>"$RESULTS"
+          commit:$commit, binary:$binary, time:$time, device:$device}' >>"$RESULTS"
     printf '  %-11s %7.1f MB/s  ratio %5.2f  (write+fsync %6.2f s, umount %5.2f s, daemon CPU %s s on cpus %s, device got %s) load %s\n' \
         "$spec" "$(echo "$BYTES / $secs / 1000000" | bc -l)" "$(echo "$unc / $disk" | bc -l)" \
         "$(echo "($t1 - $t0) / 1000000000" | bc -l)" "$(echo "($t3 - $t2) / 1000000000" | bc -l)" \
@@ -379,7 +417,7 @@ if [ "$MODE" = verify-throttle ]; then
         "$SQ" umount "$MNT"
         t1=$(date +%s%N); w=$(( $(dev_written) - w0 ))
         rm -f "$WORK/part.bin"
-        sq=$(echo "scale=1; ($n * 1048576) / (($t1 - $t0) / 1000) / 1000" | bc)
+        sq=$(echo "scale=1; $n * 1048576 * 1000 / ($t1 - $t0)" | bc)
         echo "  squeezefs none:          $sq MB/s, $(numfmt --to=iec $w) through the throttle for $(numfmt --to=iec $((n << 20))) written"
         printf '| %s | %s | %s | %s | %s of %s |\n' "$limit" "$(mbs "$buf")" "$(mbs "$direct")" "$sq" \
             "$(numfmt --to=iec $w)" "$(numfmt --to=iec $((n << 20)))" >>"$OUT/throttle.md"
@@ -398,8 +436,11 @@ if [ "$HOG" = 1 ]; then
 fi
 {
     echo "# auto-eval $MODE, $(date -u +%FT%TZ), commit $COMMIT"
-    echo "command: bench/auto-eval.sh $MODE --limits $LIMITS --specs $SPECS --datasets ${DATASETS} --cores ${CORES} --size $SIZE --runs $RUNS$([ "$TRACE" = 1 ] && echo ' --trace')$([ "$HOG" = 1 ] && [ "$MODE" != hog ] && echo ' --hog')"
-    echo "device: loop over $BACKING (direct I/O), cgroup-v1 blkio write throttle; machine: $(nproc) cores"
+    echo "command: bench/auto-eval.sh $MODE --device $DEVICE --limits $LIMITS --specs $SPECS --datasets ${DATASETS} --cores ${CORES} --size $SIZE --runs $RUNS$([ "$TRACE" = 1 ] && echo ' --trace')$([ "$HOG" = 1 ] && [ "$MODE" != hog ] && echo ' --hog')"
+    case $DEVICE in
+        throttle) echo "device: loop over $BACKING (direct I/O), cgroup-v1 blkio write throttle; machine: $(nproc) cores" ;;
+        paced) echo "device: loop (direct I/O) over bench/paced-device, data in $BACKING, writes served at the limit; machine: $(nproc) cores" ;;
+    esac
 } >"$OUT/report.md"
 for ds in "${DATASET_LIST[@]}"; do
     for cores in "${CORE_LIST[@]}"; do
