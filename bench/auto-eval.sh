@@ -10,9 +10,10 @@
 #                      written with auto and none, unthrottled and at 100 MB/s
 #     change           one file whose data changes mid-stream (text → random → text), with
 #                      auto and none at 100 MB/s, auto traced
-#     verify-throttle  does the throttle hold for the ways squeezefs writes? dd (buffered +
+#     verify-throttle  does the limit hold for the ways squeezefs writes? dd (buffered +
 #                      fdatasync, and O_DIRECT) to the loop device and a squeezefs `none`
-#                      mount, per limit, against the bytes that crossed the throttle
+#                      mount, per limit, against the bytes the device took (--device picks
+#                      the throttle or the paced device)
 #   --limits L,..    device write limits in MB/s (10^6 B/s) or `unthrottled`
 #                    (default 25,50,100,200,400,unthrottled)
 #   --specs S,..     compression specs (default none,lz4,lz4fast-20,zstd:-5,zstd:1,zstd:3,
@@ -65,7 +66,7 @@ DATA_DIR=/var/tmp/sqz-auto-eval-data
 
 die() { echo "auto-eval: $*" >&2; exit 1; }
 note() { echo "[$(date -u +%H:%M:%S)] $*"; }
-usage() { sed -n '2,57p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,58p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 MODE=matrix
 LIMITS="" SPECS="" DATASETS="" CORES="" SIZE="" RUNS=1 TRACE=0 HOG=0 KEEP_DATA=0 BASELINE=""
@@ -392,7 +393,7 @@ run_one() { # DATASET CORES LIMIT SPEC ROUND
 # ---- verify-throttle mode --------------------------------------------------------------------------
 if [ "$MODE" = verify-throttle ]; then
     data=$(dataset_file random)
-    printf '\n| limit MB/s | dd buffered+fdatasync MB/s | dd O_DIRECT MB/s | squeezefs none MB/s | bytes through the throttle (squeezefs) |\n|---|---|---|---|---|\n' >"$OUT/throttle.md"
+    printf '\n| limit MB/s | dd buffered+fdatasync MB/s | dd O_DIRECT MB/s | squeezefs none MB/s | bytes the device took (squeezefs) |\n|---|---|---|---|---|\n' >"$OUT/throttle.md"
     for limit in "${LIMIT_LIST[@]}"; do
         # about 10 s of writing at the limit, at most --size
         n=$BYTES
@@ -418,7 +419,7 @@ if [ "$MODE" = verify-throttle ]; then
         t1=$(date +%s%N); w=$(( $(dev_written) - w0 ))
         rm -f "$WORK/part.bin"
         sq=$(echo "scale=1; $n * 1048576 * 1000 / ($t1 - $t0)" | bc)
-        echo "  squeezefs none:          $sq MB/s, $(numfmt --to=iec $w) through the throttle for $(numfmt --to=iec $((n << 20))) written"
+        echo "  squeezefs none:          $sq MB/s, $(numfmt --to=iec $w) through the device for $(numfmt --to=iec $((n << 20))) written"
         printf '| %s | %s | %s | %s | %s of %s |\n' "$limit" "$(mbs "$buf")" "$(mbs "$direct")" "$sq" \
             "$(numfmt --to=iec $w)" "$(numfmt --to=iec $((n << 20)))" >>"$OUT/throttle.md"
     done

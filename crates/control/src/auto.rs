@@ -170,6 +170,11 @@
 //!                               devices' drain rate the floor's device bound
 //!   fb_lift 4                   feedback mode: rungs per second a CPU-bound position rises
 //!                               to a floor above it
+//!   fb_range 1                  feedback mode: before the devices were the bottleneck, their
+//!                               drain rate per range is the floor's device bound (0: none
+//!                               until then); on a 100 MB/s device that serves each write at
+//!                               its rate it read 99–121 MB/s from 0.4 s on, where the
+//!                               bottleneck came at 2 s of a 2.4 s write
 //!   batch_bytes 0               the pipeline sets its txg's early-sync bytes (16 MiB): at
 //!                               20 MB/s that alone is 0.8 s of queue, and a 0.05 s target
 //!                               read it as a device 16 times too slow
@@ -244,6 +249,9 @@ pub struct Tunables {
     /// feedback mode: rungs per second a CPU-bound position rises towards a floor above it
     /// (0: it stays where it is)
     pub fb_lift: f64,
+    /// feedback mode: 1 = until the devices have been the bottleneck, their drain rate per
+    /// range (`AutoInputs::range_bps`) is the floor's device bound; 0 = none until then
+    pub fb_range: u32,
 }
 
 impl Default for Tunables {
@@ -276,6 +284,7 @@ impl Default for Tunables {
             fb_lead: 1.0,
             fb_capacity_secs: 0.5,
             fb_lift: 4.0,
+            fb_range: 1,
         }
     }
 }
@@ -315,6 +324,7 @@ impl Tunables {
         "fb_lead",
         "fb_capacity_secs",
         "fb_lift",
+        "fb_range",
     ];
 
     /// Overrides from `name=value,name=value` (the daemon's `SQUEEZEFS_AUTO_TUNE`, for tuning
@@ -364,6 +374,7 @@ impl Tunables {
                 "fb_lead" => t.fb_lead = v,
                 "fb_capacity_secs" => t.fb_capacity_secs = v,
                 "fb_lift" => t.fb_lift = v,
+                "fb_range" => t.fb_range = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 "fb_floor" => t.fb_floor = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
             }
@@ -385,6 +396,11 @@ pub struct AutoInputs<'a> {
     pub record_bytes: u64,
     /// the devices (queued bytes, averaged write throughput, free space)
     pub devices: &'a [DeviceView],
+    /// the summed drain rate per range of the devices with room for the record (bytes over
+    /// the time their writes were in flight, before any bound by a sustained rate), bytes/s;
+    /// 0 if a device has no such figure yet. What the devices can take, or more: a
+    /// throttle's burst or a write cache make it read high, never low (feedback.rs, FLOOR)
+    pub range_bps: f64,
     /// cores our threads obtain when they demand CPU (`UsableCores`), or the machine's if
     /// not measured
     pub cores: f64,

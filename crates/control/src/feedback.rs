@@ -56,7 +56,12 @@
 //!   rung's, T(r) = min(n / (cost(r) + o·stored(r)), D / stored(r)): what the CPU (n cores)
 //!   compresses and stores, or what the devices take (D bytes/s: their drain rate when
 //!   last seen as the bottleneck, q̄ > q* for fb_capacity_secs, or any higher rate since;
-//!   infinite until then, since a device that keeps up drains only what arrives). A
+//!   until then their drain rate per range, bytes over the time their writes were in
+//!   flight, and infinite while they have none. A device that keeps up drains only what
+//!   arrives, so its drain over time says nothing of what it could take; per range it
+//!   does on a device that serves each write at its rate, as a disk does, and reads high,
+//!   never low, where a throttle's burst or a write cache lets writes through at memory
+//!   speed: there it bounds nothing, as infinity would not). A
 //!   descent only helps while the rung below is faster by both bounds: a stored byte
 //!   costs the pipeline CPU too (copy, checksum, the write's kernel time), so on data
 //!   that compresses well a weaker rung saves codec time and spends it again storing
@@ -82,7 +87,8 @@
 //!   fb_floor_slack 0.05 (the speed a level may give up for ratio under the auto
 //!   targets), fb_floor 1 (0: no floor); fb_lift 4 rungs/s (as fast as a climb: the
 //!   floor is a rung the figures say is as fast as any); fb_capacity_secs 0.5 (longer
-//!   than one txg's records, handed over at once, take to drain);
+//!   than one txg's records, handed over at once, take to drain); fb_range 1 (the rate
+//!   per range bounds the floor before the capacity is known);
 //!   queue_target_secs, queue_tau_secs, batch_bytes, min_gain and probe_bytes as the
 //!   model uses them.
 //! ```
@@ -127,6 +133,9 @@ pub struct Feedback {
     /// the devices' drain rate when last seen as the bottleneck, bytes/s (or any higher
     /// rate seen since): the floor's device bound
     capacity: Option<f64>,
+    /// the device bound the floor took at the last decision: `capacity`, or before it the
+    /// devices' drain rate per range
+    last_bound: Option<f64>,
     /// since when the averaged queue has been above its target
     behind_since: Option<f64>,
 }
@@ -179,6 +188,7 @@ impl Feedback {
             last_probe: 0,
             last_floor: 0.0,
             capacity: None,
+            last_bound: None,
             behind_since: None,
         }
     }
@@ -278,7 +288,10 @@ impl Feedback {
         if held || self.capacity.is_some_and(|c| dev > c) {
             self.capacity = Some(dev);
         }
-        let f = self.floor(inp.overhead_ns_per_byte, cores, self.capacity);
+        let range =
+            (self.tun.fb_range != 0 && inp.range_bps.is_finite() && inp.range_bps > 0.0).then_some(inp.range_bps);
+        self.last_bound = self.capacity.or(range);
+        let f = self.floor(inp.overhead_ns_per_byte, cores, self.last_bound);
         self.last_floor = f;
         if ahead > want {
             self.x += self.tun.fb_up * err.min(2.0) * dt;
@@ -307,10 +320,11 @@ impl Feedback {
         std::iter::once((Codec::NONE, Point { cost: 0.0, stored: 1.0 }, true)).chain(rungs).collect()
     }
 
-    /// The devices' drain rate the floor takes as their capacity, bytes/s (None: not seen
-    /// as the bottleneck yet).
+    /// The devices' drain rate the floor took as their capacity at the last decision,
+    /// bytes/s: their rate when last the bottleneck, or before that their rate per range
+    /// (None: neither measured).
     pub fn capacity(&self) -> Option<f64> {
-        self.capacity
+        self.last_bound
     }
 
     /// The floor rung f at the last decision (module comment, FLOOR): a descent stops at

@@ -42,6 +42,7 @@ fn run_on(f: &mut Feedback, now: &mut f64, n: usize, dev: [DeviceView; 1], backl
                 now_secs: *now,
                 record_bytes: REC,
                 devices: &dev,
+                range_bps: 0.0,
                 cores: 2.0,
                 workers: 2,
                 overhead_ns_per_byte: 1.0,
@@ -155,6 +156,7 @@ fn the_feedback_tunable_hands_decisions_to_the_feedback_mode() {
                 now_secs: now,
                 record_bytes: REC,
                 devices: &dev,
+                range_bps: 0.0,
                 cores: 2.0,
                 workers: 2,
                 overhead_ns_per_byte: 1.0,
@@ -209,6 +211,7 @@ fn a_start_on_a_slow_device_climbs_before_its_rate_is_known() {
             now_secs: now,
             record_bytes: REC,
             devices: &two,
+            range_bps: 0.0,
             cores: 2.0,
             workers: 2,
             overhead_ns_per_byte: 1.0,
@@ -268,6 +271,7 @@ fn a_cpu_bound_descent_stops_where_storing_costs_more_than_the_codec_saves() {
                 now_secs: *now,
                 record_bytes: REC,
                 devices: &starved(),
+                range_bps: 0.0,
                 cores: 2.0,
                 workers: 2,
                 overhead_ns_per_byte: overhead,
@@ -351,6 +355,7 @@ fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
                 now_secs: now,
                 record_bytes: REC,
                 devices: &dev,
+                range_bps: 0.0,
                 cores: 1.0,
                 workers: 1,
                 overhead_ns_per_byte: 0.05,
@@ -369,6 +374,47 @@ fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
             assert!(last.iter().all(|&r| r >= z as i64), "descended below zstd:1 (rung {z}): {last:?}");
         } else {
             assert!(last.iter().all(|&r| r < z as i64), "held at zstd:1 with nothing to wait for: {last:?}");
+        }
+    }
+}
+
+/// The crossing again, the device never the bottleneck: a device that serves each write at
+/// its rate, as a disk does, shows that rate per range from its first writes, and the
+/// descent stops at zstd:1 as it does once the device has been behind; a per-range rate
+/// twenty times the device's (what a throttle's burst or a write cache reads) bounds
+/// nothing, and neither does any rate with `fb_range=0`.
+#[test]
+fn a_device_that_serves_each_write_at_its_rate_bounds_the_floor_before_it_falls_behind() {
+    let cases = [(100.0 * MB, 1, true), (2000.0 * MB, 1, false), (100.0 * MB, 0, false)];
+    for (range_bps, fb_range, held) in cases {
+        let (mut f, spine, z) = at_crossing(Tunables { fb_range, ..Tunables::default() });
+        let dev = [DeviceView { queued_bytes: 0, throughput_bps: 100.0 * MB, free_bytes: u64::MAX }];
+        let mut now = 0.0;
+        let mut decide = |f: &mut Feedback| {
+            now += 0.01;
+            f.decide(&AutoInputs {
+                now_secs: now,
+                record_bytes: REC,
+                devices: &dev,
+                range_bps,
+                cores: 1.0,
+                workers: 1,
+                overhead_ns_per_byte: 0.05,
+                backlog: true,
+            })
+        };
+        // four seconds with the device's queue empty and records waiting for the CPU
+        for _ in 0..400 {
+            decide(&mut f);
+        }
+        let rung = |c: Codec| spine.iter().position(|s| *s == c).map_or(-1, |i| i as i64);
+        let last: Vec<i64> = (0..100).map(|_| rung(decide(&mut f).codec)).collect();
+        let case = format!("range {} MB/s, fb_range {fb_range}", range_bps / MB);
+        if held {
+            assert!(last.iter().all(|&r| r >= z as i64), "{case}: below zstd:1 (rung {z}): {last:?}");
+            assert_eq!(f.capacity(), Some(range_bps), "{case}");
+        } else {
+            assert!(last.iter().all(|&r| r < z as i64), "{case}: held at zstd:1: {last:?}");
         }
     }
 }
@@ -422,6 +468,7 @@ fn a_cpu_bound_position_below_a_floor_learned_late_rises_to_it() {
                 now_secs: now,
                 record_bytes: REC,
                 devices: &dev(queued),
+                range_bps: 0.0,
                 cores: 1.0,
                 workers: 1,
                 overhead_ns_per_byte: 0.05,

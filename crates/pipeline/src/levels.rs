@@ -50,6 +50,11 @@
 //!             counted from the last moment the engine held no dirty data (`rebase`), so
 //!             that records that never reach a device (overwritten, stored inline) do not
 //!             count for ever.
+//!   range     the devices' summed drain rate per range (their throughput before the bound
+//!             by a sustained rate and before confirmation), once each device with room
+//!             has drained RATE_CONFIRM_BYTES: the floor's device bound until the devices
+//!             have been the bottleneck (control feedback.rs, FLOOR). It reads a device that
+//!             serves each write at its rate right and a throttled or cached one high.
 //!   cores     UsableCores (crates/control cpu.rs): the cores our threads obtain when they
 //!             demand CPU — codec CPU ÷ codec wall time of the calls (`Outcome`) made with a
 //!             backlog, times the workers, or the process's CPU per second while most
@@ -337,11 +342,12 @@ impl Levels {
         let (cores, overhead) = self.meters(at_secs);
         let d = VIEWS.with(|v| {
             let mut v = v.borrow_mut();
-            self.views_into(&mut v);
+            let range_bps = self.views_into(&mut v, rec.data.len() as u64);
             let inputs = AutoInputs {
                 now_secs: at_secs,
                 record_bytes: rec.data.len() as u64,
                 devices: &v,
+                range_bps,
                 cores,
                 workers: self.workers,
                 overhead_ns_per_byte: overhead,
@@ -443,10 +449,13 @@ impl Levels {
     }
 
     /// Every device's view now: throughput from its statistics, room from the hint, queue
-    /// from both and the pending bytes (block comment).
-    fn views_into(&self, v: &mut Vec<DeviceView>) {
+    /// from both and the pending bytes (block comment). Returns the devices' summed drain
+    /// rate per range, bytes/s, 0 while a device with room for `record_bytes` has drained
+    /// less than RATE_CONFIRM_BYTES (`AutoInputs::range_bps`).
+    fn views_into(&self, v: &mut Vec<DeviceView>, record_bytes: u64) -> f64 {
         v.clear();
         let mut written = 0u64;
+        let mut range = Some(0.0);
         let confirmed = self.meters.rate_confirmed.iter();
         v.extend(self.devices.iter().zip(self.room.iter()).zip(confirmed).map(|((s, r), ok)| {
             let st = s.snapshot();
@@ -454,11 +463,12 @@ impl Levels {
             if st.queued_bytes == 0 && st.drained_bytes >= RATE_CONFIRM_BYTES {
                 ok.store(true, Ordering::Relaxed);
             }
-            DeviceView {
-                queued_bytes: st.queued_bytes,
-                throughput_bps: st.throughput_bps,
-                free_bytes: r.load(Ordering::Relaxed),
+            let free_bytes = r.load(Ordering::Relaxed);
+            if free_bytes >= record_bytes {
+                let measured = st.drained_bytes >= RATE_CONFIRM_BYTES && st.throughput_bps > 0.0;
+                range = range.filter(|_| measured).map(|sum| sum + st.throughput_bps);
             }
+            DeviceView { queued_bytes: st.queued_bytes, throughput_bps: st.throughput_bps, free_bytes }
         }));
         // a sustained rate measured with the queue full bounds the drain average, and a
         // rate not confirmed yet counts as unmeasured (block comment)
@@ -476,6 +486,7 @@ impl Levels {
         for d in v.iter_mut() {
             d.queued_bytes = d.queued_bytes.saturating_add(share);
         }
+        range.unwrap_or(0.0)
     }
 
     /// Stored bytes finished and not yet written by a device, given the bytes written now.
@@ -548,7 +559,7 @@ impl Levels {
         // the queues as the controller sees them (with the pending bytes)
         let queued: Vec<u64> = VIEWS.with(|v| {
             let mut v = v.borrow_mut();
-            self.views_into(&mut v);
+            self.views_into(&mut v, rec.data.len() as u64);
             v.iter().map(|d| d.queued_bytes).collect()
         });
         let row = TraceRow {

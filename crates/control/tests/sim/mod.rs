@@ -238,6 +238,7 @@ pub fn run(s: &Setup, policy: &mut Policy, data_at: &dyn Fn(u64) -> Data) -> Out
                         now_secs: t * 1e-9,
                         record_bytes: input,
                         devices: &views,
+                        range_bps: views[0].throughput_bps,
                         cores: s.cores_reported,
                         workers: s.workers,
                         overhead_ns_per_byte: s.overhead_reported * overhead_avg,
