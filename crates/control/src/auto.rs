@@ -665,7 +665,7 @@ impl AutoController {
     /// The feedback mode's position, its floor rung at the last decision and the devices'
     /// capacity the floor took (None: the model decides).
     pub fn position(&self) -> Option<(f64, f64, Option<f64>)> {
-        self.feedback.as_ref().map(|f| (f.position(), f.last_floor(), f.capacity()))
+        self.feedback.as_ref().map(|f| (f.position(), f.last_floor(), f.device_bound()))
     }
 
     /// The queue correction g.

@@ -323,7 +323,7 @@ impl Feedback {
     /// The devices' drain rate the floor took as their capacity at the last decision,
     /// bytes/s: their rate when last the bottleneck, or before that their rate per range
     /// (None: neither measured).
-    pub fn capacity(&self) -> Option<f64> {
+    pub fn device_bound(&self) -> Option<f64> {
         self.last_bound
     }
 

@@ -412,7 +412,7 @@ fn a_device_that_serves_each_write_at_its_rate_bounds_the_floor_before_it_falls_
         let case = format!("range {} MB/s, fb_range {fb_range}", range_bps / MB);
         if held {
             assert!(last.iter().all(|&r| r >= z as i64), "{case}: below zstd:1 (rung {z}): {last:?}");
-            assert_eq!(f.capacity(), Some(range_bps), "{case}");
+            assert_eq!(f.device_bound(), Some(range_bps), "{case}");
         } else {
             assert!(last.iter().all(|&r| r < z as i64), "{case}: held at zstd:1: {last:?}");
         }
