@@ -61,7 +61,7 @@
 //!   arrives, so its drain over time says nothing of what it could take; per range it
 //!   does on a device that serves each write at its rate, as a disk does, and reads high,
 //!   never low, where a throttle's burst or a write cache lets writes through at memory
-//!   speed: there it bounds nothing, as infinity would not). A
+//!   speed: there it bounds the floor no more than infinity would). A
 //!   descent only helps while the rung below is faster by both bounds: a stored byte
 //!   costs the pipeline CPU too (copy, checksum, the write's kernel time), so on data
 //!   that compresses well a weaker rung saves codec time and spends it again storing
