@@ -324,6 +324,30 @@ fn at_crossing(tun: Tunables) -> (Feedback, Vec<Codec>, usize) {
     (f, spine, z)
 }
 
+/// Four seconds CPU-bound at the crossing's inputs (one core, the device's queue empty,
+/// records waiting), decided 10 ms apart from `*now` on; the spine indices of the rungs of
+/// the 100 records after them (−1 for raw).
+fn cpu_bound_rungs(f: &mut Feedback, spine: &[Codec], now: &mut f64, dev: [DeviceView; 1], range_bps: f64) -> Vec<i64> {
+    let mut decide = |f: &mut Feedback| {
+        *now += 0.01;
+        f.decide(&AutoInputs {
+            now_secs: *now,
+            record_bytes: REC,
+            devices: &dev,
+            range_bps,
+            cores: 1.0,
+            workers: 1,
+            overhead_ns_per_byte: 0.05,
+            backlog: true,
+        })
+    };
+    for _ in 0..400 {
+        decide(f);
+    }
+    let rung = |c: Codec| spine.iter().position(|s| *s == c).map_or(-1, |i| i as i64);
+    (0..100).map(|_| rung(decide(f).codec)).collect()
+}
+
 /// A CPU-bound pipeline at zstd:1 on data like the corpus's XML, where every weaker rung
 /// costs less CPU but stores much more: towards a 100 MB/s device the descent stops at
 /// zstd:1, because below it the device would be the bottleneck at a lower rate than the
@@ -349,25 +373,7 @@ fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
         // the device the bottleneck for 0.8 s: its rate is what it can take; for 0.2 s, a
         // batch handed over at once
         run_on(&mut f, &mut now, busy, [DeviceView { queued_bytes: 50 * MB as u64, ..dev[0] }], true);
-        let mut decide = |f: &mut Feedback| {
-            now += 0.01;
-            f.decide(&AutoInputs {
-                now_secs: now,
-                record_bytes: REC,
-                devices: &dev,
-                range_bps: 0.0,
-                cores: 1.0,
-                workers: 1,
-                overhead_ns_per_byte: 0.05,
-                backlog: true,
-            })
-        };
-        // four seconds with the device's queue empty and records waiting for the CPU
-        for _ in 0..400 {
-            decide(&mut f);
-        }
-        let rung = |c: Codec| spine.iter().position(|s| *s == c).map_or(-1, |i| i as i64);
-        let last: Vec<i64> = (0..100).map(|_| rung(decide(&mut f).codec)).collect();
+        let last = cpu_bound_rungs(&mut f, &spine, &mut now, dev, 0.0);
         if held {
             // zstd:1 writes 1 / (1.6 + 0.05) ns = 606 MB/s; the rung below it stores 0.20
             // of each byte, and a 100 MB/s device takes 100 / 0.20 = 500 MB/s of it
@@ -389,26 +395,7 @@ fn a_device_that_serves_each_write_at_its_rate_bounds_the_floor_before_it_falls_
     for (range_bps, fb_range, held) in cases {
         let (mut f, spine, z) = at_crossing(Tunables { fb_range, ..Tunables::default() });
         let dev = [DeviceView { queued_bytes: 0, throughput_bps: 100.0 * MB, free_bytes: u64::MAX }];
-        let mut now = 0.0;
-        let mut decide = |f: &mut Feedback| {
-            now += 0.01;
-            f.decide(&AutoInputs {
-                now_secs: now,
-                record_bytes: REC,
-                devices: &dev,
-                range_bps,
-                cores: 1.0,
-                workers: 1,
-                overhead_ns_per_byte: 0.05,
-                backlog: true,
-            })
-        };
-        // four seconds with the device's queue empty and records waiting for the CPU
-        for _ in 0..400 {
-            decide(&mut f);
-        }
-        let rung = |c: Codec| spine.iter().position(|s| *s == c).map_or(-1, |i| i as i64);
-        let last: Vec<i64> = (0..100).map(|_| rung(decide(&mut f).codec)).collect();
+        let last = cpu_bound_rungs(&mut f, &spine, &mut 0.0, dev, range_bps);
         let case = format!("range {} MB/s, fb_range {fb_range}", range_bps / MB);
         if held {
             assert!(last.iter().all(|&r| r >= z as i64), "{case}: below zstd:1 (rung {z}): {last:?}");
