@@ -279,7 +279,7 @@ impl Default for Tunables {
             fb_down: 6.0,
             fb_p: 1.0,
             fb_start_bytes: 32 << 20,
-            fb_floor_slack: 0.05,
+            fb_floor_slack: 0.15,
             fb_floor: 1,
             fb_lead: 1.0,
             fb_capacity_secs: 0.5,

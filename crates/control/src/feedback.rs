@@ -84,8 +84,13 @@
 //!   what a descent of several rungs takes, so that it ends as the backlog does);
 //!   fb_start_bytes 32 MiB (twice the input the pipeline batches by itself before it
 //!   syncs: past that, compressed data piles up for a device that does not keep up);
-//!   fb_floor_slack 0.05 (the speed a level may give up for ratio under the auto
-//!   targets), fb_floor 1 (0: no floor); fb_lift 4 rungs/s (as fast as a climb: the
+//!   fb_floor_slack 0.15 (more than the rungs' figures move on steady data: a rung
+//!   the position only passes is measured over a few records, and on the corpus XML at
+//!   100 MB/s their cost and stored bytes spread ±10–15% from one moment to the next,
+//!   so a floor within 5% of the fastest flipped between zstd:-1 and zstd:1 on noise
+//!   and the position mixed in the weaker rung, which fixed runs show no faster; a
+//!   rung faster by more than the spread still lowers the floor), fb_floor 1 (0: no
+//!   floor); fb_lift 4 rungs/s (as fast as a climb: the
 //!   floor is a rung the figures say is as fast as any); fb_capacity_secs 0.5 (longer
 //!   than one txg's records, handed over at once, take to drain); fb_range 1 (the rate
 //!   per range bounds the floor before the capacity is known);
