@@ -87,8 +87,8 @@
 //!   fb_floor_slack 0.15 (more than the rungs' figures move on steady data: a rung
 //!   the position only passes is measured over a few records, and on the corpus XML at
 //!   100 MB/s their cost and stored bytes spread ±10–15% from one moment to the next,
-//!   so a floor within 5% of the fastest flipped between zstd:-1 and zstd:1 on noise
-//!   and the position mixed in the weaker rung, which fixed runs show no faster; a
+//!   so a floor within 5% of the fastest moves between zstd:-1 and zstd:1 on that noise
+//!   and the position mixes in the weaker rung, which fixed runs show no faster; a
 //!   rung faster by more than the spread still lowers the floor), fb_floor 1 (0: no
 //!   floor); fb_lift 4 rungs/s (as fast as a climb: the
 //!   floor is a rung the figures say is as fast as any); fb_capacity_secs 0.5 (longer
