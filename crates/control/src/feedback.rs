@@ -90,8 +90,8 @@
 //!   so a floor within 5% of the fastest moves between zstd:-1 and zstd:1 on that noise
 //!   and the position mixes in the weaker rung, which fixed runs show no faster; a
 //!   rung faster by more than the spread still lowers the floor), fb_floor 1 (0: no
-//!   floor); fb_lift 4 rungs/s (as fast as a climb: the
-//!   floor is a rung the figures say is as fast as any); fb_capacity_secs 0.5 (longer
+//!   floor); fb_lift 4 rungs/s (as fast as a climb: the floor is a rung the figures say
+//!   is as fast as any); fb_capacity_secs 0.5 (longer
 //!   than one txg's records, handed over at once, take to drain); fb_range 1 (the rate
 //!   per range bounds the floor before the capacity is known);
 //!   queue_target_secs, queue_tau_secs, batch_bytes, min_gain and probe_bytes as the
