@@ -37,6 +37,7 @@ fn run(ctl: &Mutex<AutoController>, records: u64, t0: f64, step: f64) -> f64 {
             cores: 2.0,
             workers: 2,
             overhead_ns_per_byte: 1.0,
+            store_ns_per_byte: None,
             backlog: i % 3 != 0,
         };
         let d = ctl.lock().unwrap().decide(&inp);
@@ -83,6 +84,7 @@ fn main() {
                 cores: 2.0,
                 workers: 2,
                 overhead_ns_per_byte: 1.0,
+                store_ns_per_byte: None,
                 backlog: true,
             };
             std::hint::black_box(c.decide(&inp));

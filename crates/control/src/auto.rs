@@ -252,6 +252,9 @@ pub struct Tunables {
     /// feedback mode: 1 = until the devices have been the bottleneck, their drain rate per
     /// range (`AutoInputs::range_bps`) is the floor's device bound; 0 = none until then
     pub fb_range: u32,
+    /// feedback mode: 1 = the floor charges the device writers' measured CPU per stored
+    /// byte and the rest of the overhead per input byte; 0 = all of it per stored byte
+    pub fb_split: u32,
 }
 
 impl Default for Tunables {
@@ -285,6 +288,7 @@ impl Default for Tunables {
             fb_capacity_secs: 0.5,
             fb_lift: 4.0,
             fb_range: 1,
+            fb_split: 1,
         }
     }
 }
@@ -325,6 +329,7 @@ impl Tunables {
         "fb_capacity_secs",
         "fb_lift",
         "fb_range",
+        "fb_split",
     ];
 
     /// Overrides from `name=value,name=value` (the daemon's `SQUEEZEFS_AUTO_TUNE`, for tuning
@@ -375,6 +380,7 @@ impl Tunables {
                 "fb_capacity_secs" => t.fb_capacity_secs = v,
                 "fb_lift" => t.fb_lift = v,
                 "fb_range" => t.fb_range = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
+                "fb_split" => t.fb_split = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 "fb_floor" => t.fb_floor = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
             }
@@ -408,6 +414,9 @@ pub struct AutoInputs<'a> {
     pub workers: usize,
     /// pipeline CPU per input byte outside the codec (`OverheadMeter`), 0 if not measured
     pub overhead_ns_per_byte: f64,
+    /// of that overhead, the device writers' CPU per byte they write (`OverheadMeter::
+    /// store_ns_per_byte`): the part a level pays per stored byte; None if not measured
+    pub store_ns_per_byte: Option<f64>,
     /// more records wait for compression behind this one (the pipeline is saturated)
     pub backlog: bool,
 }

@@ -53,7 +53,7 @@
 //!   oscillate without it).
 //!   FLOOR: neither the descent nor the proportional part takes the rung below min(x, f),
 //!   f the strongest rung whose write rate T(r) is within fb_floor_slack of the best
-//!   rung's, T(r) = min(n / (cost(r) + o·stored(r)), D / stored(r)): what the CPU (n cores)
+//!   rung's, T(r) = min(n / (cost(r) + oᵢ + oₛ·stored(r)), D / stored(r)): what the CPU (n cores)
 //!   compresses and stores, or what the devices take (D bytes/s: their drain rate when
 //!   last seen as the bottleneck, q̄ > q* for fb_capacity_secs, or any higher rate since;
 //!   until then their drain rate per range, bytes over the time their writes were in
@@ -69,11 +69,16 @@
 //!   at a lower rate than the CPU's at the stronger one (the corpus XML at 100 MB/s on one
 //!   core: lz4 fills the device at 420 MB/s of input, zstd:1 is CPU-bound at 490). Below
 //!   f a CPU-bound pipeline gets no faster and only loses ratio. cost(r) and stored(r) are
-//!   each rung's measured averages (nominal until measured); o, the pipeline CPU per
-//!   stored byte, is the overhead meter's figure per input byte over the recent stored
-//!   fraction (the overhead counted as all per stored byte: it overstates o by the part
-//!   per input byte, and 0 before the meter has a figure: the CPU bound is then the
-//!   codec's alone).
+//!   each rung's measured averages (nominal until measured). oₛ, the pipeline CPU per
+//!   stored byte, is the device writers' CPU inside their writes per byte written (the
+//!   kernel's copy and page handling, from their thread clocks); oᵢ, per input byte, is
+//!   the rest of the overhead meter's figure (process CPU beyond the codec per input byte,
+//!   less oₛ at the recent stored fraction, at least 0: the FUSE round trips, the copies
+//!   into dirty memory). A weaker rung pays oₛ on every extra byte it stores and nothing
+//!   more on oᵢ: charging all of the overhead per stored byte makes a rung storing 0.35 of
+//!   the XML look as slow as zstd:1 at 0.15, which lz4fast-20 outruns by a fifth. Before
+//!   the writers have a figure (or with fb_split 0) all of it is taken per stored byte, and
+//!   before the meter has any, 0: the CPU bound is then the codec's alone.
 //!   RAW: when the records compressed over the last DRIFT_WINDOW_BYTES saved less than
 //!   min_gain, records are stored raw and one record every probe_bytes is compressed at x's
 //!   rung (at least the first); a probe that saves min_gain or more ends it.
@@ -93,7 +98,8 @@
 //!   floor); fb_lift 4 rungs/s (as fast as a climb: the floor is a rung the figures say
 //!   is as fast as any); fb_capacity_secs 0.5 (longer
 //!   than one txg's records, handed over at once, take to drain); fb_range 1 (the rate
-//!   per range bounds the floor before the capacity is known);
+//!   per range bounds the floor before the capacity is known); fb_split 1 (the overhead
+//!   split as measured, FLOOR);
 //!   queue_target_secs, queue_tau_secs, batch_bytes, min_gain and probe_bytes as the
 //!   model uses them.
 //! ```
@@ -296,7 +302,7 @@ impl Feedback {
         let range =
             (self.tun.fb_range != 0 && inp.range_bps.is_finite() && inp.range_bps > 0.0).then_some(inp.range_bps);
         self.last_bound = self.capacity.or(range);
-        let f = self.floor(inp.overhead_ns_per_byte, cores, self.last_bound);
+        let f = self.floor(inp.overhead_ns_per_byte, inp.store_ns_per_byte, cores, self.last_bound);
         self.last_floor = f;
         if ahead > want {
             self.x += self.tun.fb_up * err.min(2.0) * dt;
@@ -352,14 +358,22 @@ impl Feedback {
     }
 
     /// The floor rung f (module comment), given the pipeline's CPU per input byte beyond
-    /// the codec's, the cores it runs on and the devices' drain rate (None: not known yet,
+    /// the codec's and the part of it the device writers spend per byte they write, the
+    /// cores it runs on and the devices' drain rate (None: not known yet,
     /// the CPU alone bounds).
-    pub fn floor(&self, overhead_ns_per_byte: f64, cores: f64, device_bps: Option<f64>) -> f64 {
+    pub fn floor(
+        &self,
+        overhead_ns_per_byte: f64,
+        store_ns_per_byte: Option<f64>,
+        cores: f64,
+        device_bps: Option<f64>,
+    ) -> f64 {
         if self.tun.fb_floor == 0 {
             return 0.0;
         }
         let o = if overhead_ns_per_byte.is_finite() { overhead_ns_per_byte.max(0.0) } else { 0.0 };
-        let per_stored = o / self.stored_fraction();
+        let store = store_ns_per_byte.filter(|_| self.tun.fb_split != 0);
+        let (per_input, per_stored) = overhead_split(o, store, self.stored_fraction());
         // a rung not measured yet: its nominal figures scaled as the measured rung nearest
         // the position departs from its own (the data compresses better or worse than the
         // nominal corpus, at every rung alike)
@@ -384,7 +398,7 @@ impl Feedback {
         let device_bps = device_bps.filter(|d| d.is_finite() && *d > 0.0).unwrap_or(f64::INFINITY);
         let rate = |r: usize| {
             let (cost, stored) = if r == 0 { (0.0, 1.0) } else { figures(r - 1) };
-            let cpu = cores * 1e9 / (cost + per_stored * stored).max(1e-9);
+            let cpu = cores * 1e9 / (cost + per_input + per_stored * stored).max(1e-9);
             cpu.min(device_bps / stored.max(1e-6))
         };
         let best = (0..=self.spine.len()).map(rate).fold(0.0, f64::max);
@@ -429,5 +443,43 @@ impl Feedback {
             self.raw = true;
             self.last_probe = self.bytes;
         }
+    }
+}
+
+/// The pipeline's CPU beyond the codec as (ns per input byte, ns per stored byte), from its
+/// total per input byte `o`, the device writers' CPU per byte written `store` (None: not
+/// measured) and the stored fraction `s` of the recent records: the writers' part goes per
+/// stored byte and the rest, at least 0, per input byte. Unmeasured, all of it is taken
+/// per stored byte, which favours the stronger rung where the split is not known.
+fn overhead_split(o: f64, store: Option<f64>, s: f64) -> (f64, f64) {
+    let s = s.clamp(0.01, 1.0);
+    match store.filter(|v| v.is_finite() && *v >= 0.0) {
+        Some(st) => {
+            let st = st.min(o / s);
+            ((o - st * s).max(0.0), st)
+        }
+        None => (0.0, o / s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::overhead_split;
+
+    #[test]
+    fn the_overhead_splits_into_the_writers_part_per_stored_byte_and_the_rest_per_input_byte() {
+        // 1.2 ns per input byte in all, at 0.4 stored: the writers' 1 ns per byte written is
+        // 0.4 of it, the other 0.8 goes per input byte
+        let (i, st) = overhead_split(1.2, Some(1.0), 0.4);
+        assert!((i - 0.8).abs() < 1e-12 && (st - 1.0).abs() < 1e-12, "{i} {st}");
+        // charged back at the same stored fraction, the split gives the total again
+        assert!((i + st * 0.4 - 1.2).abs() < 1e-12);
+        // unmeasured: all of it per stored byte
+        let (i, st) = overhead_split(1.2, None, 0.4);
+        assert!(i == 0.0 && (st - 3.0).abs() < 1e-12, "{i} {st}");
+        // a writers' figure above the whole (meters sampled at different moments) is held to it
+        let (i, st) = overhead_split(0.2, Some(1.0), 0.4);
+        assert!(i == 0.0 && (st - 0.5).abs() < 1e-12, "{i} {st}");
+        assert_eq!(overhead_split(0.0, Some(f64::NAN), 0.5), (0.0, 0.0));
     }
 }

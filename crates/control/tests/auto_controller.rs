@@ -78,6 +78,7 @@ impl Env {
             cores: self.cores,
             workers: self.workers,
             overhead_ns_per_byte: self.overhead,
+            store_ns_per_byte: None,
             backlog: self.backlog,
         })
     }
@@ -634,6 +635,7 @@ fn the_cpu_bound_rate_correction_believes_in_no_more_cores_than_workers() {
             cores: 0.5,
             workers: 2,
             overhead_ns_per_byte: 1.0,
+            store_ns_per_byte: None,
             backlog: true,
         });
     }

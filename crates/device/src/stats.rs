@@ -29,6 +29,11 @@
 //!   measure.rs `BusyDrain`): unlike the per-range average, it gives no credit for the
 //!   burst a throttled device lets through after an idle gap.
 //!
+//! * `write_cpu_ns`: CPU time of the writer threads inside the writes (their thread clocks
+//!   around each call: the kernel's copy of the stored bytes and its page handling). What
+//!   storing a byte costs the pipeline beyond compressing it, so that a controller can charge
+//!   it per stored byte and the rest of the pipeline's CPU per input byte.
+//!
 //! All fields are atomics: writers update without locks; readers may see one update late.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +51,7 @@ pub struct DeviceStats {
     secs_per_byte_bits: AtomicU64,
     written_total: AtomicU64,
     drained_total: AtomicU64,
+    write_cpu_total: AtomicU64,
     /// the throughput comes from `record_drain`, not from the writes' timing
     drain_measured: std::sync::atomic::AtomicBool,
 }
@@ -60,6 +66,8 @@ pub struct DeviceStatsSnapshot {
     pub written_bytes: u64,
     /// bytes the device finished writing (see the module comment)
     pub drained_bytes: u64,
+    /// CPU nanoseconds the writer threads spent inside writes (see the module comment)
+    pub write_cpu_ns: u64,
 }
 
 impl DeviceStats {
@@ -84,6 +92,11 @@ impl DeviceStats {
             self.drained_total.fetch_add(bytes, Ordering::Relaxed);
             self.average(bytes, duration);
         }
+    }
+
+    /// The writer thread spent `ns` of its CPU time in a write.
+    pub fn record_write_cpu(&self, ns: u64) {
+        self.write_cpu_total.fetch_add(ns, Ordering::Relaxed);
     }
 
     /// The device measures its drain rate (`Device::measure_drain` said so): the writes'
@@ -133,6 +146,7 @@ impl DeviceStats {
             throughput_bps: self.throughput_bps(),
             written_bytes: self.written_total.load(Ordering::Relaxed),
             drained_bytes: self.drained_total.load(Ordering::Relaxed),
+            write_cpu_ns: self.write_cpu_total.load(Ordering::Relaxed),
         }
     }
 }

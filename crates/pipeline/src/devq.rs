@@ -2,7 +2,7 @@
 //! request waiting (up to `MAX_BATCH_BYTES`), sorts them by offset and writes each run of
 //! contiguous requests as one gathered write (`Device::write_vectored_at`: `pwritev` on a
 //! file device, so records are not copied into a batch buffer), measuring latency and
-//! throughput into the device's [`DeviceStats`].
+//! throughput, and the writer's CPU time inside the writes, into the device's [`DeviceStats`].
 //!
 //! States of a request: queued (counted in `queued_bytes`) → written (stats updated,
 //! completion signalled, error recorded if any). The queue closes when the engine drops.
@@ -206,7 +206,7 @@ fn flush_run(dev: &dyn Device, stats: &DeviceStats, faults: &Faults, run: Vec<Ta
     }
     let offset = run[0].req().offset;
     let total: usize = run.iter().map(|r| r.req().payload.bytes().len()).sum();
-    let t0 = Instant::now();
+    let (t0, cpu0) = (Instant::now(), squeezefs_codec::thread_cpu_ns());
     faults.hit(crate::fault::Site::DeviceWrite);
     let res = if run.len() == 1 {
         dev.write_at(run[0].req().payload.bytes(), offset)
@@ -216,6 +216,7 @@ fn flush_run(dev: &dyn Device, stats: &DeviceStats, faults: &Faults, run: Vec<Ta
         dev.write_vectored_at(&bufs, offset)
     };
     stats.record_write(total as u64, t0.elapsed());
+    stats.record_write_cpu(squeezefs_codec::thread_cpu_ns().saturating_sub(cpu0));
     stats.queued_sub(total as u64);
     let err = res.err().map(|e| IoError::Device(Arc::new(e)));
     if let Some(e) = &err {

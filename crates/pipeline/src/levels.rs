@@ -61,7 +61,8 @@
 //!             records had a backlog, whichever is more; then the share of all calls; never
 //!             less than the process's CPU per second; /proc/stat's idle + ours before any
 //!             call — and
-//!   overhead  OverheadMeter (process CPU − codec CPU per input byte): both sampled at most
+//!   overhead  OverheadMeter (process CPU − codec CPU per input byte; of it, the device
+//!             writers' CPU per byte written, from their thread clocks): all sampled at most
 //!             every METER_PERIOD by whichever deciding thread comes first; the others use
 //!             the last figures (atomics)
 //!   workers   the compress workers
@@ -154,6 +155,9 @@ struct Meters {
     /// cores not taken by other processes (/proc/stat, `CpuMeter`): the QoS plan's figure
     idle_cores: AtomicU64,
     overhead: AtomicU64,
+    /// the part of `overhead` per byte the devices write (`OverheadMeter::update_store`),
+    /// f64 bits; NaN = not measured yet
+    store_overhead: AtomicU64,
     /// per device, its sustained rate while its queue never emptied (BusyDrain), f64 bits;
     /// 0 = not measured lately
     busy_bps: Vec<AtomicU64>,
@@ -266,6 +270,7 @@ impl Levels {
                 cores: AtomicU64::new(0),
                 idle_cores: AtomicU64::new(0),
                 overhead: AtomicU64::new(0),
+                store_overhead: AtomicU64::new(f64::NAN.to_bits()),
                 busy_bps: (0..n_devices).map(|_| AtomicU64::new(0)).collect(),
                 rate_confirmed: (0..n_devices).map(|_| AtomicBool::new(false)).collect(),
                 cpus,
@@ -351,6 +356,8 @@ impl Levels {
                 cores,
                 workers: self.workers,
                 overhead_ns_per_byte: overhead,
+                store_ns_per_byte: Some(f64::from_bits(self.meters.store_overhead.load(Ordering::Relaxed)))
+                    .filter(|o| o.is_finite()),
                 backlog: rec.backlog,
             };
             let mut ctl = auto.ctl.lock();
@@ -372,8 +379,9 @@ impl Levels {
                     .map(|(s, b)| (mbs(s.snapshot().throughput_bps), mbs(f64::from_bits(b.load(Ordering::Relaxed)))))
                     .collect();
                 log::debug!(
-                    "auto {}: cores {cores:.2}, overhead {overhead:.2} ns/B, devices {:?} drain {drain:?}, backlog {}, gain {:.2}{at} → {} ({}); ladder {}",
+                    "auto {}: cores {cores:.2}, overhead {overhead:.2} ns/B ({:.2} per stored B), devices {:?} drain {drain:?}, backlog {}, gain {:.2}{at} → {} ({}); ladder {}",
                     policy.spec,
+                    inputs.store_ns_per_byte.unwrap_or(f64::NAN),
                     v.iter().map(|d| (d.queued_bytes, (d.throughput_bps / 1e6).round())).collect::<Vec<_>>(),
                     rec.backlog,
                     ctl.gain(),
@@ -546,6 +554,12 @@ impl Levels {
                 );
                 if let Some(o) = o {
                     m.overhead.store(o.to_bits(), Ordering::Relaxed);
+                }
+                let (cpu, written) = self.devices.iter().map(|s| s.snapshot()).fold((0u64, 0u64), |(c, w), d| {
+                    (c.saturating_add(d.write_cpu_ns), w.saturating_add(d.written_bytes))
+                });
+                if let Some(o) = st.overhead.update_store(cpu, written) {
+                    m.store_overhead.store(o.to_bits(), Ordering::Relaxed);
                 }
             }
         }
