@@ -64,6 +64,13 @@
 //! all CPUs, /proc/stat) falls below `BUSY_BELOW` (10%); BUSY → QUIET above `QUIET_ABOVE`
 //! (25%). SCHED_FIFO needs CAP_SYS_NICE (root mounts have it); where the kernel refuses it
 //! the thread stays QUIET.
+//! The whole machine's share misses one busy CPU beside an idle one (a CPU hog on core 0):
+//! it reads QUIET while ring thread 0 sleeps as SCHED_IDLE behind the hog. After a request
+//! handled as SCHED_OTHER, the switch back to SCHED_IDLE scales the CPU the thread owes by
+//! the weights' ratio (1024 ÷ 3), and the woken thread waited 2–13 s, every request from
+//! CPU 0 with it, while the pipeline drained and CPU 1 idled. So each ring thread is also
+//! watched on its own (sched.rs `contention::watch`): starved, it is moved to SCHED_FIFO
+//! from outside and sleeps so until its CPU idles again.
 //!
 //! Tunables: `DEPTH` (entries per CPU), `MAX_ENTRIES` (with spares for lent entries),
 //! `PAYLOAD` (≥ the kernel's max payload: max_write / max_pages, 1 MiB here, or registration
@@ -217,10 +224,13 @@ fn sched_mode() -> Sched {
 }
 
 /// The class a ring thread of mode `sched` sleeps in (and handles short requests in), with
-/// every CPU busy or not, and SCHED_FIFO allowed or not.
-fn waiting_policy(sched: Sched, busy: bool, fifo_allowed: bool) -> Policy {
+/// every CPU busy or not, the thread starved on its CPU or not (sched.rs `contention`),
+/// and SCHED_FIFO allowed or not.
+fn waiting_policy(sched: Sched, busy: bool, starved: bool, fifo_allowed: bool) -> Policy {
     match sched {
-        Sched::Fifo | Sched::Adaptive if fifo_allowed && (busy || sched == Sched::Fifo) => Policy::Fifo,
+        Sched::Fifo if fifo_allowed => Policy::Fifo,
+        Sched::Adaptive if fifo_allowed && (busy || starved) => Policy::Fifo,
+        Sched::Adaptive if starved => Policy::Other,
         Sched::Normal => Policy::Other,
         _ => Policy::Idle,
     }
@@ -357,11 +367,10 @@ fn serve_queue(qid: usize, fd: &OwnedFd, disp: &Arc<OpCore>, started: &mpsc::Sen
     }
     let _ = started.send(Ok(()));
     let sched = q.sched;
-    if sched == Sched::Adaptive {
-        contention::start();
-    }
+    let watch = (sched == Sched::Adaptive).then(|| contention::watch(qid));
     loop {
-        let p = waiting_policy(sched, contention::busy(), q.class.fifo_allowed());
+        let starved = watch.as_ref().is_some_and(|w| w.starved());
+        let p = waiting_policy(sched, contention::busy(), starved, q.class.fifo_allowed());
         q.class.set(p);
         let waited = q.ring.submit_and_wait(1);
         if sched == Sched::WaitingIdle {
@@ -566,11 +575,23 @@ mod tests {
         for busy in [false, true] {
             for allowed in [false, true] {
                 let want_fifo = busy && allowed;
-                assert_eq!(waiting_policy(Sched::Adaptive, busy, allowed), if want_fifo { Fifo } else { Idle });
-                assert_eq!(waiting_policy(Sched::Lazy, busy, allowed), Idle);
-                assert_eq!(waiting_policy(Sched::Normal, busy, allowed), Other);
-                assert_eq!(waiting_policy(Sched::Fifo, busy, allowed), if allowed { Fifo } else { Idle });
+                assert_eq!(waiting_policy(Sched::Adaptive, busy, false, allowed), if want_fifo { Fifo } else { Idle });
+                assert_eq!(waiting_policy(Sched::Lazy, busy, false, allowed), Idle);
+                assert_eq!(waiting_policy(Sched::Normal, busy, false, allowed), Other);
+                assert_eq!(waiting_policy(Sched::Fifo, busy, false, allowed), if allowed { Fifo } else { Idle });
             }
+        }
+    }
+
+    #[test]
+    fn a_ring_thread_starved_on_its_cpu_never_sleeps_sched_idle() {
+        use Policy::*;
+        for busy in [false, true] {
+            assert_eq!(waiting_policy(Sched::Adaptive, busy, true, true), Fifo);
+            assert_eq!(waiting_policy(Sched::Adaptive, busy, true, false), Other);
+            // the experiment modes keep their classes
+            assert_eq!(waiting_policy(Sched::Lazy, busy, true, true), Idle);
+            assert_eq!(waiting_policy(Sched::Normal, busy, true, true), Other);
         }
     }
 
