@@ -27,6 +27,8 @@
 #                    rotating each round (default 1); the report takes medians
 #   --trace          auto runs mount with trace=FILE and are plotted with `squeezefs plot`
 #                    (skipped with a note while the mount option does not exist)
+#   --plot-size WxH  size of those plots (default the plot command's, 1600x1200; 1000x750
+#                    for docs/img)
 #   --hog            a CPU hog on core 0 during every run (the hog mode sets it)
 #   --device KIND    how the loop device's writes are limited (default throttle):
 #                    throttle  its backing file in --backing (default /var/tmp), the limit
@@ -69,7 +71,7 @@ note() { echo "[$(date -u +%H:%M:%S)] $*"; }
 usage() { sed -n '2,58p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 MODE=matrix
-LIMITS="" SPECS="" DATASETS="" CORES="" SIZE="" RUNS=1 TRACE=0 HOG=0 KEEP_DATA=0 BASELINE=""
+LIMITS="" SPECS="" DATASETS="" CORES="" SIZE="" RUNS=1 TRACE=0 HOG=0 KEEP_DATA=0 BASELINE="" PLOT_SIZE=""
 BACKING="" DEVICE=throttle
 OUT=/var/tmp/squeezefs-bench-results/auto-eval-$(date -u +%Y%m%dT%H%M%S)
 case "${1:-}" in matrix|hog|change|verify-throttle) MODE=$1; shift ;; esac
@@ -82,6 +84,7 @@ while [ $# -gt 0 ]; do
         --size) SIZE=${2:?--size needs a size}; shift 2 ;;
         --runs) RUNS=${2:?--runs needs a number}; shift 2 ;;
         --trace) TRACE=1; shift ;;
+        --plot-size) PLOT_SIZE=${2:?--plot-size needs WIDTHxHEIGHT}; shift 2 ;;
         --hog) HOG=1; shift ;;
         --backing) BACKING=${2:?--backing needs a directory}; shift 2 ;;
         --device) DEVICE=${2:?--device needs throttle or paced}; shift 2 ;;
@@ -363,7 +366,7 @@ run_one() { # DATASET CORES LIMIT SPEC ROUND
     [ "$unc" = "$BYTES" ] || note "  WARNING: stats counts $unc uncompressed bytes, $BYTES were written"
     local png=null
     if [ -n "$trace" ] && [ -s "$trace" ]; then
-        if "$SQ" plot "$trace" -o "$dir/trace.png" 2>"$dir/plot.err"; then png="\"$dir/trace.png\""; else
+        if "$SQ" plot "$trace" -o "$dir/trace.png" ${PLOT_SIZE:+--size "$PLOT_SIZE"} 2>"$dir/plot.err"; then png="\"$dir/trace.png\""; else
             note "  squeezefs plot failed: $(head -c 200 "$dir/plot.err")"; fi
     fi
     local limit_json=null
