@@ -76,7 +76,7 @@
 //!   less oₛ at the recent stored fraction, at least 0: the FUSE round trips, the copies
 //!   into dirty memory). A weaker rung pays oₛ on every extra byte it stores and nothing
 //!   more on oᵢ: charging all of the overhead per stored byte makes a rung storing 0.35 of
-//!   the XML look as slow as zstd:1 at 0.15, which lz4fast-20 outruns by a fifth. Before
+//!   the XML look as slow as zstd:1 at 0.15, which lz4fast-20 outruns by a third. Before
 //!   the writers have a figure (or with fb_split 0) all of it is taken per stored byte, and
 //!   before the meter has any, 0: the CPU bound is then the codec's alone.
 //!   RAW: when the records compressed over the last DRIFT_WINDOW_BYTES saved less than
