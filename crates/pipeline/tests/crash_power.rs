@@ -212,8 +212,8 @@ fn run_rounds(label: &str, in_memory: bool, default_rounds: u64) {
     let rounds = std::env::var("SQUEEZEFS_POWER_CUTS").ok().and_then(|v| v.parse().ok()).unwrap_or(default_rounds);
     let seed = seed_from_env();
     eprintln!("{label}: {rounds} cuts, SQUEEZEFS_CRASH_SEED={seed}");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut rig = Rig::new(dir.path(), in_memory);
+    let mut dirs = vec![tempfile::tempdir().expect("tempdir")];
+    let mut rig = Rig::new(dirs[0].path(), in_memory);
     let mut rng = SplitMix64::new(seed);
     let mut baseline: Vec<Option<Vec<u8>>> = vec![None; FILES];
     let (mut total_writes, mut total_syncs, mut total_pending) = (0u64, 0u64, 0usize);
@@ -221,9 +221,17 @@ fn run_rounds(label: &str, in_memory: bool, default_rounds: u64) {
     let t0 = Instant::now();
     let want_bundles = BUNDLES.with(|b| b.get());
     // a cut soon after the open leaves little committed: with bundles on, rounds go on (up
-    // to three times as many) until a pool after a cut held a bundle
+    // to three times as many) until a pool after a cut held a bundle. Bundles hold the short
+    // tails written in one txg; once every file has grown to its largest size, few writes
+    // reach a tail and a pool may never hold a bundle again (seed 1795927709339065591: none
+    // in 300 rounds), so every `rounds` rounds without one start again from a new pool.
     let mut round = 0;
     while round < rounds || (want_bundles && bundles_seen == 0 && round < 3 * rounds) {
+        if want_bundles && bundles_seen == 0 && round > 0 && round % rounds == 0 {
+            dirs.push(tempfile::tempdir().expect("tempdir"));
+            rig = Rig::new(dirs.last().expect("just pushed").path(), in_memory);
+            baseline = vec![None; FILES];
+        }
         round += 1;
         let engine = rig.open();
         let log = Arc::new(Mutex::new(Vec::new()));
