@@ -343,23 +343,43 @@ impl UsableCores {
     }
 }
 
+/// Nanoseconds per byte from two cumulative counters, averaged over OVERHEAD_WINDOW_BYTES;
+/// intervals of fewer than OVERHEAD_MIN_BYTES are merged into the next.
+#[derive(Clone, Debug)]
+struct PerByte {
+    prev: Option<(u64, u64)>,
+    avg: ByteEwma,
+}
+
+impl PerByte {
+    fn new() -> PerByte {
+        PerByte { prev: None, avg: ByteEwma::new(OVERHEAD_WINDOW_BYTES) }
+    }
+
+    fn update(&mut self, ns: u64, bytes: u64) -> Option<f64> {
+        let Some((ns0, bytes0)) = self.prev else {
+            self.prev = Some((ns, bytes));
+            return self.avg.value();
+        };
+        let b = bytes.saturating_sub(bytes0);
+        if b < OVERHEAD_MIN_BYTES {
+            return self.avg.value();
+        }
+        self.prev = Some((ns, bytes));
+        self.avg.update(ns.saturating_sub(ns0) as f64 / b as f64, b)
+    }
+}
+
 /// The pipeline's CPU per input byte outside the codec (see the module comment).
 #[derive(Clone, Debug)]
 pub struct OverheadMeter {
-    prev: Option<(u64, u64, u64)>,
-    avg: ByteEwma,
-    store_prev: Option<(u64, u64)>,
-    store_avg: ByteEwma,
+    total: PerByte,
+    store: PerByte,
 }
 
 impl Default for OverheadMeter {
     fn default() -> Self {
-        OverheadMeter {
-            prev: None,
-            avg: ByteEwma::new(OVERHEAD_WINDOW_BYTES),
-            store_prev: None,
-            store_avg: ByteEwma::new(OVERHEAD_WINDOW_BYTES),
-        }
+        OverheadMeter { total: PerByte::new(), store: PerByte::new() }
     }
 }
 
@@ -371,43 +391,22 @@ impl OverheadMeter {
     /// Cumulative counters: the process's CPU time, the codec's CPU time (the workspace
     /// pool's `compress_cpu_ns`), input bytes written. Returns the averaged ns per byte.
     pub fn update(&mut self, process_cpu_ns: u64, codec_cpu_ns: u64, input_bytes: u64) -> Option<f64> {
-        let now = (process_cpu_ns, codec_cpu_ns, input_bytes);
-        let Some(p) = self.prev else {
-            self.prev = Some(now);
-            return self.avg.value();
-        };
-        let bytes = input_bytes.saturating_sub(p.2);
-        if bytes < OVERHEAD_MIN_BYTES {
-            return self.avg.value();
-        }
-        let own = process_cpu_ns.saturating_sub(p.0).saturating_sub(codec_cpu_ns.saturating_sub(p.1));
-        self.prev = Some(now);
-        self.avg.update(own as f64 / bytes as f64, bytes)
+        self.total.update(process_cpu_ns.saturating_sub(codec_cpu_ns), input_bytes)
     }
 
     pub fn ns_per_byte(&self) -> Option<f64> {
-        self.avg.value()
+        self.total.avg.value()
     }
 
     /// Cumulative counters of the device writers: their CPU time inside writes, the bytes
     /// they wrote. Returns the averaged ns per byte written (the part of `ns_per_byte` that
     /// goes per stored byte).
     pub fn update_store(&mut self, write_cpu_ns: u64, written_bytes: u64) -> Option<f64> {
-        let now = (write_cpu_ns, written_bytes);
-        let Some(p) = self.store_prev else {
-            self.store_prev = Some(now);
-            return self.store_avg.value();
-        };
-        let bytes = written_bytes.saturating_sub(p.1);
-        if bytes < OVERHEAD_MIN_BYTES {
-            return self.store_avg.value();
-        }
-        self.store_prev = Some(now);
-        self.store_avg.update(write_cpu_ns.saturating_sub(p.0) as f64 / bytes as f64, bytes)
+        self.store.update(write_cpu_ns, written_bytes)
     }
 
     pub fn store_ns_per_byte(&self) -> Option<f64> {
-        self.store_avg.value()
+        self.store.avg.value()
     }
 }
 

@@ -67,8 +67,8 @@
 //! The whole machine's share misses one busy CPU beside an idle one (a CPU hog on core 0):
 //! it reads QUIET while ring thread 0 sleeps as SCHED_IDLE behind the hog. After a request
 //! handled as SCHED_OTHER, the switch back to SCHED_IDLE scales the CPU the thread owes by
-//! the weights' ratio (1024 ÷ 3), and the woken thread waited 2–13 s, every request from
-//! CPU 0 with it, while the pipeline drained and CPU 1 idled. So each ring thread is also
+//! the weights' ratio (1024 ÷ 3), and the woken thread can wait seconds, every request
+//! from CPU 0 with it, while the pipeline drains and CPU 1 idles. So each ring thread is also
 //! watched on its own (sched.rs `contention::watch`): starved, it is moved to SCHED_FIFO
 //! from outside and sleeps so until its CPU idles again.
 //!
