@@ -175,6 +175,8 @@
 //!                               until then); on a 100 MB/s device that serves each write at
 //!                               its rate it read 99–121 MB/s from 0.4 s on, where the
 //!                               bottleneck came at 2 s of a 2.4 s write
+//!   fb_gap 0.5                  feedback mode: a CPU-bound descent x − f rungs above the
+//!                               floor goes max(1, fb_gap·(x − f)) times faster
 //!   batch_bytes 0               the pipeline sets its txg's early-sync bytes (16 MiB): at
 //!                               20 MB/s that alone is 0.8 s of queue, and a 0.05 s target
 //!                               read it as a device 16 times too slow
@@ -255,6 +257,9 @@ pub struct Tunables {
     /// feedback mode: 1 = the floor charges the device writers' measured CPU per stored
     /// byte and the rest of the overhead per input byte; 0 = all of it per stored byte
     pub fb_split: u32,
+    /// feedback mode: a CPU-bound descent more than a rung above the floor goes this many
+    /// times faster per rung of distance (0: at fb_down whatever the distance)
+    pub fb_gap: f64,
 }
 
 impl Default for Tunables {
@@ -289,6 +294,7 @@ impl Default for Tunables {
             fb_lift: 4.0,
             fb_range: 1,
             fb_split: 1,
+            fb_gap: 0.5,
         }
     }
 }
@@ -330,6 +336,8 @@ impl Tunables {
         "fb_lift",
         "fb_range",
         "fb_split",
+        "fb_gap",
+        "batch_bytes",
     ];
 
     /// Overrides from `name=value,name=value` (the daemon's `SQUEEZEFS_AUTO_TUNE`, for tuning
@@ -381,6 +389,8 @@ impl Tunables {
                 "fb_lift" => t.fb_lift = v,
                 "fb_range" => t.fb_range = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 "fb_split" => t.fb_split = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
+                "fb_gap" => t.fb_gap = v,
+                "batch_bytes" => t.batch_bytes = whole()?,
                 "fb_floor" => t.fb_floor = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
             }

@@ -31,8 +31,12 @@
 //!   q > q*              the devices are the bottleneck: x rises by fb_up·min(ln(q/q*), 2)
 //!                       rungs per second (stronger levels cost CPU that is idle anyway)
 //!   q ≤ q*, backlog     the CPU is the bottleneck (records wait for compression while the
-//!                       devices run short): x falls by fb_down·(1 − q/q*) rungs per second,
-//!                       down to raw (never slower than `none`), but not below the floor f
+//!                       devices run short): x falls by d·(1 − q/q*) rungs per second,
+//!                       down to raw (never slower than `none`), but not below the floor f;
+//!                       d = fb_down·max(1, fb_gap·(x − f)): far above the floor every
+//!                       second spent there is throughput lost (a 1 GiB write on a fast
+//!                       device lasts 1.5 s, and at fb_down the descent from zstd:1 to
+//!                       raw took most of it), near it the queue's pace decides
 //!   … and x < f         the floor rose above the position (the devices' rate became known
 //!                       after the descent, or the data changed the rungs' figures): x
 //!                       rises by fb_lift rungs per second up to f. Below f a CPU-bound
@@ -99,7 +103,8 @@
 //!   is as fast as any); fb_capacity_secs 0.5 (longer
 //!   than one txg's records, handed over at once, take to drain); fb_range 1 (the rate
 //!   per range bounds the floor before the capacity is known); fb_split 1 (the overhead
-//!   split as measured, FLOOR);
+//!   split as measured, FLOOR); fb_gap 0.5 (the descent doubles its pace 4 rungs above
+//!   the floor: from zstd:1 to raw in about 0.4 s instead of 1.3);
 //!   queue_target_secs, queue_tau_secs, batch_bytes, min_gain and probe_bytes as the
 //!   model uses them.
 //! ```
@@ -309,7 +314,7 @@ impl Feedback {
         } else if inp.backlog && f > self.x && self.tun.fb_lift > 0.0 {
             self.x = (self.x + self.tun.fb_lift * dt).min(f);
         } else if inp.backlog {
-            self.x = (self.x - self.tun.fb_down * (1.0 - ahead / want) * dt).max(f.min(self.x));
+            self.x = (self.x - self.descent(f) * (1.0 - ahead / want) * dt).max(f.min(self.x));
         }
         let floor = f.min(self.x);
         self.x = self.x.clamp(0.0, top);
@@ -319,6 +324,12 @@ impl Feedback {
             return self.raw_decision(xe.round() as usize, q.delay_secs);
         }
         Decision { codec: self.mixed(xe), reason: Reason::Model, queue_delay_secs: q.delay_secs }
+    }
+
+    /// Rungs per second a CPU-bound position descends at with no queue at all, given the
+    /// floor f: fb_down, faster in proportion to the distance above f beyond 1/fb_gap rungs.
+    fn descent(&self, f: f64) -> f64 {
+        self.tun.fb_down * (self.tun.fb_gap * (self.x - f)).max(1.0)
     }
 
     /// Each rung's figures as the floor takes them, raw first: (codec, CPU ns and stored

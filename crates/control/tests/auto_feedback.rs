@@ -573,3 +573,77 @@ fn a_cpu_bound_position_below_a_floor_learned_late_rises_to_it() {
         }
     }
 }
+
+/// A CPU-bound pipeline far above its floor (zstd:1 at the start, a CPU hog on one of two
+/// cores: every rung below writes faster than the one above it, down to raw) descends the
+/// faster the farther above the floor it is, and reaches it in little more than half the time a
+/// descent at fb_down takes; within two rungs of the floor both descend alike, so that
+/// near it, where the figures are least certain, the queue's pace still decides.
+#[test]
+fn a_cpu_bound_descent_far_above_its_floor_goes_faster() {
+    // (fb_gap; seconds to within a rung of the floor, seconds from two rungs above it to one)
+    let descend = |fb_gap: f64| {
+        let (mut f, _, _) = at_crossing(Tunables { fb_gap, ..Tunables::default() });
+        let start = f.position();
+        let mut now = 0.0;
+        let (mut two, mut one) = (None, None);
+        for _ in 0..1000 {
+            now += 0.01;
+            f.decide(&AutoInputs {
+                now_secs: now,
+                record_bytes: REC,
+                devices: &starved(),
+                range_bps: 0.0,
+                cores: 1.0,
+                workers: 1,
+                overhead_ns_per_byte: 0.05,
+                store_ns_per_byte: None,
+                backlog: true,
+            });
+            let gap = f.position() - f.last_floor();
+            if gap <= 2.0 && two.is_none() {
+                two = Some(now);
+            }
+            if gap <= 1.0 {
+                one = Some(now);
+                break;
+            }
+        }
+        let (two, one) = (two.expect("two rungs above the floor"), one.expect("a rung above the floor"));
+        assert!(start - f.last_floor() > 4.0, "starts {start} against a floor of {}", f.last_floor());
+        (one, one - two)
+    };
+    let (slow, slow_last) = descend(0.0);
+    let (fast, fast_last) = descend(Tunables::default().fb_gap);
+    assert!(fast < 0.6 * slow, "to the floor in {fast:.2} s with fb_gap, {slow:.2} s without");
+    assert!((fast_last - slow_last).abs() <= 0.02, "the last rung in {fast_last:.2} s against {slow_last:.2} s");
+}
+
+/// On a 25 MB/s device the first dirty fill queues seconds of writing and the position
+/// climbs to the top rung, which the CPU cannot sustain. Once the backlog is gone, records
+/// still wait for their txg (up to the early-sync bytes), and the devices drain only what
+/// arrives: that queue over that rate reads as seconds behind, above a target that leaves
+/// the batch out, and the position stayed at the top for the rest of a 1 GiB write (15 MB/s
+/// where zstd:6 writes 63). Counting the batch in the target, it descends.
+#[test]
+fn a_cpu_bound_pipeline_is_not_held_at_the_top_by_its_own_txg_batch() {
+    let batch = 16 << 20;
+    for (batch_bytes, descends) in [(batch, true), (0, false)] {
+        let Spec::Auto { min, max } = "auto".parse::<Spec>().unwrap() else { unreachable!() };
+        let tun = Tunables { batch_bytes, ..Tunables::default() };
+        let mut f = Feedback::new(&candidates(min, max), zstd(1), tun);
+        let top = f.spine().len() as f64;
+        let mut now = 0.0;
+        let fill = [DeviceView { queued_bytes: 80 << 20, throughput_bps: 25.0 * MB, free_bytes: u64::MAX }];
+        run_on(&mut f, &mut now, 300, fill, true);
+        assert_eq!(f.position(), top, "batch_bytes {batch_bytes}: three seconds of queue");
+        // CPU-bound at the top: 5 MB waiting for its txg, drained at the 9 MB/s that arrive
+        let batched = [DeviceView { queued_bytes: 5_000_000, throughput_bps: 9.0 * MB, free_bytes: u64::MAX }];
+        run_on(&mut f, &mut now, 300, batched, true);
+        if descends {
+            assert!(f.position() < top - 2.0, "held at {} of {top}", f.position());
+        } else {
+            assert_eq!(f.position(), top, "batch_bytes 0");
+        }
+    }
+}

@@ -147,6 +147,7 @@ impl Inner {
             space.devs().iter().map(|d| d.queue.stats.clone()).collect(),
             space.room_hints(),
             trace,
+            crate::compress::EARLY_SYNC_BYTES,
         )
         .with_qos(qos.clone());
         Inner {

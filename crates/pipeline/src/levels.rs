@@ -218,8 +218,12 @@ pub struct Levels {
 /// `Tunables::set`): for tuning on a real device; a bad value is logged and ignored.
 pub const AUTO_TUNE_ENV: &str = "SQUEEZEFS_AUTO_TUNE";
 
-fn tunables_from_env() -> Tunables {
-    let mut t = Tunables::default();
+/// The auto tunables of an engine whose txgs gather `batch_bytes` before they sync early:
+/// the defaults, the queue target counting that batch (records wait for their txg, and at
+/// a drain rate of what arrives that queue alone reads as seconds behind), then the
+/// environment's overrides.
+fn tunables_from_env(batch_bytes: u64) -> Tunables {
+    let mut t = Tunables { batch_bytes, ..Tunables::default() };
     if let Ok(v) = std::env::var(AUTO_TUNE_ENV) {
         match t.set(&v) {
             Ok(()) => log::info!("auto: tunables {v} from {AUTO_TUNE_ENV}"),
@@ -236,12 +240,14 @@ thread_local! {
 
 impl Levels {
     /// `devices`: each device's write statistics; `room`: each device's room hint (space.rs);
-    /// `trace`: the trace writer when the engine traces.
+    /// `trace`: the trace writer when the engine traces; `batch_bytes`: the bytes a txg
+    /// gathers before it syncs early (the queue the pipeline holds by itself).
     pub fn new(
         workers: usize,
         devices: Vec<Arc<DeviceStats>>,
         room: Arc<[AtomicU64]>,
         trace: Option<TraceWriter<std::fs::File>>,
+        batch_bytes: u64,
     ) -> Levels {
         let src = ProcStat::new().map_err(|e| log::warn!("auto: the CPU meter is off ({e})")).ok();
         let cpus = src
@@ -255,7 +261,7 @@ impl Levels {
             devices,
             room,
             autos: RwLock::new(Rank::Leaf, Vec::new()),
-            tunables: tunables_from_env(),
+            tunables: tunables_from_env(batch_bytes),
             meters: Meters {
                 next_ns: AtomicU64::new(0),
                 state: Mutex::new(
