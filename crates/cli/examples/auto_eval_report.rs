@@ -24,6 +24,12 @@
 //! those within [`TIE_BAND`] of the fastest fixed spec's throughput: where the device is the
 //! bottleneck several levels write equally fast and run-to-run noise would otherwise pick
 //! among them at random; a user choosing a level would take the strongest of those.
+//!
+//! Beside the verdict, the fixed specs that *dominate* auto: at least [`DOMINANT_SPEED`]
+//! times its throughput and [`DOMINANT_RATIO`] times its ratio. The targets compare auto
+//! with one level; where several write about equally fast, a mix between them reads as a
+//! miss on ratio, and where the fastest is weak, any stronger mix as a miss on speed. A
+//! fixed level better on both counts is what a user would rather have chosen.
 use anyhow::{bail, Context, Result};
 use plotters::prelude::*;
 use serde_json::Value;
@@ -36,6 +42,10 @@ const THROUGHPUT_SHARE: f64 = 0.95;
 const RATIO_SLACK: f64 = 0.02;
 /// Fixed specs this close (relative) to the fastest count as equally fast.
 const TIE_BAND: f64 = 0.03;
+/// A fixed spec dominates auto with at least this share of its throughput…
+const DOMINANT_SPEED: f64 = 1.05;
+/// …and this share of its ratio.
+const DOMINANT_RATIO: f64 = 1.02;
 
 /// One timed write.
 #[derive(Debug, Clone, PartialEq)]
@@ -206,6 +216,15 @@ fn misses(auto: &Figures, best: Option<&Figures>, none: Option<&Figures>) -> Vec
     m
 }
 
+/// The fixed specs of a cell that dominate auto's figures (see the module docs), by name.
+fn dominating<'a>(auto: &Figures, specs: &'a BTreeMap<String, Figures>) -> Vec<&'a str> {
+    specs
+        .iter()
+        .filter(|(s, f)| !is_auto(s) && f.mb_s >= DOMINANT_SPEED * auto.mb_s && f.ratio >= DOMINANT_RATIO * auto.ratio)
+        .map(|(s, _)| s.as_str())
+        .collect()
+}
+
 /// Spec order in tables and legends: as first seen in the results (the script's order).
 fn spec_order(runs: &[Run]) -> Vec<String> {
     let mut v: Vec<String> = Vec::new();
@@ -251,9 +270,11 @@ fn print_tables(ds: &str, cells: &BTreeMap<CellKey, Cell>, order: &[String]) {
         1.0 - RATIO_SLACK
     );
     println!(
-        "| cores | device MB/s | best fixed | MB/s | ratio | spec | MB/s | ratio | ÷ best | ÷ none | verdict | levels auto stored with |"
+        "| cores | device MB/s | best fixed | MB/s | ratio | spec | MB/s | ratio | ÷ best | ÷ none | verdict | dominated by | levels auto stored with |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut dominated = 0;
+    let mut verdicts = 0;
     for ((cores, limit), cell) in cells {
         let best = best_fixed(&cell.specs);
         let none = cell.specs.get("none");
@@ -272,17 +293,25 @@ fn print_tables(ds: &str, cells: &BTreeMap<CellKey, Cell>, order: &[String]) {
             });
             let share = |o: Option<&Figures>| o.map_or("–".into(), |o| format!("{:.2}", af.mb_s / o.mb_s));
             let levels: Vec<String> = af.levels.iter().take(4).map(|(n, p)| format!("{n} {p:.0}%")).collect();
+            let dom = dominating(af, &cell.specs);
+            verdicts += 1;
+            dominated += usize::from(!dom.is_empty());
             println!(
-                "| {cores} | {} | {bname} | {bmb} | {bratio} | {a} | {:.0} | {:.2} | {} | {} | {verdict} | {} |",
+                "| {cores} | {} | {bname} | {bmb} | {bratio} | {a} | {:.0} | {:.2} | {} | {} | {verdict} | {} | {} |",
                 limit.label(),
                 af.mb_s,
                 af.ratio,
                 share(best.as_ref().map(|b| &b.1)),
                 share(none),
+                if dom.is_empty() { "–".to_string() } else { dom.join(", ") },
                 levels.join(", ")
             );
         }
     }
+    println!(
+        "\nno fixed spec ≥ {DOMINANT_SPEED} × auto's MB/s and ≥ {DOMINANT_RATIO} × its ratio: {} of {verdicts}",
+        verdicts - dominated
+    );
 }
 
 fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
@@ -470,6 +499,19 @@ mod tests {
         assert_eq!(misses(&fig(100.0, 2.93), best, none), ["ratio"]);
         assert_eq!(misses(&fig(40.0, 3.0), Some(&fig(40.0, 3.0)), none), ["none"]);
         assert_eq!(misses(&fig(10.0, 1.0), best, none), ["thr", "ratio", "none"]);
+    }
+
+    #[test]
+    fn a_fixed_level_dominates_only_when_both_faster_and_stronger() {
+        let mut s = BTreeMap::new();
+        s.insert("none".to_string(), fig(300.0, 1.0));
+        s.insert("lz4".to_string(), fig(211.0, 2.05));
+        s.insert("zstd:1".to_string(), fig(209.0, 2.10));
+        s.insert("zstd:3".to_string(), fig(150.0, 3.0));
+        s.insert("auto~x".to_string(), fig(900.0, 9.0)); // never a fixed level
+        assert_eq!(dominating(&fig(200.0, 2.0), &s), ["lz4"]);
+        assert!(dominating(&fig(200.0, 2.1), &s).is_empty());
+        assert!(dominating(&fig(300.0, 1.0), &s).is_empty());
     }
 
     #[test]
