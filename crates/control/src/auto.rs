@@ -257,8 +257,8 @@ pub struct Tunables {
     /// feedback mode: 1 = the floor charges the device writers' measured CPU per stored
     /// byte and the rest of the overhead per input byte; 0 = all of it per stored byte
     pub fb_split: u32,
-    /// feedback mode: a CPU-bound descent more than a rung above the floor goes this many
-    /// times faster per rung of distance (0: at fb_down whatever the distance)
+    /// feedback mode: a CPU-bound descent x − f rungs above the floor goes
+    /// max(1, fb_gap·(x − f)) times faster than fb_down (0: at fb_down whatever the distance)
     pub fb_gap: f64,
 }
 

@@ -104,7 +104,7 @@
 //!   than one txg's records, handed over at once, take to drain); fb_range 1 (the rate
 //!   per range bounds the floor before the capacity is known); fb_split 1 (the overhead
 //!   split as measured, FLOOR); fb_gap 0.5 (the descent doubles its pace 4 rungs above
-//!   the floor: from zstd:1 to raw in about 0.4 s instead of 1.3);
+//!   the floor: from zstd:1 to a rung above raw in about 0.6 s instead of 1.2);
 //!   queue_target_secs, queue_tau_secs, batch_bytes, min_gain and probe_bytes as the
 //!   model uses them.
 //! ```
