@@ -408,23 +408,29 @@ fn at_crossing(tun: Tunables) -> (Feedback, Vec<Codec>, usize) {
     (f, spine, z)
 }
 
+/// The crossing's inputs for a record at `now_secs`: one core, 0.05 ns of overhead per byte,
+/// records waiting for compression.
+fn one_core(now_secs: f64, devices: &[DeviceView], range_bps: f64) -> AutoInputs<'_> {
+    AutoInputs {
+        now_secs,
+        record_bytes: REC,
+        devices,
+        range_bps,
+        cores: 1.0,
+        workers: 1,
+        overhead_ns_per_byte: 0.05,
+        store_ns_per_byte: None,
+        backlog: true,
+    }
+}
+
 /// Four seconds CPU-bound at the crossing's inputs (one core, the device's queue empty,
 /// records waiting), decided 10 ms apart from `*now` on; the spine indices of the rungs of
 /// the 100 records after them (−1 for raw).
 fn cpu_bound_rungs(f: &mut Feedback, spine: &[Codec], now: &mut f64, dev: [DeviceView; 1], range_bps: f64) -> Vec<i64> {
     let mut decide = |f: &mut Feedback| {
         *now += 0.01;
-        f.decide(&AutoInputs {
-            now_secs: *now,
-            record_bytes: REC,
-            devices: &dev,
-            range_bps,
-            cores: 1.0,
-            workers: 1,
-            overhead_ns_per_byte: 0.05,
-            store_ns_per_byte: None,
-            backlog: true,
-        })
+        f.decide(&one_core(*now, &dev, range_bps))
     };
     for _ in 0..400 {
         decide(f);
@@ -536,17 +542,7 @@ fn a_cpu_bound_position_below_a_floor_learned_late_rises_to_it() {
         let mut now = 0.0;
         let mut decide = |f: &mut Feedback, queued: f64| {
             now += 0.01;
-            f.decide(&AutoInputs {
-                now_secs: now,
-                record_bytes: REC,
-                devices: &dev(queued),
-                range_bps: 0.0,
-                cores: 1.0,
-                workers: 1,
-                overhead_ns_per_byte: 0.05,
-                store_ns_per_byte: None,
-                backlog: true,
-            })
+            f.decide(&one_core(now, &dev(queued), 0.0))
         };
         // CPU-bound with the device's rate unknown: the descent goes below zstd:1
         for _ in 0..400 {
@@ -589,17 +585,7 @@ fn a_cpu_bound_descent_far_above_its_floor_goes_faster() {
         let (mut two, mut one) = (None, None);
         for _ in 0..1000 {
             now += 0.01;
-            f.decide(&AutoInputs {
-                now_secs: now,
-                record_bytes: REC,
-                devices: &starved(),
-                range_bps: 0.0,
-                cores: 1.0,
-                workers: 1,
-                overhead_ns_per_byte: 0.05,
-                store_ns_per_byte: None,
-                backlog: true,
-            });
+            f.decide(&one_core(now, &starved(), 0.0));
             let gap = f.position() - f.last_floor();
             if gap <= 2.0 && two.is_none() {
                 two = Some(now);
