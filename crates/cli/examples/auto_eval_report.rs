@@ -30,6 +30,11 @@
 //! with one level; where several write about equally fast, a mix between them reads as a
 //! miss on ratio, and where the fastest is weak, any stronger mix as a miss on speed. A
 //! fixed level better on both counts is what a user would rather have chosen.
+//!
+//! With two rounds or more (`--runs`), the targets' own bound on the machine: in each cell
+//! and round, the best fixed level of that round, taken from every other round, judged
+//! against that round's fixed specs by the same three targets. It is what a controller
+//! that always chose the best fixed level would score, run to run noise alone deciding.
 use anyhow::{bail, Context, Result};
 use plotters::prelude::*;
 use serde_json::Value;
@@ -58,6 +63,8 @@ struct Run {
     mb_s: f64,
     ratio: f64,
     load1: f64,
+    /// the script's round of the run in its cell (1 when the line has none)
+    round: u32,
     /// the levels the data was stored with (`squeezefs stats` rows), by share of the data
     levels: Vec<(String, f64)>,
 }
@@ -85,6 +92,7 @@ fn parse_run(line: &str) -> Result<Run> {
         mb_s: n("bytes")? / seconds / 1e6,
         ratio: if disk > 0.0 { uncompressed / disk } else { 1.0 },
         load1: s("load").ok().and_then(|l| l.split_whitespace().next()?.parse().ok()).unwrap_or(f64::NAN),
+        round: v.get("round").and_then(Value::as_u64).map_or(1, |r| r as u32),
         levels: levels_of(&v),
     })
 }
@@ -223,6 +231,41 @@ fn dominating<'a>(auto: &Figures, specs: &'a BTreeMap<String, Figures>) -> Vec<&
         .filter(|(s, f)| !is_auto(s) && f.mb_s >= DOMINANT_SPEED * auto.mb_s && f.ratio >= DOMINANT_RATIO * auto.ratio)
         .map(|(s, _)| s.as_str())
         .collect()
+}
+
+/// The targets applied to the best fixed level of one round against itself in another
+/// (module docs), for data set `ds`: (evaluations, evaluations meeting all three). Only the
+/// fixed specs that ran in both rounds take part, and only where two or more did.
+fn self_check(runs: &[Run], ds: &str) -> (usize, usize) {
+    let mut rounds: BTreeMap<CellKey, BTreeMap<u32, BTreeMap<String, Figures>>> = BTreeMap::new();
+    for r in runs.iter().filter(|r| r.dataset == ds && !is_auto(&r.spec)) {
+        let f = Figures { mb_s: r.mb_s, ratio: r.ratio, runs: 1, levels: Vec::new() };
+        rounds
+            .entry((r.cores, LimitKey::of(r.limit)))
+            .or_default()
+            .entry(r.round)
+            .or_default()
+            .insert(r.spec.clone(), f);
+    }
+    let (mut evaluated, mut met) = (0, 0);
+    for by_round in rounds.values() {
+        for (a, fixed_a) in by_round {
+            for (_, fixed_b) in by_round.iter().filter(|(b, _)| *b != a) {
+                let common: BTreeMap<String, Figures> = fixed_a
+                    .iter()
+                    .filter(|(s, _)| fixed_b.contains_key(*s))
+                    .map(|(s, f)| (s.clone(), f.clone()))
+                    .collect();
+                if common.len() < 2 {
+                    continue;
+                }
+                let Some((best, best_fig)) = best_fixed(&common) else { continue };
+                evaluated += 1;
+                met += usize::from(misses(&fixed_b[best], Some(&best_fig), common.get("none")).is_empty());
+            }
+        }
+    }
+    (evaluated, met)
 }
 
 /// Spec order in tables and legends: as first seen in the results (the script's order).
@@ -436,6 +479,13 @@ fn main() -> Result<()> {
     let order = spec_order(&runs);
     for (ds, cells) in reduce(&runs) {
         print_tables(&ds, &cells, &order);
+        let (evaluated, met) = self_check(&runs, &ds);
+        if evaluated > 0 {
+            println!(
+                "the best fixed level of a round, taken from another round: meets the targets in {met} of {evaluated} \
+                 (what choosing the best fixed level scores, run-to-run noise alone deciding)"
+            );
+        }
         if let Some(dir) = &png_dir {
             let png = dir.join(format!("auto-eval-{ds}.png"));
             draw(&ds, &cells, &order, &png).with_context(|| format!("drawing {}", png.display()))?;
@@ -524,6 +574,7 @@ mod tests {
             mb_s,
             ratio: 2.0,
             load1: 1.0,
+            round: 1,
             levels: vec![("lz4".into(), mb_s)],
         };
         let runs = [run(None, 300.0), run(Some(25), 20.0), run(Some(25), 24.0), run(Some(25), 30.0)];
@@ -536,5 +587,41 @@ mod tests {
             Figures { mb_s: 24.0, ratio: 2.0, runs: 3, levels: median_run_levels }
         );
         assert_eq!(median(vec![1.0, 4.0]), 2.5);
+    }
+
+    /// A fixed level against itself: the best of one round taken from the other, met where
+    /// its second run is within the targets of its first, missed where the machine moved it.
+    #[test]
+    fn the_self_check_judges_the_best_fixed_level_of_a_round_by_another() {
+        let run = |limit: Option<u32>, spec: &str, round, mb_s, ratio| Run {
+            dataset: "d".into(),
+            cores: 1,
+            limit,
+            spec: spec.into(),
+            mb_s,
+            ratio,
+            load1: 1.0,
+            round,
+            levels: Vec::new(),
+        };
+        let runs = [
+            // cell 100: zstd:1 best in both rounds, 2% apart: met both ways
+            run(Some(100), "zstd:1", 1, 200.0, 2.5),
+            run(Some(100), "lz4", 1, 150.0, 1.8),
+            run(Some(100), "zstd:1", 2, 196.0, 2.5),
+            run(Some(100), "lz4", 2, 152.0, 1.8),
+            run(Some(100), "auto", 1, 10.0, 1.0), // never judged here
+            // unthrottled: none 400 then 300 (the machine, not the level): round 2's none
+            // is below 0.95 × round 1's, the other way round it is met
+            run(None, "none", 1, 400.0, 1.0),
+            run(None, "zstd:1", 1, 250.0, 2.5),
+            run(None, "none", 2, 300.0, 1.0),
+            run(None, "zstd:1", 2, 250.0, 2.5),
+            // a cell with one fixed spec in common takes no part
+            run(Some(25), "zstd:1", 1, 60.0, 2.5),
+            run(Some(25), "zstd:3", 2, 60.0, 2.6),
+        ];
+        assert_eq!(self_check(&runs, "d"), (4, 3));
+        assert_eq!(self_check(&runs, "other"), (0, 0));
     }
 }
