@@ -602,7 +602,8 @@ mod tests {
     }
 
     /// A fixed level against itself: the best of one round taken from the other, met where
-    /// its second run is within the targets of its first, missed where the machine moved it.
+    /// its second run is within the targets of its first, missed where the machine moved it;
+    /// auto's run of one round judged by the other round's fixed specs the same way.
     #[test]
     fn across_rounds_judges_a_run_of_one_round_by_the_fixed_specs_of_another() {
         let run = |limit: Option<u32>, spec: &str, round, mb_s, ratio| Run {
@@ -622,7 +623,7 @@ mod tests {
             run(Some(100), "lz4", 1, 150.0, 1.8),
             run(Some(100), "zstd:1", 2, 196.0, 2.5),
             run(Some(100), "lz4", 2, 152.0, 1.8),
-            run(Some(100), "auto", 1, 10.0, 1.0), // never judged here
+            run(Some(100), "auto", 1, 10.0, 1.0), // not a fixed spec: judged only as the candidate
             // unthrottled: none 400 then 300 (the machine, not the level): round 2's none
             // is below 0.95 × round 1's, the other way round it is met
             run(None, "none", 1, 400.0, 1.0),
