@@ -39,6 +39,7 @@ fn run(ctl: &Mutex<AutoController>, records: u64, t0: f64, step: f64) -> f64 {
             overhead_ns_per_byte: 1.0,
             store_ns_per_byte: None,
             backlog: i % 3 != 0,
+            workers_busy: None,
         };
         let d = ctl.lock().unwrap().decide(&inp);
         if d.codec != Codec::NONE {
@@ -86,6 +87,7 @@ fn main() {
                 overhead_ns_per_byte: 1.0,
                 store_ns_per_byte: None,
                 backlog: true,
+                workers_busy: None,
             };
             std::hint::black_box(c.decide(&inp));
         }

@@ -177,6 +177,14 @@
 //!                               bottleneck came at 2 s of a 2.4 s write
 //!   fb_gap 0.5                  feedback mode: a CPU-bound descent x − f rungs above the
 //!                               floor goes max(1, fb_gap·(x − f)) times faster
+//!   fb_busy 0.9                 feedback mode: a backlog is the CPU being short only while
+//!                               the compress workers were busy this share of the time. A
+//!                               writer's 1 MiB write queues 8 records at once, so nearly
+//!                               every record has a backlog; on the paced device the workers
+//!                               were busy 0.97–0.99 at zstd:1 where the corpus is CPU-bound,
+//!                               and 0.82–0.89 on the XML at 400 MB/s and unpaced, where
+//!                               zstd:1 writes as fast as lz4 (the writer bounds the pipeline)
+//!                               and the descent lost a third of the ratio for nothing
 //!   batch_bytes 0               the pipeline sets its txg's early-sync bytes (16 MiB): at
 //!                               20 MB/s that alone is 0.8 s of queue, and a 0.05 s target
 //!                               read it as a device 16 times too slow
@@ -260,6 +268,9 @@ pub struct Tunables {
     /// feedback mode: a CPU-bound descent x − f rungs above the floor goes
     /// max(1, fb_gap·(x − f)) times faster than fb_down (0: at fb_down whatever the distance)
     pub fb_gap: f64,
+    /// feedback mode: a backlog counts as the CPU being short only while the compress
+    /// workers were busy at least this share of the recent time (0: any backlog counts)
+    pub fb_busy: f64,
 }
 
 impl Default for Tunables {
@@ -295,6 +306,7 @@ impl Default for Tunables {
             fb_range: 1,
             fb_split: 1,
             fb_gap: 0.5,
+            fb_busy: 0.9,
         }
     }
 }
@@ -337,6 +349,7 @@ impl Tunables {
         "fb_range",
         "fb_split",
         "fb_gap",
+        "fb_busy",
         "batch_bytes",
     ];
 
@@ -390,6 +403,7 @@ impl Tunables {
                 "fb_range" => t.fb_range = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 "fb_split" => t.fb_split = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 "fb_gap" => t.fb_gap = v,
+                "fb_busy" => t.fb_busy = v,
                 "batch_bytes" => t.batch_bytes = whole()?,
                 "fb_floor" => t.fb_floor = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
                 _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
@@ -429,6 +443,9 @@ pub struct AutoInputs<'a> {
     pub store_ns_per_byte: Option<f64>,
     /// more records wait for compression behind this one (the pipeline is saturated)
     pub backlog: bool,
+    /// the compress workers' busy share of the recent time (`WorkerUse`), in [0, 1]; None
+    /// if not measured
+    pub workers_busy: Option<f64>,
 }
 
 /// Why a record got its level (a trace column).

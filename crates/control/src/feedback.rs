@@ -30,14 +30,17 @@
 //!   still has work:
 //!   q > q*              the devices are the bottleneck: x rises by fb_up·min(ln(q/q*), 2)
 //!                       rungs per second (stronger levels cost CPU that is idle anyway)
-//!   q ≤ q*, backlog     the CPU is the bottleneck (records wait for compression while the
-//!                       devices run short): x falls by d·(1 − q/q*) rungs per second,
+//!   q ≤ q*, saturated   the CPU is the bottleneck (records wait for compression while the
+//!                       devices run short; saturated: a backlog while the compress workers
+//!                       were busy at least fb_busy of the recent time, for a writer's
+//!                       write queues several records at once whether or not the workers
+//!                       keep up): x falls by d·(1 − q/q*) rungs per second,
 //!                       down to raw (never slower than `none`), but not below the floor f;
 //!                       d = fb_down·max(1, fb_gap·(x − f)): far above the floor every
 //!                       second spent there is throughput lost (a 1 GiB write on a fast
 //!                       device lasts 1.5 s, and at fb_down the descent from zstd:1 to
 //!                       raw took most of it), near it the queue's pace decides
-//!   … and x < f         the floor rose above the position (the devices' rate became known
+//!   … backlog, x < f    the floor rose above the position (the devices' rate became known
 //!                       after the descent, or the data changed the rungs' figures): x
 //!                       rises by fb_lift rungs per second up to f. Below f a CPU-bound
 //!                       pipeline is no faster and stores more, and nothing else lifts it:
@@ -103,7 +106,8 @@
 //!   is as fast as any); fb_capacity_secs 0.5 (longer
 //!   than one txg's records, handed over at once, take to drain); fb_range 1 (the rate
 //!   per range bounds the floor before the capacity is known); fb_split 1 (the overhead
-//!   split as measured, FLOOR); fb_gap 0.5 (the descent doubles its pace 4 rungs above
+//!   split as measured, FLOOR); fb_busy 0.9 (the workers' busy share at which a backlog is
+//!   saturation: see auto.rs); fb_gap 0.5 (the descent doubles its pace 4 rungs above
 //!   the floor: from zstd:1 to a rung above raw in about 0.6 s instead of 1.2);
 //!   queue_target_secs, queue_tau_secs, batch_bytes, min_gain and probe_bytes as the
 //!   model uses them.
@@ -309,16 +313,19 @@ impl Feedback {
         self.last_bound = self.capacity.or(range);
         let f = self.floor(inp.overhead_ns_per_byte, inp.store_ns_per_byte, cores, self.last_bound);
         self.last_floor = f;
+        // short of CPU: records wait for compression while the workers were busy, not only
+        // the records of one write queued at once
+        let saturated = inp.backlog && inp.workers_busy.is_none_or(|u| u >= self.tun.fb_busy);
         if ahead > want {
             self.x += self.tun.fb_up * err.min(2.0) * dt;
         } else if inp.backlog && f > self.x && self.tun.fb_lift > 0.0 {
             self.x = (self.x + self.tun.fb_lift * dt).min(f);
-        } else if inp.backlog {
+        } else if saturated {
             self.x = (self.x - self.descent(f) * (1.0 - ahead / want) * dt).max(f.min(self.x));
         }
         let floor = f.min(self.x);
         self.x = self.x.clamp(0.0, top);
-        let p = if ahead > want || inp.backlog { self.tun.fb_p * err.clamp(-1.0, 1.0) } else { 0.0 };
+        let p = if ahead > want || saturated { self.tun.fb_p * err.clamp(-1.0, 1.0) } else { 0.0 };
         let xe = (self.x + p).clamp(floor, top);
         if self.raw {
             return self.raw_decision(xe.round() as usize, q.delay_secs);

@@ -24,5 +24,5 @@ pub use device_choice::{
     DEFAULT_SAFETY_RECORDS,
 };
 pub use ladder::{Mix, Point};
-pub use measure::{queue_estimate, BusyDrain, DeviceMeter, LevelMeter, QueueEstimate};
+pub use measure::{queue_estimate, BusyDrain, DeviceMeter, LevelMeter, QueueEstimate, WorkerUse, WriterBlocked};
 pub use trace::{read_trace, Trace, TraceError, TraceRow, TraceWriter};

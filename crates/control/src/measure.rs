@@ -29,6 +29,19 @@
 //! The drain average above times each range from its kick: a throttled device (cgroup
 //! blkio) lets a slice's worth through at once after an idle gap, and a pipeline that writes
 //! in txg bursts read 2–4.7× a 100 MB/s limit. A device busy throughout has no such gaps.
+//! Over the device writers (`WriterBlocked`): the share of the wall time of their writes in
+//! which they were blocked by the devices, neither running nor waiting for a CPU (thread
+//! clock and schedstat run delay around each write), per sampling interval with at least
+//! BLOCKED_MIN_WALL_NS of writes, averaged over BLOCKED_TAU_SECS; valid for
+//! BLOCKED_FRESH_SECS after its last interval. Near 0, the writers drain as fast as they
+//! get CPU: a queue in front of them is CPU the pipeline lacks, not a slow device (one core
+//! unpaced: the writer of a loop device waited for the CPU 2.3 s of a 3.8-s write, and
+//! stronger levels only took more of it).
+//! Over the compress workers (`WorkerUse`): the share of the interval the workers were
+//! running jobs, busy time ÷ (workers × wall), averaged over USE_TAU_SECS. A record decided
+//! with others queued behind it says the workers are behind for a moment: a writer's 1 MiB
+//! write queues 8 records at once whether or not the workers idle between writes. Their
+//! busy share says whether they are behind over time.
 //! ```
 
 use crate::device_choice::DeviceView;
@@ -161,6 +174,95 @@ impl BusyDrain {
     }
 }
 
+/// Fewest nanoseconds of writes in a sampling interval for its blocked share to count.
+pub const BLOCKED_MIN_WALL_NS: u64 = 2_000_000;
+/// Time constant of the averaged blocked share of the writers, seconds.
+pub const BLOCKED_TAU_SECS: f64 = 0.3;
+/// A blocked share measured longer ago than this no longer says how the devices drain.
+pub const BLOCKED_FRESH_SECS: f64 = 1.0;
+
+/// The device writers' share of their writes' wall time spent blocked by the devices (see
+/// the module comment).
+#[derive(Clone, Debug)]
+pub struct WriterBlocked {
+    /// the previous sample's totals: wall, CPU and run delay of the writes, nanoseconds
+    prev: Option<(u64, u64, u64)>,
+    avg: TimeEwma,
+    last_secs: f64,
+}
+
+impl Default for WriterBlocked {
+    fn default() -> Self {
+        WriterBlocked { prev: None, avg: TimeEwma::new(BLOCKED_TAU_SECS), last_secs: 0.0 }
+    }
+}
+
+impl WriterBlocked {
+    pub fn new() -> WriterBlocked {
+        WriterBlocked::default()
+    }
+
+    /// At `now_secs` the writers' writes had taken `wall_ns` in all, of which they ran
+    /// `cpu_ns` and waited for a CPU `run_delay_ns`. Returns the averaged blocked share in
+    /// [0, 1], if measured within BLOCKED_FRESH_SECS.
+    pub fn update(&mut self, now_secs: f64, wall_ns: u64, cpu_ns: u64, run_delay_ns: u64) -> Option<f64> {
+        let Some((w, c, d)) = self.prev else {
+            self.prev = Some((wall_ns, cpu_ns, run_delay_ns));
+            return None;
+        };
+        // an interval with too few writes to say carries over into the next
+        let wall = wall_ns.saturating_sub(w);
+        if wall >= BLOCKED_MIN_WALL_NS {
+            let on_cpu = cpu_ns.saturating_sub(c).saturating_add(run_delay_ns.saturating_sub(d));
+            let blocked = (wall as f64 - on_cpu as f64) / wall as f64;
+            self.avg.update(now_secs, blocked.clamp(0.0, 1.0));
+            self.last_secs = now_secs;
+            self.prev = Some((wall_ns, cpu_ns, run_delay_ns));
+        }
+        self.share(now_secs)
+    }
+
+    /// The averaged blocked share, if measured within BLOCKED_FRESH_SECS of `now_secs`.
+    pub fn share(&self, now_secs: f64) -> Option<f64> {
+        self.avg.value().filter(|_| now_secs - self.last_secs <= BLOCKED_FRESH_SECS)
+    }
+}
+
+/// Time constant of the averaged busy share of the compress workers, seconds.
+pub const USE_TAU_SECS: f64 = 0.2;
+
+/// The compress workers' busy share (see the module comment).
+#[derive(Clone, Debug)]
+pub struct WorkerUse {
+    /// the previous sample: time, busy nanoseconds in all
+    prev: Option<(f64, u64)>,
+    avg: TimeEwma,
+}
+
+impl Default for WorkerUse {
+    fn default() -> Self {
+        WorkerUse { prev: None, avg: TimeEwma::new(USE_TAU_SECS) }
+    }
+}
+
+impl WorkerUse {
+    pub fn new() -> WorkerUse {
+        WorkerUse::default()
+    }
+
+    /// At `now_secs` the `workers` had been busy `busy_ns` in all. Returns the averaged
+    /// busy share in [0, 1] (None before the second sample).
+    pub fn update(&mut self, now_secs: f64, busy_ns: u64, workers: usize) -> Option<f64> {
+        let (t, b) = self.prev.replace((now_secs, busy_ns))?;
+        let wall = (now_secs - t) * 1e9 * workers.max(1) as f64;
+        if wall > 0.0 {
+            let share = busy_ns.saturating_sub(b) as f64 / wall;
+            self.avg.update(now_secs, share.clamp(0.0, 1.0));
+        }
+        self.avg.value()
+    }
+}
+
 /// What the device queues tell the auto controller about a new record.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct QueueEstimate {
@@ -282,6 +384,49 @@ impl LevelMeter {
 
 #[cfg(test)]
 mod tests {
+    use super::{WorkerUse, WriterBlocked};
+
+    #[test]
+    fn workers_busy_half_the_time_read_one_half() {
+        let mut m = WorkerUse::new();
+        assert_eq!(m.update(1.0, 0, 2), None);
+        // two workers, 0.1 s: 0.1 s of busy time between them is half
+        let u = m.update(1.1, 100_000_000, 2).expect("measured");
+        assert!((u - 0.5).abs() < 1e-9, "{u}");
+        // then always busy: the average moves towards 1 by the weight of 0.1 s
+        let w = 1.0 - (-0.1f64 / super::USE_TAU_SECS).exp();
+        let u = m.update(1.2, 300_000_000, 2).expect("measured");
+        assert!((u - (0.5 + w * 0.5)).abs() < 1e-9, "{u}");
+        // clocks out of step never read above 1
+        let u2 = m.update(1.3, 600_000_000, 2).expect("measured");
+        assert!(u2 <= 1.0 && u2 > u, "{u} → {u2}");
+    }
+
+    #[test]
+    fn a_writer_blocked_by_its_device_reads_near_one_and_a_starved_one_near_zero() {
+        let mut m = WriterBlocked::new();
+        assert_eq!(m.update(0.0, 0, 0, 0), None, "one sample is no interval");
+        // 100 ms of writes: 5 ms running, 5 ms waiting for a CPU, 90 ms blocked
+        let b = m.update(0.1, 100_000_000, 5_000_000, 5_000_000).expect("measured");
+        assert!((b - 0.9).abs() < 1e-9, "{b}");
+        // a second interval of writes that ran 30 ms and waited 70 ms for a CPU moves the
+        // average towards 0 by the weight of 0.1 s at BLOCKED_TAU_SECS
+        let w = 1.0 - (-0.1f64 / super::BLOCKED_TAU_SECS).exp();
+        let b = m.update(0.2, 200_000_000, 35_000_000, 75_000_000).expect("measured");
+        assert!((b - 0.9 * (1.0 - w)).abs() < 1e-9, "{b}");
+        // an interval of 1 ms of writes says nothing yet; with the next it counts
+        let same = m.update(0.3, 201_000_000, 35_500_000, 75_500_000).expect("still fresh");
+        assert_eq!(same, b);
+        let b2 = m.update(0.4, 203_000_000, 36_000_000, 77_000_000).expect("measured");
+        assert!(b2 < b, "3 ms of writes, all on a CPU, lower the share: {b} → {b2}");
+        // clocks read out of step (CPU beyond the wall time) give 0, not a negative share
+        let mut m = WriterBlocked::new();
+        m.update(0.0, 0, 0, 0);
+        assert_eq!(m.update(0.1, 10_000_000, 8_000_000, 4_000_000), Some(0.0));
+        // stale after BLOCKED_FRESH_SECS without writes
+        assert_eq!(m.update(0.1 + super::BLOCKED_FRESH_SECS + 0.01, 10_000_000, 8_000_000, 4_000_000), None);
+    }
+
     use super::*;
 
     const MB: f64 = 1e6;

@@ -80,6 +80,7 @@ impl Env {
             overhead_ns_per_byte: self.overhead,
             store_ns_per_byte: None,
             backlog: self.backlog,
+            workers_busy: None,
         })
     }
 }
@@ -637,6 +638,7 @@ fn the_cpu_bound_rate_correction_believes_in_no_more_cores_than_workers() {
             overhead_ns_per_byte: 1.0,
             store_ns_per_byte: None,
             backlog: true,
+            workers_busy: None,
         });
     }
     assert!(a.gain() > 1.5, "the rate window corrects g: {}", a.gain());

@@ -48,6 +48,7 @@ fn run_on(f: &mut Feedback, now: &mut f64, n: usize, dev: [DeviceView; 1], backl
                 overhead_ns_per_byte: 1.0,
                 store_ns_per_byte: None,
                 backlog,
+                workers_busy: None,
             })
         })
         .collect()
@@ -163,6 +164,7 @@ fn the_feedback_tunable_hands_decisions_to_the_feedback_mode() {
                 overhead_ns_per_byte: 1.0,
                 store_ns_per_byte: None,
                 backlog: false,
+                workers_busy: None,
             })
             .codec;
     }
@@ -219,6 +221,7 @@ fn a_start_on_a_slow_device_climbs_before_its_rate_is_known() {
             overhead_ns_per_byte: 1.0,
             store_ns_per_byte: None,
             backlog: false,
+            workers_busy: None,
         };
         assert_eq!(g.decide(&inp).reason, Reason::Hold, "record {i}");
     }
@@ -280,6 +283,7 @@ fn a_cpu_bound_descent_stops_where_storing_costs_more_than_the_codec_saves() {
                 overhead_ns_per_byte: overhead,
                 store_ns_per_byte: None,
                 backlog: true,
+                workers_busy: None,
             })
         };
         let rung = |c: Codec| spine.iter().position(|s| *s == c).map_or(-1, |i| i as i64);
@@ -421,6 +425,7 @@ fn one_core(now_secs: f64, devices: &[DeviceView], range_bps: f64) -> AutoInputs
         overhead_ns_per_byte: 0.05,
         store_ns_per_byte: None,
         backlog: true,
+        workers_busy: None,
     }
 }
 
@@ -632,4 +637,60 @@ fn a_cpu_bound_pipeline_is_not_held_at_the_top_by_its_own_txg_batch() {
             assert_eq!(f.position(), top, "batch_bytes 0");
         }
     }
+}
+
+/// Decide `n` records 10 ms apart with the workers' busy share given; the position after.
+fn run_measured(
+    f: &mut Feedback,
+    now: &mut f64,
+    n: usize,
+    dev: [DeviceView; 1],
+    backlog: bool,
+    workers_busy: Option<f64>,
+) -> f64 {
+    for _ in 0..n {
+        *now += 0.01;
+        f.decide(&AutoInputs {
+            now_secs: *now,
+            record_bytes: REC,
+            devices: &dev,
+            range_bps: 0.0,
+            cores: 2.0,
+            workers: 2,
+            overhead_ns_per_byte: 1.0,
+            store_ns_per_byte: None,
+            backlog,
+            workers_busy,
+        });
+    }
+    f.position()
+}
+
+fn fb_tuned(spec: &str, tunables: &str) -> Feedback {
+    let Spec::Auto { min, max } = spec.parse::<Spec>().unwrap() else { panic!("{spec}: not auto") };
+    let mut tun = Tunables::default();
+    tun.set(tunables).unwrap();
+    Feedback::new(&candidates(min, max), zstd(1), tun)
+}
+
+/// A writer's 1 MiB write queues 8 records at once, so most records see others behind them
+/// even while the workers idle between writes: that backlog is no shortage of CPU.
+#[test]
+fn a_backlog_while_the_workers_idle_is_no_cause_to_descend() {
+    let mut f = fb("auto");
+    let mut now = 0.0;
+    let start = f.position();
+    let p = run_measured(&mut f, &mut now, 200, starved(), true, Some(0.85));
+    assert_eq!(p, start, "workers busy 85% of the time (below fb_busy): the position holds");
+    let p = run_measured(&mut f, &mut now, 200, starved(), true, Some(0.95));
+    assert!(p < start - 1.0, "workers busy throughout: the position descends ({start} → {p})");
+    // unmeasured, a backlog alone counts; and with fb_busy 0 any backlog does
+    let mut g = fb("auto");
+    let mut now = 0.0;
+    let q = run_measured(&mut g, &mut now, 200, starved(), true, None);
+    assert!(q < start - 1.0, "{start} → {q}");
+    let mut h = fb_tuned("auto", "fb_busy=0");
+    let mut now = 0.0;
+    let r = run_measured(&mut h, &mut now, 200, starved(), true, Some(0.5));
+    assert!(r < start - 1.0, "{start} → {r}");
 }

@@ -34,6 +34,12 @@
 //!   storing a byte costs the pipeline beyond compressing it, so that a controller can charge
 //!   it per stored byte and the rest of the pipeline's CPU per input byte.
 //!
+//! * `write_wall_ns`, `write_run_delay_ns`: wall time of the writes, and the part of it the
+//!   writer threads waited on a run queue for a CPU (schedstat; 0 where the kernel keeps
+//!   none). The rest of the wall time beyond `write_cpu_ns` the writer was blocked by the
+//!   device (its queue, the page cache's writeback limit): a writer mostly running or
+//!   waiting for a CPU drains as fast as it gets CPU, whatever its queue.
+//!
 //! All fields are atomics: writers update without locks; readers may see one update late.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,6 +58,8 @@ pub struct DeviceStats {
     written_total: AtomicU64,
     drained_total: AtomicU64,
     write_cpu_total: AtomicU64,
+    write_wall_total: AtomicU64,
+    write_delay_total: AtomicU64,
     /// the throughput comes from `record_drain`, not from the writes' timing
     drain_measured: std::sync::atomic::AtomicBool,
 }
@@ -68,6 +76,10 @@ pub struct DeviceStatsSnapshot {
     pub drained_bytes: u64,
     /// CPU nanoseconds the writer threads spent inside writes (see the module comment)
     pub write_cpu_ns: u64,
+    /// wall nanoseconds the writes took (see the module comment)
+    pub write_wall_ns: u64,
+    /// of those, nanoseconds the writer threads waited for a CPU (see the module comment)
+    pub write_run_delay_ns: u64,
 }
 
 impl DeviceStats {
@@ -94,9 +106,12 @@ impl DeviceStats {
         }
     }
 
-    /// The writer thread spent `ns` of its CPU time in a write.
-    pub fn record_write_cpu(&self, ns: u64) {
-        self.write_cpu_total.fetch_add(ns, Ordering::Relaxed);
+    /// A write took the writer thread `wall_ns`, of which it ran `cpu_ns` and waited for a
+    /// CPU `run_delay_ns`.
+    pub fn record_write_clocks(&self, wall_ns: u64, cpu_ns: u64, run_delay_ns: u64) {
+        self.write_cpu_total.fetch_add(cpu_ns, Ordering::Relaxed);
+        self.write_wall_total.fetch_add(wall_ns, Ordering::Relaxed);
+        self.write_delay_total.fetch_add(run_delay_ns, Ordering::Relaxed);
     }
 
     /// The device measures its drain rate (`Device::measure_drain` said so): the writes'
@@ -147,6 +162,8 @@ impl DeviceStats {
             written_bytes: self.written_total.load(Ordering::Relaxed),
             drained_bytes: self.drained_total.load(Ordering::Relaxed),
             write_cpu_ns: self.write_cpu_total.load(Ordering::Relaxed),
+            write_wall_ns: self.write_wall_total.load(Ordering::Relaxed),
+            write_run_delay_ns: self.write_delay_total.load(Ordering::Relaxed),
         }
     }
 }

@@ -206,7 +206,7 @@ fn flush_run(dev: &dyn Device, stats: &DeviceStats, faults: &Faults, run: Vec<Ta
     }
     let offset = run[0].req().offset;
     let total: usize = run.iter().map(|r| r.req().payload.bytes().len()).sum();
-    let (t0, cpu0) = (Instant::now(), squeezefs_codec::thread_cpu_ns());
+    let (t0, cpu0, delay0) = (Instant::now(), squeezefs_codec::thread_cpu_ns(), squeezefs_codec::thread_run_delay_ns());
     faults.hit(crate::fault::Site::DeviceWrite);
     let res = if run.len() == 1 {
         dev.write_at(run[0].req().payload.bytes(), offset)
@@ -215,8 +215,11 @@ fn flush_run(dev: &dyn Device, stats: &DeviceStats, faults: &Faults, run: Vec<Ta
         let bufs: Vec<&[u8]> = run.iter().map(|r| r.req().payload.bytes()).collect();
         dev.write_vectored_at(&bufs, offset)
     };
-    stats.record_write(total as u64, t0.elapsed());
-    stats.record_write_cpu(squeezefs_codec::thread_cpu_ns().saturating_sub(cpu0));
+    let wall = t0.elapsed();
+    stats.record_write(total as u64, wall);
+    let delay = delay0.zip(squeezefs_codec::thread_run_delay_ns()).map_or(0, |(a, b)| b.saturating_sub(a));
+    let wall_ns = u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX);
+    stats.record_write_clocks(wall_ns, squeezefs_codec::thread_cpu_ns().saturating_sub(cpu0), delay);
     stats.queued_sub(total as u64);
     let err = res.err().map(|e| IoError::Device(Arc::new(e)));
     if let Some(e) = &err {

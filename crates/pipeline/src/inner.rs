@@ -149,6 +149,7 @@ impl Inner {
             trace,
             crate::compress::EARLY_SYNC_BYTES,
         )
+        .with_busy(workers.busy())
         .with_qos(qos.clone());
         Inner {
             pool_dir,

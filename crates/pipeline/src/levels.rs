@@ -67,6 +67,13 @@
 //!             the last figures (atomics)
 //!   workers   the compress workers
 //!   backlog   whether more records wait in the compress queue (the pipeline is saturated)
+//!   workers busy  the share of the recent time the compress workers ran jobs (WorkerUse,
+//!             from workers.rs `WorkerBusy`), sampled with the meters
+//!
+//! Logged with auto's inputs, not one of them: the device writers' share of their writes'
+//! wall time spent neither running nor waiting for a CPU (WriterBlocked, from DeviceStats:
+//! thread clock and schedstat run delay around each write), which tells a drain held up by
+//! its device from one starved of CPU when a trace is read.
 //!
 //! Locks: one Mutex per auto range in use (normally one: the mount's), held for `decide`
 //! and again for `observe` (about a microsecond each, docs/benchmarks.md "auto: the cost of
@@ -77,13 +84,14 @@
 use crate::locks::{Mutex, Rank, RwLock};
 use crate::policy::{Policy, ADAPTIVE_PLACEHOLDER};
 use crate::qos::Qos;
+use crate::workers::WorkerBusy;
 use squeezefs_codec::heuristic::{self, Verdict};
 use squeezefs_codec::{Algorithm, Codec, Spec};
 use squeezefs_control::cpu::process_cpu_ns;
 use squeezefs_control::qos::{TreeId, NO_TREE};
 use squeezefs_control::{
     AutoController, AutoInputs, BusyDrain, CallTotals, CoresSample, CpuSource, DeviceView, OverheadMeter, ProcStat,
-    Reason, Sample, TraceRow, TraceWriter, Tunables, UsableCores,
+    Reason, Sample, TraceRow, TraceWriter, Tunables, UsableCores, WorkerUse, WriterBlocked,
 };
 use squeezefs_device::DeviceStats;
 use squeezefs_meta::Ino;
@@ -158,6 +166,11 @@ struct Meters {
     /// the part of `overhead` per byte the devices write (`OverheadMeter::update_store`),
     /// f64 bits; NaN = not measured yet
     store_overhead: AtomicU64,
+    /// the device writers' blocked share of their writes (`WriterBlocked`), f64 bits; NaN =
+    /// not measured lately
+    writers_blocked: AtomicU64,
+    /// the compress workers' busy share (`WorkerUse`), f64 bits; NaN = not measured
+    workers_busy: AtomicU64,
     /// per device, its sustained rate while its queue never emptied (BusyDrain), f64 bits;
     /// 0 = not measured lately
     busy_bps: Vec<AtomicU64>,
@@ -173,6 +186,8 @@ struct MeterState {
     busy: Vec<BusyDrain>,
     cores: UsableCores,
     overhead: OverheadMeter,
+    blocked: WriterBlocked,
+    worker_use: WorkerUse,
 }
 
 struct Tracer {
@@ -212,6 +227,8 @@ pub struct Levels {
     qos: Arc<Qos>,
     /// nanoseconds since start when the next debug line of auto's inputs is due
     next_debug_ns: AtomicU64,
+    /// the compress workers' busy time (workers.rs), when the engine gave it
+    busy: Option<Arc<WorkerBusy>>,
 }
 
 /// Environment variable with auto tunable overrides (`name=value,…`, control auto.rs
@@ -271,12 +288,16 @@ impl Levels {
                         busy: vec![BusyDrain::new(); n_devices],
                         cores: UsableCores::new(workers, cpus),
                         overhead: OverheadMeter::new(),
+                        blocked: WriterBlocked::new(),
+                        worker_use: WorkerUse::new(),
                     },
                 ),
                 cores: AtomicU64::new(0),
                 idle_cores: AtomicU64::new(0),
                 overhead: AtomicU64::new(0),
                 store_overhead: AtomicU64::new(f64::NAN.to_bits()),
+                writers_blocked: AtomicU64::new(f64::NAN.to_bits()),
+                workers_busy: AtomicU64::new(f64::NAN.to_bits()),
                 busy_bps: (0..n_devices).map(|_| AtomicU64::new(0)).collect(),
                 rate_confirmed: (0..n_devices).map(|_| AtomicBool::new(false)).collect(),
                 cpus,
@@ -295,7 +316,14 @@ impl Levels {
             trace_failed: AtomicBool::new(false),
             qos: Arc::new(Qos::default()),
             next_debug_ns: AtomicU64::new(0),
+            busy: None,
         }
+    }
+
+    /// The same decisions, with the busy time of the workers that compress (`WorkerUse`).
+    pub fn with_busy(mut self, busy: Arc<WorkerBusy>) -> Levels {
+        self.busy = Some(busy);
+        self
     }
 
     /// The same decisions, with the engine's QoS trees in `qos`.
@@ -365,6 +393,8 @@ impl Levels {
                 store_ns_per_byte: Some(f64::from_bits(self.meters.store_overhead.load(Ordering::Relaxed)))
                     .filter(|o| o.is_finite()),
                 backlog: rec.backlog,
+                workers_busy: Some(f64::from_bits(self.meters.workers_busy.load(Ordering::Relaxed)))
+                    .filter(|b| b.is_finite()),
             };
             let mut ctl = auto.ctl.lock();
             let d = ctl.decide(&inputs);
@@ -385,10 +415,12 @@ impl Levels {
                     .map(|(s, b)| (mbs(s.snapshot().throughput_bps), mbs(f64::from_bits(b.load(Ordering::Relaxed)))))
                     .collect();
                 log::debug!(
-                    "auto {}: cores {cores:.2}, overhead {overhead:.2} ns/B ({:.2} per stored B), devices {:?} drain {drain:?}, backlog {}, gain {:.2}{at} → {} ({}); ladder {}",
+                    "auto {}: cores {cores:.2}, overhead {overhead:.2} ns/B ({:.2} per stored B), devices {:?} drain {drain:?}, writers blocked {:.2}, workers busy {:.2}, backlog {}, gain {:.2}{at} → {} ({}); ladder {}",
                     policy.spec,
                     inputs.store_ns_per_byte.unwrap_or(f64::NAN),
                     v.iter().map(|d| (d.queued_bytes, (d.throughput_bps / 1e6).round())).collect::<Vec<_>>(),
+                    f64::from_bits(self.meters.writers_blocked.load(Ordering::Relaxed)),
+                    inputs.workers_busy.unwrap_or(f64::NAN),
                     rec.backlog,
                     ctl.gain(),
                     d.codec,
@@ -561,11 +593,21 @@ impl Levels {
                 if let Some(o) = o {
                     m.overhead.store(o.to_bits(), Ordering::Relaxed);
                 }
-                let (cpu, written) = self.devices.iter().map(|s| s.snapshot()).fold((0u64, 0u64), |(c, w), d| {
-                    (c.saturating_add(d.write_cpu_ns), w.saturating_add(d.written_bytes))
-                });
+                let (mut cpu, mut written, mut wall, mut delay) = (0u64, 0u64, 0u64, 0u64);
+                for d in self.devices.iter().map(|s| s.snapshot()) {
+                    cpu = cpu.saturating_add(d.write_cpu_ns);
+                    written = written.saturating_add(d.written_bytes);
+                    wall = wall.saturating_add(d.write_wall_ns);
+                    delay = delay.saturating_add(d.write_run_delay_ns);
+                }
                 if let Some(o) = st.overhead.update_store(cpu, written) {
                     m.store_overhead.store(o.to_bits(), Ordering::Relaxed);
+                }
+                let blocked = st.blocked.update(now_secs, wall, cpu, delay).unwrap_or(f64::NAN);
+                m.writers_blocked.store(blocked.to_bits(), Ordering::Relaxed);
+                if let Some(b) = &self.busy {
+                    let used = st.worker_use.update(now_secs, b.busy_ns(), self.workers).unwrap_or(f64::NAN);
+                    m.workers_busy.store(used.to_bits(), Ordering::Relaxed);
                 }
             }
         }
