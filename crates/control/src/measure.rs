@@ -33,10 +33,10 @@
 //! which they were blocked by the devices, neither running nor waiting for a CPU (thread
 //! clock and schedstat run delay around each write), per sampling interval with at least
 //! BLOCKED_MIN_WALL_NS of writes, averaged over BLOCKED_TAU_SECS; valid for
-//! BLOCKED_FRESH_SECS after its last interval. Near 0, the writers drain as fast as they
-//! get CPU: a queue in front of them is CPU the pipeline lacks, not a slow device (one core
-//! unpaced: the writer of a loop device waited for the CPU 2.3 s of a 3.8-s write, and
-//! stronger levels only took more of it).
+//! BLOCKED_FRESH_SECS after its last interval. Near 1 the devices hold the writers up;
+//! lower, storing itself takes CPU the writers must get (a diagnostic in the pipeline's
+//! debug log: it does not separate a starved drain from a slow device well enough to steer
+//! by, since storing costs the writers CPU at any pace).
 //! Over the compress workers (`WorkerUse`): the share of the interval the workers were
 //! running jobs, busy time ÷ (workers × wall), averaged over USE_TAU_SECS. A record decided
 //! with others queued behind it says the workers are behind for a moment: a writer's 1 MiB
