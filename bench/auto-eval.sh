@@ -310,7 +310,11 @@ RESULTS=$OUT/results.jsonl
 run_one() { # DATASET CORES LIMIT SPEC ROUND
     local ds=$1 cores=$2 limit=$3 spec=$4 round=$5 data
     data=$(dataset_file "$ds") || return 1
-    local dir; dir=$OUT/runs/$(printf '%s_%sc_%s_%s_r%s' "$ds" "$cores" "$limit" "$spec" "$round" | tr ':' '=')
+    local dir base k=2
+    base=$OUT/runs/$(printf '%s_%sc_%s_%s_r%s' "$ds" "$cores" "$limit" "$spec" "$round" | tr ':' '=')
+    # a spec listed twice runs twice per round: each run keeps its own directory
+    dir=$base
+    while [ -e "$dir" ]; do dir=${base}_$k; k=$((k + 1)); done
     mkdir -p "$dir"
     cat "$data" >/dev/null # in the page cache before the clock starts
     "$RUN_SQ" umount "$MNT" >/dev/null 2>&1 || true
