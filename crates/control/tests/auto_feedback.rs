@@ -35,6 +35,18 @@ fn starved() -> [DeviceView; 1] {
 }
 
 fn run_on(f: &mut Feedback, now: &mut f64, n: usize, dev: [DeviceView; 1], backlog: bool) -> Vec<Decision> {
+    run_with(f, now, n, dev, backlog, None)
+}
+
+/// Decide `n` records 10 ms apart with the workers' busy share given; the decisions.
+fn run_with(
+    f: &mut Feedback,
+    now: &mut f64,
+    n: usize,
+    dev: [DeviceView; 1],
+    backlog: bool,
+    workers_busy: Option<f64>,
+) -> Vec<Decision> {
     (0..n)
         .map(|_| {
             *now += 0.01;
@@ -48,7 +60,7 @@ fn run_on(f: &mut Feedback, now: &mut f64, n: usize, dev: [DeviceView; 1], backl
                 overhead_ns_per_byte: 1.0,
                 store_ns_per_byte: None,
                 backlog,
-                workers_busy: None,
+                workers_busy,
             })
         })
         .collect()
@@ -639,33 +651,6 @@ fn a_cpu_bound_pipeline_is_not_held_at_the_top_by_its_own_txg_batch() {
     }
 }
 
-/// Decide `n` records 10 ms apart with the workers' busy share given; the position after.
-fn run_measured(
-    f: &mut Feedback,
-    now: &mut f64,
-    n: usize,
-    dev: [DeviceView; 1],
-    backlog: bool,
-    workers_busy: Option<f64>,
-) -> f64 {
-    for _ in 0..n {
-        *now += 0.01;
-        f.decide(&AutoInputs {
-            now_secs: *now,
-            record_bytes: REC,
-            devices: &dev,
-            range_bps: 0.0,
-            cores: 2.0,
-            workers: 2,
-            overhead_ns_per_byte: 1.0,
-            store_ns_per_byte: None,
-            backlog,
-            workers_busy,
-        });
-    }
-    f.position()
-}
-
 fn fb_tuned(spec: &str, tunables: &str) -> Feedback {
     let Spec::Auto { min, max } = spec.parse::<Spec>().unwrap() else { panic!("{spec}: not auto") };
     let mut tun = Tunables::default();
@@ -680,17 +665,21 @@ fn a_backlog_while_the_workers_idle_is_no_cause_to_descend() {
     let mut f = fb("auto");
     let mut now = 0.0;
     let start = f.position();
-    let p = run_measured(&mut f, &mut now, 200, starved(), true, Some(0.85));
+    run_with(&mut f, &mut now, 200, starved(), true, Some(0.85));
+    let p = f.position();
     assert_eq!(p, start, "workers busy 85% of the time (below fb_busy): the position holds");
-    let p = run_measured(&mut f, &mut now, 200, starved(), true, Some(0.95));
+    run_with(&mut f, &mut now, 200, starved(), true, Some(0.95));
+    let p = f.position();
     assert!(p < start - 1.0, "workers busy throughout: the position descends ({start} → {p})");
     // unmeasured, a backlog alone counts; and with fb_busy 0 any backlog does
     let mut g = fb("auto");
     let mut now = 0.0;
-    let q = run_measured(&mut g, &mut now, 200, starved(), true, None);
+    run_with(&mut g, &mut now, 200, starved(), true, None);
+    let q = g.position();
     assert!(q < start - 1.0, "{start} → {q}");
     let mut h = fb_tuned("auto", "fb_busy=0");
     let mut now = 0.0;
-    let r = run_measured(&mut h, &mut now, 200, starved(), true, Some(0.5));
+    run_with(&mut h, &mut now, 200, starved(), true, Some(0.5));
+    let r = h.position();
     assert!(r < start - 1.0, "{start} → {r}");
 }
