@@ -36,7 +36,8 @@
 //! targets. Taken for the best fixed level itself (its run in the other round), it is the
 //! targets' own bound on the machine: what a controller that always chose the best fixed
 //! level would score, run-to-run noise alone deciding; taken for auto, the same measure of
-//! auto, on single runs as that bound is.
+//! auto, on single runs as that bound is. Beside the targets, the same evaluations counted
+//! by dominance: no fixed spec of the other round dominating the candidate.
 use anyhow::{bail, Context, Result};
 use plotters::prelude::*;
 use serde_json::Value;
@@ -235,12 +236,23 @@ fn dominating<'a>(auto: &Figures, specs: &'a BTreeMap<String, Figures>) -> Vec<&
         .collect()
 }
 
+/// The verdicts across rounds of one candidate (`across_rounds`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct AcrossRounds {
+    /// (cell, round a, round b) evaluations
+    evaluated: usize,
+    /// of those, meeting all three targets
+    met: usize,
+    /// of those, with no fixed spec of round a dominating the candidate
+    undominated: usize,
+}
+
 /// The targets across rounds (module docs), for data set `ds`: in each cell, for each
 /// ordered pair of rounds (a, b), the fixed specs that ran in both (two or more) give round
 /// a's best fixed level, and the candidate's run in round b is judged against it and round
-/// a's `none`. The candidate is `spec`'s run, or with `None` the best fixed level itself
-/// (its own run in round b). Returns (evaluations, evaluations meeting all three targets).
-fn across_rounds(runs: &[Run], ds: &str, spec: Option<&str>) -> (usize, usize) {
+/// a's `none`, and against round a's fixed specs for dominance. The candidate is `spec`'s
+/// run, or with `None` the best fixed level itself (its own run in round b).
+fn across_rounds(runs: &[Run], ds: &str, spec: Option<&str>) -> AcrossRounds {
     let mut rounds: BTreeMap<CellKey, BTreeMap<u32, BTreeMap<String, Figures>>> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.dataset == ds) {
         let f = Figures { mb_s: r.mb_s, ratio: r.ratio, runs: 1, levels: Vec::new() };
@@ -251,7 +263,7 @@ fn across_rounds(runs: &[Run], ds: &str, spec: Option<&str>) -> (usize, usize) {
             .or_default()
             .insert(r.spec.clone(), f);
     }
-    let (mut evaluated, mut met) = (0, 0);
+    let mut v = AcrossRounds::default();
     for by_round in rounds.values() {
         for (a, specs_a) in by_round {
             for (_, specs_b) in by_round.iter().filter(|(b, _)| *b != a) {
@@ -265,12 +277,13 @@ fn across_rounds(runs: &[Run], ds: &str, spec: Option<&str>) -> (usize, usize) {
                 }
                 let Some((best, best_fig)) = best_fixed(&common) else { continue };
                 let Some(candidate) = specs_b.get(spec.unwrap_or(best)) else { continue };
-                evaluated += 1;
-                met += usize::from(misses(candidate, Some(&best_fig), common.get("none")).is_empty());
+                v.evaluated += 1;
+                v.met += usize::from(misses(candidate, Some(&best_fig), common.get("none")).is_empty());
+                v.undominated += usize::from(dominating(candidate, &common).is_empty());
             }
         }
     }
-    (evaluated, met)
+    v
 }
 
 /// Spec order in tables and legends: as first seen in the results (the script's order).
@@ -484,17 +497,21 @@ fn main() -> Result<()> {
     let order = spec_order(&runs);
     for (ds, cells) in reduce(&runs) {
         print_tables(&ds, &cells, &order);
-        let (evaluated, met) = across_rounds(&runs, &ds, None);
-        if evaluated > 0 {
+        let best = across_rounds(&runs, &ds, None);
+        if best.evaluated > 0 {
             println!(
                 "\nacross rounds (one round's run against another round's fixed specs): the best fixed level \
-                 meets the targets in {met} of {evaluated} (what always choosing it scores, run-to-run noise alone \
-                 deciding)"
+                 meets the targets in {} of {} and is dominated by none in {} (what always choosing it scores, \
+                 run-to-run noise alone deciding)",
+                best.met, best.evaluated, best.undominated
             );
             for a in order.iter().filter(|s| is_auto(s)) {
-                let (evaluated, met) = across_rounds(&runs, &ds, Some(a));
-                if evaluated > 0 {
-                    println!("across rounds: {a} meets them in {met} of {evaluated}");
+                let v = across_rounds(&runs, &ds, Some(a));
+                if v.evaluated > 0 {
+                    println!(
+                        "across rounds: {a} meets them in {} of {} and is dominated by none in {}",
+                        v.met, v.evaluated, v.undominated
+                    );
                 }
             }
         }
@@ -634,11 +651,14 @@ mod tests {
             run(Some(25), "zstd:1", 1, 60.0, 2.5),
             run(Some(25), "zstd:3", 2, 60.0, 2.6),
         ];
-        assert_eq!(across_rounds(&runs, "d", None), (4, 3));
-        assert_eq!(across_rounds(&runs, "other", None), (0, 0));
+        let v = |evaluated, met, undominated| AcrossRounds { evaluated, met, undominated };
+        // none's 300 against its own 400 misses the targets and is no dominance: the
+        // ratio is the same
+        assert_eq!(across_rounds(&runs, "d", None), v(4, 3, 4));
+        assert_eq!(across_rounds(&runs, "other", None), v(0, 0, 0));
         // auto ran in round 1 of cell 100 only: judged once, by round 2's fixed specs
-        // (zstd:1 196 ×2.5), and missed
-        assert_eq!(across_rounds(&runs, "d", Some("auto")), (1, 0));
+        // (zstd:1 196 ×2.5), missed and dominated
+        assert_eq!(across_rounds(&runs, "d", Some("auto")), v(1, 0, 0));
         let mut better: Vec<Run> = runs.iter().filter(|r| r.spec != "auto").cloned().collect();
         better.push(run(Some(100), "auto", 1, 205.0, 2.5));
         better.push(run(Some(100), "auto", 2, 199.0, 2.5));
@@ -646,6 +666,12 @@ mod tests {
         better.push(run(None, "auto", 2, 390.0, 2.0));
         // cell 100 met both ways; unthrottled: round 2's auto 390 against round 1's none
         // 400 met, round 1's 300 against round 2's none 300 met
-        assert_eq!(across_rounds(&better, "d", Some("auto")), (4, 4));
+        assert_eq!(across_rounds(&better, "d", Some("auto")), v(4, 4, 4));
+        // a stronger mix at 0.9 of zstd:1's speed misses the targets, and no fixed spec is
+        // both faster and stronger: undominated
+        let mut tie: Vec<Run> = runs.iter().filter(|r| r.spec != "auto").cloned().collect();
+        tie.push(run(Some(100), "auto", 1, 178.0, 2.8));
+        tie.push(run(Some(100), "auto", 2, 178.0, 2.8));
+        assert_eq!(across_rounds(&tie, "d", Some("auto")), v(2, 0, 2));
     }
 }
