@@ -19,7 +19,7 @@ use squeezefs_fuse::{mount, MountConfig};
 use squeezefs_pipeline::OpenOptions;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -155,36 +155,10 @@ fn live_mount_options(mountpoint: &Path) -> Result<String> {
         .rev()
         .find_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
-            (f.len() > 3 && f[2] == mount::FS_TYPE && unescape_mount_field(f[1]) == mountpoint)
+            (f.len() > 3 && f[2] == mount::FS_TYPE && crate::on_mount::unescape_mount_field(f[1]) == mountpoint)
                 .then(|| f[3].to_string())
         })
         .ok_or_else(|| anyhow!("/proc/self/mounts lists no {} mount there", mount::FS_TYPE))
-}
-
-/// /proc/mounts writes space, tab, newline and backslash in paths as `\ooo` octal escapes;
-/// the bytes between are the path's own (not necessarily UTF-8).
-pub fn unescape_mount_field(f: &str) -> PathBuf {
-    let b = f.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = (b[i] == b'\\' && i + 3 < b.len())
-            .then(|| {
-                b[i + 1..i + 4]
-                    .iter()
-                    .try_fold(0u32, |v, c| (b'0'..=b'7').contains(c).then(|| v * 8 + u32::from(c - b'0')))
-            })
-            .flatten()
-            .and_then(|v| u8::try_from(v).ok());
-        if let Some(byte) = octal {
-            out.push(byte);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// Fork; the parent exits with the child's verdict on the mount.
@@ -421,23 +395,5 @@ fn stop_on_signal(mnt: &Path) {
             }
         }
         Err(e) => log::error!("unmounting {}: {e}", String::from_utf8_lossy(mnt.as_os_str().as_bytes())),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::unescape_mount_field;
-    use std::os::unix::ffi::OsStrExt;
-    use std::path::Path;
-
-    #[test]
-    fn proc_mounts_octal_escapes_are_undone() {
-        assert_eq!(unescape_mount_field("/mnt/a\\040b"), Path::new("/mnt/a b"));
-        assert_eq!(unescape_mount_field("/x\\011y\\012z\\134"), Path::new("/x\ty\nz\\"));
-        // not an escape: left as it is
-        assert_eq!(unescape_mount_field("/p\\9ab\\777"), Path::new("/p\\9ab\\777"));
-        assert_eq!(unescape_mount_field("/end\\04"), Path::new("/end\\04"));
-        // a byte that is not UTF-8 comes back as it was
-        assert_eq!(unescape_mount_field("/l\\351t").as_os_str().as_bytes(), b"/l\xe9t");
     }
 }

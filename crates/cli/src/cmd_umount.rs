@@ -97,7 +97,7 @@ fn is_fuse_squeezefs_mount(mnt: &std::path::Path) -> bool {
     let Ok(m) = std::fs::read_to_string("/proc/self/mounts") else { return false };
     m.lines().any(|l| {
         let f: Vec<&str> = l.split(' ').collect();
-        f.len() > 2 && f[2] == mount::FS_TYPE && crate::cmd_mount::unescape_mount_field(f[1]) == mnt
+        f.len() > 2 && f[2] == mount::FS_TYPE && crate::on_mount::unescape_mount_field(f[1]) == mnt
     })
 }
 
