@@ -113,10 +113,11 @@
 //!   model uses them.
 //! ```
 
-use crate::auto::{AutoInputs, Decision, Reason, Sample, Tunables};
+use crate::decision::{AutoInputs, Decision, Reason, Sample};
 use crate::ewma::{ByteEwma, TimeEwma};
 use crate::ladder::{lower_hull, Mix, Point};
 use crate::measure::{queue_estimate, DRIFT_WINDOW_BYTES, LEVEL_WINDOW_BYTES};
+use crate::tunables::Tunables;
 use squeezefs_codec::Codec;
 
 /// Longest time step one decision integrates, seconds (a pause between writes is not a

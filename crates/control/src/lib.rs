@@ -9,6 +9,7 @@
 mod auto;
 pub mod background;
 pub mod cpu;
+mod decision;
 mod device_choice;
 pub mod ewma;
 pub mod feedback;
@@ -16,9 +17,11 @@ pub mod ladder;
 pub mod measure;
 pub mod qos;
 pub mod trace;
+mod tunables;
 
-pub use auto::{AutoController, AutoInputs, Decision, Reason, Sample, Tunables};
+pub use auto::AutoController;
 pub use cpu::{CallTotals, CoresSample, CpuMeter, CpuSample, CpuSource, OverheadMeter, ProcStat, UsableCores};
+pub use decision::{AutoInputs, Decision, Reason, Sample};
 pub use device_choice::{
     choose_device, expected_completion_secs, min_queue_delay, queue_delay_secs, safety_buffer_bytes, DeviceView,
     DEFAULT_SAFETY_RECORDS,
@@ -26,3 +29,4 @@ pub use device_choice::{
 pub use ladder::{Mix, Point};
 pub use measure::{queue_estimate, BusyDrain, DeviceMeter, LevelMeter, QueueEstimate, WorkerUse, WriterBlocked};
 pub use trace::{read_trace, Trace, TraceError, TraceRow, TraceWriter};
+pub use tunables::Tunables;

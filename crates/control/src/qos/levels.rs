@@ -84,8 +84,10 @@
 //! ```
 
 use super::admission::TreeId;
-use crate::auto::{AutoController, Sample, Tunables};
+use crate::auto::AutoController;
+use crate::decision::Sample;
 use crate::ladder::{Mix, Point};
+use crate::tunables::Tunables;
 use squeezefs_codec::{Algorithm, Codec};
 use std::collections::HashMap;
 
