@@ -15,6 +15,7 @@ pub mod records;
 pub mod seal;
 mod seal_dirents;
 mod seal_extents;
+mod seal_wire;
 pub mod superblock;
 pub mod tables;
 

@@ -15,7 +15,7 @@
 //! cookies  zigzag(cookie − previous row's cookie) as a varint (previous: 0 at the start)
 //! ```
 
-use crate::seal::{put_varint, unzigzag, zigzag, Reader, SealError};
+use crate::seal_wire::{put_varint, unzigzag, zigzag, Reader, SealError};
 
 /// The three streams, in the order they are written.
 pub(crate) const STREAMS: usize = 3;
@@ -82,7 +82,7 @@ pub(crate) fn join(cols: [&[u8]; STREAMS], rows: u64) -> Result<Vec<u8>, SealErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seal::length_prefixed as stream;
+    use crate::seal_wire::length_prefixed as stream;
     use proptest::prelude::*;
 
     fn row(kind: u8, ino: u64, cookie: u64) -> Vec<u8> {

@@ -24,7 +24,7 @@
 //!
 //! Differences are taken modulo 2^64 and zigzag-mapped, so any value round-trips.
 
-use crate::seal::{put_varint, unzigzag, zigzag, Reader, SealError};
+use crate::seal_wire::{put_varint, unzigzag, zigzag, Reader, SealError};
 
 /// The six streams, in the order they are written.
 pub(crate) const STREAMS: usize = 6;
@@ -163,7 +163,7 @@ pub(crate) fn join(cols: [&[u8]; STREAMS], rows: u64) -> Result<Vec<u8>, SealErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seal::length_prefixed as stream;
+    use crate::seal_wire::length_prefixed as stream;
     use proptest::prelude::*;
 
     fn row(tag: u8, logical: u64, birth: u64, tail: &[u64], inline: &[u8]) -> Vec<u8> {
