@@ -1,6 +1,7 @@
 //! Worst-case output sizes, so callers can size `dst` for a compression that must succeed.
 
-use crate::algorithm::{Algorithm, Codec};
+use crate::algorithm::Algorithm;
+use crate::codec::Codec;
 
 /// Largest output `compress` may produce for `len` input bytes with `codec`.
 pub fn compress_bound(codec: Codec, len: usize) -> usize {

@@ -13,6 +13,7 @@ mod algorithm;
 mod backend;
 pub mod bench;
 mod bound;
+mod codec;
 mod error;
 pub mod heuristic;
 pub mod nominal;
@@ -25,6 +26,7 @@ mod workspace;
 
 pub use algorithm::*;
 pub use bound::compress_bound;
+pub use codec::Codec;
 pub use error::{level_help, CodecError, SpecError, ACCEPTED_FORMS};
 pub use sector::{saves_a_sector, stored_limit};
 pub use spec::{Spec, AUTO_DEFAULT_MAX, AUTO_DEFAULT_MIN, MAX_LIST_LEN, QOS_MAX_MB_PER_S};

@@ -12,7 +12,8 @@
 //! Invariants (tested): within one algorithm, speed falls and ratio rises from the fastest
 //! setting to the strongest (lz4: falling acceleration; zstd: from -131072 through -1 to 22).
 
-use crate::algorithm::{Algorithm, Codec};
+use crate::algorithm::Algorithm;
+use crate::codec::Codec;
 
 /// Typical figures of one codec (see the module comment).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -24,7 +24,8 @@
 //! raw is always open to the controller). The canonical form leaves out default bounds:
 //! `auto:lz4:fast=64..zstd:9` prints as `auto:..zstd:9`.
 
-use crate::algorithm::{Algorithm, Codec, GZIP_DEFAULT_LEVEL, ZLIB_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL};
+use crate::algorithm::{Algorithm, GZIP_DEFAULT_LEVEL, ZLIB_DEFAULT_LEVEL, ZSTD_DEFAULT_LEVEL};
+use crate::codec::Codec;
 use crate::error::SpecError;
 use crate::nominal::nominal;
 use std::fmt;

@@ -40,8 +40,9 @@
 //!
 //! Tunables (`WorkspaceConfig`): max_bytes, idle_timeout, block_size, search_size.
 
-use crate::algorithm::{Algorithm, Codec, DEFLATE_MAX_LEVEL, ZSTD_MAX_LEVEL};
+use crate::algorithm::{Algorithm, DEFLATE_MAX_LEVEL, ZSTD_MAX_LEVEL};
 use crate::backend::{self, Ctx, Family};
+use crate::codec::Codec;
 use crate::error::CodecError;
 use crate::thread_cpu::thread_cpu_ns;
 use parking_lot::{Condvar, Mutex};

@@ -7,7 +7,8 @@ pub(crate) mod lz4;
 pub(crate) mod lzo;
 pub(crate) mod zstd;
 
-use crate::algorithm::{Algorithm, Codec};
+use crate::algorithm::Algorithm;
+use crate::codec::Codec;
 use crate::error::CodecError;
 use crate::workspace::Shape;
 
