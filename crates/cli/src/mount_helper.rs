@@ -5,7 +5,7 @@
 //! ln -s "$(command -v squeezefs)" /sbin/mount.fuse.squeezefs
 //! ```
 //!
-//! When the binary is called under that name (argv[0]) it takes mount(8)'s calling
+//! When the binary is called under that name (`argv[0]`) it takes mount(8)'s calling
 //! convention, `mount.fuse.squeezefs POOL MOUNTPOINT [-o OPTS] [-n] [-s] [-f] [-v]`,
 //! and runs `squeezefs mount POOL MOUNTPOINT -o OPTS`. -n (no mtab), -s (sloppy) and -v
 //! are accepted and ignored; -f (fake) exits without mounting.

@@ -65,7 +65,7 @@ impl Algorithm {
     }
 
     /// Inclusive level range accepted for this algorithm (lz4: acceleration).
-    /// zstd's range contains 0, which is not a level of its own: [`Codec::new`] rejects it
+    /// zstd's range contains 0, which is not a level of its own: [`crate::Codec::new`] rejects it
     /// (the spec parser maps `zstd:0` to the default level, as btrfs does).
     pub fn level_range(self) -> (i32, i32) {
         match self {

@@ -1,4 +1,4 @@
-//! squeezefs codec layer: pure library, no I/O, no threads (except the [`bench`] engine, which
+//! squeezefs codec layer: pure library, no I/O, no threads (except the [`bench`](mod@bench) engine, which
 //! runs its blocks on scoped threads).
 //!
 //! CONTRACT (other crates build against these names; keep them stable):

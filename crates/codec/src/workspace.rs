@@ -41,6 +41,7 @@
 //! Tunables (`WorkspaceConfig`): max_bytes, idle_timeout, block_size, search_size.
 
 use crate::algorithm::{Algorithm, DEFLATE_MAX_LEVEL, ZSTD_MAX_LEVEL};
+use crate::backend::shape::Shape;
 use crate::backend::{self, Ctx, Family};
 use crate::codec::Codec;
 use crate::error::CodecError;
@@ -71,21 +72,6 @@ impl WorkspaceConfig {
     pub(crate) fn shape(&self) -> Shape {
         let block = self.block_size.max(1);
         Shape { block, search: self.search_size.unwrap_or(block).clamp(1, block) }
-    }
-}
-
-/// What a compression context is built for: sources of up to `block` bytes, searched as
-/// sources of `search` bytes (`search ≤ block`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Shape {
-    pub block: usize,
-    pub search: usize,
-}
-
-impl Shape {
-    /// A context for records of up to `block` bytes.
-    pub(crate) fn record(block: usize) -> Shape {
-        Shape { block, search: block }
     }
 }
 

@@ -83,7 +83,7 @@ pub struct RewriteTo {
     pub force: bool,
 }
 
-/// What [`rewrite_record`] did.
+/// What `rewrite_record` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RewriteOutcome {
     /// The record's new encoding is in the open txg (durable with its commit, which frees

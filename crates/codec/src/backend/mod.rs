@@ -5,12 +5,13 @@ pub(crate) mod deflate;
 pub(crate) mod lz4;
 #[cfg(feature = "lzo")]
 pub(crate) mod lzo;
+pub(crate) mod shape;
 pub(crate) mod zstd;
 
 use crate::algorithm::Algorithm;
 use crate::codec::Codec;
 use crate::error::CodecError;
-use crate::workspace::Shape;
+use shape::Shape;
 
 /// What kind of context a workspace holds; a workspace serves only requests of its family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

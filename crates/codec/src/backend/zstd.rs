@@ -8,9 +8,9 @@
 //! levels' frames are what `zstd -b` produces per block; [`cparams`] lists the levels whose
 //! parameters are tuned for record-sized blocks.
 
+use super::shape::Shape;
 use crate::algorithm::Algorithm;
 use crate::error::CodecError;
-use crate::workspace::Shape;
 use std::ptr::NonNull;
 use zstd_safe::zstd_sys as sys;
 
