@@ -90,7 +90,7 @@
 //!   min_gain, records are stored raw and one record every probe_bytes is compressed at x's
 //!   rung (at least the first); a probe that saves min_gain or more ends it.
 //!
-//! TUNABLES (auto.rs `Tunables`): fb_up 4 and fb_down 6 rungs/s (the ladder spans about 20
+//! TUNABLES (tunables.rs `Tunables`): fb_up 4 and fb_down 6 rungs/s (the ladder spans about 20
 //!   rungs: a second or two from end to end, quicker down because a starved device loses
 //!   throughput while a long queue costs only memory), fb_p 1 rung; fb_lead 1 s (about
 //!   what a descent of several rungs takes, so that it ends as the backlog does);

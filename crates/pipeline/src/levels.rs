@@ -231,7 +231,7 @@ pub struct Levels {
     busy: Option<Arc<WorkerBusy>>,
 }
 
-/// Environment variable with auto tunable overrides (`name=value,…`, control auto.rs
+/// Environment variable with auto tunable overrides (`name=value,…`, control tunables.rs
 /// `Tunables::set`): for tuning on a real device; a bad value is logged and ignored.
 pub const AUTO_TUNE_ENV: &str = "SQUEEZEFS_AUTO_TUNE";
 
