@@ -175,6 +175,8 @@ impl Tunables {
                     .then_some(v as u64)
                     .ok_or_else(|| format!("`{item}`: {name} takes a whole number"))
             };
+            let small =
+                || -> Result<u32, String> { u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large")) };
             match name {
                 "queue_target_secs" => t.queue_target_secs = v,
                 "queue_tau_secs" => t.queue_tau_secs = v,
@@ -190,9 +192,9 @@ impl Tunables {
                 "stale_bytes" => t.stale_bytes = whole()?,
                 "explore_timeout_secs" => t.explore_timeout_secs = v,
                 "explore_reach" => t.explore_reach = v,
-                "carry_max" => t.carry_max = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
+                "carry_max" => t.carry_max = small()?,
                 "profiles" => t.profiles = whole()? as usize,
-                "feedback" => t.feedback = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
+                "feedback" => t.feedback = small()?,
                 "fb_up" => t.fb_up = v,
                 "fb_down" => t.fb_down = v,
                 "fb_p" => t.fb_p = v,
@@ -201,12 +203,12 @@ impl Tunables {
                 "fb_lead" => t.fb_lead = v,
                 "fb_capacity_secs" => t.fb_capacity_secs = v,
                 "fb_lift" => t.fb_lift = v,
-                "fb_range" => t.fb_range = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
-                "fb_split" => t.fb_split = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
+                "fb_range" => t.fb_range = small()?,
+                "fb_split" => t.fb_split = small()?,
                 "fb_gap" => t.fb_gap = v,
                 "fb_busy" => t.fb_busy = v,
                 "batch_bytes" => t.batch_bytes = whole()?,
-                "fb_floor" => t.fb_floor = u32::try_from(whole()?).map_err(|_| format!("`{item}`: too large"))?,
+                "fb_floor" => t.fb_floor = small()?,
                 _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
             }
         }
@@ -215,5 +217,23 @@ impl Tunables {
         }
         *self = t;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tunables;
+
+    #[test]
+    fn a_whole_number_tunable_refuses_fractions_and_values_past_its_type() {
+        let mut t = Tunables::default();
+        t.set("feedback=0, fb_range=0").expect("whole numbers in range");
+        assert_eq!((t.feedback, t.fb_range), (0, 0));
+        let err = t.set("carry_max=4294967296").unwrap_err();
+        assert!(err.contains("too large"), "{err}");
+        let err = t.set("fb_split=0.5").unwrap_err();
+        assert!(err.contains("takes a whole number"), "{err}");
+        // a refused item leaves every value as it was
+        assert_eq!(t.carry_max, Tunables::default().carry_max);
     }
 }
