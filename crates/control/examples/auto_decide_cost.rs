@@ -40,7 +40,6 @@ fn run(ctl: &Mutex<AutoController>, records: u64, t0: f64, step: f64) -> f64 {
             store_ns_per_byte: None,
             backlog: i % 3 != 0,
             workers_busy: None,
-            request_bps: None,
         };
         let d = ctl.lock().unwrap().decide(&inp);
         if d.codec != Codec::NONE {
@@ -89,7 +88,6 @@ fn main() {
                 store_ns_per_byte: None,
                 backlog: true,
                 workers_busy: None,
-                request_bps: None,
             };
             std::hint::black_box(c.decide(&inp));
         }

@@ -34,9 +34,6 @@ pub struct AutoInputs<'a> {
     /// the compress workers' busy share of the recent time (`WorkerUse`), in [0, 1]; None
     /// if not measured
     pub workers_busy: Option<f64>,
-    /// the input rate at which the busiest request-serving thread would be saturated
-    /// (`RequestBound`), bytes/s: a cap on writing that no level moves; None if not measured
-    pub request_bps: Option<f64>,
 }
 
 /// Why a record got its level (a trace column).

@@ -60,13 +60,8 @@
 //!   oscillate without it).
 //!   FLOOR: neither the descent nor the proportional part takes the rung below min(x, f),
 //!   f the strongest rung whose write rate T(r) is within fb_floor_slack of the best
-//!   rung's, T(r) = min(n / (cost(r) + oᵢ + oₛ·stored(r)), D / stored(r), Q): what the CPU (n
-//!   cores) compresses and stores, what the devices take, or what the busiest request thread
-//!   takes (Q: input bytes per CPU-second of that thread, measure.rs `RequestBound`; the same
-//!   at every rung, so where it binds the rungs that reach it tie and the floor is the
-//!   strongest of them: on the corpus XML on two cores the FUSE thread caps writing at
-//!   600–650 MB/s from lz4 to zstd:1, and without Q the figures made lz4 a third faster
-//!   and the descent gave up ×6.6 for ×4.2). D bytes/s: the devices' drain rate when
+//!   rung's, T(r) = min(n / (cost(r) + oᵢ + oₛ·stored(r)), D / stored(r)): what the CPU (n cores)
+//!   compresses and stores, or what the devices take (D bytes/s: their drain rate when
 //!   last seen as the bottleneck, q̄ > q* for fb_capacity_secs, or any higher rate since;
 //!   until then their drain rate per range, bytes over the time their writes were in
 //!   flight, and infinite while they have none. A device that keeps up drains only what
@@ -317,7 +312,7 @@ impl Feedback {
         let range =
             (self.tun.fb_range != 0 && inp.range_bps.is_finite() && inp.range_bps > 0.0).then_some(inp.range_bps);
         self.last_bound = self.capacity.or(range);
-        let f = self.floor(inp.overhead_ns_per_byte, inp.store_ns_per_byte, cores, self.last_bound, inp.request_bps);
+        let f = self.floor(inp.overhead_ns_per_byte, inp.store_ns_per_byte, cores, self.last_bound);
         self.last_floor = f;
         // short of CPU: records wait for compression while the workers were busy, not only
         // the records of one write queued at once
@@ -383,15 +378,14 @@ impl Feedback {
 
     /// The floor rung f (module comment), given the pipeline's CPU per input byte beyond
     /// the codec's and the part of it the device writers spend per byte they write, the
-    /// cores it runs on, the devices' drain rate (None: not known yet, the CPU alone
-    /// bounds) and the rate at which the busiest request thread is saturated (None: no cap).
+    /// cores it runs on and the devices' drain rate (None: not known yet,
+    /// the CPU alone bounds).
     pub fn floor(
         &self,
         overhead_ns_per_byte: f64,
         store_ns_per_byte: Option<f64>,
         cores: f64,
         device_bps: Option<f64>,
-        request_bps: Option<f64>,
     ) -> f64 {
         if self.tun.fb_floor == 0 {
             return 0.0;
@@ -421,11 +415,10 @@ impl Feedback {
         };
         let cores = if cores.is_finite() && cores > 0.0 { cores } else { 1.0 };
         let device_bps = device_bps.filter(|d| d.is_finite() && *d > 0.0).unwrap_or(f64::INFINITY);
-        let request_bps = request_bps.filter(|r| r.is_finite() && *r > 0.0).unwrap_or(f64::INFINITY);
         let rate = |r: usize| {
             let (cost, stored) = if r == 0 { (0.0, 1.0) } else { figures(r - 1) };
             let cpu = cores * 1e9 / (cost + per_input + per_stored * stored).max(1e-9);
-            cpu.min(device_bps / stored.max(1e-6)).min(request_bps)
+            cpu.min(device_bps / stored.max(1e-6))
         };
         let best = (0..=self.spine.len()).map(rate).fold(0.0, f64::max);
         let bound = best / (1.0 + self.tun.fb_floor_slack);

@@ -27,8 +27,6 @@ pub use device_choice::{
     DEFAULT_SAFETY_RECORDS,
 };
 pub use ladder::{Mix, Point};
-pub use measure::{
-    queue_estimate, BusyDrain, DeviceMeter, LevelMeter, QueueEstimate, RequestBound, WorkerUse, WriterBlocked,
-};
+pub use measure::{queue_estimate, BusyDrain, DeviceMeter, LevelMeter, QueueEstimate, WorkerUse, WriterBlocked};
 pub use trace::{read_trace, Trace, TraceError, TraceRow, TraceWriter};
 pub use tunables::Tunables;

@@ -42,15 +42,6 @@
 //! with others queued behind it says the workers are behind for a moment: a writer's 1 MiB
 //! write queues 8 records at once whether or not the workers idle between writes. Their
 //! busy share says whether they are behind over time.
-//! Over the request-serving threads (`RequestBound`): the input bytes written per CPU-second
-//! of the busiest one — the rate at which that thread alone would be saturated, whatever the
-//! level, since it copies and queues each byte once (FUSE request handling, the write path
-//! up to the record). Per sampling interval in which the threads took at least
-//! REQUEST_MIN_BYTES; averaged over REQUEST_TAU_SECS; valid for REQUEST_FRESH_SECS after its
-//! last interval. A thread that shares its core reads high (its CPU share, not a core, is what
-//! it had), never low: it bounds the floor only where one thread's work really caps the
-//! pipeline, as one writer's requests on an otherwise free core do (the XML on two cores:
-//! every level from lz4 to zstd:1 writes 600–650 MB/s, the FUSE thread's limit).
 //! ```
 
 use crate::device_choice::DeviceView;
@@ -237,66 +228,6 @@ impl WriterBlocked {
     }
 }
 
-/// Fewest input bytes the request threads must take in an interval for it to count.
-pub const REQUEST_MIN_BYTES: u64 = 4 << 20;
-/// Time constant of the averaged request-thread bound, seconds.
-pub const REQUEST_TAU_SECS: f64 = 0.3;
-/// A request-thread bound measured longer ago than this no longer says what caps writing.
-pub const REQUEST_FRESH_SECS: f64 = 1.0;
-
-/// The input rate at which the busiest request-serving thread would be saturated (see the
-/// module comment).
-#[derive(Clone, Debug)]
-pub struct RequestBound {
-    /// the previous sample's totals: input bytes, and each thread's CPU nanoseconds
-    prev: Option<(u64, Vec<u64>)>,
-    avg: TimeEwma,
-    last_secs: f64,
-}
-
-impl Default for RequestBound {
-    fn default() -> Self {
-        RequestBound { prev: None, avg: TimeEwma::new(REQUEST_TAU_SECS), last_secs: 0.0 }
-    }
-}
-
-impl RequestBound {
-    pub fn new() -> RequestBound {
-        RequestBound::default()
-    }
-
-    /// At `now_secs` the request threads had taken `bytes` of input in all, and each had run
-    /// `thread_cpu_ns[i]` while doing so (cumulative, one slot per thread). Returns the
-    /// averaged bound in input bytes per second, if measured within REQUEST_FRESH_SECS.
-    pub fn update(&mut self, now_secs: f64, bytes: u64, thread_cpu_ns: &[u64]) -> Option<f64> {
-        let Some((b, cpu)) = &self.prev else {
-            self.prev = Some((bytes, thread_cpu_ns.to_vec()));
-            return None;
-        };
-        // an interval with too few bytes to say carries over into the next
-        let took = bytes.saturating_sub(*b);
-        if took >= REQUEST_MIN_BYTES {
-            let busiest = thread_cpu_ns
-                .iter()
-                .enumerate()
-                .map(|(i, c)| c.saturating_sub(cpu.get(i).copied().unwrap_or(0)))
-                .max()
-                .unwrap_or(0);
-            if busiest > 0 {
-                self.avg.update(now_secs, took as f64 * 1e9 / busiest as f64);
-                self.last_secs = now_secs;
-            }
-            self.prev = Some((bytes, thread_cpu_ns.to_vec()));
-        }
-        self.bps(now_secs)
-    }
-
-    /// The averaged bound, bytes/s, if measured within REQUEST_FRESH_SECS of `now_secs`.
-    pub fn bps(&self, now_secs: f64) -> Option<f64> {
-        self.avg.value().filter(|_| now_secs - self.last_secs <= REQUEST_FRESH_SECS)
-    }
-}
-
 /// Time constant of the averaged busy share of the compress workers, seconds.
 pub const USE_TAU_SECS: f64 = 0.2;
 
@@ -453,27 +384,7 @@ impl LevelMeter {
 
 #[cfg(test)]
 mod tests {
-    use super::{RequestBound, WorkerUse, WriterBlocked, REQUEST_FRESH_SECS, REQUEST_MIN_BYTES};
-
-    #[test]
-    fn the_busiest_request_thread_sets_the_bound_and_short_intervals_carry_over() {
-        let mut m = RequestBound::new();
-        assert_eq!(m.update(1.0, 0, &[0, 0]), None);
-        // 64 MiB in 0.1 s: thread 0 ran 50 ms of it, thread 1 10 ms; thread 0 alone would
-        // take 64 MiB per 50 ms of CPU
-        let b = m.update(1.1, 64 << 20, &[50_000_000, 10_000_000]).expect("measured");
-        assert!((b - (64u64 << 20) as f64 / 0.05).abs() < 1.0, "{b}");
-        // an interval with less than REQUEST_MIN_BYTES keeps the old totals: the next one
-        // spans both
-        let few = REQUEST_MIN_BYTES / 2;
-        assert_eq!(m.update(1.2, (64 << 20) + few, &[60_000_000, 10_000_000]), Some(b));
-        let b2 = m.update(1.3, (64 << 20) + 2 * few + (12 << 20), &[100_000_000, 10_000_000]).expect("measured");
-        let want = (2 * few + (12 << 20)) as f64 / 0.05;
-        let w = 1.0 - (-0.2f64 / super::REQUEST_TAU_SECS).exp();
-        assert!((b2 - (b + w * (want - b))).abs() < 1.0, "{b2} against {want}");
-        // bytes with no thread CPU behind them measure nothing, and the figure ages out
-        assert!(m.update(1.3 + REQUEST_FRESH_SECS + 0.1, 200 << 20, &[100_000_000, 10_000_000]).is_none());
-    }
+    use super::{WorkerUse, WriterBlocked};
 
     #[test]
     fn workers_busy_half_the_time_read_one_half() {

@@ -81,7 +81,6 @@ impl Env {
             store_ns_per_byte: None,
             backlog: self.backlog,
             workers_busy: None,
-            request_bps: None,
         })
     }
 }
@@ -640,7 +639,6 @@ fn the_cpu_bound_rate_correction_believes_in_no_more_cores_than_workers() {
             store_ns_per_byte: None,
             backlog: true,
             workers_busy: None,
-            request_bps: None,
         });
     }
     assert!(a.gain() > 1.5, "the rate window corrects g: {}", a.gain());

@@ -61,7 +61,6 @@ fn run_with(
                 store_ns_per_byte: None,
                 backlog,
                 workers_busy,
-                request_bps: None,
             })
         })
         .collect()
@@ -178,7 +177,6 @@ fn the_feedback_tunable_hands_decisions_to_the_feedback_mode() {
                 store_ns_per_byte: None,
                 backlog: false,
                 workers_busy: None,
-                request_bps: None,
             })
             .codec;
     }
@@ -236,7 +234,6 @@ fn a_start_on_a_slow_device_climbs_before_its_rate_is_known() {
             store_ns_per_byte: None,
             backlog: false,
             workers_busy: None,
-            request_bps: None,
         };
         assert_eq!(g.decide(&inp).reason, Reason::Hold, "record {i}");
     }
@@ -299,7 +296,6 @@ fn a_cpu_bound_descent_stops_where_storing_costs_more_than_the_codec_saves() {
                 store_ns_per_byte: None,
                 backlog: true,
                 workers_busy: None,
-                request_bps: None,
             })
         };
         let rung = |c: Codec| spine.iter().position(|s| *s == c).map_or(-1, |i| i as i64);
@@ -344,7 +340,7 @@ fn the_floor_does_not_move_for_a_rung_faster_by_less_than_its_figures_spread() {
         }
         // zstd:1 last: the position's rung, and what was stored recently
         measure(&mut f, zstd(1), zc, zs);
-        let floor = f.floor(overhead, None, 2.0, None, None);
+        let floor = f.floor(overhead, None, 2.0, None);
         // rung j of the floor is spine index j − 1
         if holds {
             assert_eq!(floor, (z + 1) as f64, "{faster}× faster moved the floor off zstd:1");
@@ -390,13 +386,13 @@ fn the_floor_charges_only_the_writers_cpu_per_stored_byte() {
     let zs = figures(z).1;
     settle(&mut f, zstd(1), figures(z));
     // rung j of the floor is spine index j − 1
-    let all_per_stored = f.floor(overhead, None, 1.0, None, None);
+    let all_per_stored = f.floor(overhead, None, 1.0, None);
     assert_eq!(all_per_stored, (z + 1) as f64, "unmeasured, the floor holds zstd:1");
-    let split = f.floor(overhead, Some(writers), 1.0, None, None);
+    let split = f.floor(overhead, Some(writers), 1.0, None);
     assert!(split <= (z - 2) as f64, "the split floor {split} stays near zstd:1 (rung {})", z + 1);
     // the same on the other side: a writers' CPU so dear that storing more costs more than
     // the codec saves holds the floor where it was
-    let dear = f.floor(overhead, Some(overhead / zs), 1.0, None, None);
+    let dear = f.floor(overhead, Some(overhead / zs), 1.0, None);
     assert_eq!(dear, (z + 1) as f64, "all of the overhead per stored byte, measured");
 }
 
@@ -442,7 +438,6 @@ fn one_core(now_secs: f64, devices: &[DeviceView], range_bps: f64) -> AutoInputs
         store_ns_per_byte: None,
         backlog: true,
         workers_busy: None,
-        request_bps: None,
     }
 }
 
@@ -687,25 +682,4 @@ fn a_backlog_while_the_workers_idle_is_no_cause_to_descend() {
     run_with(&mut h, &mut now, 200, starved(), true, Some(0.5));
     let r = h.position();
     assert!(r < start - 1.0, "{start} → {r}");
-}
-
-/// On the corpus XML on two cores the FUSE thread caps writing at 600–650 MB/s, and every
-/// rung from lz4 to zstd:1 reaches the cap. The floor took each rung's rate from the CPU
-/// and the devices alone, so lz4 looked a third faster than zstd:1 and the descent gave
-/// up ×6.6 for ×4.2 at the same speed. Capped by the busiest request thread's rate, the
-/// rungs that reach the cap tie and the floor is the strongest of them.
-#[test]
-fn a_request_thread_cap_every_rung_reaches_keeps_the_floor_at_the_strongest() {
-    let (f, _, z) = at_crossing(Tunables::default());
-    // 0.3 ns per input byte beyond the codec, all of it per stored byte (no writers'
-    // figure): at 0.15 stored recently, 2 ns per stored byte. Two cores: zstd:1 writes
-    // 2 / (1.6 + 0.3) ns = 1.05 GB/s, the rung above it 0.74, the rungs below it up to
-    // about 1.3
-    let floor = |cap: Option<f64>| f.floor(0.3, None, 2.0, None, cap);
-    // rung j of the floor is spine index j − 1
-    assert!(floor(None) <= z as f64, "uncapped, the faster rungs below zstd:1 set the floor ({})", floor(None));
-    assert_eq!(floor(Some(1.0e9)), (z + 1) as f64, "a cap of 1 GB/s: zstd:1 reaches it");
-    assert_eq!(floor(Some(0.7e9)), (z + 2) as f64, "a cap of 0.7 GB/s: the rung above zstd:1 reaches it");
-    // a cap above every rung's rate changes nothing
-    assert_eq!(floor(Some(1e12)), floor(None));
 }

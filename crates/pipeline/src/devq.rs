@@ -8,9 +8,7 @@
 //! completion signalled, error recorded if any). The queue closes when the engine drops.
 //! A panic in the writer (fault.rs) completes the requests it held with an error (their
 //! txg then fails) and the writer goes on with the next batch.
-//! Tunables: `MAX_BATCH_BYTES` (8 MiB: the most one batch, and one write, takes);
-//! `WRITER_NICE_BOOST` (10: how much more CPU weight a writer has than the engine's other
-//! threads, see `raise_writer_priority`).
+//! Tunables: `MAX_BATCH_BYTES` (8 MiB: the most one batch, and one write, takes).
 
 use crate::error::IoError;
 use crate::fault::Faults;
@@ -23,9 +21,6 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 pub const MAX_BATCH_BYTES: usize = 8 << 20;
-
-/// Nice levels a device writer runs below the process's own (CFS weight ×9.3 at 10).
-pub const WRITER_NICE_BOOST: i32 = 10;
 
 /// Bytes to write, shared with their owner until written: compressed output, or the
 /// buffer of a record stored raw (a frozen layer's, never changed again).
@@ -109,10 +104,7 @@ impl DevQueue {
         let st = stats.clone();
         let thread = std::thread::Builder::new()
             .name(format!("sqz-dev{index}"))
-            .spawn(move || {
-                raise_writer_priority();
-                writer_loop(dev, rx, st, faults)
-            })
+            .spawn(move || writer_loop(dev, rx, st, faults))
             .expect("spawn device writer");
         DevQueue { tx: Some(tx), thread: Some(thread), stats }
     }
@@ -162,33 +154,6 @@ impl Drop for Taken {
     fn drop(&mut self) {
         if let Some(r) = self.0.take() {
             r.done.done(Some(IoError::WriterPanicked));
-        }
-    }
-}
-
-/// Give the calling thread (a device writer) `WRITER_NICE_BOOST` nice levels below the
-/// process's. Why: where the writer shares a core with the compress workers it otherwise
-/// waits behind them, so its queue grows though the device could take more. A queue that
-/// waits is not free: the records leave the caches, and on a one-core mount of the corpus
-/// (paced device, 400 MB/s) the writer's copy into the page cache cost 6–8 times as much
-/// per byte while its queue held 15–55 MB as while it held 2–5 MB (perf, docs/benchmarks.md).
-/// And auto reads a growing queue as a slow device and spends more CPU on stronger levels,
-/// which starves the writer further. With the boost the writer takes the CPU its writes
-/// need when they arrive, no more (it runs only while it has requests), and its queue
-/// measures the device. Where the boost is refused (no CAP_SYS_NICE) the writer runs at the
-/// process's priority, as before.
-fn raise_writer_priority() {
-    // SAFETY: plain syscalls on the calling thread's id
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        *libc::__errno_location() = 0;
-        let own = libc::getpriority(libc::PRIO_PROCESS, 0);
-        if own == -1 && *libc::__errno_location() != 0 {
-            return;
-        }
-        let nice = (own - WRITER_NICE_BOOST).max(-20);
-        if libc::setpriority(libc::PRIO_PROCESS, tid, nice) != 0 {
-            log::debug!("device writer: nice {nice}: {}", std::io::Error::last_os_error());
         }
     }
 }
@@ -289,41 +254,6 @@ mod tests {
         assert_eq!(&snap[200..300], &[3u8; 100][..]);
         assert_eq!(q.stats.queued_bytes(), 0);
         assert_eq!(q.stats.snapshot().written_bytes, 300);
-    }
-
-    /// The nice level of this process's thread named `name`, from /proc.
-    fn thread_nice(name: &str) -> Option<i32> {
-        for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-            if comm.trim_end() == name {
-                let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
-                // fields after the parenthesised name: state is field 3, nice field 19
-                let rest = &stat[stat.rfind(')')? + 2..];
-                return rest.split(' ').nth(16)?.parse().ok();
-            }
-        }
-        None
-    }
-
-    #[test]
-    fn a_writer_sharing_a_core_with_compression_does_not_wait_behind_it() {
-        // SAFETY: plain syscall on the calling thread, whose nice the writer inherits
-        let own = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
-        let q = DevQueue::start(Arc::new(MemDevice::new("m")), 913, Default::default());
-        let done = Arc::new(Completion::default());
-        done.add(1);
-        let payload = Payload::Owned(Arc::new(crate::outbuf::OutBytes::unpooled(vec![7; 10])));
-        q.submit(WriteReq { offset: 0, payload, done: done.clone() });
-        // the writer raised its priority before it took its first request
-        assert!(done.wait().is_none());
-        let nice = thread_nice("sqz-dev913").expect("the writer thread is listed in /proc");
-        // SAFETY: plain syscall
-        let privileged = unsafe { libc::geteuid() } == 0;
-        if privileged {
-            assert_eq!(nice, (own - WRITER_NICE_BOOST).max(-20));
-        } else {
-            assert!(nice == own || nice == (own - WRITER_NICE_BOOST).max(-20), "nice {nice}, process {own}");
-        }
     }
 
     /// Records the (offset, length) of every write; the first write waits for `gate`, so a

@@ -69,10 +69,6 @@
 //!   backlog   whether more records wait in the compress queue (the pipeline is saturated)
 //!   workers busy  the share of the recent time the compress workers ran jobs (WorkerUse,
 //!             from workers.rs `WorkerBusy`), sampled with the meters
-//!   request   the input bytes per CPU-second of the busiest thread that brings writes in
-//!             (RequestBound): each write (`note_write`, once an auto range is in use) adds
-//!             its bytes and its thread's CPU since that thread's previous write, to one
-//!             slot per thread; sampled with the meters
 //!
 //! Logged with auto's inputs, not one of them: the device writers' share of their writes'
 //! wall time spent neither running nor waiting for a CPU (WriterBlocked, from DeviceStats:
@@ -95,13 +91,13 @@ use squeezefs_control::cpu::process_cpu_ns;
 use squeezefs_control::qos::{TreeId, NO_TREE};
 use squeezefs_control::{
     AutoController, AutoInputs, BusyDrain, CallTotals, CoresSample, CpuSource, DeviceView, OverheadMeter, ProcStat,
-    Reason, RequestBound, Sample, TraceRow, TraceWriter, Tunables, UsableCores, WorkerUse, WriterBlocked,
+    Reason, Sample, TraceRow, TraceWriter, Tunables, UsableCores, WorkerUse, WriterBlocked,
 };
 use squeezefs_device::DeviceStats;
 use squeezefs_meta::Ino;
 use std::borrow::Cow;
-use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -110,9 +106,6 @@ pub const METER_PERIOD: Duration = Duration::from_millis(100);
 /// Bytes a device must have written before its rate is trusted (block comment): past the
 /// burst a throttled device or a write cache lets through at first.
 pub const RATE_CONFIRM_BYTES: u64 = 32 << 20;
-/// Threads that bring writes in, each with its own slot of CPU time (`Levels::note_write`);
-/// threads past the last slot share slots, which can only make the busiest read busier.
-pub const REQUEST_SLOTS: usize = 64;
 /// How often the trace file is flushed while rows come in (so a live trace can be plotted).
 pub const TRACE_FLUSH: Duration = Duration::from_secs(1);
 
@@ -178,9 +171,6 @@ struct Meters {
     writers_blocked: AtomicU64,
     /// the compress workers' busy share (`WorkerUse`), f64 bits; NaN = not measured
     workers_busy: AtomicU64,
-    /// the busiest request thread's input bytes per CPU-second (`RequestBound`), f64 bits;
-    /// NaN = not measured lately
-    request_bps: AtomicU64,
     /// per device, its sustained rate while its queue never emptied (BusyDrain), f64 bits;
     /// 0 = not measured lately
     busy_bps: Vec<AtomicU64>,
@@ -198,7 +188,6 @@ struct MeterState {
     overhead: OverheadMeter,
     blocked: WriterBlocked,
     worker_use: WorkerUse,
-    request: RequestBound,
 }
 
 struct Tracer {
@@ -240,11 +229,6 @@ pub struct Levels {
     next_debug_ns: AtomicU64,
     /// the compress workers' busy time (workers.rs), when the engine gave it
     busy: Option<Arc<WorkerBusy>>,
-    /// an auto range is in use: writes are metered for `RequestBound`
-    auto_used: AtomicBool,
-    /// input bytes of the writes metered, and each request thread's CPU between them
-    request_bytes: AtomicU64,
-    request_cpu: Box<[AtomicU64]>,
 }
 
 /// Environment variable with auto tunable overrides (`name=value,…`, control tunables.rs
@@ -269,12 +253,7 @@ fn tunables_from_env(batch_bytes: u64) -> Tunables {
 thread_local! {
     /// Device views of the decision being made on this thread (no allocation per record).
     static VIEWS: RefCell<Vec<DeviceView>> = const { RefCell::new(Vec::new()) };
-    /// This thread's request slot and its CPU clock at its last metered write.
-    static REQUEST_THREAD: Cell<Option<(usize, u64)>> = const { Cell::new(None) };
 }
-
-/// The next request slot a thread takes (modulo REQUEST_SLOTS).
-static NEXT_REQUEST_SLOT: AtomicUsize = AtomicUsize::new(0);
 
 impl Levels {
     /// `devices`: each device's write statistics; `room`: each device's room hint (space.rs);
@@ -311,7 +290,6 @@ impl Levels {
                         overhead: OverheadMeter::new(),
                         blocked: WriterBlocked::new(),
                         worker_use: WorkerUse::new(),
-                        request: RequestBound::new(),
                     },
                 ),
                 cores: AtomicU64::new(0),
@@ -320,7 +298,6 @@ impl Levels {
                 store_overhead: AtomicU64::new(f64::NAN.to_bits()),
                 writers_blocked: AtomicU64::new(f64::NAN.to_bits()),
                 workers_busy: AtomicU64::new(f64::NAN.to_bits()),
-                request_bps: AtomicU64::new(f64::NAN.to_bits()),
                 busy_bps: (0..n_devices).map(|_| AtomicU64::new(0)).collect(),
                 rate_confirmed: (0..n_devices).map(|_| AtomicBool::new(false)).collect(),
                 cpus,
@@ -340,9 +317,6 @@ impl Levels {
             qos: Arc::new(Qos::default()),
             next_debug_ns: AtomicU64::new(0),
             busy: None,
-            auto_used: AtomicBool::new(false),
-            request_bytes: AtomicU64::new(0),
-            request_cpu: (0..REQUEST_SLOTS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -367,21 +341,6 @@ impl Levels {
         let m = &self.meters;
         let idle = f64::from_bits(m.idle_cores.load(Ordering::Relaxed));
         (if idle > 0.0 { idle } else { m.cpus }, f64::from_bits(m.overhead.load(Ordering::Relaxed)))
-    }
-
-    /// A write of `bytes` is coming in on the calling thread (block comment, `request`):
-    /// metered only while an auto range is in use, since auto alone reads it.
-    pub fn note_write(&self, bytes: usize) {
-        if !self.auto_used.load(Ordering::Relaxed) {
-            return;
-        }
-        let now = squeezefs_codec::thread_cpu_ns();
-        let (slot, last) = REQUEST_THREAD.with(|t| {
-            t.get().unwrap_or_else(|| (NEXT_REQUEST_SLOT.fetch_add(1, Ordering::Relaxed) % REQUEST_SLOTS, now))
-        });
-        REQUEST_THREAD.with(|t| t.set(Some((slot, now))));
-        self.request_cpu[slot].fetch_add(now.saturating_sub(last), Ordering::Relaxed);
-        self.request_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// Seconds since the engine started.
@@ -436,8 +395,6 @@ impl Levels {
                 backlog: rec.backlog,
                 workers_busy: Some(f64::from_bits(self.meters.workers_busy.load(Ordering::Relaxed)))
                     .filter(|b| b.is_finite()),
-                request_bps: Some(f64::from_bits(self.meters.request_bps.load(Ordering::Relaxed)))
-                    .filter(|b| b.is_finite()),
             };
             let mut ctl = auto.ctl.lock();
             let d = ctl.decide(&inputs);
@@ -458,13 +415,12 @@ impl Levels {
                     .map(|(s, b)| (mbs(s.snapshot().throughput_bps), mbs(f64::from_bits(b.load(Ordering::Relaxed)))))
                     .collect();
                 log::debug!(
-                    "auto {}: cores {cores:.2}, overhead {overhead:.2} ns/B ({:.2} per stored B), devices {:?} drain {drain:?}, writers blocked {:.2}, workers busy {:.2}, request {:.0} MB/s, backlog {}, gain {:.2}{at} → {} ({}); ladder {}",
+                    "auto {}: cores {cores:.2}, overhead {overhead:.2} ns/B ({:.2} per stored B), devices {:?} drain {drain:?}, writers blocked {:.2}, workers busy {:.2}, backlog {}, gain {:.2}{at} → {} ({}); ladder {}",
                     policy.spec,
                     inputs.store_ns_per_byte.unwrap_or(f64::NAN),
                     v.iter().map(|d| (d.queued_bytes, (d.throughput_bps / 1e6).round())).collect::<Vec<_>>(),
                     f64::from_bits(self.meters.writers_blocked.load(Ordering::Relaxed)),
                     inputs.workers_busy.unwrap_or(f64::NAN),
-                    inputs.request_bps.map_or(f64::NAN, |b| b / 1e6),
                     rec.backlog,
                     ctl.gain(),
                     d.codec,
@@ -524,7 +480,6 @@ impl Levels {
             return (found.0, found.1.clone());
         }
         let ctl = AutoController::for_spec(spec, self.tunables.clone()).expect("an auto spec");
-        self.auto_used.store(true, Ordering::Relaxed);
         let a = Arc::new(Auto { spec, ctl: Mutex::new(Rank::Leaf, ctl) });
         autos.push(a.clone());
         (autos.len() - 1, a)
@@ -654,9 +609,6 @@ impl Levels {
                     let used = st.worker_use.update(now_secs, b.busy_ns(), self.workers).unwrap_or(f64::NAN);
                     m.workers_busy.store(used.to_bits(), Ordering::Relaxed);
                 }
-                let cpu: Vec<u64> = self.request_cpu.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-                let bound = st.request.update(now_secs, self.request_bytes.load(Ordering::Relaxed), &cpu);
-                m.request_bps.store(bound.unwrap_or(f64::NAN).to_bits(), Ordering::Relaxed);
             }
         }
         let cores = f64::from_bits(m.cores.load(Ordering::Relaxed));
@@ -706,42 +658,5 @@ impl Levels {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Spin on this thread's CPU clock for `ns`.
-    fn burn(ns: u64) {
-        let start = squeezefs_codec::thread_cpu_ns();
-        while squeezefs_codec::thread_cpu_ns().saturating_sub(start) < ns {
-            std::hint::black_box(0u64);
-        }
-    }
-
-    #[test]
-    fn writes_metered_on_a_busy_request_thread_give_its_bytes_per_cpu_second() {
-        let l = Levels::new(1, Vec::new(), Arc::from(Vec::new()), None, 0);
-        // no auto range in use: nothing is metered
-        l.note_write(1 << 20);
-        assert_eq!(l.request_bytes.load(Ordering::Relaxed), 0);
-        l.auto_used.store(true, Ordering::Relaxed);
-        let bound = |t: f64| {
-            l.meters(t);
-            Some(f64::from_bits(l.meters.request_bps.load(Ordering::Relaxed))).filter(|b| b.is_finite())
-        };
-        // 8 MiB per write, 20 ms of this thread's CPU between writes: 8 MiB per 20 ms
-        l.note_write(8 << 20);
-        bound(1.0);
-        for _ in 0..4 {
-            burn(20_000_000);
-            l.note_write(8 << 20);
-        }
-        let b = bound(1.2).expect("measured");
-        let want = (8u64 << 20) as f64 / 0.02;
-        // the clock also runs outside the spin (the calls themselves, a preemption)
-        assert!(b > 0.6 * want && b <= want * 1.01, "{b} against {want}");
     }
 }

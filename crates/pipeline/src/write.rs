@@ -411,7 +411,6 @@ pub fn write(inner: &Inner, ino: Ino, off: u64, data: &[u8], stated: Stated) -> 
         return Ok(());
     }
     let end = checked_end(off, data.len() as u64).ok_or_else(|| too_big(off, data.len() as u64))?;
-    inner.compress.levels.note_write(data.len());
     inner.throttle.delay(&inner.acct, &inner.txg)?;
     // the file now; a change meanwhile by another writer of the same file changes the
     // padding by at most a record, which the per-range record `placeable_bytes` keeps back
