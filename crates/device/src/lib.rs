@@ -9,6 +9,7 @@
 //! `header.rs`); data starts at [`DATA_START`], which is aligned for both 512 B and 4 KiB
 //! sectors.
 
+mod direct;
 pub mod doubles;
 mod file;
 mod header;
