@@ -31,10 +31,11 @@
 //! A block device opened read-write is written with `O_DIRECT` (`direct.rs`: the page-cache
 //! copy costs the writer as much CPU as fast compression); its writes then are the device's
 //! own time, so there is no writeback to kick or watch. Reads stay buffered. A device file
-//! is written through the page cache: there the copy is cheap (0.4 ns/B against 2.5 on a
-//! block device, `bench/direct-write.sh`) and host filesystems differ in what `O_DIRECT`
-//! allows. If a direct write fails with EINVAL (the device refuses the alignment after
-//! all), the device falls back to buffered writes for good and the write is retried so.
+//! is written through the page cache: host filesystems differ in what `O_DIRECT` allows
+//! (alignment, extending a growable file, tmpfs), and a fixed capacity need not be a whole
+//! number of blocks. If a direct write fails with EINVAL (the device refuses the alignment
+//! after all), the device falls back to buffered writes for good and the write is retried
+//! so.
 
 use crate::direct::DirectWriter;
 use crate::power_loss::{recorder_for, PowerLoss};
