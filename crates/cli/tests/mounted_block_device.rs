@@ -4,36 +4,7 @@
 //! after a remount, and fsck and scrub must find the pool whole.
 mod mounted_common;
 use mounted_common::*;
-use std::path::PathBuf;
-use std::process::Command;
-
-/// A loop device over a temporary file, detached on drop.
-struct Loop {
-    dev: PathBuf,
-    _backing: tempfile::NamedTempFile,
-}
-
-impl Loop {
-    /// `None` (with the reason printed) where loop devices cannot be set up.
-    fn new(bytes: u64) -> Option<Loop> {
-        let backing = tempfile::NamedTempFile::new_in("/tmp").unwrap();
-        backing.as_file().set_len(bytes).unwrap();
-        match Command::new("losetup").args(["-f", "--show"]).arg(backing.path()).output() {
-            Ok(o) if o.status.success() => {
-                let dev = PathBuf::from(String::from_utf8(o.stdout).unwrap().trim());
-                Some(Loop { dev, _backing: backing })
-            }
-            Ok(o) => {
-                eprintln!("losetup refused ({}); skipping", String::from_utf8_lossy(&o.stderr).trim());
-                None
-            }
-            Err(e) => {
-                eprintln!("no losetup ({e}); skipping");
-                None
-            }
-        }
-    }
-}
+use squeezefs_device::doubles::LoopDevice;
 
 /// Unmounts `mnt` when dropped if still mounted: a failed assertion leaves no live mount.
 struct Unmount<'a>(&'a str);
@@ -44,12 +15,6 @@ impl Drop for Unmount<'_> {
         if mounted.lines().any(|l| l.split(' ').nth(1) == Some(self.0)) {
             let _ = run(&["umount", self.0]);
         }
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
     }
 }
 
@@ -76,11 +41,16 @@ fn a_pool_on_a_block_device_reads_back_what_a_mount_wrote() {
     if !can_mount() {
         return;
     }
-    let Some(lo) = Loop::new(256 << 20) else { return };
+    let backing = tempfile::NamedTempFile::new_in("/tmp").unwrap();
+    backing.as_file().set_len(256 << 20).unwrap();
+    let lo = match LoopDevice::attach(backing.path(), 512) {
+        Ok(l) => l,
+        Err(why) => return eprintln!("{why}; skipping"),
+    };
     let dir = tempfile::Builder::new().prefix("sqzblk").tempdir_in("/tmp").unwrap();
     let (pool, mnt) = (dir.path().join("pool"), dir.path().join("mnt"));
     std::fs::create_dir(&mnt).unwrap();
-    let (p, m, d) = (pool.to_str().unwrap(), mnt.to_str().unwrap(), lo.dev.to_str().unwrap());
+    let (p, m, d) = (pool.to_str().unwrap(), mnt.to_str().unwrap(), lo.path().to_str().unwrap());
     run_ok(&["mkfs", p, "--device", d, "--sector", "512"]);
     let _guard = Unmount(m);
     run_ok(&["mount", p, m, "-o", "compress=zstd:1"]);

@@ -3,58 +3,21 @@
 //! blocks) with unaligned writes, sequential streams and writes longer than one direct
 //! chunk, against a reference copy of what the device must hold.
 
+use squeezefs_device::doubles::{LoopDevice, SplitMix64};
 use squeezefs_device::{Device, FileDevice};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-/// A loop device over a temporary file, detached on drop.
-struct Loop {
-    dev: PathBuf,
-    _backing: tempfile::NamedTempFile,
-}
-
-impl Loop {
-    /// `None` (with the reason printed) where loop devices cannot be set up: not root, or no
-    /// loop driver in a container.
-    fn new(bytes: u64, block: u64) -> Option<Loop> {
-        let backing = tempfile::NamedTempFile::new().unwrap();
-        backing.as_file().set_len(bytes).unwrap();
-        let out = Command::new("losetup").args(["-f", "--show", "-b", &block.to_string()]).arg(backing.path()).output();
-        match out {
-            Ok(o) if o.status.success() => {
-                let dev = PathBuf::from(String::from_utf8(o.stdout).unwrap().trim());
-                Some(Loop { dev, _backing: backing })
-            }
-            Ok(o) => {
-                eprintln!("losetup refused ({}); skipping", String::from_utf8_lossy(&o.stderr).trim());
-                None
-            }
-            Err(e) => {
-                eprintln!("no losetup ({e}); skipping");
-                None
-            }
+/// A loop device over a temporary file (kept as long as the device), or `None` with the
+/// reason printed where loop devices cannot be set up.
+fn loop_device(bytes: u64, block: u64) -> Option<(LoopDevice, tempfile::NamedTempFile)> {
+    let backing = tempfile::NamedTempFile::new().unwrap();
+    backing.as_file().set_len(bytes).unwrap();
+    match LoopDevice::attach(backing.path(), block) {
+        Ok(l) => Some((l, backing)),
+        Err(why) => {
+            eprintln!("{why}; skipping");
+            None
         }
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
-    }
-}
-
-/// xorshift64*: the test's writes, reproducible from the seed printed on failure.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
     }
 }
 
@@ -67,7 +30,7 @@ fn open_direct(path: &Path) -> FileDevice {
 
 /// Write `data` at `offset`, as one slice or split into a few (the device queue's gathered
 /// runs), and mirror it in `model`.
-fn write(dev: &FileDevice, model: &mut [u8], rng: &mut Rng, offset: u64, data: &[u8]) {
+fn write(dev: &FileDevice, model: &mut [u8], rng: &mut SplitMix64, offset: u64, data: &[u8]) {
     if data.len() > 2 && rng.below(2) == 0 {
         let a = 1 + rng.below(data.len() as u64 - 1) as usize;
         let b = a + rng.below((data.len() - a) as u64) as usize;
@@ -88,10 +51,10 @@ fn check_whole(dev: &FileDevice, model: &[u8], seed: u64) {
 
 fn byte_packed_writes_read_back(block: u64) {
     const SIZE: u64 = 24 << 20;
-    let Some(lo) = Loop::new(SIZE, block) else { return };
+    let Some((lo, _backing)) = loop_device(SIZE, block) else { return };
     for seed in [1u64, 0x5eed, 0xdead_beef] {
-        let mut rng = Rng(seed);
-        let dev = open_direct(&lo.dev);
+        let mut rng = SplitMix64::new(seed);
+        let dev = open_direct(lo.path());
         let mut model = vec![0u8; SIZE as usize];
         // the device starts with whatever the previous seed left: take it as the model's start
         dev.read_at(&mut model, 0).unwrap();
@@ -107,7 +70,7 @@ fn byte_packed_writes_read_back(block: u64) {
                 pos = rng.below(block);
                 continue;
             }
-            let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let data: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
             write(&dev, &mut model, &mut rng, offset, &data);
             pos = offset + len;
             // the write's neighbourhood reads back at once (buffered read after direct write)
@@ -120,7 +83,7 @@ fn byte_packed_writes_read_back(block: u64) {
         check_whole(&dev, &model, seed);
         drop(dev);
         // and from a fresh open: the bytes are on the device, not only in a cache
-        check_whole(&FileDevice::open(&lo.dev).unwrap(), &model, seed);
+        check_whole(&FileDevice::open(lo.path()).unwrap(), &model, seed);
     }
 }
 
@@ -139,14 +102,14 @@ fn byte_packed_direct_writes_read_back_on_4k_blocks() {
 /// neighbours were written through another descriptor before this device was opened.
 #[test]
 fn an_unaligned_run_keeps_its_neighbours_in_shared_blocks() {
-    let Some(lo) = Loop::new(1 << 20, 512) else { return };
+    let Some((lo, _backing)) = loop_device(1 << 20, 512) else { return };
     let before: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
     {
-        let f = std::fs::OpenOptions::new().write(true).open(&lo.dev).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(lo.path()).unwrap();
         std::os::unix::fs::FileExt::write_all_at(&f, &before, 4096).unwrap();
         f.sync_all().unwrap();
     }
-    let dev = open_direct(&lo.dev);
+    let dev = open_direct(lo.path());
     dev.write_at(&[0xAA; 700], 4096 + 300).unwrap();
     dev.write_vectored_at(&[&[0xBB; 5], &[0xCC; 9]], 4096 + 1000).unwrap();
     let mut want = before.clone();
@@ -161,8 +124,8 @@ fn an_unaligned_run_keeps_its_neighbours_in_shared_blocks() {
 /// A device opened read-only never opens a second, direct descriptor for writing.
 #[test]
 fn a_read_only_block_device_does_not_write_direct() {
-    let Some(lo) = Loop::new(1 << 20, 512) else { return };
+    let Some((lo, _backing)) = loop_device(1 << 20, 512) else { return };
     let opts = squeezefs_device::FileDeviceOptions { read_only: true, ..Default::default() };
-    let dev = FileDevice::open_with(&lo.dev, &opts).unwrap();
+    let dev = FileDevice::open_with(lo.path(), &opts).unwrap();
     assert!(!dev.writes_direct());
 }
