@@ -1,18 +1,25 @@
-//! `DirectWriter`: writes to a block device with `O_DIRECT`, past the device's page cache.
+//! `DirectWriter`: writes to a block device or a device file with `O_DIRECT`, past the page
+//! cache.
 //!
-//! Why: a buffered write to a block device copies every byte into the block device's page
-//! cache (per-logical-block buffer heads) before writeback sends it on. On the 2-core guests
-//! this project is measured on that copy costs the writing thread 2.3–2.7 ns per byte
-//! (`bench/direct-write.sh`): as much CPU as zstd:1 spends compressing the same bytes, taken
-//! from the compress workers whenever the writer shares a core with them. An `O_DIRECT` write
-//! hands the buffer to the device as it is and costs the thread about 0.05 ns per byte; its
-//! wall time is the device's own service time, so the writes' timing measures the device.
+//! Why: a buffered write copies every byte into the page cache (for a block device, into
+//! per-logical-block buffer heads) before writeback sends it on. On the 2-core guests this
+//! project is measured on that copy costs the writing thread 2.3–2.7 ns per byte on a block
+//! device and 1.9 on a file on ext4 (`bench/direct-write.sh`): as much CPU as zstd:1 spends
+//! compressing the same bytes, taken from the compress workers whenever the writer shares a
+//! core with them. An `O_DIRECT` write hands the buffer to the device as it is and costs the
+//! thread about 0.05–0.15 ns per byte; its wall time is the device's own service time, so
+//! the writes' timing measures the device.
 //!
-//! `O_DIRECT` wants the offset and the length in whole logical blocks, and the memory aligned.
+//! `O_DIRECT` wants the offset and the length in whole blocks, and the memory aligned. A
+//! block device's block is its logical block (BLKSSZGET); a file's is the host filesystem's
+//! direct-I/O alignment (statx `STATX_DIOALIGN`), at least a page, so that no write covers
+//! part of a filesystem block (which filesystems serialise and zero around). A filesystem
+//! that reports no direct-I/O alignment (tmpfs, FUSE, older kernels) gets buffered writes.
 //! Records are byte-packed, so a run of them starts and ends inside blocks it shares with its
 //! neighbours. The writer copies the run into an aligned bounce buffer of whole blocks and
 //! fills the partial block at either end with the bytes the device holds there
-//! (read-modify-write), which it rewrites unchanged.
+//! (read-modify-write), which it rewrites unchanged. Past a file's end the device holds
+//! zeros.
 //!
 //! Invariants:
 //! * every write to the device goes through this writer, under its mutex, so no two
@@ -21,7 +28,11 @@
 //! * `tail` is the last block the previous write ended in, as the device now holds it: a
 //!   sequential stream's next run starts in that block, so it reads nothing from the device;
 //! * a write larger than `CHUNK_BYTES` goes out in chunks split at block boundaries, so the
-//!   bounce buffer stays bounded and only the first and last chunk have partial blocks.
+//!   bounce buffer stays bounded and only the first and last chunk have partial blocks;
+//! * no direct write reaches past `limit` (a fixed-capacity file whose capacity is not a
+//!   whole number of blocks): a run whose last block would, goes through the page cache
+//!   (under the same mutex; the kernel writes dirty pages back before a direct write or read
+//!   of their range), so the file never grows past its capacity.
 //!
 //! Reads stay buffered, through the device's other descriptor: the kernel drops the cached
 //! pages a direct write overwrote, so a read after a write returns what was written.
@@ -37,8 +48,13 @@ use std::sync::Mutex;
 pub const CHUNK_BYTES: usize = 8 << 20;
 
 /// Memory alignment of the bounce buffer: a page, which satisfies every block device's DMA
-/// alignment (at most its logical block size).
+/// alignment (at most its logical block size) and every filesystem's that this writer takes
+/// (`open_file` refuses a larger one).
 const MEM_ALIGN: usize = 4096;
+
+/// Largest block a direct writer takes (a filesystem's alignment can exceed a page): the
+/// read-modify-write at either end of a run reads at most this much.
+const MAX_BLOCK: u64 = 64 << 10;
 
 /// The device offset of the logical block holding byte `offset` (blocks of `block` bytes, a
 /// power of two).
@@ -68,11 +84,15 @@ pub(crate) fn chunk_ranges(offset: u64, end: u64, block: u64, chunk: u64) -> imp
     })
 }
 
-/// Direct writes to one block device (see the module comment).
+/// Direct writes to one block device or device file (see the module comment).
 pub(crate) struct DirectWriter {
     file: File,
-    /// Logical block size: offsets and lengths of every direct write are multiples of it.
+    /// Offsets and lengths of every direct write are multiples of it: a power of two.
     block: u64,
+    /// No direct write ends past this offset (see the module comment).
+    limit: Option<u64>,
+    /// The device's buffered descriptor, for the runs that `limit` keeps from going direct.
+    buffered: File,
     state: Mutex<State>,
 }
 
@@ -86,14 +106,33 @@ struct State {
 impl DirectWriter {
     /// Open `path` (a block device) for direct writes; `None` if the device refuses
     /// `O_DIRECT` or reports a logical block size that is not a power of two between 512 B and
-    /// `MEM_ALIGN` (the caller then writes through the page cache).
-    pub(crate) fn open(path: &Path) -> Option<DirectWriter> {
-        let file = OpenOptions::new().write(true).read(true).custom_flags(libc::O_DIRECT).open(path).ok()?;
+    /// `MEM_ALIGN` (the caller then writes through the page cache). `buffered` is the
+    /// device's own descriptor.
+    pub(crate) fn open_block_device(path: &Path, buffered: &File) -> Option<DirectWriter> {
+        let file = open_direct(path)?;
         let mut block: libc::c_int = 0;
         // SAFETY: BLKSSZGET writes one c_int through the pointer, which points at `block`.
         let r = unsafe { libc::ioctl(file.as_raw_fd(), libc::BLKSSZGET, &mut block as *mut libc::c_int) };
         let block = u64::try_from(block).ok().filter(|b| r == 0 && b.is_power_of_two() && (512..=4096).contains(b))?;
-        Some(DirectWriter { file, block, state: Mutex::new(State { bounce: Vec::new(), tail: None }) })
+        Self::new(file, block, None, buffered)
+    }
+
+    /// Open `path` (a regular file) for direct writes, none ending past `limit`; `None` if
+    /// its filesystem reports no direct-I/O alignment, one this writer cannot meet, or
+    /// refuses `O_DIRECT` (the caller then writes through the page cache).
+    pub(crate) fn open_file(path: &Path, limit: Option<u64>, buffered: &File) -> Option<DirectWriter> {
+        let (mem, offset) = dio_alignment(buffered)?;
+        let block = u64::from(offset).max(MEM_ALIGN as u64);
+        let fits = offset.is_power_of_two() && block <= MAX_BLOCK && mem.is_power_of_two() && mem as u64 <= block;
+        if !fits || mem as usize > MEM_ALIGN {
+            return None;
+        }
+        Self::new(open_direct(path)?, block, limit, buffered)
+    }
+
+    fn new(file: File, block: u64, limit: Option<u64>, buffered: &File) -> Option<DirectWriter> {
+        let buffered = buffered.try_clone().ok()?;
+        Some(DirectWriter { file, block, limit, buffered, state: Mutex::new(State { bounce: Vec::new(), tail: None }) })
     }
 
     pub(crate) fn block_size(&self) -> u64 {
@@ -107,6 +146,12 @@ impl DirectWriter {
         let total: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         let end = offset + total;
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if self.limit.is_some_and(|limit| block_ceil(end, self.block) > limit) {
+            // the write's last block reaches past the capacity: through the page cache, and
+            // the cached tail may no longer be what the device holds
+            st.tail = None;
+            return crate::file::pwritev_all(&self.buffered, bufs, offset);
+        }
         let res = self.write_locked(&mut st, bufs, offset, end);
         if res.is_err() {
             // what the device holds in the last block is unknown now
@@ -150,14 +195,56 @@ impl DirectWriter {
     }
 
     /// Fill `dst` (one block) with what the device holds at `offset`: from the last write's
-    /// tail if that is the block, else read past the page cache.
+    /// tail if that is the block, else read past the page cache; zeros past a file's end.
     fn fill_block(&self, tail: &Option<(u64, Vec<u8>)>, dst: &mut [u8], offset: u64) -> std::io::Result<()> {
         match tail {
             Some((off, bytes)) if *off == offset => dst.copy_from_slice(bytes),
-            _ => self.file.read_exact_at(dst, offset)?,
+            _ => read_block(&self.file, dst, offset)?,
         }
         Ok(())
     }
+
+    /// The device's bytes in `[offset, offset + len)` may have changed behind the writer (a
+    /// hole punched): a cached tail block overlapping them is dropped.
+    pub(crate) fn forget(&self, offset: u64, len: u64) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.tail.as_ref().is_some_and(|(off, b)| *off < offset + len && offset < *off + b.len() as u64) {
+            st.tail = None;
+        }
+    }
+}
+
+fn open_direct(path: &Path) -> Option<File> {
+    OpenOptions::new().write(true).read(true).custom_flags(libc::O_DIRECT).open(path).ok()
+}
+
+/// A file's direct-I/O alignment as its filesystem reports it (statx `STATX_DIOALIGN`):
+/// (memory, offset and length), `None` where it reports none (no direct I/O, or a kernel
+/// before 6.1).
+fn dio_alignment(file: &File) -> Option<(u32, u32)> {
+    // SAFETY: statx fills the zeroed struct it is given; the empty path with AT_EMPTY_PATH
+    // names the open descriptor itself.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statx(file.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, libc::STATX_DIOALIGN, &mut stx) };
+    if r != 0 || stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_offset_align == 0 {
+        return None;
+    }
+    Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align))
+}
+
+/// Read the block at `offset` into `dst`; what lies past the end of a file reads as zeros.
+/// A direct read returns short only at the end of the file, and reading on from there
+/// would be an unaligned direct read: one read, the rest zeros.
+fn read_block(file: &File, dst: &mut [u8], offset: u64) -> std::io::Result<()> {
+    let got = loop {
+        match file.read_at(dst, offset) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    };
+    dst[got..].fill(0);
+    Ok(())
 }
 
 /// Reads the concatenation of a list of slices in order, a range at a time.

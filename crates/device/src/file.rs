@@ -28,12 +28,13 @@
 //! of space (ENOSPC) while a growable file grows is reported as `Full` too, so the engine
 //! sees one "no space" error.
 //!
-//! A block device opened read-write is written with `O_DIRECT` (`direct.rs`: the page-cache
-//! copy costs the writer as much CPU as fast compression); its writes then are the device's
-//! own time, so there is no writeback to kick or watch. Reads stay buffered. A device file
-//! is written through the page cache: host filesystems differ in what `O_DIRECT` allows
-//! (alignment, extending a growable file, tmpfs), and a fixed capacity need not be a whole
-//! number of blocks. If a direct write fails with EINVAL (the device refuses the alignment
+//! A device opened read-write is written with `O_DIRECT` where the kernel takes it: a block
+//! device always, a device file where its filesystem reports a direct-I/O alignment
+//! (`direct.rs`: the page-cache copy costs the writer as much CPU as fast compression). Its
+//! writes then are the device's own time, so there is no writeback to kick or watch. Reads
+//! stay buffered. A direct write to a growable file leaves its length a whole number of
+//! blocks (zeros past the last byte written); one to a fixed-capacity file never reaches
+//! past the capacity. If a direct write fails with EINVAL (the device refuses the alignment
 //! after all), the device falls back to buffered writes for good and the write is retried
 //! so.
 
@@ -231,7 +232,11 @@ impl FileDevice {
         }
         let power = recorder_for(path);
         // the power-loss recorder models buffered writes; a read-only device writes nothing
-        let direct = (block_device && !opts.read_only && power.is_none()).then(|| DirectWriter::open(path)).flatten();
+        let direct = match (opts.read_only || power.is_some(), block_device) {
+            (true, _) => None,
+            (false, true) => DirectWriter::open_block_device(path, &file),
+            (false, false) => DirectWriter::open_file(path, capacity, &file),
+        };
         Ok(Self {
             file,
             name,
@@ -251,8 +256,8 @@ impl FileDevice {
         self.block_device
     }
 
-    /// Writes go past the page cache (`O_DIRECT`): a block device opened read-write that
-    /// took it (see the module comment).
+    /// Writes go past the page cache (`O_DIRECT`): a device opened read-write whose kernel
+    /// and filesystem take it (see the module comment).
     pub fn writes_direct(&self) -> bool {
         self.direct.is_some() && !self.direct_refused.load(Ordering::Relaxed)
     }
@@ -357,7 +362,7 @@ const MAX_IOVECS: usize = 1024;
 /// Write the concatenation of `bufs` at `offset` with `pwritev`, at most `MAX_IOVECS`
 /// slices per call, resuming after short writes and EINTR (the same "all or an error"
 /// contract as `write_all_at`).
-fn pwritev_all(file: &File, bufs: &[&[u8]], mut offset: u64) -> std::io::Result<()> {
+pub(crate) fn pwritev_all(file: &File, bufs: &[&[u8]], mut offset: u64) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let mut idx = 0; // first slice not completely written
     let mut skip = 0; // bytes of bufs[idx] already written
@@ -519,6 +524,9 @@ impl Device for FileDevice {
             }
             return Err(self.io_err(e));
         }
+        if let Some(d) = &self.direct {
+            d.forget(start, plen);
+        }
         Ok(())
     }
 
@@ -562,10 +570,17 @@ mod tests {
         assert_eq!(covered + u.bytes, 64 * step);
     }
 
+    /// The device with its direct writer dropped: written through the page cache, as on a
+    /// host filesystem without direct I/O (tmpfs, FUSE).
+    fn buffered(mut dev: FileDevice) -> FileDevice {
+        dev.direct = None;
+        dev
+    }
+
     #[test]
     fn the_watcher_measures_the_drain_and_bounds_the_window() {
         let dir = tempfile::tempdir().unwrap();
-        let dev = FileDevice::create(&dir.path().join("d"), None).unwrap();
+        let dev = buffered(FileDevice::create(&dir.path().join("d"), None).unwrap());
         let stats = Arc::new(DeviceStats::new());
         assert!(dev.measure_drain(stats.clone()));
         let chunk = vec![7u8; 1 << 20];
@@ -585,7 +600,7 @@ mod tests {
         assert!(stats.throughput_bps() > 0.0, "no drain measured");
         assert_eq!(stats.snapshot().written_bytes, 0, "drain samples are not writes");
         // less than a kick between syncs is measured too: the sync kicks it
-        let small = FileDevice::create(&dir.path().join("s"), None).unwrap();
+        let small = buffered(FileDevice::create(&dir.path().join("s"), None).unwrap());
         let s2 = Arc::new(DeviceStats::new());
         assert!(small.measure_drain(s2.clone()));
         small.write_at(&chunk[..100 << 10], 0).unwrap();
@@ -663,9 +678,11 @@ mod tests {
         dev.read_at(&mut gap, 0).unwrap();
         assert_eq!(gap, [0u8; 16]);
         dev.sync().unwrap();
+        let direct = dev.direct.as_ref().map(|d| d.block_size());
         drop(dev);
         let again = FileDevice::open(&path).unwrap();
-        assert_eq!(again.len(), 4101);
+        // a direct write leaves the file a whole number of its blocks long
+        assert_eq!(again.len(), direct.map_or(4101, |b| 4101u64.next_multiple_of(b)));
         let mut buf = [0u8; 5];
         again.read_at(&mut buf, 4096).unwrap();
         assert_eq!(&buf, b"hello");
@@ -676,7 +693,7 @@ mod tests {
     #[test]
     fn vectored_write_of_more_slices_than_one_pwritev_takes_lands_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let dev = FileDevice::create(&dir.path().join("d"), None).unwrap();
+        let dev = buffered(FileDevice::create(&dir.path().join("d"), None).unwrap());
         let slices: Vec<Vec<u8>> = (0..2500u32).map(|i| vec![(i % 251) as u8; ((i * 37) % 1500) as usize]).collect();
         let refs: Vec<&[u8]> = slices.iter().map(Vec::as_slice).collect();
         let want = refs.concat();
