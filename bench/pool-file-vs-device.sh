@@ -58,7 +58,7 @@ for r in $(seq "$ROUNDS"); do
             t0=$(date +%s.%N)
             dd if="$DATA" of="$M/f" bs=1M conv=fsync status=none
             t1=$(date +%s.%N)
-            pid=$(pgrep -f "squeezefs mount $W/pool" | head -1)
+            pid=$(pgrep -f " mount $W/pool " | head -1)
             cpu=$(awk '{printf "%.2f", ($14 + $15) / 100}' "/proc/$pid/stat")
             "$bin" umount "$M"
             if [ $kind = loop ]; then losetup -d "$L"; L=; fi
