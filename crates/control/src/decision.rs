@@ -14,10 +14,12 @@ pub struct AutoInputs<'a> {
     pub record_bytes: u64,
     /// the devices (queued bytes, averaged write throughput, free space)
     pub devices: &'a [DeviceView],
-    /// the summed drain rate per range of the devices with room for the record (bytes over
-    /// the time their writes were in flight, before any bound by a sustained rate), bytes/s;
-    /// 0 if a device has no such figure yet. What the devices can take, or more: a
-    /// throttle's burst or a write cache make it read high, never low (feedback.rs, FLOOR)
+    /// the summed drain rate per range of the devices with room for the record, in large
+    /// writes (bytes over the time their writes were in flight, less the fixed time each
+    /// write costs: device stats `bulk_bps`; before any bound by a sustained rate), bytes/s;
+    /// 0 if a device has no such figure yet. What the devices can take once a backlog
+    /// coalesces their writes, or more: a throttle's burst or a write cache make it read
+    /// high, never low (feedback.rs, FLOOR)
     pub range_bps: f64,
     /// cores our threads obtain when they demand CPU (`UsableCores`), or the machine's if
     /// not measured

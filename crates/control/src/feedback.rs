@@ -61,14 +61,18 @@
 //!   FLOOR: neither the descent nor the proportional part takes the rung below min(x, f),
 //!   f the strongest rung whose write rate T(r) is within fb_floor_slack of the best
 //!   rung's, T(r) = min(n / (cost(r) + oᵢ + oₛ·stored(r)), D / stored(r)): what the CPU (n cores)
-//!   compresses and stores, or what the devices take (D bytes/s: their drain rate when
-//!   last seen as the bottleneck, q̄ > q* for fb_capacity_secs, or any higher rate since;
-//!   until then their drain rate per range, bytes over the time their writes were in
-//!   flight, and infinite while they have none. A device that keeps up drains only what
-//!   arrives, so its drain over time says nothing of what it could take; per range it
-//!   does on a device that serves each write at its rate, as a disk does, and reads high,
-//!   never low, where a throttle's burst or a write cache lets writes through at memory
-//!   speed: there it bounds the floor no more than infinity would). A
+//!   compresses and stores, or what the devices take (D bytes/s: their rate when last
+//!   seen as the bottleneck, q̄ > q* for fb_capacity_secs — the larger of their drain rate
+//!   and their rate per range in large writes, below —, or any higher drain rate since;
+//!   until then their rate per range in large writes, and infinite while they have none.
+//!   A device that keeps up drains only what arrives, so its drain over time says nothing
+//!   of what it could take; per range it does on a device that serves each write at its
+//!   rate, as a disk does, once the fixed time each write costs is taken out (device
+//!   stats `bulk_bps`: a device kept up with gets one record per write, a backlog
+//!   coalesces them into runs of megabytes, and the paced device at 400 MB/s takes 101
+//!   MB/s in 16 KiB writes), and it reads high, never low, where a throttle's burst or a
+//!   write cache lets writes through at memory speed: there it bounds the floor no more
+//!   than infinity would). A
 //!   descent only helps while the rung below is faster by both bounds: a stored byte
 //!   costs the pipeline CPU too (copy, checksum, the write's kernel time), so on data
 //!   that compresses well a weaker rung saves codec time and spends it again storing
@@ -151,11 +155,11 @@ pub struct Feedback {
     bytes: u64,
     last_probe: u64,
     last_floor: f64,
-    /// the devices' drain rate when last seen as the bottleneck, bytes/s (or any higher
+    /// the devices' rate when last seen as the bottleneck, bytes/s (or any higher drain
     /// rate seen since): the floor's device bound
     capacity: Option<f64>,
     /// the device bound the floor took at the last decision: `capacity`, or before it the
-    /// devices' drain rate per range
+    /// devices' rate per range in large writes
     last_bound: Option<f64>,
     /// since when the averaged queue has been above its target
     behind_since: Option<f64>,
@@ -306,11 +310,16 @@ impl Feedback {
             self.behind_since = Some(now);
         }
         let held = self.behind_since.is_some_and(|t| now - t >= self.tun.fb_capacity_secs);
-        if held || self.capacity.is_some_and(|c| dev > c) {
-            self.capacity = Some(dev);
-        }
         let range =
             (self.tun.fb_range != 0 && inp.range_bps.is_finite() && inp.range_bps > 0.0).then_some(inp.range_bps);
+        if held {
+            // a backlog coalesces the devices' writes into long runs, and their rate in
+            // long runs is what they take: the drain over time reads what arrived in the
+            // short writes before
+            self.capacity = Some(dev.max(range.unwrap_or(0.0)));
+        } else if self.capacity.is_some_and(|c| dev > c) {
+            self.capacity = Some(dev);
+        }
         self.last_bound = self.capacity.or(range);
         let f = self.floor(inp.overhead_ns_per_byte, inp.store_ns_per_byte, cores, self.last_bound);
         self.last_floor = f;

@@ -514,6 +514,32 @@ fn a_device_that_serves_each_write_at_its_rate_bounds_the_floor_before_it_falls_
     }
 }
 
+/// A device behind its queue for 0.8 s whose drain read 100 MB/s — what it took in the
+/// one-record writes a device that keeps up gets — while it takes 2000 MB/s in large writes:
+/// the capacity taken is the larger, and the CPU-bound descent goes on below zstd:1; a
+/// device that takes 100 MB/s in large writes too holds it at zstd:1.
+#[test]
+fn a_held_device_is_bounded_by_its_rate_in_large_writes_not_its_drain_in_small_ones() {
+    for (range_bps, held) in [(2000.0 * MB, false), (100.0 * MB, true)] {
+        let (mut f, spine, z) = at_crossing(Tunables::default());
+        let dev = DeviceView { queued_bytes: 0, throughput_bps: 100.0 * MB, free_bytes: u64::MAX };
+        let behind = [DeviceView { queued_bytes: 50 * MB as u64, ..dev }];
+        let mut now = 0.0;
+        for _ in 0..80 {
+            now += 0.01;
+            f.decide(&one_core(now, &behind, range_bps));
+        }
+        let last = cpu_bound_rungs(&mut f, &spine, &mut now, [dev], range_bps);
+        let case = format!("{} MB/s in large writes", range_bps / MB);
+        assert_eq!(f.device_bound(), Some(range_bps), "{case}");
+        if held {
+            assert!(last.iter().all(|&r| r >= z as i64), "{case}: below zstd:1 (rung {z}): {last:?}");
+        } else {
+            assert!(last.iter().all(|&r| r < z as i64), "{case}: held at zstd:1: {last:?}");
+        }
+    }
+}
+
 /// A backlog draining at one second of queue per second, the CPU busy all along, from 2 s
 /// down to 0.6 s, twelve times the queue target: with the default look-ahead the position
 /// turns down about a second before the queue would run out; without it, it goes on

@@ -408,11 +408,15 @@ impl Levels {
                     let d = d.map_or("unknown".into(), |d| format!("{:.0} MB/s", d / 1e6));
                     format!(", position {x:.2} floor {f:.2} capacity {d}")
                 });
-                // each device's two drain figures, MB/s: per range from its kick, and
-                // sustained while its queue never emptied (the view takes the lower)
+                // each device's drain figures, MB/s: per range from its kick, sustained while
+                // its queue never emptied (the view takes the lower of the two), and in
+                // large writes (the floor's rate per range)
                 let mbs = |bps: f64| (bps / 1e6).round();
-                let drain: Vec<(f64, f64)> = (self.devices.iter().zip(self.meters.busy_bps.iter()))
-                    .map(|(s, b)| (mbs(s.snapshot().throughput_bps), mbs(f64::from_bits(b.load(Ordering::Relaxed)))))
+                let drain: Vec<(f64, f64, f64)> = (self.devices.iter().zip(self.meters.busy_bps.iter()))
+                    .map(|(s, b)| {
+                        let st = s.snapshot();
+                        (mbs(st.throughput_bps), mbs(f64::from_bits(b.load(Ordering::Relaxed))), mbs(st.bulk_bps))
+                    })
                     .collect();
                 log::debug!(
                     "auto {}: cores {cores:.2}, overhead {overhead:.2} ns/B ({:.2} per stored B), devices {:?} drain {drain:?}, writers blocked {:.2}, workers busy {:.2}, backlog {}, gain {:.2}{at} → {} ({}); ladder {}",
@@ -496,8 +500,9 @@ impl Levels {
 
     /// Every device's view now: throughput from its statistics, room from the hint, queue
     /// from both and the pending bytes (block comment). Returns the devices' summed drain
-    /// rate per range, bytes/s, 0 while a device with room for `record_bytes` has drained
-    /// less than RATE_CONFIRM_BYTES (`AutoInputs::range_bps`).
+    /// rate per range in large writes (`DeviceStatsSnapshot::bulk_bps`), bytes/s, 0 while a
+    /// device with room for `record_bytes` has drained less than RATE_CONFIRM_BYTES
+    /// (`AutoInputs::range_bps`).
     fn views_into(&self, v: &mut Vec<DeviceView>, record_bytes: u64) -> f64 {
         v.clear();
         let mut written = 0u64;
@@ -511,8 +516,8 @@ impl Levels {
             }
             let free_bytes = r.load(Ordering::Relaxed);
             if free_bytes >= record_bytes {
-                let measured = st.drained_bytes >= RATE_CONFIRM_BYTES && st.throughput_bps > 0.0;
-                range = range.filter(|_| measured).map(|sum| sum + st.throughput_bps);
+                let measured = st.drained_bytes >= RATE_CONFIRM_BYTES && st.bulk_bps > 0.0;
+                range = range.filter(|_| measured).map(|sum| sum + st.bulk_bps);
             }
             DeviceView { queued_bytes: st.queued_bytes, throughput_bps: st.throughput_bps, free_bytes }
         }));
