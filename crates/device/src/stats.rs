@@ -99,7 +99,7 @@ impl WriteFit {
     /// Bytes per second of the fit's time per byte, given the plain throughput `plain`
     /// (see the module comment).
     fn bulk_bps(&self, plain: f64) -> f64 {
-        if !(plain > 0.0) || self.w <= 0.0 {
+        if plain.is_nan() || plain <= 0.0 || self.w <= 0.0 {
             return plain;
         }
         let (mx, my) = (self.x / self.w, self.y / self.w);
