@@ -123,8 +123,10 @@ impl DirectWriter {
     pub(crate) fn open_file(path: &Path, limit: Option<u64>, buffered: &File) -> Option<DirectWriter> {
         let (mem, offset) = dio_alignment(buffered)?;
         let block = u64::from(offset).max(MEM_ALIGN as u64);
-        let fits = offset.is_power_of_two() && block <= MAX_BLOCK && mem.is_power_of_two() && mem as u64 <= block;
-        if !fits || mem as usize > MEM_ALIGN {
+        // the bounce buffer's page alignment covers the memory alignment, and every block
+        // of it starts at a multiple of `block` from there
+        let fits = offset.is_power_of_two() && block <= MAX_BLOCK && mem.is_power_of_two() && mem as usize <= MEM_ALIGN;
+        if !fits {
             return None;
         }
         Self::new(open_direct(path)?, block, limit, buffered)
