@@ -20,76 +20,46 @@
 //! Dropping an [`Engine`] without [`Engine::close`] behaves like a crash of the data path:
 //! dirty data not yet committed is lost (tests use this to check `fsync`).
 
-mod accounting;
-mod alloc;
-mod bgstate;
-mod bundle;
-mod caches;
-mod commit;
+mod base;
+mod check;
 mod compress;
-mod devq;
-mod dirty;
-mod driver;
-mod early;
-mod early_place;
-mod error;
-mod fault;
-#[cfg(test)]
-mod fault_tests;
-pub mod fsck;
-mod inner;
-mod levels;
-pub use levels::RATE_CONFIRM_BYTES;
-mod locks;
-mod meta_compact;
-mod meta_seal;
-mod meta_space;
-mod metadb;
-mod metatx;
-mod nsdelta;
-mod options;
-mod outbuf;
-mod policy;
-mod pool;
-pub mod pool_lock;
-mod qos;
-mod qos_replan;
+mod engine;
 mod read;
 mod rewrite;
-pub mod scrub;
-mod snapshot;
 mod space;
+mod store;
 mod sync;
-mod throttle;
+#[cfg(test)]
+mod tests;
 mod txg;
-pub mod units;
-mod usage;
-mod workers;
 mod write;
 
-pub use accounting::EarlyStats;
-pub use error::{Corruption, EngineError, Internal, InvalidArg, IoError, PanicSite, PoolError, Result};
-pub use meta_seal::{seal_level_for, SealReport, SEAL_TMP_FILE, UNSEAL_TMP_FILE};
-pub use metatx::MetaTx;
-pub use options::{
+pub use base::accounting::EarlyStats;
+pub use base::error::{Corruption, EngineError, Internal, InvalidArg, IoError, PanicSite, PoolError, Result};
+pub use base::options::{
     bundle_size_supported, default_bundle_size, recordsize_supported, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE,
     DEFAULT_MAX_INLINE, DEFAULT_QOS_BURST, DEFAULT_RECORDSIZE, MAX_BUNDLE_SIZE, MAX_RECORDSIZE, META_FILE,
     MIN_RECORDSIZE, QOS_BURST_RANGE, SEAL_FILE,
 };
-pub use policy::ADAPTIVE_PLACEHOLDER;
-pub use pool::now;
-pub use qos::{QosAdmit, QosTree, TREE_BACKLOG_MIN_BYTES, TREE_BACKLOG_SECS};
-pub use read::PREFETCH_RECORDS;
-pub use rewrite::{stored_codec, RewriteOutcome, RewriteSkip, RewriteTo};
-pub use space::DeviceStatus;
+pub use base::{pool_lock, units};
+pub use check::{fsck, scrub};
+pub use compress::levels::RATE_CONFIRM_BYTES;
+pub use compress::policy::ADAPTIVE_PLACEHOLDER;
+pub use compress::qos::{QosAdmit, QosTree, TREE_BACKLOG_MIN_BYTES, TREE_BACKLOG_SECS};
+pub use engine::pool::now;
+pub use read::path::PREFETCH_RECORDS;
+pub use read::usage::UsageRow;
+pub use rewrite::record::{stored_codec, RewriteOutcome, RewriteSkip, RewriteTo};
+pub use space::placement::DeviceStatus;
 pub use squeezefs_control::qos::{QosError, StatsRow as QosStatsRow, TreeId, TreeInfo, NO_TREE};
 pub use squeezefs_device::{Device, DeviceStatsSnapshot};
 pub use squeezefs_meta::seal::SEAL_LEVEL;
 pub use squeezefs_meta::{BgCursor, BgFrame, Bundle, BundleSlice, DeviceExtent, ExtentPtr, StoredRecord};
 pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
-pub use usage::UsageRow;
+pub use store::meta_seal::{seal_level_for, SealReport, SEAL_TMP_FILE, UNSEAL_TMP_FILE};
+pub use write::metatx::MetaTx;
 
-use inner::Inner;
+use engine::inner::Inner;
 use parking_lot::Mutex;
 use redb::ReadableTable;
 use squeezefs_meta::{encode::decode_inode, keys, tables};
@@ -130,55 +100,55 @@ pub struct Engine {
     driver: Mutex<Option<JoinHandle<()>>>,
     /// the pool's holder lock, given up when `close` begins (pool_lock.rs: the pool is then
     /// CLOSING, and a new mount waits for it instead of refusing)
-    holder: Mutex<Option<pool_lock::PoolLock>>,
+    holder: Mutex<Option<base::pool_lock::PoolLock>>,
 }
 
 impl Engine {
     pub fn mkfs(pool: &Path, opts: &MkfsOptions) -> Result<()> {
-        pool::mkfs(pool, opts, None)
+        engine::pool::mkfs(pool, opts, None)
     }
 
     /// Like `mkfs`, but the data devices are these objects (tests: crash images, fault
     /// injection). The metadata store is still `meta.redb` in `pool`.
     pub fn mkfs_with_devices(pool: &Path, devices: Vec<Arc<dyn Device>>, opts: &MkfsOptions) -> Result<()> {
         if devices.is_empty() {
-            return Err(error::InvalidArg::NoDevices.into());
+            return Err(base::error::InvalidArg::NoDevices.into());
         }
-        pool::mkfs(pool, opts, Some(devices))
+        engine::pool::mkfs(pool, opts, Some(devices))
     }
 
     /// Compact the metadata store of a closed pool (meta_compact.rs): (length before, length
     /// after) of `meta.redb`.
     pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
-        meta_compact::compact_meta(pool)
+        store::meta_compact::compact_meta(pool)
     }
 
     /// Seal the metadata store of a closed pool at zstd `level` (meta_seal.rs): `meta.redb`
     /// becomes `meta.seal`. `None` when it was sealed already.
     pub fn seal(pool: &Path, level: i32) -> Result<Option<SealReport>> {
-        meta_seal::seal_pool(pool, level)
+        store::meta_seal::seal_pool(pool, level)
     }
 
     /// Unseal the metadata store of a closed pool: `meta.seal` becomes `meta.redb` again
     /// (a read-write open does it too). `None` when it was not sealed.
     pub fn unseal(pool: &Path) -> Result<Option<SealReport>> {
-        meta_seal::unseal_pool(pool)
+        store::meta_seal::unseal_pool(pool)
     }
 
     /// Whether the pool's metadata store is sealed.
     pub fn is_sealed(pool: &Path) -> bool {
-        meta_seal::is_sealed(pool)
+        store::meta_seal::is_sealed(pool)
     }
 
     /// Open a pool. Another process holding it gives [`PoolError::InUse`], or
     /// [`PoolError::Closing`] while that process is closing it (try again shortly).
     pub fn open(pool: &Path, opts: &OpenOptions) -> Result<Arc<Engine>> {
-        Self::start(pool::open(pool, opts, None)?)
+        Self::start(engine::pool::open(pool, opts, None)?)
     }
 
     /// Like `open`, with these device objects (index = device index); headers are checked.
     pub fn open_with_devices(pool: &Path, devices: Vec<Arc<dyn Device>>, opts: &OpenOptions) -> Result<Arc<Engine>> {
-        Self::start(pool::open(pool, opts, Some(devices))?)
+        Self::start(engine::pool::open(pool, opts, Some(devices))?)
     }
 
     /// Record the mount this engine serves (device `MAJ:MIN` as mountinfo lists it, and its
@@ -190,7 +160,7 @@ impl Engine {
         }
     }
 
-    fn start((inner, holder): (Arc<Inner>, pool_lock::PoolLock)) -> Result<Arc<Engine>> {
+    fn start((inner, holder): (Arc<Inner>, base::pool_lock::PoolLock)) -> Result<Arc<Engine>> {
         let driver = if inner.read_only {
             None
         } else {
@@ -198,7 +168,7 @@ impl Engine {
             Some(
                 std::thread::Builder::new()
                     .name("sqz-txg".into())
-                    .spawn(move || driver::driver(i2))
+                    .spawn(move || sync::driver::driver(i2))
                     .map_err(EngineError::Spawn)?,
             )
         };
@@ -220,10 +190,10 @@ impl Engine {
     /// compress, decode, device-write, txg). Test builds only.
     #[cfg(any(test, feature = "fault-injection"))]
     pub fn inject_panic(&self, site: &str) -> Result<()> {
-        let s = fault::Site::ALL
+        let s = base::fault::Site::ALL
             .into_iter()
             .find(|s| s.name() == site)
-            .ok_or(error::InvalidArg::UnknownPanicSite { sites: fault::Site::NAMES })?;
+            .ok_or(base::error::InvalidArg::UnknownPanicSite { sites: base::fault::Site::NAMES })?;
         self.inner.faults.arm(s);
         Ok(())
     }
@@ -283,7 +253,7 @@ impl Engine {
         let inner = &*self.inner;
         inner.check_writable()?;
         inner.bg.touch();
-        self.make_meta_room(meta_space::Kind::Grows)?;
+        self.make_meta_room(store::meta_space::Kind::Grows)?;
         let writer = inner.ns.meta_lock.lock();
         let mut mtx = MetaTx::new(inner);
         let v = f(&mut mtx)?; // dropping `mtx` on error drops its changes
@@ -291,7 +261,7 @@ impl Engine {
         if d.is_empty() {
             return Ok(v);
         }
-        let kind = if d.grows() { meta_space::Kind::Grows } else { meta_space::Kind::NoGrowth };
+        let kind = if d.grows() { store::meta_space::Kind::Grows } else { store::meta_space::Kind::NoGrowth };
         self.admit_meta(d.charge(), kind)?; // refused: `d` is dropped, nothing changed
         let deleted = d.deleted.clone();
         let rows = match rs_change {
@@ -319,15 +289,15 @@ impl Engine {
         let inner = &*self.inner;
         inner.check_writable()?;
         inner.bg.touch();
-        self.make_meta_room(meta_space::Kind::NoGrowth)?;
+        self.make_meta_room(store::meta_space::Kind::NoGrowth)?;
         let writer = inner.ns.meta_lock.lock();
         let mut a = self.getattr(ino)?;
         let (v, changed) = f(&mut a)?;
         if changed {
-            let mut d = nsdelta::Delta::default();
+            let mut d = store::nsdelta::Delta::default();
             d.inodes.insert(ino, Some(a));
             d.rows = 1;
-            self.admit_meta(d.charge(), meta_space::Kind::NoGrowth)?;
+            self.admit_meta(d.charge(), store::meta_space::Kind::NoGrowth)?;
             let rows = inner.ns.publish(d);
             inner.txg.note_meta_change();
             drop(writer);
@@ -344,14 +314,15 @@ impl Engine {
     /// `kind` is what the change is known to be before it is built: an attribute update never
     /// grows the store (so an atime update after a read does not force a commit while the
     /// reserve is untouched), any other change may.
-    fn make_meta_room(&self, kind: meta_space::Kind) -> Result<()> {
+    fn make_meta_room(&self, kind: store::meta_space::Kind) -> Result<()> {
         let inner = &*self.inner;
-        if inner.meta_space.older_than(meta_space::MAX_AGE) {
-            inner.meta_space.measured(space::host_fs_of(&inner.pool_dir));
+        if inner.meta_space.older_than(store::meta_space::MAX_AGE) {
+            inner.meta_space.measured(space::placement::host_fs_of(&inner.pool_dir));
         }
         let room = inner.meta_room(0);
         if room.is_some_and(|r| {
-            meta_space::decide(r, meta_space::MAX_USUAL_CHARGE, kind) == meta_space::Decision::CommitFirst
+            store::meta_space::decide(r, store::meta_space::MAX_USUAL_CHARGE, kind)
+                == store::meta_space::Decision::CommitFirst
         }) {
             inner.txg.sync_and_wait(&inner.dirty)?;
         }
@@ -360,19 +331,19 @@ impl Engine {
 
     /// Admit a metadata change of `charge` bytes and charge it, or refuse it with NoSpace
     /// (a store whose filesystem fills fails its commit and suspends the pool).
-    fn admit_meta(&self, charge: u64, kind: meta_space::Kind) -> Result<()> {
+    fn admit_meta(&self, charge: u64, kind: store::meta_space::Kind) -> Result<()> {
         let inner = &*self.inner;
         let decide = || {
             let room = inner.meta_room(0);
-            room.map_or(meta_space::Decision::Admit, |r| meta_space::decide(r, charge, kind))
+            room.map_or(store::meta_space::Decision::Admit, |r| store::meta_space::decide(r, charge, kind))
         };
         let mut decision = decide();
-        if decision != meta_space::Decision::Admit {
+        if decision != store::meta_space::Decision::Admit {
             // before refusing, a fresh figure: another program may have freed space
-            inner.meta_space.measured(space::host_fs_of(&inner.pool_dir));
+            inner.meta_space.measured(space::placement::host_fs_of(&inner.pool_dir));
             decision = decide();
         }
-        if decision != meta_space::Decision::Admit {
+        if decision != store::meta_space::Decision::Admit {
             return Err(inner.meta_space.refusal(&inner.pool_dir));
         }
         inner.meta_space.charge(charge);
@@ -401,10 +372,10 @@ impl Engine {
             // sizes known: redb is needed only for an inode no delta holds
             if let Some(row) = self.inner.ns.find(|d| d.inodes.get(&ino).cloned()) {
                 let a = row.ok_or(EngineError::NoInode(ino))?;
-                return Ok(inner::with_live_sizes(a, live));
+                return Ok(engine::inner::with_live_sizes(a, live));
             }
         }
-        Ok(inner::with_live_sizes(self.inner.inode_record(ino)?, live))
+        Ok(engine::inner::with_live_sizes(self.inner.inode_record(ino)?, live))
     }
 
     pub fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
@@ -422,7 +393,7 @@ impl Engine {
     /// Entries of `dir` with cookie > `after`, at most `limit`.
     pub fn dir_list(&self, dir: Ino, after: u64, limit: usize) -> Result<Vec<DirEntry>> {
         self.inner.check_open()?;
-        metatx::list_cookies(&self.inner, None, dir, after, limit)
+        write::metatx::list_cookies(&self.inner, None, dir, after, limit)
     }
 
     pub fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -435,7 +406,7 @@ impl Engine {
         self.inner.check_open()?;
         let lo = keys::ino_prefix(ino);
         let hi = keys::ino_prefix_end(ino);
-        let r = nsdelta::KeyRange {
+        let r = store::nsdelta::KeyRange {
             lo: &lo,
             hi: hi.as_ref().map_or(std::ops::Bound::Unbounded, |h| std::ops::Bound::Excluded(&h[..])),
         };
@@ -470,7 +441,7 @@ impl Engine {
     /// Read up to `buf.len()` bytes at `offset`; short at EOF; holes read as zeros.
     pub fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize> {
         self.inner.bg.touch();
-        read::read(&self.inner, ino, offset, buf)
+        read::path::read(&self.inner, ino, offset, buf)
     }
 
     /// Write `data` at `offset`, extending the size; may delay (throttle), never fails for load.
@@ -478,7 +449,7 @@ impl Engine {
     /// stated while it has uncommitted data, else the pool's.
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<()> {
         self.inner.bg.touch();
-        write::write(&self.inner, ino, offset, data, policy::Stated::Keep)
+        write::data::write(&self.inner, ino, offset, data, compress::policy::Stated::Keep)
     }
 
     /// `write`, stating the compression of the file's data from this write on: `Some((spec,
@@ -508,13 +479,13 @@ impl Engine {
         tree: TreeId,
     ) -> Result<()> {
         let p = match (compression, tree) {
-            (Some((spec, force)), _) => Some(policy::Policy { spec, force, tree }),
+            (Some((spec, force)), _) => Some(compress::policy::Policy { spec, force, tree }),
             (None, NO_TREE) => None,
             // the pool's compression, for data of a tree (the tree has to travel with it)
-            (None, _) => Some(policy::Policy { tree, ..self.inner.compress.pool_policy() }),
+            (None, _) => Some(compress::policy::Policy { tree, ..self.inner.compress.pool_policy() }),
         };
         self.inner.bg.touch();
-        write::write(&self.inner, ino, offset, data, policy::Stated::Is(p))
+        write::data::write(&self.inner, ino, offset, data, compress::policy::Stated::Is(p))
     }
 
     /// Create or change QoS tree `tree` (a directory's inode number) with `rate_bps` under
@@ -534,7 +505,7 @@ impl Engine {
                 let p = libc::sched_param { sched_priority: 0 };
                 // SAFETY: plain syscall on the calling thread with a valid parameter block
                 unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &p) };
-                qos_replan::replan_loop(weak)
+                rewrite::qos_replan::replan_loop(weak)
             });
             if let Err(e) = spawned {
                 // admission still paces; the levels stay at the start level
@@ -563,12 +534,12 @@ impl Engine {
     /// Truncate up or down.
     pub fn set_size(&self, ino: Ino, size: u64) -> Result<()> {
         self.inner.bg.touch();
-        write::set_size(&self.inner, ino, size)
+        write::data::set_size(&self.inner, ino, size)
     }
 
     pub fn punch_hole(&self, ino: Ino, offset: u64, len: u64) -> Result<()> {
         self.inner.bg.touch();
-        write::punch_hole(&self.inner, ino, offset, len)
+        write::data::punch_hole(&self.inner, ino, offset, len)
     }
 
     /// fallocate mode 0 / KEEP_SIZE: ensure space is available (ENOSPC otherwise) and, unless
@@ -576,16 +547,16 @@ impl Engine {
     /// for later writes; the range stays a hole until written.)
     pub fn allocate(&self, ino: Ino, offset: u64, len: u64, keep_size: bool) -> Result<()> {
         self.inner.bg.touch();
-        write::allocate(&self.inner, ino, offset, len, keep_size)
+        write::data::allocate(&self.inner, ino, offset, len, keep_size)
     }
 
     /// SEEK_DATA / SEEK_HOLE: `None` means ENXIO.
     pub fn seek_data(&self, ino: Ino, offset: u64) -> Result<Option<u64>> {
-        read::seek(&self.inner, ino, offset, true)
+        read::path::seek(&self.inner, ino, offset, true)
     }
 
     pub fn seek_hole(&self, ino: Ino, offset: u64) -> Result<Option<u64>> {
-        read::seek(&self.inner, ino, offset, false)
+        read::path::seek(&self.inner, ino, offset, false)
     }
 
     /// Durable when it returns.
@@ -640,14 +611,14 @@ impl Engine {
     /// compsize-like usage of one inode's data (committed records).
     pub fn usage(&self, ino: Ino) -> Result<Vec<UsageRow>> {
         self.inner.check_open()?;
-        usage::usage(&self.inner, ino)
+        read::usage::usage(&self.inner, ino)
     }
 
     /// Mount-wide compression for data written from now on (mount option / remount).
     /// `Spec::Auto` chooses per record (levels.rs); `Spec::Qos` compresses with zstd:3 until
     /// the QoS plan chooses.
     pub fn set_compression(&self, spec: squeezefs_codec::Spec, force: bool) {
-        self.inner.compress.set_pool_policy(policy::Policy { spec, force, tree: NO_TREE });
+        self.inner.compress.set_pool_policy(compress::policy::Policy { spec, force, tree: NO_TREE });
     }
 
     /// The mount-wide compression: (spec, force).
@@ -705,15 +676,15 @@ impl Engine {
     }
 
     /// Verify every checksum (see scrub.rs).
-    pub fn scrub(&self, progress: &dyn Fn(u64, u64)) -> Result<scrub::ScrubReport> {
+    pub fn scrub(&self, progress: &dyn Fn(u64, u64)) -> Result<check::scrub::ScrubReport> {
         self.inner.check_open()?;
-        scrub::scrub(&self.inner, progress)
+        check::scrub::scrub(&self.inner, progress)
     }
 
     /// Check metadata and space-map consistency (see fsck.rs).
-    pub fn fsck(&self) -> Result<fsck::FsckReport> {
+    pub fn fsck(&self) -> Result<check::fsck::FsckReport> {
         self.inner.check_open()?;
-        fsck::fsck(&self.inner)
+        check::fsck::fsck(&self.inner)
     }
 
     /// Committed extents of a file: (file offset, extent pointer), in file order.
@@ -728,7 +699,7 @@ impl Engine {
         for row in t.range(&a[..]..=&b[..])? {
             let (k, v) = row?;
             if let Some((_, idx)) = keys::unpair(k.value()) {
-                out.push((units::record_start_byte(idx, rs), ExtentPtr::decode(v.value())?));
+                out.push((base::units::record_start_byte(idx, rs), ExtentPtr::decode(v.value())?));
             }
         }
         Ok(out)
@@ -739,7 +710,7 @@ impl Engine {
     pub fn bundles(&self) -> Result<Vec<(u64, Bundle)>> {
         self.inner.check_open()?;
         let rx = self.inner.db.begin_read()?;
-        Ok(bundle::all(&rx)?.into_iter().filter_map(|(id, b)| b.ok().map(|b| (id, b))).collect())
+        Ok(txg::bundle::all(&rx)?.into_iter().filter_map(|(id, b)| b.ok().map(|b| (id, b))).collect())
     }
 
     /// Whether this engine stores small records in bundles (the pool has them and the
@@ -749,12 +720,12 @@ impl Engine {
     }
 
     /// Rewrite committed record `idx` of `ino` with `to` if its committed extent is still
-    /// the one read (compare-and-swap under the file lock; rewrite.rs): the new encoding
+    /// the one read (compare-and-swap under the file lock; rewrite/record.rs): the new encoding
     /// goes into the open txg like a write of the same bytes, durable with its commit.
     /// `if_different`: leave a record stored the way `to` asks already. Compresses on the
     /// calling thread.
     pub fn rewrite_record(&self, ino: Ino, idx: u64, to: RewriteTo, if_different: bool) -> Result<RewriteOutcome> {
-        rewrite::rewrite_record(&self.inner, ino, idx, to, if_different)
+        rewrite::record::rewrite_record(&self.inner, ino, idx, to, if_different)
     }
 
     /// Time since the last foreground operation (data read or write, size change, namespace
@@ -825,22 +796,25 @@ impl Engine {
 /// one size where the other is already new, and the commit cannot take the delta in
 /// between (`meta_lock` is held): the row commits no later than the first data of the new
 /// size, and no earlier than the last data of the old size left the file.
-fn publish_record_size(inner: &Inner, d: nsdelta::Delta, ino: Ino, rs: u64) -> Result<usize> {
+fn publish_record_size(inner: &Inner, d: store::nsdelta::Delta, ino: Ino, rs: u64) -> Result<usize> {
     inner
         .with_file(ino, |f| {
             inner.ns.publish_checked(d, || {
                 let mut fd = f.lock();
-                let holds_data = |l: &dirty::Layer| l.recs.values().any(|r| matches!(r, dirty::Rec::Data(_)));
+                let holds_data = |l: &txg::dirty::Layer| l.recs.values().any(|r| matches!(r, txg::dirty::Rec::Data(_)));
                 if fd.size > 0 || holds_data(&fd.open) {
-                    return Err(
-                        error::InvalidArg::RecordSizeOfFileWithData { ino, size: fd.size, recordsize: fd.rs }.into()
-                    );
+                    return Err(base::error::InvalidArg::RecordSizeOfFileWithData {
+                        ino,
+                        size: fd.size,
+                        recordsize: fd.rs,
+                    }
+                    .into());
                 }
                 if fd.committed_blocks > 0 || fd.syncing.as_deref().is_some_and(holds_data) {
                     return Err(EngineError::RecordSizeBusy { ino });
                 }
                 fd.rs = rs;
-                // a write that computed its records with the old size redoes them (write.rs)
+                // a write that computed its records with the old size redoes them (write/data.rs)
                 fd.gen += 1;
                 Ok(())
             })

@@ -1,4 +1,4 @@
-//! `Engine::rewrite_record` (rewrite.rs) without mounting: records change codec and keep
+//! `Engine::rewrite_record` (rewrite/record.rs) without mounting: records change codec and keep
 //! their bytes, `if_different` skips, dirty records are left to their txg, a write racing
 //! the rewrite wins, and a crash or a power cut at any device write leaves every record in
 //! its old or new encoding with the pool fsck-clean.

@@ -1,0 +1,15 @@
+//! The metadata store as the engine holds it: the redb handle, read-write or read-only
+//! (metadb.rs), the shared read snapshot of point reads (snapshot.rs), the namespace delta
+//! kept in memory until the next commit (nsdelta.rs), the room kept free for commits on the
+//! filesystem holding `meta.redb` (meta_space.rs), and sealing (meta_seal.rs) and compacting
+//! (meta_compact.rs) the store of a closed pool.
+//!
+//! Layer 1: imports only base/. The commit stage (sync/) writes through it; the engine
+//! state, fsck and the namespace API read through it.
+
+pub(crate) mod meta_compact;
+pub(crate) mod meta_seal;
+pub(crate) mod meta_space;
+pub(crate) mod metadb;
+pub(crate) mod nsdelta;
+pub(crate) mod snapshot;
