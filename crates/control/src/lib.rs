@@ -8,25 +8,23 @@
 
 mod auto;
 pub mod background;
-pub mod cpu;
-mod decision;
 mod device_choice;
-pub mod ewma;
-pub mod feedback;
-pub mod ladder;
-pub mod measure;
+mod measure;
 pub mod qos;
-pub mod trace;
-mod tunables;
 
-pub use auto::AutoController;
-pub use cpu::{CallTotals, CoresSample, CpuMeter, CpuSample, CpuSource, OverheadMeter, ProcStat, UsableCores};
-pub use decision::{AutoInputs, Decision, Reason, Sample};
+pub use auto::{feedback, ladder, trace};
+pub use measure::{cpu, ewma};
+
+pub use auto::decision::{AutoInputs, Decision, Reason, Sample};
+pub use auto::ladder::{Mix, Point};
+pub use auto::model::AutoController;
+pub use auto::trace::{read_trace, Trace, TraceError, TraceRow, TraceWriter};
+pub use auto::tunables::Tunables;
 pub use device_choice::{
     choose_device, expected_completion_secs, min_queue_delay, queue_delay_secs, safety_buffer_bytes, DeviceView,
     DEFAULT_SAFETY_RECORDS,
 };
-pub use ladder::{Mix, Point};
-pub use measure::{queue_estimate, BusyDrain, DeviceMeter, LevelMeter, QueueEstimate, WorkerUse, WriterBlocked};
-pub use trace::{read_trace, Trace, TraceError, TraceRow, TraceWriter};
-pub use tunables::Tunables;
+pub use measure::cpu::{CallTotals, CoresSample, CpuMeter, CpuSample, CpuSource, OverheadMeter, ProcStat, UsableCores};
+pub use measure::meters::{
+    queue_estimate, BusyDrain, DeviceMeter, LevelMeter, QueueEstimate, WorkerUse, WriterBlocked,
+};

@@ -39,7 +39,7 @@
 //! * `drained_bytes`: bytes the device finished writing: the drain samples' bytes when the
 //!   device measures its drain, else the writes' bytes. Over an interval in which the
 //!   device's queue never emptied, its growth is the device's sustained rate (control
-//!   measure.rs `BusyDrain`): unlike the per-range average, it gives no credit for the
+//!   measure/meters.rs `BusyDrain`): unlike the per-range average, it gives no credit for the
 //!   burst a throttled device lets through after an idle gap.
 //!
 //! * `write_cpu_ns`: CPU time of the writer threads inside the writes (their thread clocks

@@ -2,7 +2,7 @@
 //! with its rate, with the CPU shared between all trees so as to save the most bytes.
 //!
 //! ```text
-//! MODEL (per tree i, the pipeline model of auto.rs for one stream):
+//! MODEL (per tree i, the pipeline model of auto/model.rs for one stream):
 //!   r_i  input rate to plan for, bytes/s (admission's allotment; 0 while the tree is idle)
 //!   o    pipeline CPU per input byte outside the codec, ns (OverheadMeter)
 //!   c_i  codec CPU per input byte of the tree's mix, ns; s_i stored bytes per input byte.
@@ -84,10 +84,10 @@
 //! ```
 
 use super::admission::TreeId;
-use crate::auto::AutoController;
-use crate::decision::Sample;
-use crate::ladder::{Mix, Point};
-use crate::tunables::Tunables;
+use crate::auto::decision::Sample;
+use crate::auto::ladder::{Mix, Point};
+use crate::auto::model::AutoController;
+use crate::auto::tunables::Tunables;
 use squeezefs_codec::{Algorithm, Codec};
 use std::collections::HashMap;
 
@@ -315,7 +315,7 @@ fn plan_rates(loads: &[TreeLoad], cores: f64, overhead_ns: f64, device_bps: Opti
         let (mix, p) = if rate(l) > 0.0 {
             at(l.hull, pos[i].0, pos[i].1)
         } else {
-            let m = crate::ladder::strongest_for_rate(l.hull, spare_cores, o, l.qos_bps);
+            let m = crate::auto::ladder::strongest_for_rate(l.hull, spare_cores, o, l.qos_bps);
             let k = l.hull.iter().position(|h| h.0 == m.lo).unwrap_or(0);
             at(l.hull, k, m.frac)
         };

@@ -17,7 +17,7 @@
 //!     adaptive spec (`auto`, `qos:N`;  the rate decides), why `qos`; under a fixed spec the
 //!     `policy.tree` ≠ NO_TREE)         tree's records keep that codec (paced all the same)
 //!   auto:MIN..MAX                  → the engine's auto controller for that range decides
-//!                                    (crates/control auto.rs, pure) from the inputs below;
+//!                                    (crates/control auto/model.rs, pure) from the inputs below;
 //!                                    its answer may be raw (`Codec::NONE`)
 //!   qos:N (as a spec, outside a     → zstd:3 (the `qos` property or mount option makes a
 //!     QoS tree)                       tree; the spec alone paces nothing)

@@ -45,7 +45,7 @@
 //! ```
 
 use crate::device_choice::DeviceView;
-use crate::ewma::{ByteEwma, TimeEwma};
+use crate::measure::ewma::{ByteEwma, TimeEwma};
 
 /// Time constant of the averaged queue length, seconds.
 pub const QUEUE_TAU_SECS: f64 = 0.2;

@@ -26,7 +26,7 @@
 //! records finish, so `time_s` is nearly but not strictly increasing. A change of format gets
 //! a new version line; this reader refuses any other.
 
-use crate::decision::Reason;
+use crate::auto::decision::Reason;
 use squeezefs_codec::Codec;
 use std::borrow::Cow;
 use std::io::{self, BufRead, BufWriter, Write};

@@ -1,9 +1,9 @@
 //! The queue-feedback mode of the auto controller (the default; tunable `feedback=0` selects
-//! the model of auto.rs): the position on a fixed ladder moves with the device queue alone, so
+//! the model of auto/model.rs): the position on a fixed ladder moves with the device queue alone, so
 //! no decision compares figures of two rungs measured on different data.
 //!
 //! ```text
-//! WHY: the model (auto.rs) places the position where n/(o+c) = D/s on a ladder built from
+//! WHY: the model (auto/model.rs) places the position where n/(o+c) = D/s on a ladder built from
 //!   each rung's own measurements. On data that changes kind every few tens of records (the
 //!   corpus: text, an office binary, a database, XML) the rungs are measured on different
 //!   kinds, the hull is rebuilt from incomparable points and the position jumps between
@@ -111,17 +111,17 @@
 //!   than one txg's records, handed over at once, take to drain); fb_range 1 (the rate
 //!   per range bounds the floor before the capacity is known); fb_split 1 (the overhead
 //!   split as measured, FLOOR); fb_busy 0.9 (the workers' busy share at which a backlog is
-//!   saturation: see auto.rs); fb_gap 0.5 (the descent doubles its pace 4 rungs above
+//!   saturation: see auto/model.rs); fb_gap 0.5 (the descent doubles its pace 4 rungs above
 //!   the floor: from zstd:1 to a rung above raw in about 0.6 s instead of 1.2);
 //!   queue_target_secs, queue_tau_secs, batch_bytes, min_gain and probe_bytes as the
 //!   model uses them.
 //! ```
 
-use crate::decision::{AutoInputs, Decision, Reason, Sample};
-use crate::ewma::{ByteEwma, TimeEwma};
-use crate::ladder::{lower_hull, Mix, Point};
-use crate::measure::{queue_estimate, DRIFT_WINDOW_BYTES, LEVEL_WINDOW_BYTES};
-use crate::tunables::Tunables;
+use crate::auto::decision::{AutoInputs, Decision, Reason, Sample};
+use crate::auto::ladder::{lower_hull, Mix, Point};
+use crate::auto::tunables::Tunables;
+use crate::measure::ewma::{ByteEwma, TimeEwma};
+use crate::measure::meters::{queue_estimate, DRIFT_WINDOW_BYTES, LEVEL_WINDOW_BYTES};
 use squeezefs_codec::Codec;
 
 /// Longest time step one decision integrates, seconds (a pause between writes is not a

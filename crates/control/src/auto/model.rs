@@ -43,7 +43,7 @@
 //!   compression — but only on the probe rung's own evidence (below): until it is measured on
 //!   the current data it keeps its nominal point, since a fast rung saving nothing (an lz4
 //!   acceleration on a binary) says little about zstd:1. A rung is *fresh* while its measurement is of the current data; it goes
-//!   stale when another rung's figures drift (measure.rs: the data changed) or after
+//!   stale when another rung's figures drift (measure/meters.rs: the data changed) or after
 //!   stale_bytes written since it was last used.
 //!
 //! STATE: the rung `lo` the position is on (a rung id, so it survives ladder changes: a rung
@@ -190,11 +190,11 @@
 //!                               read it as a device 16 times too slow
 //! ```
 
-use crate::decision::{AutoInputs, Decision, Reason, Sample};
-use crate::ewma::TimeEwma;
-use crate::ladder::{candidates, locate, lower_hull, strongest_for_rate, Mix, Point};
-use crate::measure::{queue_estimate, Drift, LevelMeter, QueueEstimate, DRIFT_STORED};
-use crate::tunables::Tunables;
+use crate::auto::decision::{AutoInputs, Decision, Reason, Sample};
+use crate::auto::ladder::{candidates, locate, lower_hull, strongest_for_rate, Mix, Point};
+use crate::auto::tunables::Tunables;
+use crate::measure::ewma::TimeEwma;
+use crate::measure::meters::{queue_estimate, Drift, LevelMeter, QueueEstimate, DRIFT_STORED};
 
 /// Shortest window over which the compression stage's throughput is measured, seconds…
 pub const RATE_WINDOW_SECS: f64 = 0.1;
@@ -292,7 +292,7 @@ pub struct AutoController {
     /// the queue has reached its target once
     primed: bool,
     /// the queue-feedback mode, when `feedback` is set: it decides every record
-    feedback: Option<Box<crate::feedback::Feedback>>,
+    feedback: Option<Box<crate::auto::feedback::Feedback>>,
 }
 
 /// The codec the controller starts at and probes with: the candidate nominally nearest zstd:1.
@@ -350,7 +350,7 @@ impl AutoController {
             feedback: None,
         };
         if c.tun.feedback != 0 {
-            c.feedback = Some(Box::new(crate::feedback::Feedback::new(&c.cands, START, c.tun.clone())));
+            c.feedback = Some(Box::new(crate::auto::feedback::Feedback::new(&c.cands, START, c.tun.clone())));
         }
         c.rebuild();
         c

@@ -52,7 +52,7 @@
 //!     (`update_store`): a weaker level stores more and pays it on every extra byte.
 //! ```
 
-use crate::ewma::{ByteEwma, TimeEwma};
+use crate::measure::ewma::{ByteEwma, TimeEwma};
 
 /// Time constant of the available-cores average, seconds.
 pub const CPU_TAU_SECS: f64 = 1.0;

@@ -1,6 +1,6 @@
 //! The auto controller's tunables: their defaults and the `name=value` overrides the daemon
 //! takes from `SQUEEZEFS_AUTO_TUNE` for tuning on a real device. What each one does and why
-//! its default is what it is: the block comment of auto.rs (TUNABLES) and, for the `fb_*`
+//! its default is what it is: the block comment of auto/model.rs (TUNABLES) and, for the `fb_*`
 //! ones, of feedback.rs.
 
 /// Time constant of the queue length the correction g follows, seconds (short: the queue is
