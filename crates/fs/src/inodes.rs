@@ -21,7 +21,7 @@
 //! set only after the reference that reaches it was counted, and its node is removed under
 //! the lock that saw the last reference go, so a forget racing with a new lookup of the same
 //! file cannot drop the parent the lookup just set.
-use crate::inherit::Resolved;
+use crate::props::inherit::Resolved;
 use crate::props::LocalProps;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;

@@ -8,40 +8,30 @@
 //! (same errno for the same situation). Namespace changes and their checks run inside one
 //! engine metadata transaction, so a check and the change it guards are atomic; data goes
 //! straight to the engine without any fs-wide lock.
-mod atime;
-mod attr;
-pub mod background;
 mod config;
-mod creds;
-mod data;
-mod dir;
 mod error;
-mod fileattr;
 mod handles;
-mod inherit;
 mod inodes;
-mod name;
-mod namespace;
-pub mod perm;
+mod jobs;
+mod ops;
 pub mod props;
-mod qos;
-pub mod recompress;
-pub mod time;
-pub mod usage;
-mod walk;
-mod xattr;
+mod rules;
 
-pub use attr::{SetAttr, TimeSet};
+pub use jobs::{background, recompress};
+pub use ops::usage;
+pub use rules::{perm, time};
+
 pub use config::{Compression, FsConfig};
-pub use creds::{Cap, Creds, ALL_CAPS};
-pub use dir::DirItem;
 pub use error::{FsError, Result};
-pub use name::NAME_MAX;
+pub use ops::attr::{SetAttr, TimeSet};
+pub use ops::dir::DirItem;
+pub use rules::creds::{Cap, Creds, ALL_CAPS};
+pub use rules::name::NAME_MAX;
 
 /// Names of the virtual extended attributes served by the fs core.
 pub mod xattr_names {
-    pub use crate::usage::XATTR_USAGE as USAGE;
-    pub use crate::xattr::{
+    pub use crate::ops::usage::XATTR_USAGE as USAGE;
+    pub use crate::ops::xattr::{
         XATTR_EFFECTIVE as EFFECTIVE, XATTR_MOUNT as MOUNT, XATTR_QOS_STATS as QOS_STATS, XATTR_REMOUNT as REMOUNT,
     };
 }
@@ -62,12 +52,12 @@ pub struct Fs {
     /// the mount-wide `qos` rate, bytes/s: starts as `cfg.qos`, a remount may change it
     mount_qos: Mutex<Option<u64>>,
     /// the QoS trees the engine was told about (qos.rs)
-    qos_reg: Mutex<qos::QosReg>,
+    qos_reg: Mutex<props::qos::QosReg>,
     /// `noatime` in effect: starts as `cfg.noatime`, a remount may change it
     noatime: std::sync::atomic::AtomicBool,
     inodes: inodes::InodeTable,
     handles: handles::Handles,
-    atimes: atime::PendingAtimes,
+    atimes: rules::atime::PendingAtimes,
     /// held across a rename's transaction and its parent-map update (is_within)
     rename_lock: Mutex<()>,
     /// set when the flush at unmount failed (`shutdown`)
@@ -75,7 +65,7 @@ pub struct Fs {
     /// how the mount receives requests, as the FUSE layer describes it (`set_transport`)
     transport: Mutex<String>,
     /// background compression's worker (background.rs)
-    bg: background::Background,
+    bg: jobs::background::Background,
     /// `squeezefs recompress` jobs running (recompress.rs)
     jobs_running: std::sync::atomic::AtomicUsize,
     /// set by `shutdown`: running jobs stop, new ones are refused
@@ -92,13 +82,13 @@ impl Fs {
         let fs = Fs {
             compression: Mutex::new(cfg.compression),
             mount_qos: Mutex::new(cfg.qos),
-            qos_reg: Mutex::new(qos::QosReg::default()),
+            qos_reg: Mutex::new(props::qos::QosReg::default()),
             noatime: std::sync::atomic::AtomicBool::new(cfg.noatime),
             engine,
             cfg,
             inodes: inodes::InodeTable::new(),
             handles: handles::Handles::default(),
-            atimes: atime::PendingAtimes::default(),
+            atimes: rules::atime::PendingAtimes::default(),
             rename_lock: Mutex::new(()),
             shutdown_error: Mutex::new(None),
             transport: Mutex::new(String::new()),
@@ -133,7 +123,7 @@ impl Fs {
         // recompress jobs stop (what they rewrote goes into the last commit), and the
         // background worker saves its position into it
         self.closing.store(true, std::sync::atomic::Ordering::Release);
-        self.wait_for_jobs(recompress::JOBS_STOP_WAIT);
+        self.wait_for_jobs(jobs::recompress::JOBS_STOP_WAIT);
         self.stop_background();
         let mut first_err = None;
         if !self.read_only() {
@@ -341,7 +331,5 @@ impl Fs {
     }
 }
 
-#[cfg(test)]
-mod props_tests;
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! Unit tests of the fs core on a real engine in a temporary pool (no mounting).
 use super::*;
-use crate::namespace::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+use crate::ops::namespace::{RENAME_EXCHANGE, RENAME_NOREPLACE};
+use crate::ops::{attr, data, xattr};
 use squeezefs_pipeline::{MkfsOptions, OpenOptions};
 
 pub(crate) fn new_fs() -> (tempfile::TempDir, Fs) {
@@ -898,8 +899,8 @@ fn utimensat_extremes_are_stored_as_ext4_stores_them() {
     let ino = file(&fs, &root(), ROOT_INO, "f", b"x");
     let t = |secs, nanos| Timestamp { secs, nanos };
     for (set, stored) in [
-        (t(i64::MIN, 0), t(crate::time::MIN_SECS, 0)),
-        (t(i64::MAX, 999_999_999), t(crate::time::MAX_SECS, 0)),
+        (t(i64::MIN, 0), t(crate::rules::time::MIN_SECS, 0)),
+        (t(i64::MAX, 999_999_999), t(crate::rules::time::MAX_SECS, 0)),
         (t(-1, 500_000_000), t(-1, 500_000_000)),
     ] {
         let s = SetAttr { atime: Some(TimeSet::At(set)), mtime: Some(TimeSet::At(set)), ..Default::default() };

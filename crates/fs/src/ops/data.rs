@@ -1,11 +1,11 @@
 //! Open files and their data: open/create/release, read/write, fallocate, lseek, fsync,
 //! readlink. Data calls go straight to the engine; no fs lock is held across them.
-use crate::attr::MAX_FILE_SIZE;
-use crate::creds::Creds;
 use crate::error::{FsError, Result};
 use crate::handles::Handle;
-use crate::perm::{self, MAY_READ, MAY_WRITE};
-use crate::{inodes, time, Fs};
+use crate::ops::attr::MAX_FILE_SIZE;
+use crate::rules::creds::Creds;
+use crate::rules::perm::{self, MAY_READ, MAY_WRITE};
+use crate::{inodes, rules::time, Fs};
 use squeezefs_codec::{AUTO_DEFAULT_MAX, AUTO_DEFAULT_MIN};
 use squeezefs_pipeline::{FileKind, Ino, InodeAttr};
 
@@ -125,7 +125,7 @@ impl Fs {
         let seen = a.atime;
         a.atime = self.shown_atime(ino, seen);
         if time::relatime_wants_update(&a, now) {
-            self.atimes.insert(ino, crate::atime::PendingAtime { atime: now, seen });
+            self.atimes.insert(ino, crate::rules::atime::PendingAtime { atime: now, seen });
         }
     }
 

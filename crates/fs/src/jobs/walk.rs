@@ -5,7 +5,7 @@
 //! permission checks: these jobs come through the control channel, which only root and the
 //! pool's owner reach.
 use crate::error::{FsError, Result};
-use crate::inherit::Resolved;
+use crate::props::inherit::Resolved;
 use crate::Fs;
 use squeezefs_pipeline::{FileKind, Ino, ROOT_INO};
 use std::sync::Arc;

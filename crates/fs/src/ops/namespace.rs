@@ -1,10 +1,10 @@
 //! Namespace operations: lookup, create (mknod/mkdir/symlink), link, unlink, rmdir, rename.
 //! Each runs its checks and changes in one metadata transaction.
-use crate::creds::{Cap, Creds};
 use crate::error::{FsError, Result};
 use crate::inodes::ParentChange;
-use crate::perm::{self, MAY_EXEC, MAY_WRITE, S_ISGID};
-use crate::{name, time, Fs};
+use crate::rules::creds::{Cap, Creds};
+use crate::rules::perm::{self, MAY_EXEC, MAY_WRITE, S_ISGID};
+use crate::{rules::name, rules::time, Fs};
 use squeezefs_pipeline::{FileKind, Ino, InodeAttr, MetaTx, Timestamp};
 
 /// ext4's link limit (EXT4_LINK_MAX).

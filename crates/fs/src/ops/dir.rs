@@ -1,10 +1,10 @@
 //! Directory streams. Offsets given to the kernel: 1 after ".", 2 after "..", and
 //! `cookie + 2` after an engine entry (engine cookies are stable and increasing, so a
 //! listing resumes correctly even while entries are added or removed).
-use crate::creds::Creds;
 use crate::error::{FsError, Result};
 use crate::handles::Handle;
-use crate::perm::MAY_READ;
+use crate::rules::creds::Creds;
+use crate::rules::perm::MAY_READ;
 use crate::{inodes, Fs};
 use squeezefs_pipeline::{FileKind, Ino, InodeAttr};
 

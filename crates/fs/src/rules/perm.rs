@@ -1,7 +1,7 @@
 //! POSIX permission rules, as the Linux VFS applies them for ext4 (generic_permission,
 //! may_delete, setattr_prepare). Pure functions of (attributes, credentials).
-use crate::creds::{Cap, Creds};
 use crate::error::{FsError, Result};
+use crate::rules::creds::{Cap, Creds};
 use squeezefs_pipeline::{FileKind, InodeAttr};
 
 pub const MAY_EXEC: u32 = 1;
@@ -95,7 +95,7 @@ pub fn strip_suid_sgid(perm: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::creds::ALL_CAPS;
+    use crate::rules::creds::ALL_CAPS;
     use squeezefs_pipeline::Timestamp;
 
     fn attr(kind: FileKind, perm: u32, uid: u32, gid: u32) -> InodeAttr {

@@ -1,8 +1,8 @@
 //! getattr / setattr (chmod, chown, truncate, utimensat) with the rules of setattr_prepare.
-use crate::creds::{Cap, Creds};
 use crate::error::{FsError, Result};
-use crate::perm::{self, MAY_WRITE, S_ISGID};
-use crate::{time, Fs};
+use crate::rules::creds::{Cap, Creds};
+use crate::rules::perm::{self, MAY_WRITE, S_ISGID};
+use crate::{rules::time, Fs};
 use squeezefs_pipeline::{FileKind, Ino, InodeAttr, Timestamp};
 
 /// Largest file size (ext4 with 4 KiB blocks: s_maxbytes = (2^32 - 1) blocks = 16 TiB - 4 KiB).

@@ -19,8 +19,8 @@
 //! returning `false` cancels the job (records rewritten so far stay, and are committed).
 //! While a job runs, background compression holds off (background.rs).
 use crate::error::{FsError, Result};
-use crate::inherit::Resolved;
-use crate::walk::FileVisit;
+use crate::jobs::walk::FileVisit;
+use crate::props::inherit::Resolved;
 use crate::{Compression, Fs};
 use squeezefs_pipeline::{EngineError, FileKind, Ino, RewriteOutcome, RewriteTo};
 use std::collections::{BTreeMap, HashSet};

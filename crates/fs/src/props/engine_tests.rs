@@ -1,8 +1,8 @@
 //! Properties and their inheritance on a real engine in a temporary pool (no mounting).
-use super::*;
-use crate::fileattr::{FS_COMPR_FL, FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_NOCOMP_FL};
+use crate::ops::fileattr::{FS_COMPR_FL, FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_NOCOMP_FL};
 use crate::props::{Prop, Source};
 use crate::tests::new_fs;
+use crate::*;
 use squeezefs_codec::Algorithm;
 use squeezefs_pipeline::{MkfsOptions, OpenOptions};
 
@@ -154,7 +154,7 @@ fn a_moved_file_and_a_moved_tree_inherit_from_their_new_place() {
     assert_eq!(codecs(&fs, g), zstd(12));
     // an exchange moves both sides
     let h = create(&fs, fast, "h");
-    fs.rename(&root(), strong, b"t", fast, b"h", crate::namespace::RENAME_EXCHANGE).unwrap();
+    fs.rename(&root(), strong, b"t", fast, b"h", crate::ops::namespace::RENAME_EXCHANGE).unwrap();
     assert_eq!(eff(&fs, g, Prop::Compression).0, "lz4");
     assert_eq!(eff(&fs, h, Prop::Compression).0, "zstd:12");
 }

@@ -34,7 +34,7 @@
 //!
 //! Tunables: SAVE_EVERY (5 s), STEP_ENTRIES (64), ERROR_PAUSE (5 s).
 use crate::error::{FsError, Result};
-use crate::inherit::Resolved;
+use crate::props::inherit::Resolved;
 use crate::props::Prop;
 use crate::Fs;
 use squeezefs_codec::Spec;

@@ -9,7 +9,7 @@
 //! after it returns (inherit.rs).
 //!
 //! Virtual attributes (never listed, so copies ignore them; setting one is EPERM):
-//! * `user.squeezefs.usage` (get, any file or directory): compsize rows, see [`crate::usage`];
+//! * `user.squeezefs.usage` (get, any file or directory): compsize rows, see [`crate::ops::usage`];
 //!   on the root directory it first commits all dirty data (a sync);
 //! * `user.squeezefs.effective` (get, any file or directory): every property's effective
 //!   value and source (props.rs `encode_effective`), what `squeezefs prop get` shows;
@@ -27,11 +27,11 @@
 //! (The transport answers a fourth, `user.squeezefs.requests` on the root: FUSE requests
 //! served per opcode; squeezefs-fuse `requests.rs`.)
 //!
-use crate::creds::{Cap, Creds};
 use crate::error::{FsError, Result};
-use crate::perm::{self, MAY_READ, MAY_WRITE, S_ISVTX};
 use crate::props::{self, Prop, PropError, Value};
-use crate::{time, usage, Compression, Fs};
+use crate::rules::creds::{Cap, Creds};
+use crate::rules::perm::{self, MAY_READ, MAY_WRITE, S_ISVTX};
+use crate::{ops::usage, rules::time, Compression, Fs};
 use squeezefs_codec::Spec;
 use squeezefs_pipeline::{FileKind, Ino, InodeAttr, ROOT_INO};
 

@@ -16,6 +16,11 @@
 //!
 //! A value is stored as the extended attribute `user.squeezefs.NAME` holding its canonical
 //! text (`Value`'s `Display`; `parse(display(v)) == v`), so `zstd-9` is stored as `zstd:9`.
+
+#[cfg(test)]
+mod engine_tests;
+pub(crate) mod inherit;
+pub(crate) mod qos;
 use squeezefs_codec::Spec;
 use squeezefs_pipeline::FileKind;
 use std::fmt;

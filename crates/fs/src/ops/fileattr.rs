@@ -18,10 +18,10 @@
 //!   that as "+c" would replace `zstd:9` by the default (a bug btrfs had).
 //! * `c` and `m` together are EINVAL; any other flag is EOPNOTSUPP (as btrfs answers flags
 //!   it does not know); only the owner or CAP_FOWNER may set flags (the kernel checks too).
-use crate::creds::{Cap, Creds};
 use crate::error::{FsError, Result};
 use crate::props::{Prop, Source, Value};
-use crate::{perm, Fs};
+use crate::rules::creds::{Cap, Creds};
+use crate::{rules::perm, Fs};
 use squeezefs_codec::{Algorithm, Codec, Spec};
 use squeezefs_pipeline::Ino;
 
