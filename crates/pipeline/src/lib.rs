@@ -61,9 +61,6 @@ pub use write::metatx::MetaTx;
 
 use engine::inner::Inner;
 use parking_lot::Mutex;
-use redb::ReadableTable;
-use squeezefs_meta::{encode::decode_inode, keys, tables};
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -236,46 +233,13 @@ impl Engine {
     /// The record size of `ino` in bytes: a regular file's own (fixed when it was created,
     /// or set while it was empty: `MetaTx::set_record_size`), else the pool's.
     pub fn record_size(&self, ino: Ino) -> Result<u32> {
-        self.inner.check_open()?;
-        if let Some(f) = self.inner.dirty.files.get(ino) {
-            let fd = f.lock();
-            if !fd.retired {
-                return Ok(fd.rs as u32);
-            }
-        }
-        self.inner.inode_record(ino)?;
-        Ok(self.inner.record_size(ino)? as u32)
+        read::namespace::record_size(&self.inner, ino)
     }
 
     /// Run `f` in one atomic metadata transaction: its changes are visible at once (all or,
     /// when `f` fails, none) and durable at the next txg commit (nsdelta.rs).
     pub fn meta_write<T>(&self, f: impl FnOnce(&mut MetaTx<'_>) -> Result<T>) -> Result<T> {
-        let inner = &*self.inner;
-        inner.check_writable()?;
-        inner.bg.touch();
-        self.make_meta_room(store::meta_space::Kind::Grows)?;
-        let writer = inner.ns.meta_lock.lock();
-        let mut mtx = MetaTx::new(inner);
-        let v = f(&mut mtx)?; // dropping `mtx` on error drops its changes
-        let (d, rs_change) = (mtx.d, mtx.rs_change);
-        if d.is_empty() {
-            return Ok(v);
-        }
-        let kind = if d.grows() { store::meta_space::Kind::Grows } else { store::meta_space::Kind::NoGrowth };
-        self.admit_meta(d.charge(), kind)?; // refused: `d` is dropped, nothing changed
-        let deleted = d.deleted.clone();
-        let rows = match rs_change {
-            None => inner.ns.publish(d),
-            Some((ino, rs)) => publish_record_size(inner, d, ino, rs)?,
-        };
-        inner.txg.note_meta_change();
-        drop(writer);
-        self.bound_delta(rows)?;
-        for ino in deleted {
-            inner.dirty.files.purge(ino, &inner.acct);
-            inner.cache.extents.invalidate(ino, None);
-        }
-        Ok(v)
+        write::namespace::meta_write(&self.inner, f)
     }
 
     /// Change one inode's attributes (mode, owner, times, flags — not size: `set_size`):
@@ -286,108 +250,16 @@ impl Engine {
         ino: Ino,
         f: impl FnOnce(&mut InodeAttr) -> std::result::Result<(T, bool), E>,
     ) -> std::result::Result<T, E> {
-        let inner = &*self.inner;
-        inner.check_writable()?;
-        inner.bg.touch();
-        self.make_meta_room(store::meta_space::Kind::NoGrowth)?;
-        let writer = inner.ns.meta_lock.lock();
-        let mut a = self.getattr(ino)?;
-        let (v, changed) = f(&mut a)?;
-        if changed {
-            let mut d = store::nsdelta::Delta::default();
-            d.inodes.insert(ino, Some(a));
-            d.rows = 1;
-            self.admit_meta(d.charge(), store::meta_space::Kind::NoGrowth)?;
-            let rows = inner.ns.publish(d);
-            inner.txg.note_meta_change();
-            drop(writer);
-            self.bound_delta(rows)?;
-        }
-        Ok(v)
-    }
-
-    /// Before a metadata change (meta_space.rs): when a change of `MAX_USUAL_CHARGE` bytes
-    /// would not fit the metadata filesystem beside the outstanding charges, commit the
-    /// open txg first, which replaces those estimates by what redb really took. Called
-    /// without `meta_lock` (the commit takes it); the change is admitted or refused after,
-    /// by `admit_meta`, once its size is known.
-    /// `kind` is what the change is known to be before it is built: an attribute update never
-    /// grows the store (so an atime update after a read does not force a commit while the
-    /// reserve is untouched), any other change may.
-    fn make_meta_room(&self, kind: store::meta_space::Kind) -> Result<()> {
-        let inner = &*self.inner;
-        if inner.meta_space.older_than(store::meta_space::MAX_AGE) {
-            inner.meta_space.measured(space::placement::host_fs_of(&inner.pool_dir));
-        }
-        let room = inner.meta_room(0);
-        if room.is_some_and(|r| {
-            store::meta_space::decide(r, store::meta_space::MAX_USUAL_CHARGE, kind)
-                == store::meta_space::Decision::CommitFirst
-        }) {
-            inner.txg.sync_and_wait(&inner.dirty)?;
-        }
-        Ok(())
-    }
-
-    /// Admit a metadata change of `charge` bytes and charge it, or refuse it with NoSpace
-    /// (a store whose filesystem fills fails its commit and suspends the pool).
-    fn admit_meta(&self, charge: u64, kind: store::meta_space::Kind) -> Result<()> {
-        let inner = &*self.inner;
-        let decide = || {
-            let room = inner.meta_room(0);
-            room.map_or(store::meta_space::Decision::Admit, |r| store::meta_space::decide(r, charge, kind))
-        };
-        let mut decision = decide();
-        if decision != store::meta_space::Decision::Admit {
-            // before refusing, a fresh figure: another program may have freed space
-            inner.meta_space.measured(space::placement::host_fs_of(&inner.pool_dir));
-            decision = decide();
-        }
-        if decision != store::meta_space::Decision::Admit {
-            return Err(inner.meta_space.refusal(&inner.pool_dir));
-        }
-        inner.meta_space.charge(charge);
-        Ok(())
-    }
-
-    /// Keep the namespace delta's memory bounded: past `max_delta_rows` rows ask for a
-    /// commit; past four times that (writers outrunning the commits) wait for one, as the
-    /// write throttle does for dirty data. Called without `meta_lock` (the commit takes it).
-    fn bound_delta(&self, rows: usize) -> Result<()> {
-        let max = self.inner.opts.max_delta_rows.max(1);
-        if rows > max {
-            self.inner.txg.request_commit();
-        }
-        if rows > max.saturating_mul(4) {
-            self.inner.txg.sync_and_wait(&self.inner.dirty)?;
-        }
-        Ok(())
+        write::namespace::update_attr(&self.inner, ino, f)
     }
 
     /// Current attributes, including the in-memory size of dirty data.
     pub fn getattr(&self, ino: Ino) -> Result<InodeAttr> {
-        self.inner.check_open()?;
-        let live = self.inner.live_sizes(ino);
-        if live.is_some() {
-            // sizes known: redb is needed only for an inode no delta holds
-            if let Some(row) = self.inner.ns.find(|d| d.inodes.get(&ino).cloned()) {
-                let a = row.ok_or(EngineError::NoInode(ino))?;
-                return Ok(engine::inner::with_live_sizes(a, live));
-            }
-        }
-        Ok(engine::inner::with_live_sizes(self.inner.inode_record(ino)?, live))
+        read::namespace::getattr(&self.inner, ino)
     }
 
     pub fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Option<(Ino, FileKind)>> {
-        self.inner.check_open()?;
-        let k = keys::dir_name(dir, name);
-        match self.inner.row(|d| &d.dirents, tables::DIRENTS, &k)? {
-            Some(v) => {
-                let (ino, kind, _) = squeezefs_meta::encode::decode_dirent(&v)?;
-                Ok(Some((ino, kind)))
-            }
-            None => Ok(None),
-        }
+        read::namespace::lookup(&self.inner, dir, name)
     }
 
     /// Entries of `dir` with cookie > `after`, at most `limit`.
@@ -397,45 +269,16 @@ impl Engine {
     }
 
     pub fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.inner.check_open()?;
-        let k = keys::dir_name(ino, name);
-        self.inner.row(|d| &d.xattrs, tables::XATTRS, &k)
+        read::namespace::get_xattr(&self.inner, ino, name)
     }
 
     pub fn list_xattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
-        self.inner.check_open()?;
-        let lo = keys::ino_prefix(ino);
-        let hi = keys::ino_prefix_end(ino);
-        let r = store::nsdelta::KeyRange {
-            lo: &lo,
-            hi: hi.as_ref().map_or(std::ops::Bound::Unbounded, |h| std::ops::Bound::Excluded(&h[..])),
-        };
-        let mut out = Vec::new();
-        self.inner.ns.merged_rows(
-            &self.inner.db,
-            None,
-            |d| &d.xattrs,
-            tables::XATTRS,
-            r,
-            |k, _| {
-                if let Some((_, name)) = keys::split_ino_name(&k) {
-                    out.push(name.to_vec());
-                }
-                Ok(true)
-            },
-        )?;
-        Ok(out)
+        read::namespace::list_xattr(&self.inner, ino)
     }
 
     /// Symlink target (stored with the inode).
     pub fn read_link(&self, ino: Ino) -> Result<Vec<u8>> {
-        self.inner.check_open()?;
-        if let Some(row) = self.inner.ns.find(|d| d.symlinks.get(&ino).cloned()) {
-            return row.ok_or(EngineError::NoInode(ino));
-        }
-        let s = self.inner.ns.snap.get(&self.inner.db)?;
-        let v = s.symlinks.get(ino)?.ok_or(EngineError::NoInode(ino))?.value().to_vec();
-        Ok(v)
+        read::namespace::read_link(&self.inner, ino)
     }
 
     /// Read up to `buf.len()` bytes at `offset`; short at EOF; holes read as zeros.
@@ -630,26 +473,7 @@ impl Engine {
     /// Inodes whose link count reached 0 while open, left over from a crash: the fs core
     /// frees them at mount.
     pub fn orphans(&self) -> Result<Vec<Ino>> {
-        self.inner.check_open()?;
-        let mut delta: HashMap<Ino, bool> = HashMap::new();
-        self.inner.ns.with_layers(|ls| {
-            for l in ls.iter().rev() {
-                delta.extend(l.orphans.iter().map(|(&i, &p)| (i, p)));
-            }
-        });
-        let rx = self.inner.db.begin_read()?;
-        let t = rx.open_table(tables::ORPHANS)?;
-        let mut v = Vec::new();
-        for row in t.iter()? {
-            let ino = row?.0.value();
-            if delta.get(&ino) != Some(&false) {
-                v.push(ino);
-            }
-        }
-        v.extend(delta.into_iter().filter(|&(_, p)| p).map(|(i, _)| i));
-        v.sort_unstable();
-        v.dedup();
-        Ok(v)
+        read::namespace::orphans(&self.inner)
     }
 
     /// Per-device queue, latency, throughput and space (for controllers and `stats`).
@@ -689,20 +513,7 @@ impl Engine {
 
     /// Committed extents of a file: (file offset, extent pointer), in file order.
     pub fn extents(&self, ino: Ino) -> Result<Vec<(u64, ExtentPtr)>> {
-        self.inner.check_open()?;
-        let rs = self.inner.record_size(ino)?;
-        let rx = self.inner.db.begin_read()?;
-        let t = rx.open_table(tables::EXTENTS)?;
-        let a = keys::pair(ino, 0);
-        let b = keys::pair(ino, u64::MAX);
-        let mut out = Vec::new();
-        for row in t.range(&a[..]..=&b[..])? {
-            let (k, v) = row?;
-            if let Some((_, idx)) = keys::unpair(k.value()) {
-                out.push((base::units::record_start_byte(idx, rs), ExtentPtr::decode(v.value())?));
-            }
-        }
-        Ok(out)
+        read::namespace::extents(&self.inner, ino)
     }
 
     /// Committed bundles (small records of several files stored as one, bundle.rs), by id;
@@ -748,21 +559,7 @@ impl Engine {
     /// Background compression's cursor: the one saved last (committed or not), `None` if
     /// the pool never had one.
     pub fn background_cursor(&self) -> Result<Option<BgCursor>> {
-        self.inner.check_open()?;
-        if let Some(c) = self.inner.bg.pending() {
-            return Ok(Some(c));
-        }
-        let rx = self.inner.db.begin_read()?;
-        let t = match rx.open_table(tables::BACKGROUND) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        let v = t.get(0u8)?;
-        Ok(match v {
-            Some(v) => Some(BgCursor::decode(v.value())?),
-            None => None,
-        })
+        read::namespace::background_cursor(&self.inner)
     }
 
     /// Save background compression's cursor: durable with the next commit (which this
@@ -781,45 +578,8 @@ impl Engine {
 
     /// Committed inode record: redb's, without the namespace delta (tests, fsck).
     pub fn committed_attr(&self, ino: Ino) -> Result<InodeAttr> {
-        let rx = self.inner.db.begin_read()?;
-        let t = rx.open_table(tables::INODES)?;
-        let v = t.get(ino)?.ok_or(EngineError::NoInode(ino))?;
-        Ok(decode_inode(ino, v.value())?)
+        read::namespace::committed_attr(&self.inner, ino)
     }
-}
-
-/// Publish `d`, which changes existing file `ino`'s record size to `rs`: the file's data
-/// path takes the new size in the same step, and only if the file holds no data anywhere
-/// (open or syncing layer, committed records). Holding the file's shard lock, the delta's
-/// rows lock and the file lock together (the lock order of locks.rs), no write can land
-/// records of the old size after the check, no reader of the delta or FileData can see
-/// one size where the other is already new, and the commit cannot take the delta in
-/// between (`meta_lock` is held): the row commits no later than the first data of the new
-/// size, and no earlier than the last data of the old size left the file.
-fn publish_record_size(inner: &Inner, d: store::nsdelta::Delta, ino: Ino, rs: u64) -> Result<usize> {
-    inner
-        .with_file(ino, |f| {
-            inner.ns.publish_checked(d, || {
-                let mut fd = f.lock();
-                let holds_data = |l: &txg::dirty::Layer| l.recs.values().any(|r| matches!(r, txg::dirty::Rec::Data(_)));
-                if fd.size > 0 || holds_data(&fd.open) {
-                    return Err(base::error::InvalidArg::RecordSizeOfFileWithData {
-                        ino,
-                        size: fd.size,
-                        recordsize: fd.rs,
-                    }
-                    .into());
-                }
-                if fd.committed_blocks > 0 || fd.syncing.as_deref().is_some_and(holds_data) {
-                    return Err(EngineError::RecordSizeBusy { ino });
-                }
-                fd.rs = rs;
-                // a write that computed its records with the old size redoes them (write/data.rs)
-                fd.gen += 1;
-                Ok(())
-            })
-        })?
-        .inspect(|_| inner.note_record_size(rs))
 }
 
 impl Drop for Engine {

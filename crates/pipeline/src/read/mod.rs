@@ -5,5 +5,6 @@
 //! Layer 5: imports base/, txg/ and engine/. lib.rs reads through it; the write stages load
 //! the records a change covers only partly through it, and rewrite/ the records it recompresses.
 
+pub(crate) mod namespace;
 pub(crate) mod path;
 pub(crate) mod usage;

@@ -8,3 +8,4 @@
 pub(crate) mod data;
 pub(crate) mod early;
 pub(crate) mod metatx;
+pub(crate) mod namespace;
