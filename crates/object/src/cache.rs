@@ -153,6 +153,15 @@ impl ReadCache {
         self.evict();
     }
 
+    /// Drop every block of segment `seg` (its object is deleted).
+    pub fn drop_segment(&self, seg: u64) {
+        let keys: Vec<Key> = self.index.lock().entries.keys().filter(|k| k.0 == seg).copied().collect();
+        for k in keys {
+            self.forget(&mut self.index.lock(), k);
+            let _ = std::fs::remove_file(self.path(k));
+        }
+    }
+
     /// Drop every block (the cache is emptied, e.g. before a cold-read measurement).
     pub fn clear(&self) {
         let keys: Vec<Key> = self.index.lock().entries.keys().copied().collect();

@@ -45,6 +45,10 @@ pub struct ObjectOptions {
     pub limits: RequestLimits,
     /// Refuse writes (a read-only mount).
     pub read_only: bool,
+    /// Segments whose live bytes are below this fraction of their size are repacked.
+    pub repack_below: f64,
+    /// How often the background repack looks for such segments (`start_repack`).
+    pub repack_every: Duration,
 }
 
 pub const DEFAULT_SEGMENT_BYTES: u64 = 32 << 20;
@@ -62,6 +66,8 @@ impl ObjectOptions {
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             limits: RequestLimits::default(),
             read_only: false,
+            repack_below: 0.5,
+            repack_every: Duration::from_secs(10),
         }
     }
 }
@@ -76,7 +82,17 @@ pub struct ObjectUse {
     pub puts: u64,
     pub gets: u64,
     pub get_bytes: u64,
+    /// bytes copied by repack, and segment objects deleted
+    pub repacked_bytes: u64,
+    pub deleted_segments: u64,
     pub cache: CacheUse,
+}
+
+/// What one repack pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RepackReport {
+    pub segments: u64,
+    pub bytes: u64,
 }
 
 /// One sealed segment: complete, uploading or uploaded, not yet in the map.
@@ -114,6 +130,8 @@ struct State {
     sealed: Vec<Arc<Sealed>>,
     len: u64,
     committed_len: u64,
+    /// segments whose objects are deleted, their rows to drop at the next commit
+    deleted: Vec<u64>,
 }
 
 pub struct ObjectDevice {
@@ -129,6 +147,11 @@ pub struct ObjectDevice {
     puts: std::sync::atomic::AtomicU64,
     gets: std::sync::atomic::AtomicU64,
     get_bytes: std::sync::atomic::AtomicU64,
+    repacked_bytes: std::sync::atomic::AtomicU64,
+    deleted_segments: std::sync::atomic::AtomicU64,
+    /// held shared by reads from the lookup of their pieces to the end of their GETs, and
+    /// exclusively while segment objects are deleted: a read never GETs a deleted object
+    gate: parking_lot::RwLock<()>,
 }
 
 /// A piece of a read whose bytes are in a committed segment.
@@ -207,6 +230,7 @@ impl ObjectDevice {
             sealed: Vec::new(),
             len: l.device_len,
             committed_len: l.device_len,
+            deleted: Vec::new(),
         };
         ObjectDevice {
             name: store.spec().to_string(),
@@ -220,6 +244,9 @@ impl ObjectDevice {
             puts: Default::default(),
             gets: Default::default(),
             get_bytes: Default::default(),
+            repacked_bytes: Default::default(),
+            deleted_segments: Default::default(),
+            gate: parking_lot::RwLock::new(()),
         }
     }
 
@@ -237,6 +264,8 @@ impl ObjectDevice {
             puts: self.puts.load(Relaxed),
             gets: self.gets.load(Relaxed),
             get_bytes: self.get_bytes.load(Relaxed),
+            repacked_bytes: self.repacked_bytes.load(Relaxed),
+            deleted_segments: self.deleted_segments.load(Relaxed),
             cache: self.cache.usage(),
         }
     }
@@ -325,11 +354,12 @@ impl ObjectDevice {
         let (sealed, ops, len, next_segment) = {
             let mut st = self.state.lock();
             self.seal(&mut st);
-            if st.sealed.is_empty() && st.ops.is_empty() && st.len == st.committed_len {
+            if st.sealed.is_empty() && st.ops.is_empty() && st.len == st.committed_len && st.deleted.is_empty() {
                 return Ok(());
             }
             (st.sealed.clone(), st.ops.clone(), st.len, st.open_id)
         };
+        let dropped: Vec<u64> = self.state.lock().deleted.clone();
         for s in &sealed {
             if let Err(e) = s.wait() {
                 self.retry_upload(s, e)?;
@@ -342,7 +372,7 @@ impl ObjectDevice {
         let commit = Commit {
             ops: &ops,
             new_segments: new_segments.clone(),
-            dropped_segments: vec![],
+            dropped_segments: dropped.clone(),
             next_segment,
             device_len: len,
         };
@@ -369,7 +399,107 @@ impl ObjectDevice {
         st.sealed.retain(|s| !ids.contains(&s.id));
         st.ops.drain(..ops.len());
         st.committed_len = len;
+        st.deleted.retain(|id| !dropped.contains(id));
+        drop(st);
+        self.delete_dead();
         Ok(())
+    }
+
+    /// Delete the objects of committed segments nothing references any more. Safe once the
+    /// map commit that left them without extents is durable: the engine reuses or discards
+    /// a range only after its own commit that freed it is durable, so no committed state of
+    /// the engine or of the map refers to their bytes. Their rows go at the next commit; an
+    /// object whose delete fails is left for the sweep at the next open.
+    fn delete_dead(&self) {
+        let dead: Vec<u64> = {
+            let st = self.state.lock();
+            st.segments.iter().filter(|(id, r)| r.live == 0 && !st.deleted.contains(id)).map(|(id, _)| *id).collect()
+        };
+        if dead.is_empty() {
+            return;
+        }
+        let _excl = self.gate.write();
+        for id in dead {
+            if let Err(e) = self.store.delete(&segment_name(id)) {
+                log::warn!("{}: cannot delete unreferenced segment {id} ({e}); the next open sweeps it", self.name);
+            } else {
+                self.deleted_segments.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            self.cache.drop_segment(id);
+            let mut st = self.state.lock();
+            st.segments.remove(&id);
+            st.deleted.push(id);
+        }
+    }
+
+    /// Copy the live bytes of segments below `repack_below` live into the open segment (at
+    /// most about `budget` bytes), so that their objects lose every reference; the next
+    /// sync commits the copies and deletes the emptied objects. A range written meanwhile by
+    /// the engine is left alone (it is newer than the copy).
+    pub fn repack(&self, budget: u64) -> Result<RepackReport, ObjectError> {
+        if self.opts.read_only {
+            return Ok(RepackReport::default());
+        }
+        let (victims, extents) = {
+            let st = self.state.lock();
+            let mut v: Vec<(u64, Arc<SegmentRow>)> = st
+                .segments
+                .iter()
+                .filter(|(_, r)| r.live > 0 && (r.live as f64) < self.opts.repack_below * r.size as f64)
+                .map(|(id, r)| (*id, r.clone()))
+                .collect();
+            v.sort_by(|a, b| (a.1.live * b.1.size).cmp(&(b.1.live * a.1.size)));
+            let mut take = Vec::new();
+            let mut bytes = 0;
+            for (id, r) in v {
+                if bytes >= budget {
+                    break;
+                }
+                bytes += r.live;
+                take.push((id, r));
+            }
+            let ids: BTreeMap<u64, Arc<SegmentRow>> = take.into_iter().collect();
+            let ext: Vec<(u64, Extent)> = st.view.iter().filter(|(_, e)| ids.contains_key(&e.seg)).collect();
+            (ids, ext)
+        };
+        let mut report = RepackReport { segments: victims.len() as u64, bytes: 0 };
+        for (dev_off, e) in extents {
+            let row = victims[&e.seg].clone();
+            let mut data = vec![0u8; e.len as usize];
+            {
+                let _shared = self.gate.read();
+                self.fetch(&Fetch { buf_off: 0, seg: e.seg, seg_off: e.seg_off, len: e.len, row }, &mut data)?;
+            }
+            let mut st = self.state.lock();
+            for p in st.view.lookup(dev_off, e.len) {
+                let Piece::Mapped { dev_off: at, seg, seg_off, len } = p else { continue };
+                if seg != e.seg || seg_off != e.seg_off + (at - dev_off) {
+                    continue;
+                }
+                let s = (at - dev_off) as usize;
+                self.append_locked(&mut st, &[&data[s..s + len as usize]], at);
+                report.bytes += len;
+            }
+        }
+        self.repacked_bytes.fetch_add(report.bytes, std::sync::atomic::Ordering::Relaxed);
+        self.bound_inflight();
+        Ok(report)
+    }
+
+    /// Repack in the background every `repack_every`, until the device is dropped.
+    pub fn start_repack(self: &Arc<Self>) {
+        if self.opts.read_only {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let every = self.opts.repack_every;
+        let _ = std::thread::Builder::new().name("squeezefs-s3-repack".into()).spawn(move || loop {
+            std::thread::sleep(every);
+            let Some(d) = weak.upgrade() else { return };
+            if let Err(e) = d.repack(4 * d.opts.segment_bytes) {
+                log::warn!("{}: repack: {e}", d.name);
+            }
+        });
     }
 
     /// The bytes of a committed piece: cached blocks, and one ranged GET per run of
@@ -478,29 +608,36 @@ impl ObjectDevice {
         }
         {
             let mut st = self.state.lock();
-            if !st.open.is_empty() && st.open.len() as u64 + total as u64 > self.opts.segment_bytes {
-                self.seal(&mut st);
-            }
-            let seg_off = st.open.len() as u64;
-            for p in parts {
-                st.open.extend_from_slice(p);
-            }
-            let ext = Extent { len: total as u64, seg: st.open_id, seg_off };
-            let State { view, ops, .. } = &mut *st;
-            view.write(offset, ext, ops);
+            self.append_locked(&mut st, parts, offset);
             st.len = st.len.max(end);
-            if st.open.len() as u64 >= self.opts.segment_bytes {
-                self.seal(&mut st);
-            }
         }
         self.bound_inflight();
         Ok(())
+    }
+
+    /// Append `parts` to the open segment as the new bytes of `offset..`.
+    fn append_locked(&self, st: &mut State, parts: &[&[u8]], offset: u64) {
+        let total: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        if !st.open.is_empty() && st.open.len() as u64 + total > self.opts.segment_bytes {
+            self.seal(st);
+        }
+        let seg_off = st.open.len() as u64;
+        for p in parts {
+            st.open.extend_from_slice(p);
+        }
+        let ext = Extent { len: total, seg: st.open_id, seg_off };
+        let State { view, ops, .. } = st;
+        view.write(offset, ext, ops);
+        if st.open.len() as u64 >= self.opts.segment_bytes {
+            self.seal(st);
+        }
     }
 }
 
 impl Device for ObjectDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         let mut fetches = Vec::new();
+        let _shared = self.gate.read();
         {
             let st = self.state.lock();
             let end = squeezefs_device::end_offset(offset, buf.len());

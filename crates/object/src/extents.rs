@@ -106,6 +106,13 @@ impl Extents {
     }
 }
 
+impl Extents {
+    /// Every extent, in device order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, Extent)> + '_ {
+        self.map.iter().map(|(&k, &e)| (k, e))
+    }
+}
+
 /// Live bytes per segment changed by `ops`: inserts add, removes subtract.
 pub fn live_deltas(ops: &[Op]) -> BTreeMap<u64, i64> {
     let mut d = BTreeMap::new();

@@ -30,7 +30,7 @@ pub mod testing;
 
 pub use cache::CacheUse;
 pub use config::{ConfigError, StoreConfig};
-pub use device::{ObjectDevice, ObjectOptions, ObjectUse};
+pub use device::{ObjectDevice, ObjectOptions, ObjectUse, RepackReport};
 pub use error::{ObjectError, StoreFault};
 pub use spec::{ObjectSpec, SpecError, SCHEME};
 pub use store::RequestLimits;

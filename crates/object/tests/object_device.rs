@@ -316,3 +316,57 @@ fn wrong_credentials_missing_bucket_and_dead_endpoint_say_so() {
     assert_eq!(d.len(), 0);
     assert!(s3.objects(BUCKET, "used/segments").is_empty());
 }
+
+#[test]
+fn repack_copies_live_bytes_out_of_mostly_dead_segments_and_deletes_them() {
+    let s3 = S3Server::start(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("object.0.redb");
+    let sp = spec("repack");
+    let mut o = opts(dir.path());
+    o.segment_bytes = 200_000;
+    let d = ObjectDevice::create(&sp, &s3.config(), &map, o.clone(), false).unwrap();
+    let n = 32u64;
+    let mut model = vec![0u8; (n * 50_000) as usize];
+    for i in 0..n {
+        let data = pattern(i, 50_000);
+        d.write_at(&data, i * 50_000).unwrap();
+        model[(i * 50_000) as usize..((i + 1) * 50_000) as usize].copy_from_slice(&data);
+    }
+    d.sync().unwrap();
+    let before = d.usage();
+    assert_eq!(before.segments, n / 4);
+    // three of every four blocks rewritten or discarded: each first segment keeps a quarter live
+    for i in 0..n {
+        match i % 4 {
+            0 => {}
+            3 => {
+                d.discard(i * 50_000, 50_000).unwrap();
+                model[(i * 50_000) as usize..((i + 1) * 50_000) as usize].fill(0);
+            }
+            _ => {
+                let data = pattern(1000 + i, 50_000);
+                d.write_at(&data, i * 50_000).unwrap();
+                model[(i * 50_000) as usize..((i + 1) * 50_000) as usize].copy_from_slice(&data);
+            }
+        }
+    }
+    d.sync().unwrap();
+    let mid = d.usage();
+    assert!(mid.live_bytes < mid.segment_bytes, "{mid:?}");
+    let r = d.repack(u64::MAX).unwrap();
+    assert!(r.segments > 0 && r.bytes > 0, "{r:?}");
+    d.sync().unwrap();
+    d.sync().unwrap();
+    let after = d.usage();
+    assert!(after.deleted_segments >= r.segments, "{after:?} after {r:?}");
+    assert_eq!(after.live_bytes, mid.live_bytes, "repack keeps every live byte");
+    assert!(after.segment_bytes < mid.segment_bytes, "{after:?} vs {mid:?}");
+    let objects = s3.objects(BUCKET, "repack/segments");
+    assert_eq!(objects.len() as u64, after.segments, "{objects:?}");
+    drop(d);
+    let d = ObjectDevice::open(&sp, &s3.config(), &map, o).unwrap();
+    d.clear_cache();
+    assert!(read(&d, 0, model.len()) == model, "content differs after repack and reopen");
+    assert_eq!(d.usage().segments, after.segments);
+}
