@@ -16,8 +16,9 @@ const ROOTDIR_DEFAULT_SPEC: &str = "zstd:3";
 pub struct MkfsArgs {
     /// Pool directory (holds the metadata store and, without --device, the data file)
     pub pool: PathBuf,
-    /// A device file or block device for data (repeat for several); default: one growable
-    /// file inside the pool directory
+    /// A device file, block device or object store prefix (s3://BUCKET/PREFIX; endpoint and
+    /// credentials from the AWS_* environment or ~/.aws) for data (repeat for several);
+    /// default: one growable file inside the pool directory
     #[arg(long = "device", value_name = "PATH")]
     pub devices: Vec<PathBuf>,
     /// Allocation unit in bytes (default: 4096 with block devices, 512 with files)
@@ -99,6 +100,7 @@ pub fn run(a: MkfsArgs) -> Result<()> {
         force: a.force,
         max_inline: a.max_inline,
         device_capacity: None,
+        object: Default::default(),
     };
     Engine::mkfs(&a.pool, &opts).with_context(|| format!("mkfs {}", a.pool.display()))?;
     if let Some(plan) = rootdir {

@@ -42,6 +42,11 @@ impl Features {
     /// readable by builds that predate it; a build that does not know the bit would take
     /// the record size for the bound and call every longer bundle damaged.
     pub const INCOMPAT_BUNDLE_SIZE: u64 = 1 << 6;
+    /// A device of the pool is an object store prefix (device kind 3): its bytes live in
+    /// segment objects found through the pool directory's object map (`object.N.redb`).
+    /// Set by mkfs only for such pools; a build that does not know the bit would take the
+    /// `s3://` path for a file.
+    pub const INCOMPAT_OBJECT_DEVICE: u64 = 1 << 8;
 
     /// The `background` table may hold background compression's cursor (a build that does
     /// not know it ignores the table; background compression then starts afresh).
@@ -55,7 +60,8 @@ impl Features {
         | Self::INCOMPAT_BUNDLES
         | Self::INCOMPAT_COMPACT_ROWS
         | Self::INCOMPAT_RECORDSIZES
-        | Self::INCOMPAT_BUNDLE_SIZE;
+        | Self::INCOMPAT_BUNDLE_SIZE
+        | Self::INCOMPAT_OBJECT_DEVICE;
     /// Incompatible features mkfs sets; `INCOMPAT_BUNDLE_SIZE` is added by mkfs when the
     /// pool's bundle size is not its record size, the others are set when first used.
     pub const MKFS_INCOMPAT: u64 = Self::INCOMPAT_INLINE_DATA
@@ -165,6 +171,8 @@ pub enum DeviceKind {
     FixedFile = 1,
     /// a block device
     Block = 2,
+    /// an object store prefix (`s3://BUCKET/PREFIX`, the path field); growable
+    Object = 3,
 }
 
 pub const DEVICE_RECORD_VERSION: u8 = 1;
@@ -200,6 +208,7 @@ impl DeviceRecord {
             0 => DeviceKind::GrowableFile,
             1 => DeviceKind::FixedFile,
             2 => DeviceKind::Block,
+            3 => DeviceKind::Object,
             k => return Err(r.corrupt(format!("unknown device kind {k}"))),
         };
         let capacity = r.u64()?;

@@ -37,15 +37,16 @@ mod write;
 pub use base::accounting::EarlyStats;
 pub use base::error::{Corruption, EngineError, Internal, InvalidArg, IoError, PanicSite, PoolError, Result};
 pub use base::options::{
-    bundle_size_supported, default_bundle_size, recordsize_supported, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE,
-    DEFAULT_MAX_INLINE, DEFAULT_QOS_BURST, DEFAULT_RECORDSIZE, MAX_BUNDLE_SIZE, MAX_RECORDSIZE, META_FILE,
-    MIN_RECORDSIZE, QOS_BURST_RANGE, SEAL_FILE,
+    bundle_size_supported, default_bundle_size, recordsize_supported, MkfsOptions, ObjectSettings, OpenOptions,
+    DEFAULT_DEVICE_FILE, DEFAULT_MAX_INLINE, DEFAULT_QOS_BURST, DEFAULT_RECORDSIZE, MAX_BUNDLE_SIZE, MAX_RECORDSIZE,
+    META_FILE, MIN_RECORDSIZE, QOS_BURST_RANGE, SEAL_FILE,
 };
 pub use base::{pool_lock, units};
 pub use check::{fsck, scrub};
 pub use compress::levels::RATE_CONFIRM_BYTES;
 pub use compress::policy::ADAPTIVE_PLACEHOLDER;
 pub use compress::qos::{QosAdmit, QosTree, TREE_BACKLOG_MIN_BYTES, TREE_BACKLOG_SECS};
+pub use engine::object_dev::map_path as object_map_path;
 pub use engine::pool::now;
 pub use read::path::PREFETCH_RECORDS;
 pub use read::usage::UsageRow;

@@ -68,6 +68,24 @@ pub struct MkfsOptions {
     pub bundle_size: Option<u32>,
     /// Fixed capacity for the pool's own device file (tests of ENOSPC); `None`: growable.
     pub device_capacity: Option<u64>,
+    /// Object devices (`s3://` in `devices`).
+    pub object: ObjectSettings,
+}
+
+/// Settings of object devices (engine/object_dev.rs); `None` fields take crates/object's
+/// defaults.
+#[derive(Clone, Debug, Default)]
+pub struct ObjectSettings {
+    /// Endpoint and credentials; `None`: the standard AWS environment and shared files.
+    pub store: Option<squeezefs_object::StoreConfig>,
+    /// Bytes of the local read cache (0: none).
+    pub cache_bytes: Option<u64>,
+    /// Directory holding the read cache; `None`: the pool directory.
+    pub cache_dir: Option<PathBuf>,
+    /// How long a sync waits for a store that does not take data before failing with EIO.
+    pub stall_timeout: Option<Duration>,
+    /// Size at which a segment object is sealed and uploaded.
+    pub segment_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -102,6 +120,9 @@ pub struct OpenOptions {
     /// its whole space until its last member is rewritten or deleted, which suits a tree
     /// written once (`mkfs --rootdir`) better than files changed piecemeal.
     pub bundle_small_records: bool,
+    /// Object devices: endpoint, read cache, stall timeout (mount options `s3-cache=`,
+    /// `s3-cache-dir=`, `s3-timeout=`).
+    pub object: ObjectSettings,
 }
 
 impl Default for OpenOptions {
@@ -119,6 +140,7 @@ impl Default for OpenOptions {
             trace: None,
             qos_burst: DEFAULT_QOS_BURST,
             bundle_small_records: false,
+            object: ObjectSettings::default(),
         }
     }
 }

@@ -105,6 +105,11 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
         Vec::new()
     };
     for p in &paths {
+        if let Some(spec) = crate::engine::object_dev::spec_of(p)? {
+            let d = crate::engine::object_dev::create(pool, devs.len(), &spec, &opts.object, opts.force)?;
+            devs.push((d, PathBuf::from(spec.to_string()), DeviceKind::Object));
+            continue;
+        }
         if own && p.exists() {
             if !opts.force {
                 return Err(PoolError::FileExists { path: p.clone() }.into());
@@ -159,6 +164,9 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
         let bundle_size = (bundle_size != recordsize).then_some(bundle_size);
         if bundle_size.is_some() {
             features.incompat |= Features::INCOMPAT_BUNDLE_SIZE;
+        }
+        if devs.iter().any(|d| d.2 == DeviceKind::Object) {
+            features.incompat |= Features::INCOMPAT_OBJECT_DEVICE;
         }
         let sb = Superblock {
             features,
@@ -423,6 +431,11 @@ impl DeviceOpen<'_> {
         let host_path = (rec.kind == DeviceKind::GrowableFile && injected.is_none()).then(|| path.clone());
         let d: Arc<dyn Device> = match injected {
             Some(d) => d.clone(),
+            None if rec.kind == DeviceKind::Object => {
+                let spec = crate::engine::object_dev::spec_of(&path)?
+                    .ok_or_else(|| PoolError::ObjectRecord { index: i, path: path.clone() })?;
+                crate::engine::object_dev::open(self.pool, i as usize, &spec, &self.opts.object, self.read_only)?
+            }
             None => Arc::new(
                 FileDevice::open_with(&path, &FileDeviceOptions { read_only: self.read_only, create: false, capacity })
                     .map_err(|source| PoolError::OpenPoolDevice { index: i, pool: self.pool.to_path_buf(), source })?,
@@ -456,7 +469,7 @@ impl DeviceOpen<'_> {
         }
         use std::os::unix::ffi::OsStrExt;
         let p = PathBuf::from(std::ffi::OsStr::from_bytes(&rec.path));
-        if p.is_relative() {
+        if p.is_relative() && rec.kind != DeviceKind::Object {
             self.pool.join(p)
         } else {
             p
