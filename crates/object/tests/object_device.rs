@@ -200,6 +200,7 @@ fn a_store_down_mid_write_holds_the_sync_then_fails_after_the_timeout() {
 
 /// Child side of the crash test: write and sync blocks forever, saying which syncs returned.
 #[test]
+#[ignore = "the child process of a_process_killed_between_uploads_and_commits_loses_no_synced_data"]
 fn crash_child() {
     let Ok(args) = std::env::var("SQUEEZEFS_OBJECT_CRASH_CHILD") else { return };
     let mut it = args.split(' ');
@@ -239,7 +240,7 @@ fn a_process_killed_between_uploads_and_commits_loses_no_synced_data() {
     let mut acked = 4096u64;
     for round in 0..4u64 {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+            .args(["--exact", "crash_child", "--ignored", "--nocapture", "--test-threads=1"])
             .env("SQUEEZEFS_OBJECT_CRASH_CHILD", format!("{} {} {}", s3.endpoint(), map.display(), cache.display()))
             .stdout(std::process::Stdio::piped())
             .spawn()

@@ -306,11 +306,11 @@ pub enum PoolError {
     )]
     DeviceInUse { path: PathBuf },
     #[error(transparent)]
-    ObjectSpec(squeezefs_object::SpecError),
+    ObjectSpec(Box<squeezefs_object::SpecError>),
     #[error(transparent)]
-    ObjectConfig(squeezefs_object::ConfigError),
+    ObjectConfig(Box<squeezefs_object::ConfigError>),
     #[error(transparent)]
-    Object { source: squeezefs_object::ObjectError },
+    Object { source: Box<squeezefs_object::ObjectError> },
     #[error("device #{index} is recorded as an object device but its name {} is not s3://BUCKET[/PREFIX]", path.display())]
     ObjectRecord { index: u32, path: PathBuf },
     #[error("cannot open device {}: {source}", path.display())]

@@ -18,7 +18,7 @@ pub fn spec_of(path: &Path) -> Result<Option<ObjectSpec>> {
     if !ObjectSpec::is_object_spec(s) {
         return Ok(None);
     }
-    Ok(Some(ObjectSpec::parse(s).map_err(PoolError::ObjectSpec)?))
+    Ok(Some(ObjectSpec::parse(s).map_err(|e| PoolError::ObjectSpec(Box::new(e)))?))
 }
 
 /// The object map of device `index`.
@@ -48,7 +48,7 @@ fn options(pool: &Path, index: usize, s: &ObjectSettings, read_only: bool) -> Ob
 fn config(s: &ObjectSettings) -> Result<StoreConfig> {
     match &s.store {
         Some(c) => Ok(c.clone()),
-        None => Ok(StoreConfig::from_env().map_err(PoolError::ObjectConfig)?),
+        None => Ok(StoreConfig::from_env().map_err(|e| PoolError::ObjectConfig(Box::new(e)))?),
     }
 }
 
@@ -61,7 +61,7 @@ pub fn create(
     force: bool,
 ) -> Result<Arc<dyn Device>> {
     let d = ObjectDevice::create(spec, &config(s)?, &map_path(pool, index), options(pool, index, s, false), force)
-        .map_err(|source| PoolError::Object { source })?;
+        .map_err(|source| PoolError::Object { source: Box::new(source) })?;
     Ok(Arc::new(d))
 }
 
@@ -74,7 +74,7 @@ pub fn open(
     read_only: bool,
 ) -> Result<Arc<dyn Device>> {
     let d = ObjectDevice::open(spec, &config(s)?, &map_path(pool, index), options(pool, index, s, read_only))
-        .map_err(|source| PoolError::Object { source })?;
+        .map_err(|source| PoolError::Object { source: Box::new(source) })?;
     let d = Arc::new(d);
     d.start_repack();
     Ok(d)
