@@ -2,7 +2,8 @@
 //! strongest compression the CPU allows (docs/design.md §9). Its two modes, the model of
 //! model.rs and the queue feedback of feedback.rs (the default); what it takes and gives
 //! per record (decision.rs); the ladder of candidate codecs (ladder.rs); its tunables
-//! (tunables.rs); and the per-record trace file (trace.rs).
+//! (tunables.rs); the end-to-end rate check that holds the feedback mode's CPU-bound position
+//! to what the mount measurably writes (rate_check.rs); and the per-record trace file (trace.rs).
 //!
 //! Imports measure/ (the inputs it is fed) and device_choice.rs; qos/ builds on it.
 
@@ -10,5 +11,6 @@ pub(crate) mod decision;
 pub mod feedback;
 pub mod ladder;
 pub(crate) mod model;
+pub mod rate_check;
 pub mod trace;
 pub(crate) mod tunables;

@@ -185,6 +185,10 @@
 //!                               and 0.82–0.89 on the XML at 400 MB/s and unpaced, where
 //!                               zstd:1 writes as fast as lz4 (the writer bounds the pipeline)
 //!                               and the descent lost a third of the ratio for nothing
+//!   fb_rate 1, fb_rate_secs 0.1 feedback mode: the CPU-bound position is held to the
+//!   fb_rate_gain 0.03           strongest rung whose measured intake rate is within 3% of
+//!   fb_rate_hold 1, _max 8      raw's, searched again after a hold of 1 s doubling to 8 s
+//!                               (auto/rate_check.rs)
 //!   batch_bytes 0               the pipeline sets its txg's early-sync bytes (16 MiB): at
 //!                               20 MB/s that alone is 0.8 s of queue, and a 0.05 s target
 //!                               read it as a device 16 times too slow

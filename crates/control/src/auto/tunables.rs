@@ -72,6 +72,15 @@ pub struct Tunables {
     /// feedback mode: a backlog counts as the CPU being short only while the compress
     /// workers were busy at least this share of the recent time (0: any backlog counts)
     pub fb_busy: f64,
+    /// feedback mode: 1 = a CPU-bound position is held to the strongest rung whose measured
+    /// intake rate is within fb_rate_gain of raw's (auto/rate_check.rs); 0 = no check
+    pub fb_rate: u32,
+    /// feedback mode, rate check: seconds per measuring window, the gain a weaker rung must
+    /// show, and the first and longest hold between searches, seconds
+    pub fb_rate_secs: f64,
+    pub fb_rate_gain: f64,
+    pub fb_rate_hold: f64,
+    pub fb_rate_hold_max: f64,
 }
 
 impl Default for Tunables {
@@ -108,6 +117,11 @@ impl Default for Tunables {
             fb_split: 1,
             fb_gap: 0.5,
             fb_busy: 0.9,
+            fb_rate: 1,
+            fb_rate_secs: 0.1,
+            fb_rate_gain: 0.03,
+            fb_rate_hold: 1.0,
+            fb_rate_hold_max: 8.0,
         }
     }
 }
@@ -151,6 +165,11 @@ impl Tunables {
         "fb_split",
         "fb_gap",
         "fb_busy",
+        "fb_rate",
+        "fb_rate_secs",
+        "fb_rate_gain",
+        "fb_rate_hold",
+        "fb_rate_hold_max",
         "batch_bytes",
     ];
 
@@ -207,10 +226,20 @@ impl Tunables {
                 "fb_split" => t.fb_split = small()?,
                 "fb_gap" => t.fb_gap = v,
                 "fb_busy" => t.fb_busy = v,
+                "fb_rate" => t.fb_rate = small()?,
+                "fb_rate_secs" => t.fb_rate_secs = v,
+                "fb_rate_gain" => t.fb_rate_gain = v,
+                "fb_rate_hold" => t.fb_rate_hold = v,
+                "fb_rate_hold_max" => t.fb_rate_hold_max = v,
                 "batch_bytes" => t.batch_bytes = whole()?,
                 "fb_floor" => t.fb_floor = small()?,
                 _ => return Err(format!("`{name}`: unknown tunable (accepted: {})", Tunables::NAMES.join(", "))),
             }
+        }
+        if !(t.fb_rate_secs > 0.0 && t.fb_rate_hold > 0.0 && t.fb_rate_hold_max >= t.fb_rate_hold) {
+            return Err(
+                "fb_rate_secs and fb_rate_hold must be above 0 and fb_rate_hold_max at least fb_rate_hold".into()
+            );
         }
         if !(t.gain_min > 0.0 && t.gain_min <= 1.0 && t.gain_max >= 1.0) {
             return Err("gain_min must lie in (0, 1] and gain_max be at least 1".into());
