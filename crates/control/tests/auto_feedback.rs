@@ -1,6 +1,7 @@
 //! The queue-feedback mode of auto (feedback.rs), each rule on synthetic inputs: the ladder,
 //! up on a long queue, down on a starved device with records waiting, holding otherwise,
-//! neighbours mixed only, raw on data that does not compress and back on data that does.
+//! neighbours mixed only, raw on data that does not compress and back on data that does; and
+//! the end-to-end rate check that holds a CPU-bound position to the measured intake rate.
 
 use squeezefs_codec::{Algorithm, Codec, Spec};
 use squeezefs_control::feedback::Feedback;
@@ -14,9 +15,16 @@ fn zstd(l: i32) -> Codec {
     Codec { alg: Algorithm::Zstd, level: l }
 }
 
+/// The default tunables with the end-to-end rate check off: these tests feed records at a
+/// steady pace whatever the rung, which the check would read as every rung equally fast,
+/// and test the queue rules alone (the check has tests of its own below).
+fn rules() -> Tunables {
+    Tunables { fb_rate: 0, ..Tunables::default() }
+}
+
 fn fb(spec: &str) -> Feedback {
     let Spec::Auto { min, max } = spec.parse::<Spec>().unwrap() else { panic!("{spec}: not auto") };
-    Feedback::new(&candidates(min, max), zstd(1), Tunables::default())
+    Feedback::new(&candidates(min, max), zstd(1), rules())
 }
 
 /// One device of 100 MB/s whose queue holds `queue_secs` of writing.
@@ -157,7 +165,7 @@ fn data_that_does_not_compress_is_stored_raw_and_probed() {
 
 #[test]
 fn the_feedback_tunable_hands_decisions_to_the_feedback_mode() {
-    let mut tun = Tunables::default();
+    let mut tun = rules();
     tun.set("feedback=1").unwrap();
     let mut a = AutoController::for_spec("auto:zstd:1..zstd:9".parse().unwrap(), tun).unwrap();
     let dev = device(2.0);
@@ -476,7 +484,7 @@ fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
         (slow, 20, 0.0, true),
     ];
     for (dev, busy, hold, held) in cases {
-        let (mut f, spine, z) = at_crossing(Tunables { fb_capacity_secs: hold, ..Tunables::default() });
+        let (mut f, spine, z) = at_crossing(Tunables { fb_capacity_secs: hold, ..rules() });
         let mut now = 0.0;
         // the device the bottleneck for 0.8 s: its rate is what it can take; for 0.2 s, a
         // batch handed over at once
@@ -501,7 +509,7 @@ fn a_cpu_bound_descent_stops_where_a_weaker_rung_would_wait_for_the_device() {
 fn a_device_that_serves_each_write_at_its_rate_bounds_the_floor_before_it_falls_behind() {
     let cases = [(100.0 * MB, 1, true), (2000.0 * MB, 1, false), (100.0 * MB, 0, false)];
     for (range_bps, fb_range, held) in cases {
-        let (mut f, spine, z) = at_crossing(Tunables { fb_range, ..Tunables::default() });
+        let (mut f, spine, z) = at_crossing(Tunables { fb_range, ..rules() });
         let dev = [DeviceView { queued_bytes: 0, throughput_bps: 100.0 * MB, free_bytes: u64::MAX }];
         let last = cpu_bound_rungs(&mut f, &spine, &mut 0.0, dev, range_bps);
         let case = format!("range {} MB/s, fb_range {fb_range}", range_bps / MB);
@@ -521,7 +529,7 @@ fn a_device_that_serves_each_write_at_its_rate_bounds_the_floor_before_it_falls_
 #[test]
 fn a_held_device_is_bounded_by_its_rate_in_large_writes_not_its_drain_in_small_ones() {
     for (range_bps, held) in [(2000.0 * MB, false), (100.0 * MB, true)] {
-        let (mut f, spine, z) = at_crossing(Tunables::default());
+        let (mut f, spine, z) = at_crossing(rules());
         let dev = DeviceView { queued_bytes: 0, throughput_bps: 100.0 * MB, free_bytes: u64::MAX };
         let behind = [DeviceView { queued_bytes: 50 * MB as u64, ..dev }];
         let mut now = 0.0;
@@ -551,7 +559,7 @@ fn a_draining_queue_turns_the_position_down_before_the_device_runs_dry() {
         // a slow climb, so that the run without the look-ahead stays below the top rung
         // and its climbing is seen; no floor: by the nominal figures the rungs this climb
         // reaches keep a 100 MB/s device busy on 2 cores, and the floor would hold them
-        let tun = Tunables { fb_lead, fb_up: 1.0, fb_floor: 0, ..Tunables::default() };
+        let tun = Tunables { fb_lead, fb_up: 1.0, fb_floor: 0, ..rules() };
         let Spec::Auto { min, max } = "auto".parse::<Spec>().unwrap() else { unreachable!() };
         let mut f = Feedback::new(&candidates(min, max), zstd(1), tun);
         let mut now = 0.0;
@@ -563,7 +571,7 @@ fn a_draining_queue_turns_the_position_down_before_the_device_runs_dry() {
         }
         (highest, f.position(), f.spine().len() as f64)
     };
-    let (highest, end, _) = drain(Tunables::default().fb_lead);
+    let (highest, end, _) = drain(rules().fb_lead);
     assert!(end < highest - 1.0, "the queue down to 0.6 s: highest {highest}, then {end}");
     let (highest, end, top) = drain(0.0);
     assert_eq!(end, highest, "without the look-ahead a queue above its target only climbs");
@@ -577,8 +585,8 @@ fn a_draining_queue_turns_the_position_down_before_the_device_runs_dry() {
 /// would stay below it for good.
 #[test]
 fn a_cpu_bound_position_below_a_floor_learned_late_rises_to_it() {
-    for (lift, rises) in [(Tunables::default().fb_lift, true), (0.0, false)] {
-        let (mut f, spine, z) = at_crossing(Tunables { fb_lift: lift, ..Tunables::default() });
+    for (lift, rises) in [(rules().fb_lift, true), (0.0, false)] {
+        let (mut f, spine, z) = at_crossing(Tunables { fb_lift: lift, ..rules() });
         let dev = |queued: f64| {
             [DeviceView { queued_bytes: queued as u64, throughput_bps: 100.0 * MB, free_bytes: u64::MAX }]
         };
@@ -622,7 +630,7 @@ fn a_cpu_bound_position_below_a_floor_learned_late_rises_to_it() {
 fn a_cpu_bound_descent_far_above_its_floor_goes_faster() {
     // (fb_gap; seconds to within a rung of the floor, seconds from two rungs above it to one)
     let descend = |fb_gap: f64| {
-        let (mut f, _, _) = at_crossing(Tunables { fb_gap, ..Tunables::default() });
+        let (mut f, _, _) = at_crossing(Tunables { fb_gap, ..rules() });
         let start = f.position();
         let mut now = 0.0;
         let (mut two, mut one) = (None, None);
@@ -643,7 +651,7 @@ fn a_cpu_bound_descent_far_above_its_floor_goes_faster() {
         (one, one - two)
     };
     let (slow, slow_last) = descend(0.0);
-    let (fast, fast_last) = descend(Tunables::default().fb_gap);
+    let (fast, fast_last) = descend(rules().fb_gap);
     assert!(fast < 0.6 * slow, "to the floor in {fast:.2} s with fb_gap, {slow:.2} s without");
     assert!((fast_last - slow_last).abs() <= 0.02, "the last rung in {fast_last:.2} s against {slow_last:.2} s");
 }
@@ -659,7 +667,7 @@ fn a_cpu_bound_pipeline_is_not_held_at_the_top_by_its_own_txg_batch() {
     let batch = 16 << 20;
     for (batch_bytes, descends) in [(batch, true), (0, false)] {
         let Spec::Auto { min, max } = "auto".parse::<Spec>().unwrap() else { unreachable!() };
-        let tun = Tunables { batch_bytes, ..Tunables::default() };
+        let tun = Tunables { batch_bytes, ..rules() };
         let mut f = Feedback::new(&candidates(min, max), zstd(1), tun);
         let top = f.spine().len() as f64;
         let mut now = 0.0;
@@ -679,7 +687,7 @@ fn a_cpu_bound_pipeline_is_not_held_at_the_top_by_its_own_txg_batch() {
 
 fn fb_tuned(spec: &str, tunables: &str) -> Feedback {
     let Spec::Auto { min, max } = spec.parse::<Spec>().unwrap() else { panic!("{spec}: not auto") };
-    let mut tun = Tunables::default();
+    let mut tun = rules();
     tun.set(tunables).unwrap();
     Feedback::new(&candidates(min, max), zstd(1), tun)
 }

@@ -94,6 +94,14 @@
 //!   min_gain, records are stored raw and one record every probe_bytes is compressed at x's
 //!   rung (at least the first); a probe that saves min_gain or more ends it.
 //!
+//! RATE CHECK: while the pipeline is saturated and the queue is at or below its target
+//!   (before any device has a rate: no device is behind), the rung the rules above give is
+//!   checked against the mount's measured intake rate, and held to the strongest rung a
+//!   hill climb on that rate finds as fast as the weaker ones (auto/rate_check.rs): what
+//!   the floor cannot see (a loop device's kernel thread, the host filesystem, page-cache
+//!   writeback, other load) the rate includes. The devices behind for fb_capacity_secs
+//!   reset it (a stronger rung is free then). Tunable fb_rate 0 turns it off.
+//!
 //! TUNABLES (tunables.rs `Tunables`): fb_up 4 and fb_down 6 rungs/s (the ladder spans about 20
 //!   rungs: a second or two from end to end, quicker down because a starved device loses
 //!   throughput while a long queue costs only memory), fb_p 1 rung; fb_lead 1 s (about
@@ -119,10 +127,15 @@
 
 use crate::auto::decision::{AutoInputs, Decision, Reason, Sample};
 use crate::auto::ladder::{lower_hull, Mix, Point};
+use crate::auto::rate_check::{RateCheck, RateTunables};
 use crate::auto::tunables::Tunables;
 use crate::measure::ewma::{ByteEwma, TimeEwma};
 use crate::measure::meters::{queue_estimate, DRIFT_WINDOW_BYTES, LEVEL_WINDOW_BYTES};
 use squeezefs_codec::Codec;
+
+/// Seconds of device queue per second above which the queue counts as growing: the rate
+/// check (auto/rate_check.rs) measures only while it does not.
+const RATE_PACE: f64 = 0.05;
 
 /// Longest time step one decision integrates, seconds (a pause between writes is not a
 /// second of queue error).
@@ -163,6 +176,8 @@ pub struct Feedback {
     last_bound: Option<f64>,
     /// since when the averaged queue has been above its target
     behind_since: Option<f64>,
+    /// the end-to-end check of a CPU-bound position (None: tunable fb_rate 0)
+    check: Option<RateCheck>,
 }
 
 impl Feedback {
@@ -194,7 +209,16 @@ impl Feedback {
         };
         let (cost, stored) = (nominal(|p| p.cost), nominal(|p| p.stored));
         let queue_avg = TimeEwma::new(tun.queue_tau_secs.max(1e-3));
+        let check = (tun.fb_rate != 0).then(|| {
+            RateCheck::new(RateTunables {
+                window_secs: tun.fb_rate_secs,
+                gain: tun.fb_rate_gain,
+                hold_secs: tun.fb_rate_hold,
+                hold_max_secs: tun.fb_rate_hold_max,
+            })
+        });
         Feedback {
+            check,
             tun,
             seen: vec![0; spine.len()],
             spine,
@@ -274,6 +298,12 @@ impl Feedback {
             if self.raw {
                 return self.raw_decision(self.x.round() as usize, q.delay_secs);
             }
+            let saturated = self.saturated(inp);
+            if let Some(d) =
+                self.checked(now, rec, self.x.round() as usize, saturated && behind.is_none(), behind.is_some())
+            {
+                return Decision { queue_delay_secs: q.delay_secs, ..d };
+            }
             if behind.is_some() {
                 return Decision { codec: self.mixed(self.x), reason: Reason::Model, queue_delay_secs: q.delay_secs };
             }
@@ -323,9 +353,7 @@ impl Feedback {
         self.last_bound = self.capacity.or(range);
         let f = self.floor(inp.overhead_ns_per_byte, inp.store_ns_per_byte, cores, self.last_bound);
         self.last_floor = f;
-        // short of CPU: records wait for compression while the workers were busy, not only
-        // the records of one write queued at once
-        let saturated = inp.backlog && inp.workers_busy.is_none_or(|u| u >= self.tun.fb_busy);
+        let saturated = self.saturated(inp);
         if ahead > want {
             self.x += self.tun.fb_up * err.min(2.0) * dt;
         } else if inp.backlog && f > self.x && self.tun.fb_lift > 0.0 {
@@ -340,7 +368,51 @@ impl Feedback {
         if self.raw {
             return self.raw_decision(xe.round() as usize, q.delay_secs);
         }
+        // a queue growing by more than RATE_PACE seconds a second is a device falling
+        // behind before the average shows it: a weaker rung's intake would only fill memory
+        let steady = self.pace <= RATE_PACE;
+        if let Some(d) = self.checked(now, rec, xe.round() as usize, saturated && ahead <= want && steady, held) {
+            return Decision { queue_delay_secs: q.delay_secs, ..d };
+        }
         Decision { codec: self.mixed(xe), reason: Reason::Model, queue_delay_secs: q.delay_secs }
+    }
+
+    /// Short of CPU: records wait for compression while the workers were busy, not only
+    /// the records of one write queued at once.
+    fn saturated(&self, inp: &AutoInputs) -> bool {
+        inp.backlog && inp.workers_busy.is_none_or(|u| u >= self.tun.fb_busy)
+    }
+
+    /// The rate check's override of rung `top` (auto/rate_check.rs), given whether the CPU
+    /// bounds the write and whether the devices have been its bottleneck for long (which
+    /// resets the check): a window of its search (reason Explore) or its ceiling.
+    fn checked(&mut self, now: f64, rec: u64, top: usize, cpu_bound: bool, device_bound: bool) -> Option<Decision> {
+        if device_bound {
+            if let Some(c) = self.check.as_mut() {
+                c.reset();
+            }
+            return None;
+        }
+        let device = self.last_bound.filter(|d| d.is_finite() && *d > 0.0);
+        let stored = &self.stored;
+        let bound = |r: usize| match device {
+            None => f64::INFINITY,
+            Some(d) if r == 0 => d,
+            Some(d) => {
+                let i = (r - 1).min(stored.len() - 1);
+                d / stored[i].value().unwrap_or(1.0).clamp(1e-3, 1.0)
+            }
+        };
+        let check = self.check.as_mut()?;
+        let r = check.rung(now, rec, top, cpu_bound, &bound)?;
+        let reason = if check.searching() { Reason::Explore } else { Reason::Model };
+        Some(Decision { codec: self.rung(r), reason, queue_delay_secs: None })
+    }
+
+    /// The rate check's ceiling: the rung a CPU-bound position is held to (None: no check,
+    /// or none searched yet).
+    pub fn rate_ceiling(&self) -> Option<usize> {
+        self.check.as_ref().and_then(RateCheck::ceiling)
     }
 
     /// Rungs per second a CPU-bound position descends at with no queue at all, given the

@@ -180,7 +180,19 @@ impl RateCheck {
     /// `top` and whether the pipeline is CPU-bound: Some(r) overrides the controller (a
     /// window of the search, or the ceiling where it is below `top`), None leaves its
     /// choice as it is.
-    pub fn rung(&mut self, now: f64, bytes: u64, top: usize, cpu_bound: bool) -> Option<usize> {
+    ///
+    /// `bound(r)` is the input rate the devices take at rung r (their rate over its stored
+    /// fraction; infinite while unknown): a window's rate counts up to it, for a rung the
+    /// compress stage takes in faster than the devices drain only fills the dirty memory
+    /// until the devices become the bottleneck.
+    pub fn rung(
+        &mut self,
+        now: f64,
+        bytes: u64,
+        top: usize,
+        cpu_bound: bool,
+        bound: &dyn Fn(usize) -> f64,
+    ) -> Option<usize> {
         let gap = self.last_now.is_some_and(|t| now - t > MAX_GAP_SECS);
         self.last_now = Some(now);
         if !cpu_bound || top == 0 {
@@ -225,6 +237,7 @@ impl RateCheck {
         w.bytes = w.bytes.saturating_add(bytes);
         w.records += 1;
         if let Some(rate) = w.done(self.tun.window_secs) {
+            let rate = rate.min(bound(measuring));
             self.window = None;
             self.window_done(now, rate, top);
         }
@@ -352,7 +365,7 @@ mod tests {
         let end = *now + secs;
         let mut used = Vec::new();
         while *now < end {
-            let r = c.rung(*now, REC, top, true).unwrap_or(top);
+            let r = c.rung(*now, REC, top, true, &|_| f64::INFINITY).unwrap_or(top);
             used.push(r);
             *now += REC as f64 / rate_of(r);
         }
@@ -369,7 +382,7 @@ mod tests {
         // 10 against 5, then 5 against 0: nothing else was tried
         assert!(used.iter().all(|r| [0, 5, 10].contains(r)), "{used:?}");
         // holding: the ceiling overrides the controller's rung
-        assert_eq!(c.rung(now, REC, 10, true), Some(0));
+        assert_eq!(c.rung(now, REC, 10, true, &|_| f64::INFINITY), Some(0));
     }
 
     #[test]
@@ -394,7 +407,11 @@ mod tests {
         assert_eq!(c.ceiling(), Some(10));
         // three tests, halving the step: 5, 8, 9
         assert!(used.iter().all(|r| [5, 8, 9, 10].contains(r)), "{used:?}");
-        assert_eq!(c.rung(now, REC, 10, true), None, "no override where the ceiling is the controller's rung");
+        assert_eq!(
+            c.rung(now, REC, 10, true, &|_| f64::INFINITY),
+            None,
+            "no override where the ceiling is the controller's rung"
+        );
     }
 
     #[test]
@@ -405,7 +422,7 @@ mod tests {
         let mut now = 0.0;
         let (mut pauses, mut in_window) = (0, 0);
         for _ in 0..20_000 {
-            let r = c.rung(now, REC, 10, true).unwrap_or(10);
+            let r = c.rung(now, REC, 10, true, &|_| f64::INFINITY).unwrap_or(10);
             now += REC as f64 / 500e6;
             in_window = if r == 10 && c.searching() { in_window + 1 } else { 0 };
             if in_window == 20 && pauses < 3 {
@@ -424,9 +441,26 @@ mod tests {
         drive(&mut c, &mut now, 1.0, 10, &|r| 600e6 / 1.05f64.powi(r as i32));
         assert_eq!(c.ceiling(), Some(0));
         // the devices behind for a moment: the ceiling (what the CPU can carry) holds
-        assert_eq!(c.rung(now, REC, 10, false), Some(0));
+        assert_eq!(c.rung(now, REC, 10, false, &|_| f64::INFINITY), Some(0));
         c.reset();
-        assert_eq!(c.rung(now + 0.001, REC, 10, false), None);
+        assert_eq!(c.rung(now + 0.001, REC, 10, false, &|_| f64::INFINITY), None);
         assert_eq!(c.ceiling(), None);
+    }
+
+    #[test]
+    fn a_weaker_rung_the_devices_cannot_take_does_not_pass() {
+        // the compress stage takes each weaker rung in 2% faster, but the devices drain
+        // 500 MB/s of stored bytes: below rung 3 a weaker rung would only fill memory
+        let rate = |r: usize| 600e6 / 1.02f64.powi(r as i32);
+        let stored = |r: usize| 1.0 - 0.05 * r as f64;
+        let bound = move |r: usize| 500e6 / stored(r);
+        let mut c = RateCheck::new(TUN);
+        let mut now = 0.0;
+        let end = now + 2.0;
+        while now < end {
+            let r = c.rung(now, REC, 10, true, &bound).unwrap_or(10);
+            now += REC as f64 / rate(r).min(bound(r));
+        }
+        assert_eq!(c.ceiling(), Some(3));
     }
 }

@@ -109,6 +109,9 @@ pub struct Setup {
     pub overhead_ns: f64,
     /// …and per stored byte (copy, checksum, the write's kernel time)
     pub store_ns: f64,
+    /// CPU per input byte that no meter of the pipeline sees (the kernel's side of the FUSE
+    /// round trips, a loop device's worker, the host filesystem under it), ns
+    pub hidden_ns: f64,
     /// what the controller is told the overhead is, as a factor on the true figure per
     /// input byte (averaged over the records finished, as the pipeline's meter does)
     pub overhead_reported: f64,
@@ -132,6 +135,7 @@ impl Setup {
             overhead_ns: 0.2,
             store_ns: 2.5,
             overhead_reported: 1.0,
+            hidden_ns: 0.0,
             data,
             total_bytes: 1 << 30,
             record: 128 << 10,
@@ -279,7 +283,7 @@ pub fn run(s: &Setup, policy: &mut Policy, data_at: &dyn Fn(u64) -> Data) -> Out
             } else {
                 0.95 * overhead_avg + 0.05 * overhead / input as f64
             };
-            *w = Some(Job { rec, left: codec_ns + overhead });
+            *w = Some(Job { rec, left: codec_ns + overhead + s.hidden_ns * input as f64 });
         }
         if writing.is_none() {
             if let Some(r) = queue.pop_front() {
