@@ -30,8 +30,9 @@
 #   --plot-size WxH  size of those plots (default the plot command's, 1600x1200; 1000x750
 #                    for docs/img)
 #   --hog            a CPU hog on core 0 during every run (the hog mode sets it)
-#   --device KIND    how the loop device's writes are limited (default throttle):
-#                    throttle  its backing file in --backing (default /var/tmp), the limit
+#   --device KIND    how the loop device's writes are limited (default loop):
+#                    loop      (or throttle) its backing file in --backing (default
+#                              /var/tmp, the host disk), limit `unthrottled` or
 #                              the cgroup-v1 blkio throttle: a token bucket that passes
 #                              writes at the host disk's speed while they arrive below the
 #                              limit, so the device's rate shows only while it is saturated
@@ -87,7 +88,7 @@ while [ $# -gt 0 ]; do
         --plot-size) PLOT_SIZE=${2:?--plot-size needs WIDTHxHEIGHT}; shift 2 ;;
         --hog) HOG=1; shift ;;
         --backing) BACKING=${2:?--backing needs a directory}; shift 2 ;;
-        --device) DEVICE=${2:?--device needs throttle or paced}; shift 2 ;;
+        --device) DEVICE=${2:?--device needs loop, throttle or paced}; shift 2 ;;
         --out) OUT=${2:?--out needs a directory}; shift 2 ;;
         --keep-data) KEEP_DATA=1; shift ;;
         --baseline) BASELINE=${2:?--baseline needs a squeezefs binary}; shift 2 ;;
@@ -104,9 +105,11 @@ case $MODE in
 esac
 : "${SIZE:=1G}"
 case $DEVICE in
-    throttle) : "${BACKING:=/var/tmp}" ;;
+    # `loop` names what the device is (a loop device over a file on the host disk; the
+    # limits `unthrottled` or MB/s through the blkio throttle); `throttle` is the same
+    loop|throttle) DEVICE=throttle; : "${BACKING:=/var/tmp}" ;;
     paced) : "${BACKING:=/dev/shm}" ;;
-    *) die "--device: '$DEVICE' (accepted: throttle, paced)" ;;
+    *) die "--device: '$DEVICE' (accepted: loop (= throttle), paced)" ;;
 esac
 
 # ---- checks ---------------------------------------------------------------------------
