@@ -717,3 +717,33 @@ fn a_backlog_while_the_workers_idle_is_no_cause_to_descend() {
     let r = h.position();
     assert!(r < start - 1.0, "{start} → {r}");
 }
+
+/// The rate check (auto/rate_check.rs) through the controller: it measures while the CPU
+/// bounds the write — the workers saturated, the queue short and steady — and not while the
+/// queue grows towards its target, a device falling behind before the average shows it.
+#[test]
+fn the_rate_check_measures_a_steady_short_queue_and_not_a_growing_one() {
+    let mut f = Feedback::new(
+        &candidates(squeezefs_codec::AUTO_DEFAULT_MIN, squeezefs_codec::AUTO_DEFAULT_MAX),
+        zstd(1),
+        Tunables::default(),
+    );
+    let mut now = 0.0;
+    // growing from 0 to 45 ms of queue (the target is 50) in half a second: 0.09 s/s, once
+    // its pace has formed (queue_tau_secs, five records here)
+    let mut explored = 0;
+    for i in 0..50 {
+        let d = run(&mut f, &mut now, 1, 0.0009 * i as f64, true);
+        if i >= 10 {
+            explored += d.iter().filter(|d| d.reason == Reason::Explore).count();
+        }
+    }
+    assert_eq!(explored, 0, "a growing queue is no moment to measure a rung");
+    // steady at 5 ms: the check searches
+    let d = run(&mut f, &mut now, 100, 0.005, true);
+    assert!(d.iter().any(|d| d.reason == Reason::Explore), "{d:?}");
+    // the devices behind for longer than fb_capacity_secs: the check is reset and stays out
+    let d = run(&mut f, &mut now, 100, 0.5, true);
+    assert!(d.iter().skip(60).all(|d| d.reason != Reason::Explore), "{d:?}");
+    assert_eq!(f.rate_ceiling(), None);
+}
