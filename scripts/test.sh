@@ -11,6 +11,11 @@ command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v attr >/dev/null 2>&1 || need_apt+=(attr)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+# scripts/test-install.sh: man -w, bash completion, getfattr, dpkg-shlibdeps for the .deb
+command -v man >/dev/null 2>&1 || need_apt+=(man-db)
+[ -e /usr/share/bash-completion/bash_completion ] || need_apt+=(bash-completion)
+command -v getfattr >/dev/null 2>&1 || need_apt+=(attr)
+command -v dpkg-shlibdeps >/dev/null 2>&1 || need_apt+=(dpkg-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -46,3 +51,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 SQUEEZEFS_TEST_URING=off cargo test --workspace --locked
 # (--workspace: the same feature set as the run above, so nothing is rebuilt)
 SQUEEZEFS_TEST_URING=on cargo test --workspace --locked --test mounted_posix --test mounted_reftest --test mounted_panics
+# installation as a user meets it (install.sh into a scratch prefix, fstab, man, completion,
+# --uninstall), then the Debian package built from the same release binary
+bash scripts/test-install.sh
+bash scripts/test-deb.sh

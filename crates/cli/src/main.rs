@@ -1,9 +1,10 @@
 //! The `squeezefs` command: raw flags → validated config → command.
 //! Each subcommand lives in its own module (`cmd_*.rs`).
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod cmd_bench;
 mod cmd_fsck;
+mod cmd_generate;
 mod cmd_mkfs;
 mod cmd_mount;
 mod cmd_plot;
@@ -17,6 +18,7 @@ mod mount_helper;
 mod on_mount;
 mod open_pool;
 mod rootdir;
+mod version;
 mod xattr_io;
 
 #[derive(Parser)]
@@ -85,11 +87,21 @@ fn one_line(e: &anyhow::Error) -> String {
     line
 }
 
+/// The command line as users see it (help, man pages, completions), with the long
+/// `--version`.
+pub fn command() -> clap::Command {
+    Cli::command().long_version(version::long_version())
+}
+
 fn run() -> anyhow::Result<()> {
-    if mount_helper::invoked_as_helper() {
-        return mount_helper::run();
+    if let Some(helper) = mount_helper::invoked_as_helper() {
+        return mount_helper::run(helper);
     }
-    let cli = Cli::parse();
+    let matches = command().subcommand(cmd_generate::subcommand()).get_matches();
+    if let Some((cmd_generate::NAME, m)) = matches.subcommand() {
+        return cmd_generate::run(cmd_generate::GenerateArgs::from_arg_matches(m)?);
+    }
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.cmd {
         Command::Bench(a) => cmd_bench::run(a),
         Command::Mkfs(a) => cmd_mkfs::run(a),

@@ -22,6 +22,7 @@ mod spec;
 #[cfg(test)]
 mod test_data;
 mod thread_cpu;
+mod versions;
 mod workspace;
 
 pub use algorithm::*;
@@ -31,4 +32,5 @@ pub use error::{level_help, CodecError, SpecError, ACCEPTED_FORMS};
 pub use sector::{saves_a_sector, stored_limit};
 pub use spec::{Spec, AUTO_DEFAULT_MAX, AUTO_DEFAULT_MIN, MAX_LIST_LEN, QOS_MAX_MB_PER_S};
 pub use thread_cpu::{thread_cpu_ns, thread_run_delay_ns};
+pub use versions::{library_versions, LibraryVersion};
 pub use workspace::{workspace_bytes, CallTime, PoolStats, WorkspaceConfig, Workspaces};

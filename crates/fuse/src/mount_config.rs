@@ -25,7 +25,7 @@
 //! * generic (as in fstab): `ro`, `rw`, `defaults`, `dev`/`nodev`, `suid`/`nosuid`,
 //!   `exec`/`noexec`, `atime`/`noatime`/`relatime`/`strictatime`/`nodiratime`,
 //!   `sync`/`async`/`dirsync`, and the mount(8)-only `auto`/`noauto`/`user`/`users`/
-//!   `nouser`/`nofail`/`_netdev`/`x-*`/`comment=*`, which are ignored.
+//!   `nouser`/`nofail`/`_netdev`/`x-*`/`comment=*`/`helper=*`, which are ignored.
 //!
 //! Remount: `compress=`, `compress-force=` and `qos=` change; everything else keeps the value the
 //! filesystem was mounted with. `mount -o remount,OPTS MNT` hands the helper the live
@@ -381,7 +381,8 @@ impl MountConfig {
                     }
                     kernel_set.get_or_insert_with(|| name.into());
                 }
-                "comment" => {}
+                // helper=NAME: libmount keeps it in utab and runs umount.NAME at umount
+                "comment" | "helper" => {}
                 n if n.starts_with("x-") => {}
                 "ro" => {
                     flag(&mut c, &|c| c.read_only = true)?;
@@ -567,7 +568,8 @@ mod tests {
 
     #[test]
     fn fstab_generic_options_are_accepted() {
-        let c = MountConfig::parse("defaults,noauto,nofail,_netdev,x-systemd.automount,rw,user").unwrap();
+        let c = MountConfig::parse("defaults,noauto,nofail,_netdev,x-systemd.automount,rw,user,helper=fuse.squeezefs")
+            .unwrap();
         assert!(!c.read_only);
     }
 
