@@ -17,4 +17,5 @@ mkdir -p "$assets"
 "$target/release/squeezefs" generate man "$assets/man" >/dev/null
 gzip -9n "$assets"/man/*.1
 for sh in bash zsh fish; do "$target/release/squeezefs" generate completions "$sh" > "$assets/completion.$sh"; done
-cargo deb -p squeezefs --no-build --fast 2>&1 | tail -n 1
+# stripped: the release profile keeps line tables, which a package does without
+cargo deb -p squeezefs --no-build --fast --strip 2>&1 | tail -n 1

@@ -43,7 +43,7 @@ uninstall_manifest() {
         case "$kind" in f|l) rm -f -- "$path" ;; esac
     done < "$m"
     local dirs
-    dirs=$(grep '^d ' "$m" | cut -c3- | tac)
+    dirs=$(grep '^d ' "$m" | cut -c3- | tac || true)
     rm -f -- "$m"
     while read -r path; do
         [ -n "$path" ] && { rmdir -- "$path" 2>/dev/null || true; }
@@ -82,7 +82,19 @@ fi
 
 # every file goes through here: refuse to replace what another installation owns
 made=$(mktemp)
-trap 'rm -f "$made"' EXIT
+stage=$(mktemp -d)
+complete=false
+# a failed installation takes back what it had made so far
+rollback() {
+    if ! $complete; then
+        echo "install.sh: failed; removing what this run installed" >&2
+        cp "$made" "$stage/partial-manifest"
+        uninstall_manifest "$stage/partial-manifest" || true
+    fi
+    rm -f "$made"
+    rm -rf "$stage"
+}
+trap rollback EXIT
 new_dir() {
     local d=$1 missing=()
     while [ ! -d "$d" ]; do missing+=("$d"); d=$(dirname "$d"); done
@@ -110,8 +122,6 @@ link() { # TARGET LINK
     echo "l $2" >> "$made"
 }
 
-stage=$(mktemp -d)
-trap 'rm -f "$made"; rm -rf "$stage"' EXIT
 "$bin" generate man "$stage/man" >/dev/null
 gzip -9n "$stage"/man/*.1
 for sh in bash zsh fish; do "$bin" generate completions "$sh" > "$stage/completion.$sh"; done
@@ -136,6 +146,7 @@ done
 
 claim "$manifest"
 cp "$made" "$manifest"
+complete=true
 echo "squeezefs installed under $prefix ($(grep -c '^[fl] ' "$manifest") files and links, listed in $manifest)"
 [ "$helper_dir" = none ] && echo "note: no mount helper link in /sbin: mount -t fuse.squeezefs needs $prefix/sbin/mount.fuse.squeezefs linked there"
 "$prefix/bin/squeezefs" -V

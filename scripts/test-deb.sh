@@ -7,9 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fail() { echo "test-deb: FAIL: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || fail "needs root (dpkg -i)"
-dpkg -s squeezefs >/dev/null 2>&1 && fail "the squeezefs package is installed already; remove it first"
+if dpkg -s squeezefs >/dev/null 2>&1; then fail "the squeezefs package is installed already; remove it first"; fi
 for h in /sbin/mount.fuse.squeezefs /sbin/umount.fuse.squeezefs /usr/bin/squeezefs; do
-    { [ -e "$h" ] || [ -L "$h" ]; } && fail "$h exists (another installation): remove it first"
+    if [ -e "$h" ] || [ -L "$h" ]; then fail "$h exists (another installation): remove it first"; fi
 done
 
 deb=$(bash scripts/build-deb.sh | tail -n 1)
@@ -47,7 +47,7 @@ grep -qx flushed "$tmp/pool/squeezefs.unmount" || fail "umount returned before t
 cd /
 
 dpkg -r squeezefs > "$tmp/dpkg.log" 2>&1 || { cat "$tmp/dpkg.log"; fail "dpkg -r"; }
-left=$(while read -r f; do { [ -e "$f" ] || [ -L "$f" ]; } && echo "$f"; done <<< "$files")
+left=$(while read -r f; do if [ -e "$f" ] || [ -L "$f" ]; then echo "$f"; fi; done <<< "$files")
 [ -z "$left" ] || fail "left behind after dpkg -r: $left"
 echo "dpkg -r removed all $(wc -l <<< "$files") files and links"
 echo "test-deb: 1 passed, 0 failed"
