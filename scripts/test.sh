@@ -11,10 +11,9 @@ command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v attr >/dev/null 2>&1 || need_apt+=(attr)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
-# scripts/test-install.sh: man -w, bash completion, getfattr, dpkg-shlibdeps for the .deb
+# scripts/test-install.sh and test-deb.sh: man -w, bash completion, dpkg-shlibdeps (.deb)
 command -v man >/dev/null 2>&1 || need_apt+=(man-db)
 [ -e /usr/share/bash-completion/bash_completion ] || need_apt+=(bash-completion)
-command -v getfattr >/dev/null 2>&1 || need_apt+=(attr)
 command -v dpkg-shlibdeps >/dev/null 2>&1 || need_apt+=(dpkg-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
