@@ -42,6 +42,11 @@ impl Features {
     /// readable by builds that predate it; a build that does not know the bit would take
     /// the record size for the bound and call every longer bundle damaged.
     pub const INCOMPAT_BUNDLE_SIZE: u64 = 1 << 6;
+    /// The metadata store is kept as checked copies (`meta.copy0`, `meta.copy1`: every 4 KiB
+    /// block with its own checksum), not as one plain `meta.redb`; the superblock carries
+    /// how many (`Superblock::meta_copies`, the byte after `created` or `bundle_size`).
+    /// Builds that predate it find no `meta.redb` and call the pool no pool.
+    pub const INCOMPAT_META_COPIES: u64 = 1 << 7;
     /// A device of the pool is an object store prefix (device kind 3): its bytes live in
     /// segment objects found through the pool directory's object map (`object.N.redb`).
     /// Set by mkfs only for such pools; a build that does not know the bit would take the
@@ -61,7 +66,8 @@ impl Features {
         | Self::INCOMPAT_COMPACT_ROWS
         | Self::INCOMPAT_RECORDSIZES
         | Self::INCOMPAT_BUNDLE_SIZE
-        | Self::INCOMPAT_OBJECT_DEVICE;
+        | Self::INCOMPAT_OBJECT_DEVICE
+        | Self::INCOMPAT_META_COPIES;
     /// Incompatible features mkfs sets; `INCOMPAT_BUNDLE_SIZE` is added by mkfs when the
     /// pool's bundle size is not its record size, the others are set when first used.
     pub const MKFS_INCOMPAT: u64 = Self::INCOMPAT_INLINE_DATA
@@ -100,6 +106,9 @@ pub struct Superblock {
     /// `INCOMPAT_BUNDLE_SIZE` (encoded after `created` then, and only then); `None`: the
     /// record size bounds them, as in pools made before the field
     pub bundle_size: Option<u32>,
+    /// copies of the metadata store when the pool has `INCOMPAT_META_COPIES` (encoded last
+    /// then, and only then); `None`: one plain `meta.redb`
+    pub meta_copies: Option<u8>,
 }
 
 impl Superblock {
@@ -109,7 +118,8 @@ impl Superblock {
     }
 
     /// magic, version, compat, ro_compat, incompat, pool_id, sector, recordsize, max_inline,
-    /// device_count, next_ino, txg, created, and with `INCOMPAT_BUNDLE_SIZE` bundle_size.
+    /// device_count, next_ino, txg, created, with `INCOMPAT_BUNDLE_SIZE` bundle_size, with
+    /// `INCOMPAT_META_COPIES` meta_copies.
     /// The field follows the flag, not `bundle_size`: a superblock always decodes to what
     /// its flags say (a `bundle_size` without the flag is not written).
     pub fn encode(&self) -> Vec<u8> {
@@ -129,6 +139,9 @@ impl Superblock {
             .i64(self.created);
         if self.features.incompat & Features::INCOMPAT_BUNDLE_SIZE != 0 {
             w.u32(self.bundle_size());
+        }
+        if self.features.incompat & Features::INCOMPAT_META_COPIES != 0 {
+            w.u8(self.meta_copies.unwrap_or(1));
         }
         w.finish()
     }
@@ -154,9 +167,13 @@ impl Superblock {
             txg: r.u64()?,
             created: r.i64()?,
             bundle_size: None,
+            meta_copies: None,
         };
         if features.incompat & Features::INCOMPAT_BUNDLE_SIZE != 0 {
             sb.bundle_size = Some(r.u32()?);
+        }
+        if features.incompat & Features::INCOMPAT_META_COPIES != 0 {
+            sb.meta_copies = Some(r.u8()?);
         }
         Ok(sb)
     }
@@ -235,6 +252,7 @@ mod tests {
             txg: 5,
             created: 1_700_000_000,
             bundle_size: None,
+            meta_copies: None,
         }
     }
 
@@ -273,6 +291,24 @@ mod tests {
         let mut c = sb();
         c.bundle_size = Some(1 << 20);
         assert_eq!(Superblock::decode(&c.encode()).unwrap().bundle_size, None);
+    }
+
+    /// `META_COPIES` puts the copy count after the other fields: byte 89 without a bundle
+    /// size, byte 93 with one.
+    #[test]
+    fn superblock_meta_copies_follows_the_flag() {
+        let mut b = sb();
+        b.features.incompat |= Features::INCOMPAT_META_COPIES;
+        b.meta_copies = Some(2);
+        let e = b.encode();
+        assert_eq!((e.len(), e[89]), (90, 2));
+        assert_eq!(Superblock::decode(&e).unwrap(), b);
+        b.features.incompat |= Features::INCOMPAT_BUNDLE_SIZE;
+        b.bundle_size = Some(1 << 18);
+        let e = b.encode();
+        assert_eq!((e.len(), e[93]), (94, 2));
+        assert_eq!(Superblock::decode(&e).unwrap(), b);
+        assert!(matches!(Superblock::decode(&e[..93]), Err(MetaError::Corrupt { .. })));
     }
 
     #[test]

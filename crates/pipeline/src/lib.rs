@@ -42,6 +42,9 @@ pub use base::options::{
     META_FILE, MIN_RECORDSIZE, QOS_BURST_RANGE, SEAL_FILE,
 };
 pub use base::{pool_lock, units};
+pub use store::meta_convert::Converted as MetaConverted;
+pub use store::meta_files::{Form as MetaForm, COPY_FILES, DEFAULT_META_COPIES};
+pub use store::meta_mirror::{CopyCheck, LostBlock, Repair as MetaRepair, StoreCheck as MetaCheck};
 pub use check::{fsck, scrub};
 pub use compress::levels::RATE_CONFIRM_BYTES;
 pub use compress::policy::ADAPTIVE_PLACEHOLDER;
@@ -119,6 +122,24 @@ impl Engine {
     /// after) of `meta.redb`.
     pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
         store::meta_compact::compact_meta(pool)
+    }
+
+    /// Give the metadata store of a closed pool `copies` checked copies, 1 or 2
+    /// (meta_convert.rs); a plain store becomes checked.
+    pub fn set_meta_copies(pool: &Path, copies: u8) -> Result<MetaConverted> {
+        store::meta_convert::set_meta_copies(pool, copies)
+    }
+
+    /// Check every block of every copy of a closed pool's metadata store; `repair`: rewrite
+    /// the bad ones from intact copies. `None` for a plain store (no checksums to check).
+    pub fn check_meta(pool: &Path, repair: bool) -> Result<Option<MetaCheck>> {
+        store::meta_convert::check_meta(pool, repair)
+    }
+
+    /// The store of a closed pool as a redb database, read-write, through its checked copies
+    /// when it has them (tests and tools that look at rows directly).
+    pub fn open_meta_store(pool: &Path) -> Result<redb::Database> {
+        store::meta_files::open_rw(pool)
     }
 
     /// Seal the metadata store of a closed pool at zstd `level` (meta_seal.rs): `meta.redb`

@@ -338,6 +338,16 @@ pub enum PoolError {
         #[source]
         source: redb::DatabaseError,
     },
+    #[error("metadata store copy {}: {source}", path.display())]
+    MetaCopy {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("metadata copies must be 1 or 2, not {copies}")]
+    MetaCopiesUnsupported { copies: u8 },
+    #[error("the metadata store of {} is damaged in every copy: {blocks}", pool.display())]
+    MetaLost { pool: PathBuf, blocks: String },
     #[error("the pool has no superblock")]
     NoSuperblock,
     #[error(

@@ -68,6 +68,8 @@ pub struct MkfsOptions {
     pub bundle_size: Option<u32>,
     /// Fixed capacity for the pool's own device file (tests of ENOSPC); `None`: growable.
     pub device_capacity: Option<u64>,
+    /// Copies of the metadata store, 1 or 2 (store/meta_files.rs); `None`: 2.
+    pub meta_copies: Option<u8>,
     /// Object devices (`s3://` in `devices`).
     pub object: ObjectSettings,
 }

@@ -60,6 +60,9 @@ fn validate(opts: &MkfsOptions) -> Result<(u32, u32, u32)> {
     if mi > rs / 2 {
         return Err(PoolError::MaxInlineTooLarge { max_inline: mi, limit: rs / 2 }.into());
     }
+    if let Some(c) = opts.meta_copies.filter(|c| !(1..=2).contains(c)) {
+        return Err(PoolError::MetaCopiesUnsupported { copies: c }.into());
+    }
     let bs = opts.bundle_size.unwrap_or_else(|| default_bundle_size(rs));
     if !bundle_size_supported(u64::from(bs), u64::from(rs)) {
         return Err(PoolError::BundleSizeUnsupported { bundle_size: bs, recordsize: rs }.into());
@@ -69,12 +72,11 @@ fn validate(opts: &MkfsOptions) -> Result<(u32, u32, u32)> {
 
 pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<()> {
     let (recordsize, max_inline, bundle_size) = validate(opts)?;
-    let meta = pool.join(META_FILE);
     if pool.exists() && !pool.is_dir() {
         return Err(PoolError::NotADirectory { path: pool.to_path_buf() }.into());
     }
     let sealed = pool.join(SEAL_FILE);
-    if (meta.exists() || sealed.exists()) && !opts.force {
+    if (crate::store::meta_files::form(pool).is_some() || sealed.exists()) && !opts.force {
         return Err(PoolError::AlreadyAPool { path: pool.to_path_buf() }.into());
     }
     // an overwritten sealed pool's store must not outlive it (an open prefers meta.redb,
@@ -138,9 +140,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
     }
     // only now that every device opened and passed its checks: an old pool is replaced by
     // --force, not destroyed by a mistyped --device
-    if meta.exists() {
-        std::fs::remove_file(&meta).map_err(|source| PoolError::Remove { path: meta.clone(), source })?;
-    }
+    crate::store::meta_files::remove_all(pool)?;
     let any_block = devs.iter().any(|d| d.2 == DeviceKind::Block);
     let sector = opts.sector.unwrap_or(if any_block { 4096 } else { 512 });
     let pool_id = PoolId::random();
@@ -155,7 +155,8 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
         };
         write_header(&**d, &h).map_err(PoolError::Header)?;
     }
-    let db = redb::Database::create(&meta)?;
+    let copies = opts.meta_copies.unwrap_or(crate::store::meta_files::DEFAULT_META_COPIES);
+    let db = crate::store::meta_files::create(pool, copies)?;
     let tx = db.begin_write()?;
     {
         // bundles bounded by the record size need no field: such a pool stays readable by
@@ -168,6 +169,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
         if devs.iter().any(|d| d.2 == DeviceKind::Object) {
             features.incompat |= Features::INCOMPAT_OBJECT_DEVICE;
         }
+        features.incompat |= Features::INCOMPAT_META_COPIES;
         let sb = Superblock {
             features,
             pool_id: pool_id.0,
@@ -179,6 +181,7 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
             txg: 0,
             created: now().secs,
             bundle_size,
+            meta_copies: Some(copies),
         };
         tx.open_table(tables::SUPERBLOCK)?.insert(0u8, &sb.encode()[..])?;
         let mut dt = tx.open_table(tables::DEVICES)?;
@@ -212,9 +215,9 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
     }
     tx.commit()?;
     drop(db);
-    // the new names (meta.redb, the device file, the pool directory itself) are durable only
+    // the new names (the store's copies, the device file, the pool directory itself) are durable only
     // once their directories are synced: without this a power cut right after mkfs could
-    // leave a pool directory with no meta.redb although mkfs said it succeeded
+    // leave a pool directory with no store although mkfs said it succeeded
     let parent = pool.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p });
     for dir in [Some(pool), parent].into_iter().flatten() {
         std::fs::File::open(dir)
@@ -229,8 +232,8 @@ pub fn mkfs(pool: &Path, opts: &MkfsOptions, injected: Option<Vec<Arc<dyn Device
 /// shared state, and the lock that marks this process as the pool's holder (pool_lock.rs).
 /// `injected` devices (tests) stand in for the recorded device files.
 pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device>>>) -> Result<(Arc<Inner>, PoolLock)> {
-    let meta = pool.join(META_FILE);
-    if !meta.exists() && !pool.join(SEAL_FILE).exists() {
+    let has_store = |pool: &Path| crate::store::meta_files::form(pool).is_some();
+    if !has_store(pool) && !pool.join(SEAL_FILE).exists() {
         return Err(PoolError::NotAPool { path: pool.to_path_buf() }.into());
     }
     let lock = PoolLock::acquire(pool, opts.read_only).map_err(|r| match r {
@@ -242,7 +245,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     // is unsealed: a pool this build cannot open is refused, and one it may only read is
     // opened read-only, both without writing to it
     let mut read_only = opts.read_only;
-    if !read_only && !meta.exists() {
+    if !read_only && !has_store(pool) {
         let db = MetaDb::Sealed(crate::store::meta_seal::load_in_memory(pool)?);
         let sb = read_superblock(&db)?;
         check_superblock(pool, &sb)?;
@@ -250,8 +253,9 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     }
     if !read_only {
         crate::store::meta_seal::settle(pool)?;
+        crate::store::meta_files::settle(pool)?;
     }
-    let (db, sb, read_only) = open_store(pool, &meta, read_only, &lock)?;
+    let (db, sb, read_only) = open_store(pool, read_only, &lock)?;
     lock.claim();
     // pools made before PACKED_BYTES keep packing at the sector: their free map and extent
     // footprints are in whole sectors
@@ -325,18 +329,22 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
 
 /// The metadata store and its checked superblock; read-only when asked, or when the pool
 /// uses read-only-compatible features this build does not know.
-fn open_store(pool: &Path, meta: &Path, read_only: bool, lock: &PoolLock) -> Result<(MetaDb, Superblock, bool)> {
-    let open_db = |read_only: bool| {
-        MetaDb::open(meta, read_only).map_err(|e| match e {
+fn open_store(pool: &Path, read_only: bool, lock: &PoolLock) -> Result<(MetaDb, Superblock, bool)> {
+    use crate::store::metadb::OpenError;
+    let open_db = |read_only: bool| -> Result<MetaDb> {
+        MetaDb::open(pool, read_only).map_err(|e| match e {
             // holding the holder lock, a store still open is its previous holder's, closing
-            redb::DatabaseError::DatabaseAlreadyOpen if lock.is_held() => {
-                PoolError::Closing { pool: pool.to_path_buf(), holder: lock.previous_holder() }
+            OpenError::Redb(redb::DatabaseError::DatabaseAlreadyOpen) if lock.is_held() => {
+                PoolError::Closing { pool: pool.to_path_buf(), holder: lock.previous_holder() }.into()
             }
-            redb::DatabaseError::DatabaseAlreadyOpen => PoolError::AlreadyOpen { path: pool.to_path_buf() },
-            source => PoolError::OpenStore { path: meta.to_path_buf(), source },
+            OpenError::Redb(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                PoolError::AlreadyOpen { path: pool.to_path_buf() }.into()
+            }
+            OpenError::Redb(source) => PoolError::OpenStore { path: store_path(pool), source }.into(),
+            OpenError::Pool(e) => e,
         })
     };
-    let db = if read_only && !meta.exists() {
+    let db = if read_only && crate::store::meta_files::form(pool).is_none() {
         MetaDb::Sealed(crate::store::meta_seal::load_in_memory(pool)?)
     } else {
         open_db(read_only)?
@@ -349,6 +357,14 @@ fn open_store(pool: &Path, meta: &Path, read_only: bool, lock: &PoolLock) -> Res
     // and the store too: this build must not write a pool it does not fully understand
     drop(db); // the read-write handle holds redb's lock until dropped
     Ok((open_db(true)?, sb, true))
+}
+
+/// The file named in errors of the store of `pool`: its copy 0, or its plain file.
+fn store_path(pool: &Path) -> PathBuf {
+    match crate::store::meta_files::form(pool) {
+        Some(crate::store::meta_files::Form::Checked { .. }) => pool.join(crate::store::meta_files::COPY_FILES[0]),
+        _ => pool.join(META_FILE),
+    }
 }
 
 /// The superblock row of a store.

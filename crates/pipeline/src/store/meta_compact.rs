@@ -7,12 +7,13 @@
 //! The rebuild copies every table in key order, in one transaction, into a new store
 //! (`meta.redb.rebuild`), makes it durable and renames it over `meta.redb`: a crash before
 //! the rename leaves the old store (and a stray file the next rebuild replaces), one after
-//! it the new one. A store holding a table this build does not know is compacted in place
+//! it the new one. A checked store (meta_files.rs) gets the rebuilt file installed as its
+//! copies instead, by the same rule: the old store until copy 0 is renamed, then the new
+//! one. A store holding a table this build does not know is compacted in place
 //! instead (redb `Database::compact`: free pages cut off, leaves as they are). The pool's
 //! holder lock (pool_lock.rs) is taken for the whole run: refused while the pool is open.
 
 use crate::base::error::{PoolError, Result};
-use crate::base::options::META_FILE;
 use crate::base::pool_lock::{PoolLock, Refusal};
 use redb::ReadableTable;
 use squeezefs_meta::tables;
@@ -24,20 +25,21 @@ const REBUILD_FILE: &str = "meta.redb.rebuild";
 /// Rewrite the metadata store of the closed pool in `pool` compactly (block comment);
 /// returns the file's length before and after.
 pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
-    let meta = pool.join(META_FILE);
+    use crate::store::meta_files::{self, Form};
     if crate::store::meta_seal::is_sealed(pool) {
         return Err(PoolError::Sealed { pool: pool.to_path_buf() }.into());
     }
-    if !meta.exists() {
+    let Some(form) = meta_files::form(pool) else {
         return Err(PoolError::NotAPool { path: pool.to_path_buf() }.into());
-    }
+    };
     let _lock = PoolLock::acquire(pool, false).map_err(|r| match r {
         Refusal::InUse(holder) => PoolError::InUse { pool: pool.to_path_buf(), holder },
         Refusal::Closing(holder) => PoolError::Closing { pool: pool.to_path_buf(), holder },
     })?;
-    let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-    let before = len(&meta);
-    let mut db = redb::Database::open(&meta).map_err(|source| PoolError::OpenStore { path: meta.clone(), source })?;
+    meta_files::settle(pool)?;
+    let meta = meta_files::store_file(pool);
+    let before = meta_files::store_len(pool);
+    let mut db = meta_files::open_rw(pool)?;
     let rebuilt = pool.join(REBUILD_FILE);
     let copied = rebuild(&db, &rebuilt).map_err(|source| PoolError::Rebuild {
         path: meta.clone(),
@@ -47,9 +49,13 @@ pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
     if !copied {
         compact_in_place(&mut db, &meta)?;
         drop(db);
-        return Ok((before, len(&meta)));
+        return Ok((before, meta_files::store_len(pool)));
     }
     drop(db);
+    if let Form::Checked { copies } = form {
+        meta_files::install_file(pool, &rebuilt, copies)?;
+        return Ok((before, meta_files::store_len(pool)));
+    }
     std::fs::rename(&rebuilt, &meta).map_err(|source| PoolError::Replace {
         path: meta.clone(),
         from: rebuilt.clone(),
@@ -58,7 +64,7 @@ pub fn compact_meta(pool: &Path) -> Result<(u64, u64)> {
     std::fs::File::open(pool)
         .and_then(|d| d.sync_all())
         .map_err(|source| PoolError::SyncDir { path: pool.to_path_buf(), source })?;
-    Ok((before, len(&meta)))
+    Ok((before, meta_files::store_len(pool)))
 }
 
 /// redb's own compaction, repeated while it finds pages to move.

@@ -81,7 +81,7 @@ pub fn seal_level_for(spec: Spec) -> i32 {
 
 /// Whether the pool in `pool` is sealed (its store only as `meta.seal`).
 pub fn is_sealed(pool: &Path) -> bool {
-    !pool.join(META_FILE).exists() && pool.join(SEAL_FILE).exists()
+    crate::store::meta_files::form(pool).is_none() && pool.join(SEAL_FILE).exists()
 }
 
 fn lock(pool: &Path) -> Result<PoolLock> {
@@ -126,16 +126,12 @@ fn same_owner(from: &Path, to: &Path) {
     }
 }
 
-fn file_len(p: &Path) -> u64 {
-    std::fs::metadata(p).map_or(0, |m| m.len())
-}
-
 /// Seal the closed pool in `pool` at zstd `level` (block comment); `None` when it was
 /// sealed already. Refused while the pool is open.
 pub fn seal_pool(pool: &Path, level: i32) -> Result<Option<SealReport>> {
     let t0 = Instant::now();
-    let (meta, sealed, tmp) = (pool.join(META_FILE), pool.join(SEAL_FILE), pool.join(SEAL_TMP_FILE));
-    if !meta.exists() {
+    let (sealed, tmp) = (pool.join(SEAL_FILE), pool.join(SEAL_TMP_FILE));
+    if crate::store::meta_files::form(pool).is_none() {
         if sealed.exists() {
             return Ok(None);
         }
@@ -143,10 +139,12 @@ pub fn seal_pool(pool: &Path, level: i32) -> Result<Option<SealReport>> {
     }
     let _lock = lock(pool)?;
     settle(pool)?;
+    crate::store::meta_files::settle(pool)?;
     remove_if_present(&tmp)?;
-    let store_bytes = file_len(&meta);
+    let meta = crate::store::meta_files::store_file(pool);
+    let store_bytes = crate::store::meta_files::store_len(pool);
     // read-write: a store not closed cleanly is repaired before it is dumped
-    let db = redb::Database::open(&meta).map_err(|source| PoolError::OpenStore { path: meta.clone(), source })?;
+    let db = crate::store::meta_files::open_rw(pool)?;
     let rx = db.begin_read()?;
     let (bytes, summary) = seal::seal(&rx, level).map_err(seal_err(&meta))?;
     drop(rx);
@@ -167,7 +165,7 @@ pub fn seal_pool(pool: &Path, level: i32) -> Result<Option<SealReport>> {
     })?;
     sync_dir(pool)?;
     drop(db);
-    remove_if_present(&meta)?;
+    crate::store::meta_files::remove_all(pool)?;
     sync_dir(pool)?;
     Ok(Some(SealReport {
         store_bytes,
@@ -181,7 +179,7 @@ pub fn seal_pool(pool: &Path, level: i32) -> Result<Option<SealReport>> {
 /// Unseal the closed pool in `pool` (`squeezefs unseal`); `None` when it was not sealed.
 /// Refused while the pool is open.
 pub fn unseal_pool(pool: &Path) -> Result<Option<SealReport>> {
-    if !pool.join(META_FILE).exists() && !pool.join(SEAL_FILE).exists() {
+    if crate::store::meta_files::form(pool).is_none() && !pool.join(SEAL_FILE).exists() {
         return Err(PoolError::NotAPool { path: pool.to_path_buf() }.into());
     }
     let _lock = lock(pool)?;
@@ -191,9 +189,9 @@ pub fn unseal_pool(pool: &Path) -> Result<Option<SealReport>> {
 /// Bring the pool directory to OPEN (block comment), the holder lock held for writing:
 /// BOTH loses its seal, SEALED is unsealed, strays go. What unsealing did, if it did.
 pub(crate) fn settle(pool: &Path) -> Result<Option<SealReport>> {
-    let (meta, sealed) = (pool.join(META_FILE), pool.join(SEAL_FILE));
+    let sealed = pool.join(SEAL_FILE);
     let mut removed = remove_if_present(&pool.join(SEAL_TMP_FILE))?;
-    let report = if meta.exists() {
+    let report = if crate::store::meta_files::form(pool).is_some() {
         if remove_if_present(&sealed)? {
             log::info!("{}: {} and {} both present; kept the store", pool.display(), META_FILE, SEAL_FILE);
             removed = true;
@@ -229,16 +227,22 @@ fn unseal(pool: &Path) -> Result<SealReport> {
         }
         RebuildError::Io(source) => PoolError::SealIo { op: "cannot sync", path: tmp.clone(), source },
     })?;
-    std::fs::rename(&tmp, &meta).map_err(|source| PoolError::Replace {
-        path: meta.clone(),
-        from: tmp.clone(),
-        source,
-    })?;
-    sync_dir(pool)?;
+    // a pool whose superblock says its store has checked copies gets them back
+    match meta_copies_of(&tmp) {
+        Some(copies) => crate::store::meta_files::install_file(pool, &tmp, copies)?,
+        None => {
+            std::fs::rename(&tmp, &meta).map_err(|source| PoolError::Replace {
+                path: meta.clone(),
+                from: tmp.clone(),
+                source,
+            })?;
+            sync_dir(pool)?;
+        }
+    }
     remove_if_present(&sealed)?;
     sync_dir(pool)?;
     let report = SealReport {
-        store_bytes: file_len(&meta),
+        store_bytes: crate::store::meta_files::store_len(pool),
         seal_bytes: bytes.len() as u64,
         tables: summary.tables,
         rows: summary.rows,
@@ -254,6 +258,15 @@ fn unseal(pool: &Path) -> Result<SealReport> {
         report.store_bytes,
     );
     Ok(report)
+}
+
+/// The copies the superblock of the plain store `path` asks for (`None`: a plain store).
+fn meta_copies_of(path: &Path) -> Option<u8> {
+    let db = redb::Database::open(path).ok()?;
+    let rx = db.begin_read().ok()?;
+    let t = rx.open_table(squeezefs_meta::tables::SUPERBLOCK).ok()?;
+    let v = t.get(0u8).ok()??;
+    squeezefs_meta::Superblock::decode(v.value()).ok()?.meta_copies
 }
 
 enum RebuildError {
