@@ -35,6 +35,11 @@ pub struct MkfsArgs {
     /// Largest compressed size of a small file stored inline in the metadata (default 2K)
     #[arg(long, value_parser = parse_size)]
     pub max_inline: Option<u32>,
+    /// Copies of the metadata store, each 4 KiB block checksummed: 2 (default) repairs a
+    /// damaged block from the other copy, 1 only detects it. Both copies live in the pool
+    /// directory
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub meta_copies: Option<u8>,
     /// Overwrite an existing pool or non-empty devices
     #[arg(long)]
     pub force: bool,
@@ -101,6 +106,7 @@ pub fn run(a: MkfsArgs) -> Result<()> {
         max_inline: a.max_inline,
         device_capacity: None,
         object: Default::default(),
+        meta_copies: a.meta_copies,
     };
     Engine::mkfs(&a.pool, &opts).with_context(|| format!("mkfs {}", a.pool.display()))?;
     if let Some(plan) = rootdir {
@@ -204,7 +210,7 @@ impl RootdirPlan {
                 "rootdir: metadata store compacted from {before} to {after} bytes after {:.2} s",
                 t0.elapsed().as_secs_f64()
             );
-            squeezefs_pipeline::META_FILE
+            squeezefs_pipeline::COPY_FILES[0]
         } else {
             let r = Engine::seal(&a.pool, squeezefs_pipeline::seal_level_for(self.spec))
                 .context("sealing the metadata store")?;
@@ -218,7 +224,10 @@ impl RootdirPlan {
             }
             squeezefs_pipeline::SEAL_FILE
         };
-        let meta_bytes = disk_bytes(&a.pool.join(meta_file));
+        let mut meta_bytes = disk_bytes(&a.pool.join(meta_file));
+        if a.no_seal {
+            meta_bytes += disk_bytes(&a.pool.join(squeezefs_pipeline::COPY_FILES[1]));
+        }
         let pool_bytes = if a.devices.is_empty() { disk_bytes_tree(&a.pool) } else { data_bytes + meta_bytes };
         if let Some(first) = &summary.stopped_by {
             bail!(

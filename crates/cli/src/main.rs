@@ -5,6 +5,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 mod cmd_bench;
 mod cmd_fsck;
 mod cmd_generate;
+mod cmd_meta_copies;
 mod cmd_mkfs;
 mod cmd_mount;
 mod cmd_plot;
@@ -14,6 +15,7 @@ mod cmd_scrub;
 mod cmd_seal;
 mod cmd_stats;
 mod cmd_umount;
+mod meta_report;
 mod mount_helper;
 mod on_mount;
 mod open_pool;
@@ -54,6 +56,8 @@ enum Command {
     Seal(cmd_seal::SealArgs),
     /// Unseal a sealed pool: its metadata store becomes meta.redb again
     Unseal(cmd_seal::UnsealArgs),
+    /// Keep one or two checked copies of an unmounted pool's metadata store
+    MetaCopies(cmd_meta_copies::MetaCopiesArgs),
 }
 
 /// Errors end the process here: one line on stderr, `squeezefs: ` then the context chain
@@ -115,6 +119,7 @@ fn run() -> anyhow::Result<()> {
         Command::Recompress(a) => cmd_recompress::run(a),
         Command::Seal(a) => cmd_seal::seal(a),
         Command::Unseal(a) => cmd_seal::unseal(a),
+        Command::MetaCopies(a) => cmd_meta_copies::run(a),
     }
 }
 

@@ -4,9 +4,7 @@ use redb::ReadableTable;
 use squeezefs_device::{read_header, write_header, FileDevice, FileDeviceOptions};
 use squeezefs_meta::encode::{decode_inode, encode_inode};
 use squeezefs_meta::{tables, Superblock};
-use squeezefs_pipeline::{
-    Engine, FileKind, Ino, InodeAttr, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, META_FILE, ROOT_INO,
-};
+use squeezefs_pipeline::{Engine, FileKind, Ino, InodeAttr, MkfsOptions, OpenOptions, DEFAULT_DEVICE_FILE, ROOT_INO};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -88,7 +86,7 @@ fn fsck_finds_a_device_file_truncated_below_its_allocation_end() {
 fn fsck_finds_a_file_size_above_the_maximum() {
     let d = tempfile::tempdir().unwrap();
     let (pool, ino) = pool_with_a_file(d.path());
-    let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+    let db = Engine::open_meta_store(&pool).unwrap();
     let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_table(tables::INODES).unwrap();
@@ -124,7 +122,7 @@ fn fsck_finds_header_and_superblock_disagreeing_on_the_device_count() {
 fn fsck_finds_the_superblock_and_the_devices_table_disagreeing() {
     let d = tempfile::tempdir().unwrap();
     let (pool, _) = pool_with_a_file(d.path());
-    let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+    let db = Engine::open_meta_store(&pool).unwrap();
     let tx = db.begin_write().unwrap();
     {
         let mut dt = tx.open_table(tables::DEVICES).unwrap();

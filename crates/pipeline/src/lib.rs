@@ -42,9 +42,6 @@ pub use base::options::{
     META_FILE, MIN_RECORDSIZE, QOS_BURST_RANGE, SEAL_FILE,
 };
 pub use base::{pool_lock, units};
-pub use store::meta_convert::Converted as MetaConverted;
-pub use store::meta_files::{Form as MetaForm, COPY_FILES, DEFAULT_META_COPIES};
-pub use store::meta_mirror::{CopyCheck, LostBlock, Repair as MetaRepair, StoreCheck as MetaCheck};
 pub use check::{fsck, scrub};
 pub use compress::levels::RATE_CONFIRM_BYTES;
 pub use compress::policy::ADAPTIVE_PLACEHOLDER;
@@ -60,6 +57,9 @@ pub use squeezefs_device::{Device, DeviceStatsSnapshot};
 pub use squeezefs_meta::seal::SEAL_LEVEL;
 pub use squeezefs_meta::{BgCursor, BgFrame, Bundle, BundleSlice, DeviceExtent, ExtentPtr, StoredRecord};
 pub use squeezefs_meta::{DirEntry, FileKind, Ino, InodeAttr, Timestamp, ROOT_INO};
+pub use store::meta_convert::Converted as MetaConverted;
+pub use store::meta_files::{Form as MetaForm, COPY_FILES, DEFAULT_META_COPIES};
+pub use store::meta_mirror::{CopyCheck, LostBlock, Repair as MetaRepair, StoreCheck as MetaCheck};
 pub use store::meta_seal::{seal_level_for, SealReport, SEAL_TMP_FILE, UNSEAL_TMP_FILE};
 pub use write::metatx::MetaTx;
 

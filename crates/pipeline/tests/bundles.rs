@@ -357,7 +357,7 @@ fn fsck_reports_damaged_bundles() {
     }
     e.close().unwrap();
     drop(e);
-    let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+    let db = Engine::open_meta_store(&pool).unwrap();
     let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_table(squeezefs_meta::tables::BUNDLES).unwrap();
@@ -451,7 +451,7 @@ fn a_pool_made_before_bundles_reads_back_and_gets_none() {
         row_versions(&pool),
         [BTreeSet::from([1]), BTreeSet::from([1]), BTreeSet::from([1]), BTreeSet::from([1])]
     );
-    let db = redb::ReadOnlyDatabase::open(pool.join(META_FILE)).unwrap();
+    let db = Engine::open_meta_store(&pool).unwrap();
     let rx = redb::ReadableDatabase::begin_read(&db).unwrap();
     assert!(!rx.list_tables().unwrap().any(|t| redb::TableHandle::name(&t) == "bundles"));
 }
@@ -460,7 +460,7 @@ fn a_pool_made_before_bundles_reads_back_and_gets_none() {
 fn row_versions(pool: &Path) -> [BTreeSet<u8>; 4] {
     use redb::{ReadableDatabase, ReadableTable};
     use squeezefs_meta::tables;
-    let db = redb::ReadOnlyDatabase::open(pool.join(META_FILE)).unwrap();
+    let db = Engine::open_meta_store(pool).unwrap();
     let rx = db.begin_read().unwrap();
     let inodes = rx.open_table(tables::INODES).unwrap();
     let bytes = |t: redb::ReadOnlyTable<&[u8], &[u8]>| -> BTreeSet<u8> {
@@ -513,7 +513,7 @@ fn a_new_pool_writes_compact_rows() {
 /// The superblock of a closed pool.
 fn superblock(pool: &Path) -> squeezefs_meta::Superblock {
     use redb::ReadableDatabase;
-    let db = redb::ReadOnlyDatabase::open(pool.join(META_FILE)).unwrap();
+    let db = Engine::open_meta_store(pool).unwrap();
     let rx = db.begin_read().unwrap();
     let v = rx.open_table(squeezefs_meta::tables::SUPERBLOCK).unwrap().get(0u8).unwrap().unwrap().value().to_vec();
     squeezefs_meta::Superblock::decode(&v).unwrap()
@@ -563,7 +563,8 @@ fn mkfs_takes_bundle_sizes_from_the_record_size_to_4m() {
         let sb = superblock(&pool);
         let flagged = sb.features.incompat & Features::INCOMPAT_BUNDLE_SIZE != 0;
         assert_eq!(flagged, want != sb.recordsize, "{rs:?}/{bs:?}");
-        assert_eq!(sb.encode().len(), if flagged { 93 } else { 89 });
+        // and the byte of META_COPIES every new pool has
+        assert_eq!(sb.encode().len(), if flagged { 94 } else { 90 });
         assert_eq!(sb.bundle_size(), want);
         let e = Engine::open(&pool, &bundle_opts()).unwrap();
         assert_eq!(e.info().bundle_size, want, "{rs:?}/{bs:?}");
@@ -588,7 +589,7 @@ fn open_refuses_a_superblock_with_a_bundle_size_out_of_range() {
         Engine::mkfs(&pool, &MkfsOptions { bundle_size: Some(512 * 1024), ..Default::default() }).unwrap();
         {
             use redb::ReadableTable;
-            let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+            let db = Engine::open_meta_store(&pool).unwrap();
             let tx = db.begin_write().unwrap();
             {
                 let mut t = tx.open_table(squeezefs_meta::tables::SUPERBLOCK).unwrap();

@@ -22,7 +22,7 @@ fn two_file_pool(dir: &Path) -> (PathBuf, Ino, Ino) {
 }
 
 fn with_db(pool: &Path, f: impl FnOnce(&redb::WriteTransaction)) {
-    let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+    let db = Engine::open_meta_store(pool).unwrap();
     let tx = db.begin_write().unwrap();
     f(&tx);
     tx.commit().unwrap();
@@ -86,14 +86,14 @@ fn fsck_reports_an_extent_at_the_end_of_the_address_space_instead_of_panicking()
 fn read_only_open_fsck_scrub_and_close_leave_meta_redb_untouched() {
     let d = tempfile::tempdir().unwrap();
     let (pool, _, _) = two_file_pool(d.path());
-    let meta = pool.join(META_FILE);
+    let store = |p: &Path| -> Vec<u8> { COPY_FILES.iter().flat_map(|n| std::fs::read(p.join(n)).unwrap()).collect() };
     let dev = pool.join("data.0");
     // one read-only cycle first: whatever redb does once after a write, it has done
     {
         let e = Engine::open(&pool, &ro()).unwrap();
         e.close().unwrap();
     }
-    let before = std::fs::read(&meta).unwrap();
+    let before = store(&pool);
     let dev_before = std::fs::read(&dev).unwrap();
     {
         let e = Engine::open(&pool, &ro()).unwrap();
@@ -101,12 +101,12 @@ fn read_only_open_fsck_scrub_and_close_leave_meta_redb_untouched() {
         assert!(e.scrub(&|_, _| {}).unwrap().is_clean());
         e.close().unwrap();
     }
-    let after = std::fs::read(&meta).unwrap();
+    let after = store(&pool);
     assert!(std::fs::read(&dev).unwrap() == dev_before, "the read-only open wrote the device");
     let differing = before.iter().zip(&after).filter(|(x, y)| x != y).count();
     assert!(
         before == after,
-        "the read-only open wrote meta.redb: {differing} bytes differ, length {} -> {}",
+        "the read-only open wrote the metadata store: {differing} bytes differ, length {} -> {}",
         before.len(),
         after.len()
     );
@@ -126,13 +126,14 @@ fn a_crashed_pool_opens_read_only_for_checking_without_being_written() {
     e.fsync(a).unwrap();
     let image = d.path().join("image");
     std::fs::create_dir(&image).unwrap();
-    for f in [META_FILE, "data.0"] {
+    for f in [COPY_FILES[0], COPY_FILES[1], "data.0"] {
         std::fs::copy(pool.join(f), image.join(f)).unwrap();
     }
     e.close().unwrap();
-    let meta_before = std::fs::read(image.join(META_FILE)).unwrap();
-    // the precondition: redb's own read-only open refuses this store
-    assert!(matches!(redb::ReadOnlyDatabase::open(image.join(META_FILE)), Err(redb::DatabaseError::RepairAborted)));
+    let store = |p: &Path| -> Vec<u8> { COPY_FILES.iter().flat_map(|n| std::fs::read(p.join(n)).unwrap()).collect() };
+    let meta_before = store(&image);
+    // the precondition: the copies were open, not closed cleanly (header byte 11)
+    assert_eq!(meta_before[11], 0, "copy 0 of the image is marked clean");
     {
         let c = Engine::open(&image, &ro()).unwrap();
         let mut buf = vec![0u8; 300 * 1024];
@@ -143,7 +144,7 @@ fn a_crashed_pool_opens_read_only_for_checking_without_being_written() {
         assert!(matches!(c.write(a, 0, b"x"), Err(EngineError::ReadOnly)));
         c.close().unwrap();
     }
-    assert!(std::fs::read(image.join(META_FILE)).unwrap() == meta_before, "the read-only open wrote meta.redb");
+    assert!(store(&image) == meta_before, "the read-only open wrote the metadata store");
     // and the image still opens read-write, repairing for real
     let w = Engine::open(&image, &fast_opts()).unwrap();
     assert!(w.fsck().unwrap().is_clean());

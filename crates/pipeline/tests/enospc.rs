@@ -188,7 +188,7 @@ fn mkfs_sector_packed(pool: &std::path::Path, mkfs: &MkfsOptions) {
     Engine::mkfs(pool, mkfs).unwrap();
     use redb::ReadableTable;
     use squeezefs_meta::{tables, Features, Superblock};
-    let db = redb::Database::open(pool.join("meta.redb")).unwrap();
+    let db = Engine::open_meta_store(pool).unwrap();
     let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_table(tables::SUPERBLOCK).unwrap();

@@ -115,7 +115,7 @@ fn fsck_of_a_sector_packed_pool_reports_a_record_off_its_sector() {
     let pool = d.path().join("pool");
     unpack(&pool);
     {
-        let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+        let db = Engine::open_meta_store(&pool).unwrap();
         let tx = db.begin_write().unwrap();
         {
             let mut t = tx.open_table(squeezefs_meta::tables::EXTENTS).unwrap();
@@ -163,7 +163,7 @@ fn path_ino(e: &Engine, path: &str) -> Ino {
 
 fn incompat(pool: &Path) -> u64 {
     use redb::ReadableDatabase;
-    let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+    let db = Engine::open_meta_store(pool).unwrap();
     let rx = db.begin_read().unwrap();
     let v = rx.open_table(squeezefs_meta::tables::SUPERBLOCK).unwrap().get(0u8).unwrap().unwrap().value().to_vec();
     squeezefs_meta::Superblock::decode(&v).unwrap().features.incompat
@@ -239,7 +239,7 @@ fn a_pool_from_before_record_sizes_reads_unchanged_at_its_record_size() {
 fn a_pool_of_an_older_build_gets_a_background_cursor_and_its_compat_bit() {
     use redb::ReadableDatabase;
     let superblock = |pool: &Path| {
-        let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+        let db = Engine::open_meta_store(pool).unwrap();
         let rx = db.begin_read().unwrap();
         let t = rx.open_table(squeezefs_meta::tables::SUPERBLOCK).unwrap();
         let v = t.get(0u8).unwrap().unwrap();
@@ -419,7 +419,7 @@ fn bundles_before_bundle_size_files() -> Vec<(String, Vec<u8>)> {
 /// The superblock row of a closed pool, as stored.
 fn superblock_bytes(pool: &Path) -> Vec<u8> {
     use redb::ReadableDatabase;
-    let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+    let db = Engine::open_meta_store(pool).unwrap();
     let rx = db.begin_read().unwrap();
     let v = rx.open_table(squeezefs_meta::tables::SUPERBLOCK).unwrap().get(0u8).unwrap().unwrap().value().to_vec();
     v

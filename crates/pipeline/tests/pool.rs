@@ -7,7 +7,7 @@ use squeezefs_pipeline::*;
 use std::sync::Arc;
 
 fn set_features(pool: &std::path::Path, f: impl FnOnce(&mut Superblock)) {
-    let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+    let db = Engine::open_meta_store(pool).unwrap();
     let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_table(tables::SUPERBLOCK).unwrap();
@@ -341,7 +341,7 @@ fn compact_meta_shrinks_the_store_and_is_refused_while_open() {
     drop(e);
     let (before, after) = Engine::compact_meta(d.path()).unwrap();
     assert!(after < before, "{before} -> {after}");
-    assert_eq!(std::fs::metadata(d.path().join(META_FILE)).unwrap().len(), after);
+    assert_eq!(std::fs::metadata(d.path().join(COPY_FILES[0])).unwrap().len(), after);
     let names: Vec<String> =
         std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert!(!names.iter().any(|n| n.contains("rebuild")), "{names:?}");
@@ -359,14 +359,14 @@ fn compact_meta_shrinks_the_store_and_is_refused_while_open() {
     // a table of a later build: kept, the store compacted in place
     let other: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("from_a_later_build");
     {
-        let db = redb::Database::open(d.path().join(META_FILE)).unwrap();
+        let db = Engine::open_meta_store(d.path()).unwrap();
         let tx = db.begin_write().unwrap();
         tx.open_table(other).unwrap().insert(7, 8).unwrap();
         tx.commit().unwrap();
     }
     Engine::compact_meta(d.path()).unwrap();
     {
-        let db = redb::Database::open(d.path().join(META_FILE)).unwrap();
+        let db = Engine::open_meta_store(d.path()).unwrap();
         let rx = redb::ReadableDatabase::begin_read(&db).unwrap();
         assert_eq!(rx.open_table(other).unwrap().get(7).unwrap().unwrap().value(), 8);
     }

@@ -35,14 +35,14 @@ fn text(n: usize) -> Vec<u8> {
 }
 
 fn superblock(pool: &Path) -> Superblock {
-    let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+    let db = Engine::open_meta_store(pool).unwrap();
     let rx = db.begin_read().unwrap();
     let v = rx.open_table(tables::SUPERBLOCK).unwrap().get(0u8).unwrap().unwrap().value().to_vec();
     Superblock::decode(&v).unwrap()
 }
 
 fn rows(pool: &Path) -> Vec<(u64, u32)> {
-    let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+    let db = Engine::open_meta_store(pool).unwrap();
     let rx = db.begin_read().unwrap();
     let t = rx.open_table(tables::RECORDSIZES).unwrap();
     t.iter().unwrap().map(|r| r.unwrap()).map(|(k, v)| (k.value(), v.value())).collect()
@@ -254,7 +254,7 @@ fn fsck_checks_extents_against_the_files_record_size() {
     e.close().unwrap();
     drop(e);
     let rewrite = |rs: u32, clear_flag: bool| {
-        let db = redb::Database::open(pool.join(META_FILE)).unwrap();
+        let db = Engine::open_meta_store(&pool).unwrap();
         let tx = db.begin_write().unwrap();
         tx.open_table(tables::RECORDSIZES).unwrap().insert(f, rs).unwrap();
         if clear_flag {

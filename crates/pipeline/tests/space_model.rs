@@ -71,7 +71,7 @@ fn read_back(e: &Engine, ino: u64) -> Vec<u8> {
 fn clear_packed_bytes(pool: &std::path::Path) {
     use redb::ReadableTable;
     use squeezefs_meta::{tables, Features, Superblock};
-    let db = redb::Database::open(pool.join("meta.redb")).unwrap();
+    let db = Engine::open_meta_store(pool).unwrap();
     let tx = db.begin_write().unwrap();
     {
         let mut t = tx.open_table(tables::SUPERBLOCK).unwrap();

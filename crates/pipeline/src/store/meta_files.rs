@@ -21,8 +21,7 @@
 use crate::base::error::{PoolError, Result};
 use crate::base::options::META_FILE;
 use crate::store::meta_copy::{
-    block_sum, copy_len, data_offset, encode_sums, random_stamp, sum_offset, CopyFile, CopyHeader, BLOCK,
-    PER_GROUP,
+    block_sum, copy_len, data_offset, encode_sums, random_stamp, sum_offset, CopyFile, CopyHeader, BLOCK, PER_GROUP,
 };
 use crate::store::meta_mirror::{Mirror, Shared, StoreCheck};
 use std::path::{Path, PathBuf};
@@ -191,7 +190,8 @@ pub fn backend(pool: &Path, write: bool) -> Result<(Backend, Option<Arc<Shared>>
         Some(Form::Plain) => {
             let p = pool.join(META_FILE);
             let f = std::fs::OpenOptions::new().read(true).write(write).open(&p).map_err(io(&p))?;
-            let b = redb::backends::FileBackend::new(f).map_err(|e| PoolError::OpenStore { path: p.clone(), source: e })?;
+            let b =
+                redb::backends::FileBackend::new(f).map_err(|e| PoolError::OpenStore { path: p.clone(), source: e })?;
             Ok((Backend::Plain(b), None))
         }
         None => Err(PoolError::NotAPool { path: pool.to_path_buf() }.into()),
@@ -283,7 +283,8 @@ pub fn open_rw(pool: &Path) -> Result<redb::Database> {
 /// remove `from`.
 pub fn install_file(pool: &Path, from: &Path, copies: u8) -> Result<()> {
     let f = std::fs::File::open(from).map_err(io(from))?;
-    let b = redb::backends::FileBackend::new(f).map_err(|e| PoolError::OpenStore { path: from.to_path_buf(), source: e })?;
+    let b = redb::backends::FileBackend::new(f)
+        .map_err(|e| PoolError::OpenStore { path: from.to_path_buf(), source: e })?;
     install(pool, &b, copies)?;
     remove_if_present(from)?;
     sync_dir(pool)

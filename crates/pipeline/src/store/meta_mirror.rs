@@ -86,7 +86,11 @@ impl StoreCheck {
     pub fn is_clean(&self) -> bool {
         self.lost.is_empty()
             && self.copies.iter().all(|c| {
-                c.present && c.header_ok && c.bad_blocks.is_empty() && c.bad_sum_groups.is_empty() && c.stale_blocks == 0
+                c.present
+                    && c.header_ok
+                    && c.bad_blocks.is_empty()
+                    && c.bad_sum_groups.is_empty()
+                    && c.stale_blocks == 0
             })
     }
 }
@@ -96,7 +100,11 @@ pub fn held_by(l: u64) -> String {
     if l == 0 {
         "redb's header (the commit slots and the roots of every table)".to_string()
     } else {
-        format!("a page of the metadata B-trees or its free space (bytes {}..{})", l * BLOCK as u64, (l + 1) * BLOCK as u64)
+        format!(
+            "a page of the metadata B-trees or its free space (bytes {}..{})",
+            l * BLOCK as u64,
+            (l + 1) * BLOCK as u64
+        )
     }
 }
 
@@ -212,17 +220,20 @@ struct Survey {
     bad_groups: Vec<u64>,
 }
 
-fn survey(f: Option<&CopyFile>) -> Survey {
+/// Copy `f` surveyed. A block whose sum block is damaged is checked against the sum of
+/// another copy (`fallback`: the copies' sums are the same while they are equal), so a
+/// damaged sum block does not count its 511 blocks lost when the other copy has them.
+fn survey(f: Option<&CopyFile>, own: (Vec<Option<u64>>, Vec<u64>), fallback: &[Option<u64>]) -> Survey {
     let Some(f) = f else {
         return Survey { present: false, header: None, blocks: 0, good: Vec::new(), bad_groups: Vec::new() };
     };
     let header = f.header();
-    let blocks = crate::store::meta_copy::blocks_in(f.len().unwrap_or(0));
-    let (sums, bad_groups) = sums_of_copy(f, blocks);
+    let (sums, bad_groups) = own;
+    let blocks = sums.len() as u64;
     let mut good = vec![None; blocks as usize];
     let mut buf = vec![0u8; BLOCK];
     for l in 0..blocks {
-        let Some(want) = sums[l as usize] else { continue };
+        let Some(want) = sums[l as usize].or_else(|| fallback.get(l as usize).copied().flatten()) else { continue };
         if f.read_at(data_offset(l), &mut buf).is_ok() && block_sum(&buf) == want {
             good[l as usize] = Some(want);
         }
@@ -241,7 +252,24 @@ pub fn check(paths: &[PathBuf], repair: bool) -> std::io::Result<StoreCheck> {
             Err(e) => Err(e),
         })
         .collect::<std::io::Result<_>>()?;
-    let surveys: Vec<Survey> = files.iter().map(|f| survey(f.as_ref())).collect();
+    let own: Vec<(Vec<Option<u64>>, Vec<u64>)> = files
+        .iter()
+        .map(|f| match f {
+            Some(f) => sums_of_copy(f, crate::store::meta_copy::blocks_in(f.len().unwrap_or(0))),
+            None => (Vec::new(), Vec::new()),
+        })
+        .collect();
+    let surveys: Vec<Survey> = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            // the sums of the other copies, where this one's are lost
+            let fallback: Vec<Option<u64>> = (0..own[i].0.len())
+                .map(|l| (0..own.len()).filter(|&j| j != i).find_map(|j| own[j].0.get(l).copied().flatten()))
+                .collect();
+            survey(f.as_ref(), own[i].clone(), &fallback)
+        })
+        .collect();
     let whole = |s: &Survey| s.present && s.good.iter().all(Option::is_some) && s.bad_groups.is_empty();
     let authority = (0..surveys.len()).find(|&i| whole(&surveys[i])).unwrap_or(0);
     let blocks = surveys[authority].blocks;
@@ -262,9 +290,7 @@ pub fn check(paths: &[PathBuf], repair: bool) -> std::io::Result<StoreCheck> {
     for (i, s) in surveys.iter().enumerate() {
         let bad_blocks: Vec<u64> = (0..s.blocks).filter(|&l| s.good[l as usize].is_none()).collect();
         let stale = (0..s.blocks.min(blocks))
-            .filter(|&l| {
-                matches!((s.good[l as usize], source[l as usize]), (Some(a), Some((_, b))) if a != b)
-            })
+            .filter(|&l| matches!((s.good[l as usize], source[l as usize]), (Some(a), Some((_, b))) if a != b))
             .count() as u64
             + s.blocks.abs_diff(blocks);
         copies.push(CopyCheck {
@@ -319,7 +345,10 @@ fn rewrite(
             }
             files[from].read_at(data_offset(l), &mut buf)?;
             if block_sum(&buf) != sum {
-                return Err(Error::new(ErrorKind::InvalidData, format!("{}: block {l} changed while it was repaired", paths[from].display())));
+                return Err(Error::new(
+                    ErrorKind::InvalidData,
+                    format!("{}: block {l} changed while it was repaired", paths[from].display()),
+                ));
             }
             f.write_at(data_offset(l), &buf)?;
             if fixed < 64 {
@@ -375,8 +404,7 @@ impl Shared {
     ) -> std::io::Result<Arc<Shared>> {
         let headers: Vec<Option<CopyHeader>> =
             paths.iter().map(|p| CopyFile::open(p, false).ok().and_then(|f| f.header())).collect();
-        let lens: Vec<Option<u64>> =
-            paths.iter().map(|p| std::fs::metadata(p).ok().map(|m| m.len())).collect();
+        let lens: Vec<Option<u64>> = paths.iter().map(|p| std::fs::metadata(p).ok().map(|m| m.len())).collect();
         let trusted = match headers.first().copied().flatten() {
             Some(h0) => headers.iter().zip(&lens).all(|(h, len)| {
                 h.is_some_and(|h| h.clean && h.stamp == h0.stamp && h.len == h0.len)
@@ -433,17 +461,23 @@ impl Shared {
                         if write {
                             files[primary].write_at(sum_offset(g), &encode_sums(&sums[lo as usize..hi as usize]))?;
                         }
-                        log::warn!("{}: sums of blocks {lo}..{hi} damaged; taken from another copy", files[primary].path.display());
-                        repairs.push(Repair { copy: primary, what: format!("sums of blocks {lo}..{hi}"), written: write });
+                        log::warn!(
+                            "{}: sums of blocks {lo}..{hi} damaged; taken from another copy",
+                            files[primary].path.display()
+                        );
+                        repairs.push(Repair {
+                            copy: primary,
+                            what: format!("sums of blocks {lo}..{hi}"),
+                            written: write,
+                        });
                     }
                 }
                 None => unknown.extend(lo..hi),
             }
         }
-        let locks = redb::backends::FileBackend::new(
-            std::fs::OpenOptions::new().read(true).write(write).open(&paths[0])?,
-        )
-        .map_err(|e| Error::other(e.to_string()))?;
+        let locks =
+            redb::backends::FileBackend::new(std::fs::OpenOptions::new().read(true).write(write).open(&paths[0])?)
+                .map_err(|e| Error::other(e.to_string()))?;
         if write {
             // a crash from here on must not find the copies clean
             for (i, f) in files.iter().enumerate() {
@@ -456,19 +490,17 @@ impl Shared {
         let to_worker = if write && files.len() > 1 {
             let (tx, rx) = crossbeam_channel::unbounded::<Job>();
             let (f, m) = (files.clone(), mirroring.clone());
-            std::thread::Builder::new()
-                .name("meta-mirror".into())
-                .spawn(move || {
-                    for job in rx {
-                        let r = mirror_job(&f, &job);
-                        let mut w = m.state.lock();
-                        if let Err(e) = r {
-                            w.error.get_or_insert(e.to_string());
-                        }
-                        w.busy = false;
-                        m.idle.notify_all();
+            std::thread::Builder::new().name("meta-mirror".into()).spawn(move || {
+                for job in rx {
+                    let r = mirror_job(&f, &job);
+                    let mut w = m.state.lock();
+                    if let Err(e) = r {
+                        w.error.get_or_insert(e.to_string());
                     }
-                })?;
+                    w.busy = false;
+                    m.idle.notify_all();
+                }
+            })?;
             Some(tx)
         } else {
             None
@@ -520,7 +552,9 @@ impl Shared {
             self.mirroring.idle.wait(&mut w);
         }
         match w.error.take() {
-            Some(e) => Err(Error::other(format!("{}: copying the last commit failed: {e}", self.files[1].path.display()))),
+            Some(e) => {
+                Err(Error::other(format!("{}: copying the last commit failed: {e}", self.files[1].path.display())))
+            }
             None => Ok(()),
         }
     }
@@ -578,7 +612,10 @@ fn mirror_job(files: &[CopyFile], job: &Job) -> std::io::Result<()> {
     for &(l, sum) in &job.blocks {
         a.read_at(data_offset(l), &mut buf)?;
         if block_sum(&buf) != sum {
-            return Err(Error::new(ErrorKind::InvalidData, format!("{}: block {l} changed before it was copied", a.path.display())));
+            return Err(Error::new(
+                ErrorKind::InvalidData,
+                format!("{}: block {l} changed before it was copied", a.path.display()),
+            ));
         }
         b.write_at(data_offset(l), &buf)?;
     }
@@ -637,7 +674,7 @@ impl redb::StorageBackend for Mirror {
             }
         }
         // a length inside a block: its tail past `len` must read as zeros once regrown
-        if len % BLOCK as u64 != 0 && new <= old && new > 0 {
+        if !len.is_multiple_of(BLOCK as u64) && new <= old && new > 0 {
             let l = new - 1;
             let mut buf = vec![0u8; BLOCK];
             s.read_block(&mut st, l, &mut buf)?;
