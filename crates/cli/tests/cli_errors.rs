@@ -50,7 +50,7 @@ fn errors_are_one_line_without_a_backtrace_even_with_rust_backtrace_set() {
     let other = dir.path().join("other");
     let out = squeezefs(&["mkfs", other.to_str().unwrap(), "--recordsize", "3k"]);
     assert_one_line_error(&out, 1, &["record size 3072", "accepted"]);
-    assert!(!other.join("meta.redb").exists(), "a refused mkfs left a pool behind");
+    assert!(!other.join("meta.copy0").exists(), "a refused mkfs left a pool behind");
 }
 
 /// A bundle size mkfs does not accept (not a power of two, below the record size, above
@@ -81,7 +81,7 @@ fn a_bad_bundle_size_is_refused_naming_what_is_accepted() {
                 "accepted: a power of two from the record size to 4194304 bytes",
             ],
         );
-        assert!(!pool.join("meta.redb").exists(), "a refused mkfs left a pool behind");
+        assert!(!pool.join("meta.copy0").exists(), "a refused mkfs left a pool behind");
     }
     let pool = dir.path().join("good");
     let out = squeezefs(&["mkfs", pool.to_str().unwrap(), "--recordsize", "64K", "--bundle-size", "4M"]);

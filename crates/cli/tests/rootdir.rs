@@ -473,7 +473,7 @@ fn rootdir_copy_mounted_matches_its_source() {
 
     // the metadata store is sealed
     let files = pool_files(&pool);
-    assert!(files.contains_key("meta.seal") && !files.contains_key("meta.redb"), "{files:?}");
+    assert!(files.contains_key("meta.seal") && !files.contains_key("meta.copy0"), "{files:?}");
 
     let mut want = before.clone();
     want.get_mut(Path::new("with-acl")).unwrap().xattrs.clear();
@@ -498,7 +498,7 @@ fn rootdir_copy_mounted_matches_its_source() {
     {
         let _m = mount(&pool, &mnt);
         let now = pool_files(&pool);
-        assert!(now.contains_key("meta.redb") && !now.contains_key("meta.seal"), "{now:?}");
+        assert!(now.contains_key("meta.copy0") && !now.contains_key("meta.seal"), "{now:?}");
         check(&mnt);
         std::fs::write(mnt.join("written-after"), b"after unsealing").unwrap();
     }
@@ -612,8 +612,10 @@ fn rootdir_without_root_stores_the_invoking_user_as_owner() {
         compare_holes(&src, &mnt);
     }
     // unsealed by root's mount, the store is still the user's
-    let m = std::fs::metadata(pool.join("meta.redb")).unwrap();
-    assert_eq!((m.uid(), m.gid()), (USER, USER), "meta.redb after unsealing");
+    for copy in ["meta.copy0", "meta.copy1"] {
+        let m = std::fs::metadata(pool.join(copy)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (USER, USER), "{copy} after unsealing");
+    }
 
     // --owner keep as a user: the source's owners, root's included, no chown needed
     let pool2 = dir.path().join("pool2");
@@ -863,7 +865,7 @@ fn rootdir_recordsize_sets_the_pools_and_source_properties_set_their_own() {
     }
 }
 
-/// `--no-seal` keeps `meta.redb`; `seal` and `unseal` turn one into the other (refused while
+/// `--no-seal` keeps the store (`meta.copy0`, `meta.copy1`); `seal` and `unseal` turn one into the other (refused while
 /// the pool is mounted); a damaged `meta.seal` makes fsck fail naming the file and the check.
 #[test]
 fn rootdir_seal_no_seal_and_a_damaged_seal() {
@@ -877,14 +879,14 @@ fn rootdir_seal_no_seal_and_a_damaged_seal() {
     let out = mkfs_rootdir(&pool, &src, &["--no-seal"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let files = pool_files(&pool);
-    assert!(files.contains_key("meta.redb") && !files.contains_key("meta.seal"), "{files:?}");
+    assert!(files.contains_key("meta.copy0") && !files.contains_key("meta.seal"), "{files:?}");
     let p = pool.to_str().unwrap();
 
     let out = run(&["seal", p]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && said.contains("sealed pool"), "{said}{}", stderr(&out));
     let files = pool_files(&pool);
-    assert!(files.contains_key("meta.seal") && !files.contains_key("meta.redb"), "{files:?}");
+    assert!(files.contains_key("meta.seal") && !files.contains_key("meta.copy0"), "{files:?}");
     assert!(String::from_utf8_lossy(&run(&["seal", p]).stdout).contains("sealed already"));
     run_ok(&["fsck", p]);
     assert_eq!(pool_files(&pool), files, "fsck changed a sealed pool");
@@ -900,7 +902,7 @@ fn rootdir_seal_no_seal_and_a_damaged_seal() {
         run_ok(&["unseal", p]);
     }
     let files = pool_files(&pool);
-    assert!(files.contains_key("meta.redb") && !files.contains_key("meta.seal"), "{files:?}");
+    assert!(files.contains_key("meta.copy0") && !files.contains_key("meta.seal"), "{files:?}");
     run_ok(&["seal", p]);
 
     let seal = pool.join("meta.seal");

@@ -229,7 +229,12 @@ fn unseal(pool: &Path) -> Result<SealReport> {
     })?;
     // a pool whose superblock says its store has checked copies gets them back
     match meta_copies_of(&tmp) {
-        Some(copies) => crate::store::meta_files::install_file(pool, &tmp, copies)?,
+        Some(copies) => {
+            crate::store::meta_files::install_file(pool, &tmp, copies)?;
+            for copy in crate::store::meta_files::copy_paths(pool, copies) {
+                same_owner(&sealed, &copy);
+            }
+        }
         None => {
             std::fs::rename(&tmp, &meta).map_err(|source| PoolError::Replace {
                 path: meta.clone(),
