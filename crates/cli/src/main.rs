@@ -103,7 +103,7 @@ fn run() -> anyhow::Result<()> {
     }
     let matches = command().subcommand(cmd_generate::subcommand()).get_matches();
     if let Some((cmd_generate::NAME, m)) = matches.subcommand() {
-        return cmd_generate::run(cmd_generate::GenerateArgs::from_arg_matches(m)?);
+        return cmd_generate::run(cmd_generate::GenerateArgs::from_arg_matches(m)?, command());
     }
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.cmd {
@@ -126,6 +126,23 @@ fn run() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::one_line;
+    use super::{cmd_generate, command};
+
+    #[test]
+    fn every_subcommand_gets_a_man_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let pages = cmd_generate::write_man_pages(command(), dir.path()).unwrap();
+        let names: Vec<String> = pages.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        for want in
+            ["squeezefs.1", "squeezefs-mount.1", "squeezefs-umount.1", "squeezefs-prop.1", "squeezefs-prop-get.1"]
+        {
+            assert!(names.iter().any(|n| n == want), "{want} missing from {names:?}");
+        }
+        assert!(!names.iter().any(|n| n.contains(cmd_generate::NAME) || n.contains("help")), "{names:?}");
+        let mount = std::fs::read_to_string(dir.path().join("squeezefs-mount.1")).unwrap();
+        assert!(mount.contains("compress=SPEC"), "the options' help is in the page");
+        assert!(mount.contains("squeezefs mount"), "the synopsis names the command as typed");
+    }
 
     #[test]
     fn a_cause_quoted_by_its_error_is_not_printed_twice() {
