@@ -9,6 +9,14 @@ use std::path::Path;
 /// Check (and with `repair`, repair) the store of `pool`; print the result unless `quiet`.
 /// `None`: a plain store, which has no checksums to check.
 pub fn check(pool: &Path, repair: bool, quiet: bool) -> Result<Option<MetaCheck>> {
+    if sealed_only(pool) {
+        // a sealed store is one compressed, checksummed file (docs/format.md): the open
+        // that unseals it checks it, and it has no copies to compare
+        if !quiet {
+            println!("metadata store: sealed ({}), checked as the pool opens", squeezefs_pipeline::SEAL_FILE);
+        }
+        return Ok(None);
+    }
     let c = Engine::check_meta(pool, repair)
         .with_context(|| format!("checking the metadata store of {}", pool.display()))?;
     if quiet {
@@ -78,4 +86,11 @@ pub fn no_panic<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
             )
         }
     }
+}
+
+/// Whether `pool`'s metadata is only its sealed file: no store, plain or checked, beside it.
+fn sealed_only(pool: &Path) -> bool {
+    pool.join(squeezefs_pipeline::SEAL_FILE).exists()
+        && !pool.join(squeezefs_pipeline::META_FILE).exists()
+        && !squeezefs_pipeline::COPY_FILES.iter().any(|f| pool.join(f).exists())
 }
