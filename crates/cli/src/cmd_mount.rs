@@ -264,7 +264,7 @@ fn serve(
     let (session, fs, transport) = match open_and_mount(pool, mountpoint, cfg, wait) {
         Ok(s) => s,
         Err(e) => {
-            let msg = format!("{e:#}");
+            let msg = crate::one_line(&e);
             report(Err(msg.clone()));
             bail!(msg);
         }
@@ -336,8 +336,16 @@ fn open_and_mount(
     cfg: &MountConfig,
     wait: u64,
 ) -> Result<(squeezefs_fuse::Session, Arc<Fs>, mount::Transport)> {
-    let engine = crate::open_pool::open_waiting(pool, &open_options(cfg), std::time::Duration::from_secs(wait))
-        .with_context(|| format!("opening pool {}", pool.display()))?;
+    // redb panics on a damaged page of a plain store (no checksums to stop it first); a
+    // store with a block lost in every copy is named block by block
+    let engine = crate::meta_report::no_panic("mount", || {
+        crate::open_pool::open_waiting(pool, &open_options(cfg), std::time::Duration::from_secs(wait))
+            .with_context(|| format!("opening pool {}", pool.display()))
+    })
+    .map_err(|e| match crate::meta_report::lost_blocks(pool) {
+        Some(lost) => e.context(lost),
+        None => e,
+    })?;
     let fs_cfg = FsConfig {
         read_only: cfg.read_only,
         check_permissions: !cfg.default_permissions,

@@ -77,7 +77,7 @@ fn main() -> std::process::ExitCode {
 /// The error and its causes joined by ": ", leaving out a cause whose message the line
 /// already ends with (an error that quotes its source in its own message, as the engine's
 /// and the devices' errors do, and also names it as its `source`).
-fn one_line(e: &anyhow::Error) -> String {
+pub(crate) fn one_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
         let msg = cause.to_string();

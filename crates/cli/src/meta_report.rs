@@ -34,6 +34,12 @@ pub fn check(pool: &Path, repair: bool, quiet: bool) -> Result<Option<MetaCheck>
             "missing".to_string()
         } else if cc.bad_blocks.is_empty() && cc.bad_sum_groups.is_empty() && cc.header_ok && cc.stale_blocks == 0 {
             "intact".to_string()
+        } else if cc.bad_blocks.is_empty() && cc.bad_sum_groups.is_empty() && cc.header_ok && !cc.clean {
+            format!(
+                "intact, {} blocks behind copy {}: not closed cleanly, its last sync not yet copied \
+                 (the next read-write open copies it)",
+                cc.stale_blocks, c.authority
+            )
         } else {
             let mut parts = Vec::new();
             if !cc.header_ok {
@@ -59,6 +65,17 @@ pub fn check(pool: &Path, repair: bool, quiet: bool) -> Result<Option<MetaCheck>
         println!("  block {} (bytes {}..{}) is damaged in every copy: {}", l.block, l.offset, l.offset + 4096, l.held);
     }
     Ok(Some(c.clone()))
+}
+
+/// The blocks of `pool`'s store lost in every copy and what each held, in one line; `None`
+/// when none is (or the store is plain, or the check itself fails).
+pub fn lost_blocks(pool: &Path) -> Option<String> {
+    let c = Engine::check_meta(pool, false).ok()??;
+    if c.lost.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = c.lost.iter().map(|l| format!("block {} ({})", l.block, l.held)).collect();
+    Some(format!("the metadata store has blocks damaged in every copy: {}", each.join("; ")))
 }
 
 fn first(v: &[u64]) -> Vec<u64> {

@@ -249,7 +249,9 @@ pub fn check(pool: &Path, repair: bool) -> Result<Option<StoreCheck>> {
     match form(pool) {
         Some(Form::Checked { copies }) => {
             let paths = copy_paths(pool, copies);
-            Ok(Some(crate::store::meta_mirror::check(&paths, repair).map_err(io(&paths[0]))?))
+            let mut c = crate::store::meta_mirror::check(&paths, repair).map_err(io(&paths[0]))?;
+            crate::store::meta_owner::name_owners(&paths, &mut c.lost);
+            Ok(Some(c))
         }
         Some(Form::Plain) => Ok(None),
         None => Err(PoolError::NotAPool { path: pool.to_path_buf() }.into()),

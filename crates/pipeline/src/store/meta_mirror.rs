@@ -82,7 +82,9 @@ pub struct StoreCheck {
 }
 
 impl StoreCheck {
-    /// Nothing damaged in any copy, nothing differing.
+    /// Nothing damaged in any copy, nothing differing but what a crash leaves: copies
+    /// left open for writing (not clean) may differ by the sync that was being copied,
+    /// which the next read-write open copies (module comment).
     pub fn is_clean(&self) -> bool {
         self.lost.is_empty()
             && self.copies.iter().all(|c| {
@@ -90,7 +92,7 @@ impl StoreCheck {
                     && c.header_ok
                     && c.bad_blocks.is_empty()
                     && c.bad_sum_groups.is_empty()
-                    && c.stale_blocks == 0
+                    && (c.stale_blocks == 0 || !c.clean)
             })
     }
 }
@@ -169,6 +171,8 @@ pub struct Shared {
     locks: redb::backends::FileBackend,
     healed: AtomicU64,
     repairs: Mutex<Vec<Repair>>,
+    /// blocks a read found damaged in every copy, until taken (meta_owner.rs)
+    lost_reads: Mutex<BTreeSet<u64>>,
     /// what the open found, when it checked every block
     pub opened_after_check: Option<StoreCheck>,
 }
@@ -524,6 +528,7 @@ impl Shared {
             locks,
             healed: AtomicU64::new(healed),
             repairs: Mutex::new(repairs),
+            lost_reads: Mutex::new(BTreeSet::new()),
             opened_after_check: after_check,
         }))
     }
@@ -535,6 +540,11 @@ impl Shared {
 
     pub fn repairs(&self) -> Vec<Repair> {
         self.repairs.lock().clone()
+    }
+
+    /// The blocks reads found damaged in every copy since the last call.
+    pub fn take_lost_reads(&self) -> BTreeSet<u64> {
+        std::mem::take(&mut *self.lost_reads.lock())
     }
 
     pub fn copies(&self) -> usize {
@@ -592,6 +602,7 @@ impl Shared {
             }
         }
         log::error!("{}: metadata block {l} is damaged in every copy", self.files[p].path.display());
+        self.lost_reads.lock().insert(l);
         Err(lost_error(&self.paths(), l))
     }
 

@@ -1,7 +1,7 @@
 //! The metadata store as the engine holds it: the redb handle, read-write or read-only
 //! (metadb.rs), over checked copies (meta_copy.rs one copy's blocks, meta_mirror.rs the
 //! backend under redb, meta_files.rs the forms in the pool directory, meta_convert.rs
-//! converting and checking them) or a plain file, the shared read snapshot of point reads (snapshot.rs), the namespace delta
+//! converting and checking them, meta_owner.rs naming what a lost block held) or a plain file, the shared read snapshot of point reads (snapshot.rs), the namespace delta
 //! kept in memory until the next commit (nsdelta.rs), the room kept free for commits on the
 //! filesystem holding `meta.redb` (meta_space.rs), and sealing (meta_seal.rs) and compacting
 //! (meta_compact.rs) the store of a closed pool.
@@ -14,6 +14,7 @@ pub(crate) mod meta_convert;
 pub mod meta_copy;
 pub mod meta_files;
 pub mod meta_mirror;
+pub(crate) mod meta_owner;
 pub(crate) mod meta_seal;
 pub(crate) mod meta_space;
 pub(crate) mod metadb;
