@@ -264,7 +264,7 @@ fn serve(
     let (session, fs, transport) = match open_and_mount(pool, mountpoint, cfg, wait) {
         Ok(s) => s,
         Err(e) => {
-            let msg = crate::one_line(&e);
+            let msg = crate::error_line::one_line(&e);
             report(Err(msg.clone()));
             bail!(msg);
         }

@@ -33,7 +33,7 @@ pub fn run(a: ScrubArgs) -> Result<()> {
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "metadata": meta }))?);
             }
-            eprintln!("squeezefs: {}", crate::one_line(&err));
+            eprintln!("squeezefs: {}", crate::error_line::one_line(&err));
             std::process::exit(1);
         }
         Err(err) => return Err(err),

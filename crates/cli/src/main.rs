@@ -15,6 +15,7 @@ mod cmd_scrub;
 mod cmd_seal;
 mod cmd_stats;
 mod cmd_umount;
+mod error_line;
 mod meta_report;
 mod mount_helper;
 mod on_mount;
@@ -68,27 +69,10 @@ fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("squeezefs: {}", one_line(&e));
+            eprintln!("squeezefs: {}", error_line::one_line(&e));
             std::process::ExitCode::FAILURE
         }
     }
-}
-
-/// The error and its causes joined by ": ", leaving out a cause whose message the line
-/// already ends with (an error that quotes its source in its own message, as the engine's
-/// and the devices' errors do, and also names it as its `source`).
-pub(crate) fn one_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let msg = cause.to_string();
-        if line.is_empty() {
-            line = msg;
-        } else if !line.ends_with(&msg) {
-            line.push_str(": ");
-            line.push_str(&msg);
-        }
-    }
-    line
 }
 
 /// The command line as users see it (help, man pages, completions), with the long
@@ -125,8 +109,8 @@ fn run() -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::one_line;
     use super::{cmd_generate, command};
+    use crate::error_line::one_line;
 
     #[test]
     fn every_subcommand_gets_a_man_page() {
