@@ -14,6 +14,8 @@
 //! size and directory, and `stall_timeout`: how long a sync keeps retrying a store that
 //! does not take the data before it fails with an I/O error (default 120 s).
 
+use crate::backup::BACKUP_DIR;
+use crate::backup_io::Protection;
 use crate::cache::{CacheUse, ReadCache};
 use crate::config::StoreConfig;
 use crate::error::ObjectError;
@@ -119,7 +121,7 @@ impl Sealed {
     }
 }
 
-struct State {
+pub(crate) struct State {
     view: Extents,
     /// committed segments
     segments: BTreeMap<u64, Arc<SegmentRow>>,
@@ -134,13 +136,22 @@ struct State {
     deleted: Vec<u64>,
 }
 
+impl State {
+    /// Whether segment `id` is one this device holds: committed, sealed or open.
+    pub(crate) fn holds(&self, id: u64) -> bool {
+        id >= self.open_id || self.segments.contains_key(&id) || self.sealed.iter().any(|s| s.id == id)
+    }
+}
+
 pub struct ObjectDevice {
     name: String,
-    store: Arc<Store>,
-    map: MapStore,
-    cache: ReadCache,
-    state: Mutex<State>,
-    sync_lock: Mutex<()>,
+    pub(crate) store: Arc<Store>,
+    pub(crate) map: MapStore,
+    pub(crate) cache: ReadCache,
+    pub(crate) state: Mutex<State>,
+    pub(crate) sync_lock: Mutex<()>,
+    /// segments that kept backups reference (backup_io.rs)
+    pub(crate) protection: Mutex<Protection>,
     opts: ObjectOptions,
     /// when the store first failed to take data, while it keeps failing
     stalled_since: Mutex<Option<Instant>>,
@@ -148,10 +159,10 @@ pub struct ObjectDevice {
     gets: std::sync::atomic::AtomicU64,
     get_bytes: std::sync::atomic::AtomicU64,
     repacked_bytes: std::sync::atomic::AtomicU64,
-    deleted_segments: std::sync::atomic::AtomicU64,
+    pub(crate) deleted_segments: std::sync::atomic::AtomicU64,
     /// held shared by reads from the lookup of their pieces to the end of their GETs, and
     /// exclusively while segment objects are deleted: a read never GETs a deleted object
-    gate: parking_lot::RwLock<()>,
+    pub(crate) gate: parking_lot::RwLock<()>,
 }
 
 /// A piece of a read whose bytes are in a committed segment.
@@ -175,7 +186,9 @@ impl ObjectDevice {
         force: bool,
     ) -> Result<ObjectDevice, ObjectError> {
         let store = Store::connect(spec, cfg, &opts.limits)?;
-        let existing = store.list(SEGMENT_DIR)?;
+        let mut existing = store.list(SEGMENT_DIR)?;
+        // an old pool's backups too: a restore must never find them
+        existing.extend(store.list(BACKUP_DIR)?);
         if !existing.is_empty() {
             if !force {
                 return Err(ObjectError::PrefixInUse { spec: spec.to_string(), count: existing.len() });
@@ -187,7 +200,8 @@ impl ObjectDevice {
         let map = MapStore::create(map_path, &spec.to_string())?;
         let cache = ReadCache::open(&opts.cache_dir, opts.cache_bytes)?;
         cache.clear();
-        Ok(Self::assemble(store, map, cache, crate::map::Loaded { next_segment: 1, ..Default::default() }, opts))
+        let loaded = crate::map::Loaded { next_segment: 1, ..Default::default() };
+        Ok(Self::assemble(store, map, cache, loaded, Protection::default(), opts))
     }
 
     /// The device on `spec` whose map is at `map_path`. Objects the map does not reference
@@ -201,17 +215,18 @@ impl ObjectDevice {
         let store = Store::connect(spec, cfg, &opts.limits)?;
         let (map, loaded) = MapStore::open(map_path, &spec.to_string())?;
         let listed = store.list(SEGMENT_DIR)?;
+        let protection = Protection::load(&store)?;
         if !opts.read_only {
             for (name, _) in &listed {
                 let Some(id) = parse_segment_name(name) else { continue };
-                if !loaded.segments.contains_key(&id) {
+                if !loaded.segments.contains_key(&id) && !protection.covers(id) {
                     log::info!("{spec}: deleting {name}, which no commit references (left by an interrupted sync)");
                     store.delete(name)?;
                 }
             }
         }
         let cache = ReadCache::open(&opts.cache_dir, opts.cache_bytes)?;
-        Ok(Self::assemble(store, map, cache, loaded, opts))
+        Ok(Self::assemble(store, map, cache, loaded, protection, opts))
     }
 
     fn assemble(
@@ -219,6 +234,7 @@ impl ObjectDevice {
         map: MapStore,
         cache: ReadCache,
         l: crate::map::Loaded,
+        protection: Protection,
         opts: ObjectOptions,
     ) -> ObjectDevice {
         let state = State {
@@ -239,6 +255,7 @@ impl ObjectDevice {
             cache,
             state: Mutex::new(state),
             sync_lock: Mutex::new(()),
+            protection: Mutex::new(protection),
             opts,
             stalled_since: Mutex::new(None),
             puts: Default::default(),
@@ -408,12 +425,19 @@ impl ObjectDevice {
     /// Delete the objects of committed segments nothing references any more. Safe once the
     /// map commit that left them without extents is durable: the engine reuses or discards
     /// a range only after its own commit that freed it is durable, so no committed state of
-    /// the engine or of the map refers to their bytes. Their rows go at the next commit; an
-    /// object whose delete fails is left for the sweep at the next open.
-    fn delete_dead(&self) {
+    /// the engine or of the map refers to their bytes. A segment a kept metadata backup
+    /// references stays, its row too (live 0), until that backup is pruned (backup_io.rs).
+    /// Rows of deleted segments go at the next commit; an object whose delete fails is left
+    /// for the sweep at the next open. The one place that deletes segments of the map.
+    pub(crate) fn delete_dead(&self) {
         let dead: Vec<u64> = {
             let st = self.state.lock();
-            st.segments.iter().filter(|(id, r)| r.live == 0 && !st.deleted.contains(id)).map(|(id, _)| *id).collect()
+            let p = self.protection.lock();
+            st.segments
+                .iter()
+                .filter(|(id, r)| r.live == 0 && !st.deleted.contains(id) && !p.covers(**id))
+                .map(|(id, _)| *id)
+                .collect()
         };
         if dead.is_empty() {
             return;

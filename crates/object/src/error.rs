@@ -74,6 +74,10 @@ pub enum ObjectError {
     },
     #[error("{spec}: {detail}")]
     Invalid { spec: String, detail: String },
+    #[error("{spec} holds no complete metadata backup ({detail}); nothing to restore")]
+    NoBackup { spec: String, detail: String },
+    #[error("{spec}: backup {key} is damaged: {detail}")]
+    BadBackup { spec: String, key: String, detail: String },
 }
 
 impl ObjectError {

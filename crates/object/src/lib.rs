@@ -12,10 +12,14 @@
 //! Modules: `spec` (s3://BUCKET/PREFIX), `config` (endpoint and credentials from the
 //! standard AWS variables and files), `store` (the S3 client on a small tokio runtime),
 //! `extents` (the interval map and its ops), `segment` (segment objects and their rows),
-//! `map` (the durable map), `cache` (the read cache), `device` (the [`Device`] itself).
+//! `map` (the durable map), `cache` (the read cache), `device` (the [`Device`] itself),
+//! `backup` (the formats of metadata backups in the bucket), `backup_io` (writing, pruning
+//! and finding them, and the segments they keep).
 //!
 //! [`Device`]: squeezefs_device::Device
 
+mod backup;
+mod backup_io;
 mod cache;
 mod config;
 mod device;
@@ -28,6 +32,8 @@ mod store;
 #[doc(hidden)]
 pub mod testing;
 
+pub use backup::{BackupImage, Manifest, MapDump, BACKUP_DIR, DEFAULT_KEEP};
+pub use backup_io::{BackupReport, FoundBackup, MapSnapshot};
 pub use cache::CacheUse;
 pub use config::{ConfigError, StoreConfig};
 pub use device::{ObjectDevice, ObjectOptions, ObjectUse, RepackReport};

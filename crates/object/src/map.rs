@@ -8,6 +8,7 @@
 //! that added it; segment numbers at or above `next_segment` are referenced by nothing
 //! (a crash between an upload and its commit leaves such objects, swept at open).
 
+use crate::backup::MapDump;
 use crate::error::ObjectError;
 use crate::extents::{live_deltas, Extent, Extents, Op};
 use crate::segment::SegmentRow;
@@ -163,5 +164,61 @@ impl MapStore {
         }
         tx.commit().map_err(|e| m(&e))?;
         Ok(touched)
+    }
+
+    /// The committed map as rows, for a backup: one read transaction, so the rows are of
+    /// one commit.
+    pub fn dump(&self) -> Result<MapDump, ObjectError> {
+        let path = &self.path;
+        let m = |e: &dyn std::fmt::Display| ObjectError::map(path, e);
+        let rx = self.db.begin_read().map_err(|e| m(&e))?;
+        let st = rx.open_table(STATE).map_err(|e| m(&e))?;
+        let get = |k: &str| -> Result<u64, ObjectError> {
+            st.get(k).map_err(|e| m(&e))?.map(|v| v.value()).ok_or_else(|| m(&format!("no {k} row")))
+        };
+        let spec = rx
+            .open_table(STORE)
+            .map_err(|e| m(&e))?
+            .get("spec")
+            .map_err(|e| m(&e))?
+            .map(|v| v.value().to_string())
+            .unwrap_or_default();
+        let mut d =
+            MapDump { spec, next_segment: get("next_segment")?, device_len: get("device_len")?, ..Default::default() };
+        for row in rx.open_table(EXTENTS).map_err(|e| m(&e))?.iter().map_err(|e| m(&e))? {
+            let (k, v) = row.map_err(|e| m(&e))?;
+            d.extents.push((k.value(), v.value()));
+        }
+        for row in rx.open_table(SEGMENTS).map_err(|e| m(&e))?.iter().map_err(|e| m(&e))? {
+            let (k, v) = row.map_err(|e| m(&e))?;
+            d.segments.push((k.value(), v.value().to_vec()));
+        }
+        Ok(d)
+    }
+
+    /// A new map at `path` holding the rows of `dump` (a restore), durable when it returns.
+    /// Every row is checked as an open would: a damaged dump makes no map.
+    pub fn restore(path: &Path, dump: &MapDump) -> Result<(), ObjectError> {
+        let m = |e: &dyn std::fmt::Display| ObjectError::map(path, e);
+        for (id, row) in &dump.segments {
+            SegmentRow::decode(row).map_err(|d| m(&format!("segment {id}: {d}")))?;
+        }
+        let store = MapStore::create(path, &dump.spec)?;
+        let tx = store.db.begin_write().map_err(|e| m(&e))?;
+        {
+            let mut st = tx.open_table(STATE).map_err(|e| m(&e))?;
+            st.insert("next_segment", dump.next_segment).map_err(|e| m(&e))?;
+            st.insert("device_len", dump.device_len).map_err(|e| m(&e))?;
+            let mut ext = tx.open_table(EXTENTS).map_err(|e| m(&e))?;
+            for (k, v) in &dump.extents {
+                ext.insert(*k, *v).map_err(|e| m(&e))?;
+            }
+            let mut segs = tx.open_table(SEGMENTS).map_err(|e| m(&e))?;
+            for (k, v) in &dump.segments {
+                segs.insert(*k, &v[..]).map_err(|e| m(&e))?;
+            }
+        }
+        tx.commit().map_err(|e| m(&e))?;
+        Ok(())
     }
 }

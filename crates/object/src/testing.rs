@@ -97,6 +97,14 @@ impl S3Server {
         .collect()
     }
 
+    /// Delete object `key` of `bucket` through the S3 API (a file removed behind the
+    /// server's back stays in its directory cache).
+    pub fn delete_object(&self, bucket: &str, key: &str) {
+        let spec = crate::spec::ObjectSpec::parse(&format!("s3://{bucket}")).expect("bucket name");
+        let store = crate::store::Store::connect(&spec, &self.config(), &Default::default()).expect("S3 client");
+        store.delete(key).expect("delete through the S3 API");
+    }
+
     /// Kill the server (requests fail with connection refused until `restart`).
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
