@@ -11,6 +11,7 @@ mod cmd_mount;
 mod cmd_plot;
 mod cmd_prop;
 mod cmd_recompress;
+mod cmd_restore;
 mod cmd_scrub;
 mod cmd_seal;
 mod cmd_stats;
@@ -57,6 +58,8 @@ enum Command {
     Seal(cmd_seal::SealArgs),
     /// Unseal a sealed pool: its metadata store becomes meta.redb again
     Unseal(cmd_seal::UnsealArgs),
+    /// Create a pool directory from the newest metadata backup in its bucket (s3://...)
+    Restore(cmd_restore::RestoreArgs),
     /// Keep one or two checked copies of an unmounted pool's metadata store
     MetaCopies(cmd_meta_copies::MetaCopiesArgs),
 }
@@ -104,6 +107,7 @@ fn run() -> anyhow::Result<()> {
         Command::Seal(a) => cmd_seal::seal(a),
         Command::Unseal(a) => cmd_seal::unseal(a),
         Command::MetaCopies(a) => cmd_meta_copies::run(a),
+        Command::Restore(a) => cmd_restore::run(a),
     }
 }
 

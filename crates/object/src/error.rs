@@ -82,7 +82,9 @@ pub enum ObjectError {
 
 impl ObjectError {
     pub fn from_store(spec: &ObjectSpec, what: &str, key: &str, e: object_store::Error) -> ObjectError {
-        let detail = chain(&e);
+        // servers put XML bodies with line breaks in their answers: one line, for logs and
+        // the command line's one-line errors
+        let detail = chain(&e).split_whitespace().collect::<Vec<_>>().join(" ");
         let fault = classify(&e, &detail);
         ObjectError::Store { spec: spec.to_string(), what: what.to_string(), key: key.to_string(), fault, detail }
     }

@@ -46,8 +46,10 @@ pub use check::{fsck, scrub};
 pub use compress::levels::RATE_CONFIRM_BYTES;
 pub use compress::policy::ADAPTIVE_PLACEHOLDER;
 pub use compress::qos::{QosAdmit, QosTree, TREE_BACKLOG_MIN_BYTES, TREE_BACKLOG_SECS};
+pub use engine::backup::{DEFAULT_BACKUP_INTERVAL, QUIET as BACKUP_QUIET};
 pub use engine::object_dev::map_path as object_map_path;
 pub use engine::pool::now;
+pub use engine::restore::RestoreReport;
 pub use read::path::PREFETCH_RECORDS;
 pub use read::usage::UsageRow;
 pub use rewrite::record::{stored_codec, RewriteOutcome, RewriteSkip, RewriteTo};
@@ -179,6 +181,25 @@ impl Engine {
         }
     }
 
+    /// Restore the pool backed up on the object device `spec` (`s3://BUCKET/PREFIX`) into
+    /// the new or empty directory `pool` (engine/restore.rs).
+    pub fn restore(pool: &Path, spec: &str, object: &ObjectSettings) -> Result<RestoreReport> {
+        let spec = engine::object_dev::spec_of(Path::new(spec))?
+            .ok_or_else(|| PoolError::ObjectSpec(Box::new(squeezefs_object::SpecError::NotS3 { spec: spec.into() })))?;
+        engine::restore::restore(pool, &spec, object)
+    }
+
+    /// Write a metadata backup of the newest commit into the bucket now (a pool of one
+    /// object device); the backup thread does it by itself (engine/backup.rs).
+    pub fn backup_now(&self) -> Result<squeezefs_object::BackupReport> {
+        engine::backup_run::backup_now(&self.inner)
+    }
+
+    /// Metadata backups written since open.
+    pub fn backups_written(&self) -> u64 {
+        self.inner.backup.written.load(Ordering::Relaxed)
+    }
+
     fn start((inner, holder): (Arc<Inner>, base::pool_lock::PoolLock)) -> Result<Arc<Engine>> {
         let driver = if inner.read_only {
             None
@@ -191,6 +212,9 @@ impl Engine {
                     .map_err(EngineError::Spawn)?,
             )
         };
+        if driver.is_some() {
+            engine::backup_run::start(&inner)?;
+        }
         Ok(Arc::new(Engine {
             inner: std::mem::ManuallyDrop::new(inner),
             driver: Mutex::new(driver),
@@ -231,6 +255,11 @@ impl Engine {
             if let Some(cause) = self.inner.txg.halt_cause() {
                 r = Err(EngineError::Suspended(cause));
             }
+        }
+        if r.is_ok() {
+            engine::backup_run::final_backup(&self.inner);
+        } else {
+            self.inner.backup.stop();
         }
         self.inner.compress.levels.flush_trace();
         r
@@ -613,6 +642,7 @@ impl Drop for Engine {
             self.inner.txg.abandon();
             let _ = h.join();
         }
+        self.inner.backup.stop();
         self.inner.closed.store(true, Ordering::Release);
         let released = self.inner.released.0.clone();
         // SAFETY: `inner` is not used after this (we are in drop), and taken only here

@@ -311,6 +311,17 @@ pub enum PoolError {
     ObjectConfig(Box<squeezefs_object::ConfigError>),
     #[error(transparent)]
     Object { source: Box<squeezefs_object::ObjectError> },
+    #[error("the pool has no object device to back its metadata up to")]
+    NoBackupDevice,
+    #[error("sealing the metadata store for a backup: {source}")]
+    BackupSeal {
+        #[source]
+        source: Box<squeezefs_meta::SealError>,
+    },
+    #[error("cannot restore into {}: it {detail}", path.display())]
+    RestoreTarget { path: PathBuf, detail: String },
+    #[error("the newest backup on {spec} cannot be restored: {detail}")]
+    RestoreBackup { spec: String, detail: String },
     #[error("device #{index} is recorded as an object device but its name {} is not s3://BUCKET[/PREFIX]", path.display())]
     ObjectRecord { index: u32, path: PathBuf },
     #[error("cannot open device {}: {source}", path.display())]

@@ -88,6 +88,9 @@ pub struct ObjectSettings {
     pub stall_timeout: Option<Duration>,
     /// Size at which a segment object is sealed and uploaded.
     pub segment_bytes: Option<u64>,
+    /// Longest time between two metadata backups into the bucket while commits go on
+    /// (engine/backup.rs; `None`: 30 s).
+    pub backup_interval: Option<Duration>,
 }
 
 #[derive(Clone, Debug)]

@@ -75,6 +75,8 @@ pub struct Inner {
     pub bg: crate::engine::bgstate::BgState,
     /// panics armed for tests (fault.rs); shared with the device writers
     pub faults: Arc<Faults>,
+    /// metadata backups into the bucket of an object device (backup.rs)
+    pub backup: crate::engine::backup::Backups,
     me: OnceLock<Weak<Inner>>,
     /// the last field, so it is dropped last: tells `Engine::drop` that everything else,
     /// the metadata store included, is closed
@@ -185,6 +187,7 @@ impl Inner {
             bg: crate::engine::bgstate::BgState::new(last_txg),
             faults,
             me: OnceLock::new(),
+            backup: Default::default(),
             released: ReleaseOnDrop::default(),
         }
     }

@@ -45,7 +45,7 @@ fn options(pool: &Path, index: usize, s: &ObjectSettings, read_only: bool) -> Ob
     o
 }
 
-fn config(s: &ObjectSettings) -> Result<StoreConfig> {
+pub(crate) fn config(s: &ObjectSettings) -> Result<StoreConfig> {
     match &s.store {
         Some(c) => Ok(c.clone()),
         None => Ok(StoreConfig::from_env().map_err(|e| PoolError::ObjectConfig(Box::new(e)))?),
@@ -72,7 +72,7 @@ pub fn open(
     spec: &ObjectSpec,
     s: &ObjectSettings,
     read_only: bool,
-) -> Result<Arc<dyn Device>> {
+) -> Result<Arc<ObjectDevice>> {
     let d = ObjectDevice::open(spec, &config(s)?, &map_path(pool, index), options(pool, index, s, read_only))
         .map_err(|source| PoolError::Object { source: Box::new(source) })?;
     let d = Arc::new(d);

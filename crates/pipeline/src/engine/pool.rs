@@ -262,6 +262,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     let granule = if sb.features.incompat & Features::INCOMPAT_PACKED_BYTES != 0 { 1 } else { u64::from(sb.sector) };
     let rx = db.begin_read()?;
     let faults = Arc::new(crate::base::fault::Faults::default());
+    let objects;
     let mut slots = Vec::new();
     let mut images = Vec::new();
     {
@@ -273,6 +274,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
             read_only,
             granule,
             faults: faults.clone(),
+            objects: Default::default(),
         };
         let dt = rx.open_table(tables::DEVICES)?;
         let ft = rx.open_table(tables::FREE_SPACE)?;
@@ -281,6 +283,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
             slots.push(slot);
             images.push(image);
         }
+        objects = at.objects.take();
     }
     let (next_ino, inode_rows) = inode_counter(&rx, &sb)?;
     let recordsizes_on = recordsizes_in_use(pool, &rx, &sb)?;
@@ -322,6 +325,10 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     )
     .into_arc();
     inner.ns.set_committed_inodes(inode_rows, next_ino);
+    // a pool of one object device can be restored from its bucket: it backs up there
+    if let ([dev], 1, false) = (&objects[..], sb.device_count, read_only) {
+        inner.backup.attach(dev.clone());
+    }
     inner.space.refresh_host(&inner.meta_space);
     inner.refresh_early_room(false);
     Ok((inner, lock))
@@ -423,6 +430,8 @@ struct DeviceOpen<'a> {
     granule: u64,
     /// panics armed for tests (fault.rs), shared by the engine and its device writers
     faults: Arc<crate::base::fault::Faults>,
+    /// the object devices opened (for metadata backups)
+    objects: std::cell::RefCell<Vec<Arc<squeezefs_object::ObjectDevice>>>,
 }
 
 type ReadTable<K, V> = redb::ReadOnlyTable<K, V>;
@@ -450,7 +459,10 @@ impl DeviceOpen<'_> {
             None if rec.kind == DeviceKind::Object => {
                 let spec = crate::engine::object_dev::spec_of(&path)?
                     .ok_or_else(|| PoolError::ObjectRecord { index: i, path: path.clone() })?;
-                crate::engine::object_dev::open(self.pool, i as usize, &spec, &self.opts.object, self.read_only)?
+                let d =
+                    crate::engine::object_dev::open(self.pool, i as usize, &spec, &self.opts.object, self.read_only)?;
+                self.objects.borrow_mut().push(d.clone());
+                d
             }
             None => Arc::new(
                 FileDevice::open_with(&path, &FileDeviceOptions { read_only: self.read_only, create: false, capacity })

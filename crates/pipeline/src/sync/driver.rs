@@ -57,7 +57,10 @@ impl TxgWork for Work<'_> {
         let inner = self.0;
         inner.faults.hit(Site::TxgDriver);
         inner.dirty.set_syncing_files(frozen.len());
+        // a metadata backup is taken between two commits, never during one (backup.rs)
+        let gate = inner.backup.gate.lock();
         let r = crate::sync::stages::sync_txg(inner, txg, frozen);
+        drop(gate);
         inner.dirty.set_syncing_files(0);
         r
     }
