@@ -67,6 +67,11 @@ pub fn run(args: MountArgs) -> Result<()> {
     let pool = std::fs::canonicalize(&args.pool).with_context(|| format!("pool {}", args.pool.display()))?;
     // before the daemon leaves this directory: a relative trace path is taken from here
     cfg.resolve_trace(&std::env::current_dir().context("the current directory")?, &mountpoint)?;
+    if let Some(d) = &cfg.object.cache_dir {
+        if !d.is_dir() {
+            anyhow::bail!("mount option 's3-cache-dir={}': no such directory (create it first)", d.display());
+        }
+    }
     if args.foreground {
         return serve(&pool, &mountpoint, &cfg, args.wait, |r| {
             if let Err(e) = &r {
@@ -385,6 +390,10 @@ fn open_options(cfg: &MountConfig) -> OpenOptions {
         o.compression = c.spec;
         o.force_compression = c.force;
     }
+    o.object.stall_timeout = cfg.object.stall_timeout;
+    o.object.cache_bytes = cfg.object.cache_bytes;
+    o.object.cache_dir = cfg.object.cache_dir.clone();
+    o.object.backup_interval = cfg.object.backup_interval;
     o
 }
 

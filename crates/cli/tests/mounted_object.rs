@@ -1,7 +1,10 @@
 //! A pool on an object device (`mkfs --device s3://BUCKET/PREFIX`) against a real S3 server
 //! (`rclone serve s3`, started here): files written and fsynced through a mount read back
 //! after a remount with the read cache emptied, fsck finds the pool whole, no secret lands
-//! in the pool directory, and a wrong key or a missing bucket is one clear line.
+//! in the pool directory, and a wrong key or a missing bucket is one clear line. The mount
+//! options of object devices take effect (`s3-cache-dir=`, `s3-cache=`, `s3-backup=`,
+//! `s3-timeout=`: a store that stays away past it gives EIO while cached reads go on) and
+//! bad values are refused in one line.
 mod mounted_common;
 use mounted_common::*;
 use squeezefs_object::testing::{S3Server, SECRET_KEY};
@@ -131,4 +134,74 @@ fn a_wrong_key_or_a_missing_bucket_is_one_clear_line() {
     let out = run_env(&none, &["mkfs", p, "--device", &format!("s3://{BUCKET}/x")]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("no credentials"), "{err}");
+}
+
+fn backups(s3: &S3Server, prefix: &str) -> usize {
+    s3.objects(BUCKET, &format!("{prefix}/backup")).iter().filter(|k| k.ends_with(".done")).count()
+}
+
+#[test]
+fn object_mount_options_take_effect_and_a_store_gone_past_s3_timeout_gives_eio() {
+    if !can_mount() {
+        return;
+    }
+    let mut s3 = S3Server::start(BUCKET);
+    let env = s3.env();
+    let dir = tempfile::Builder::new().prefix("sqzobjopt").tempdir_in("/tmp").unwrap();
+    let (pool, mnt, cache) = (dir.path().join("pool"), dir.path().join("mnt"), dir.path().join("cache"));
+    std::fs::create_dir(&mnt).unwrap();
+    let (p, m) = (pool.to_str().unwrap(), mnt.to_str().unwrap());
+    ok(run_env(&env, &["mkfs", p, "--device", &format!("s3://{BUCKET}/pools/opts")]), "mkfs");
+    let _guard = Unmount(m.to_string());
+    // bad values: refused before anything is mounted, one line naming what is accepted
+    for (opt, why) in [
+        ("s3-timeout=0", "out of range"),
+        ("s3-cache=10K", "too small"),
+        ("s3-backup=soon", "not a duration"),
+        ("s3-cache-dir=rel", "not an absolute path"),
+        ("s3-cache-dir=/no/such/dir", "no such directory"),
+    ] {
+        let out = run_env(&env, &["mount", p, m, "-o", opt]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(why), "{opt}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{opt}: {err}");
+    }
+    std::fs::create_dir(&cache).unwrap();
+    let opts = format!("s3-cache-dir={},s3-cache=8M,s3-backup=1,s3-timeout=3", cache.display());
+    ok(run_env(&env, &["mount", p, m, "-o", &opts]), "mount with object options");
+    let data = content(11, 2_000_000);
+    let mut f = std::fs::File::create(mnt.join("cached")).unwrap();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    // the read cache is where s3-cache-dir= says: the uploaded blocks went there
+    let cached = std::fs::read_dir(cache.join("object.0.cache")).map(|d| d.count()).unwrap_or(0);
+    assert!(cached > 0, "nothing in the read cache of s3-cache-dir=");
+    // s3-backup=1: a backup follows within seconds, without an unmount
+    let t0 = std::time::Instant::now();
+    while backups(&s3, "pools/opts") == 0 {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(20), "no backup 20 s after a commit with s3-backup=1");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+
+    // the store goes away: an fsync fails with EIO after about s3-timeout, cached reads go on
+    s3.stop();
+    let t0 = std::time::Instant::now();
+    let mut g = std::fs::File::create(mnt.join("unsent")).unwrap();
+    g.write_all(&content(12, 300_000)).unwrap();
+    let err = g.sync_all().unwrap_err();
+    let waited = t0.elapsed();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert!(waited >= std::time::Duration::from_secs(2), "EIO after {waited:?}, before s3-timeout=3");
+    assert!(waited < std::time::Duration::from_secs(60), "EIO only after {waited:?}");
+    assert!(std::fs::read(mnt.join("cached")).unwrap() == data, "a cached read failed while the store was away");
+    drop(g);
+    s3.restart();
+    let _ = run_env(&env, &["umount", m]);
+    // what fsync acknowledged is whole
+    ok(run_env(&env, &["mount", p, m, "-o", "ro"]), "remount");
+    assert!(std::fs::read(mnt.join("cached")).unwrap() == data);
+    ok(run_env(&env, &["umount", m]), "umount");
+    let fsck = ok(run_env(&env, &["fsck", p]), "fsck");
+    assert!(fsck.contains("pool is clean"), "{fsck}");
 }

@@ -18,6 +18,13 @@
 //!   no directory or file sets its own; a fixed codec or `none`), `bg-idle=DURATION|off`
 //!   (the idle time it waits for: `500ms`, `5s`, `2m`, `1h`, seconds when bare; 100 ms … 24 h;
 //!   default 30 s; `off` stops it),
+//!   `s3-timeout=DURATION` (how long a sync waits for an object store that does not take
+//!   the data before writes and fsyncs get EIO; 1 s … 24 h, default 120 s), `s3-cache=SIZE`
+//!   (the object device's local read cache: `0` for none, else 1M or more, e.g. `512M`,
+//!   `4G`; default 1G), `s3-cache-dir=DIR` (an absolute, existing directory to keep it in;
+//!   default the pool directory), `s3-backup=DURATION` (the longest time between two
+//!   metadata backups into the bucket while writing; 1 s … 24 h, default 30 s); pools
+//!   without an object device ignore them;
 //!   `trace=FILE` (one CSV row per record compressed, crates/control trace.rs; a relative
 //!   FILE is taken from the mounting process's directory, and FILE must lie in an existing
 //!   directory outside the mount itself: [`MountConfig::resolve_trace`]);
@@ -96,10 +103,31 @@ pub struct MountConfig {
     /// `bg-idle=DURATION|off`: the idle time background compression waits for; `None`
     /// when the string does not name it ([`DEFAULT_BG_IDLE`]), `Some(None)` for `off`
     pub bg_idle: Option<Option<std::time::Duration>>,
+    /// `s3-timeout=`, `s3-cache=`, `s3-cache-dir=`, `s3-backup=` (object devices)
+    pub object: ObjectMountOptions,
+}
+
+/// Mount options of object devices; `None`: the device's default.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ObjectMountOptions {
+    /// `s3-timeout=`: stall timeout of a sync before EIO
+    pub stall_timeout: Option<std::time::Duration>,
+    /// `s3-cache=`: read cache bytes (0: none)
+    pub cache_bytes: Option<u64>,
+    /// `s3-cache-dir=`: where the read cache lives (absolute)
+    pub cache_dir: Option<PathBuf>,
+    /// `s3-backup=`: longest time between two metadata backups while writing
+    pub backup_interval: Option<std::time::Duration>,
 }
 
 /// The idle time background compression waits for when `bg-idle=` is not given.
 pub const DEFAULT_BG_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+/// Accepted `s3-timeout=` and `s3-backup=` range.
+pub const S3_TIME_RANGE: std::ops::RangeInclusive<std::time::Duration> =
+    std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(86_400);
+/// The smallest read cache `s3-cache=` accepts other than 0.
+pub const S3_CACHE_MIN: u64 = 1 << 20;
+
 /// Accepted `bg-idle=` range.
 pub const BG_IDLE_RANGE: std::ops::RangeInclusive<std::time::Duration> =
     std::time::Duration::from_millis(100)..=std::time::Duration::from_secs(86_400);
@@ -152,7 +180,7 @@ const KERNEL_SET_OPTIONS: [&str; 5] = ["user_id", "group_id", "max_read", "blksi
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MountOptionError {
-    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, background_compression=SPEC, bg-idle=DURATION, qos=RATE, qos-burst=DURATION, recordsize=SIZE, uring=auto|on|off, trace=FILE, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, diratime/nodiratime, sync/async, defaults, noauto, nofail, _netdev)")]
+    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, background_compression=SPEC, bg-idle=DURATION, qos=RATE, qos-burst=DURATION, recordsize=SIZE, s3-timeout=DURATION, s3-cache=SIZE, s3-cache-dir=DIR, s3-backup=DURATION, uring=auto|on|off, trace=FILE, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, diratime/nodiratime, sync/async, defaults, noauto, nofail, _netdev)")]
     Unknown(String),
     #[error("mount option '{name}={value}': {reason}")]
     BadValue { name: String, value: String, reason: String },
@@ -245,6 +273,63 @@ fn bg_idle(name: &str, v: &str) -> Result<Option<std::time::Duration>, MountOpti
     Ok(Some(d))
 }
 
+/// A duration `500ms`, `5s`, `2m`, `1h` or `30` (seconds), if `t` is one.
+fn duration(t: &str) -> Option<std::time::Duration> {
+    let t = t.trim().to_ascii_lowercase();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t.as_str(), 1.0)
+    };
+    let secs = num.trim().parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0)? * scale;
+    std::time::Duration::try_from_secs_f64(secs).ok()
+}
+
+/// `s3-timeout=`, `s3-backup=`: a duration within [`S3_TIME_RANGE`].
+fn s3_time(name: &str, v: &str) -> Result<std::time::Duration, MountOptionError> {
+    let bad = |reason: &str| MountOptionError::BadValue {
+        name: name.into(),
+        value: v.into(),
+        reason: format!("{reason}; accepted: a duration from 1s to 24h, e.g. 30s, 2m, 1h or 90"),
+    };
+    let d = duration(v).ok_or_else(|| bad("not a duration"))?;
+    if !S3_TIME_RANGE.contains(&d) {
+        return Err(bad("out of range"));
+    }
+    Ok(d)
+}
+
+/// `s3-cache=`: `0`, or bytes with an optional binary suffix (`512M`, `4G`, `1T`, `64MiB`)
+/// of at least [`S3_CACHE_MIN`].
+fn s3_cache(name: &str, v: &str) -> Result<u64, MountOptionError> {
+    let bad = |reason: &str| MountOptionError::BadValue {
+        name: name.into(),
+        value: v.into(),
+        reason: format!("{reason}; accepted: 0 (no cache) or a size of 1M or more, e.g. 512M, 4G or 1T"),
+    };
+    let t = v.trim().to_ascii_uppercase();
+    let t = t.strip_suffix("IB").or_else(|| t.strip_suffix('B')).unwrap_or(&t);
+    let (digits, shift) = match t.as_bytes().last() {
+        Some(b'K') => (&t[..t.len() - 1], 10),
+        Some(b'M') => (&t[..t.len() - 1], 20),
+        Some(b'G') => (&t[..t.len() - 1], 30),
+        Some(b'T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = digits.trim().parse().map_err(|_| bad("not a size"))?;
+    let bytes = n.checked_mul(1u64 << shift).ok_or_else(|| bad("too large"))?;
+    if bytes != 0 && bytes < S3_CACHE_MIN {
+        return Err(bad("too small"));
+    }
+    Ok(bytes)
+}
+
 fn spec(name: &str, v: &str) -> Result<Spec, MountOptionError> {
     v.parse::<Spec>().map_err(|e| MountOptionError::BadValue {
         name: name.into(),
@@ -315,6 +400,35 @@ impl MountConfig {
                 "bg-idle" | "bg_idle" => {
                     let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
                     c.bg_idle = Some(bg_idle(name, v)?);
+                    changed_at_remount.push(name.into());
+                }
+                "s3-timeout" | "s3-backup" => {
+                    let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
+                    let d = s3_time(name, v)?;
+                    if name == "s3-timeout" {
+                        c.object.stall_timeout = Some(d);
+                    } else {
+                        c.object.backup_interval = Some(d);
+                    }
+                    changed_at_remount.push(name.into());
+                }
+                "s3-cache" => {
+                    let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
+                    c.object.cache_bytes = Some(s3_cache(name, v)?);
+                    changed_at_remount.push(name.into());
+                }
+                "s3-cache-dir" => {
+                    let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
+                    if !v.starts_with('/') {
+                        return Err(MountOptionError::BadValue {
+                            name: name.into(),
+                            value: v.into(),
+                            reason:
+                                "not an absolute path; accepted: an existing directory such as /var/cache/squeezefs"
+                                    .into(),
+                        });
+                    }
+                    c.object.cache_dir = Some(PathBuf::from(v));
                     changed_at_remount.push(name.into());
                 }
                 "qos-burst" => {
@@ -673,6 +787,43 @@ mod tests {
         assert_eq!(c.remount_request().as_deref(), Some("qos=20M"));
         let c = MountConfig::parse("remount,compress=lz4,qos=none").unwrap();
         assert_eq!(c.remount_request().as_deref(), Some("compress=lz4,qos=none"));
+    }
+
+    #[test]
+    fn object_device_options_are_parsed_and_checked() {
+        let c = MountConfig::parse("s3-timeout=90,s3-cache=512M,s3-cache-dir=/var/cache/sq,s3-backup=2m").unwrap();
+        assert_eq!(c.object.stall_timeout, Some(std::time::Duration::from_secs(90)));
+        assert_eq!(c.object.cache_bytes, Some(512 << 20));
+        assert_eq!(c.object.cache_dir.as_deref(), Some(Path::new("/var/cache/sq")));
+        assert_eq!(c.object.backup_interval, Some(std::time::Duration::from_secs(120)));
+        let c = MountConfig::parse("s3-cache=0,s3-timeout=1500ms,s3-backup=1h").unwrap();
+        assert_eq!(c.object.cache_bytes, Some(0));
+        assert_eq!(c.object.stall_timeout, Some(std::time::Duration::from_millis(1500)));
+        assert_eq!(c.object.backup_interval, Some(std::time::Duration::from_secs(3600)));
+        assert_eq!(MountConfig::parse("s3-cache=4GiB").unwrap().object.cache_bytes, Some(4 << 30));
+        assert_eq!(MountConfig::parse("s3-cache=1t").unwrap().object.cache_bytes, Some(1 << 40));
+        assert_eq!(MountConfig::parse("").unwrap().object, ObjectMountOptions::default());
+        for (bad, why) in [
+            ("s3-timeout=0", "out of range"),
+            ("s3-timeout=25h", "out of range"),
+            ("s3-timeout=soon", "not a duration"),
+            ("s3-timeout=-5", "not a duration"),
+            ("s3-backup=500ms", "out of range"),
+            ("s3-cache=12K", "too small"),
+            ("s3-cache=lots", "not a size"),
+            ("s3-cache=99999999999T", "too large"),
+            ("s3-cache-dir=relative/dir", "not an absolute path"),
+        ] {
+            let e = MountConfig::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains("accepted"), "{bad}: {e}");
+        }
+        for bare in ["s3-timeout", "s3-cache", "s3-cache-dir", "s3-backup"] {
+            assert!(matches!(MountConfig::parse(bare), Err(MountOptionError::MissingValue(_))), "{bare}");
+        }
+        // fixed at mount time
+        assert!(matches!(MountConfig::parse("remount,s3-cache=2G"), Err(MountOptionError::NotRemountable(_))));
+        let unknown = MountConfig::parse("s3-bogus=1").unwrap_err().to_string();
+        assert!(unknown.contains("s3-timeout=DURATION"), "{unknown}");
     }
 
     #[test]
