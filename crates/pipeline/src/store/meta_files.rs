@@ -184,7 +184,10 @@ pub fn backend(pool: &Path, write: bool) -> Result<(Backend, Option<Arc<Shared>>
     match form(pool) {
         Some(Form::Checked { copies }) => {
             let paths = copy_paths(pool, copies);
-            let shared = Shared::open(&paths, write).map_err(io(&paths[0]))?;
+            let shared = Shared::open(&paths, write).map_err(|e| match e.kind() {
+                std::io::ErrorKind::WouldBlock => PoolError::AlreadyOpen { path: pool.to_path_buf() }.into(),
+                _ => io(&paths[0])(e),
+            })?;
             Ok((Backend::Checked(Mirror(shared.clone())), Some(shared)))
         }
         Some(Form::Plain) => {

@@ -27,7 +27,7 @@ use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::io::{Error, ErrorKind};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -169,6 +169,8 @@ pub struct Shared {
     mirroring: Arc<Mirroring>,
     to_worker: Mutex<Option<crossbeam_channel::Sender<Job>>>,
     locks: redb::backends::FileBackend,
+    /// the directory lock of [`hold_store`], released with the store
+    _held: std::fs::File,
     healed: AtomicU64,
     repairs: Mutex<Vec<Repair>>,
     /// blocks a read found damaged in every copy, until taken (meta_owner.rs)
@@ -394,6 +396,36 @@ fn lost_sum(files: &[CopyFile], _surveys: &[Survey], l: u64) -> u64 {
     files.iter().find_map(|f| f.sums(g)).map(|s| s[(l % PER_GROUP) as usize]).unwrap_or(!zero_sum())
 }
 
+/// The opener's hold on the store: a `flock` of the directory holding the copies, exclusive
+/// for a writer, shared for readers, taken before the copies are read. redb's own locks come
+/// only when it opens the database, after the open has checked (and may have rewritten)
+/// blocks, which only the store's sole writer may do: a daemon still closing the store
+/// keeps writing it. Refused: [`ErrorKind::WouldBlock`]. The directory, not a copy, carries
+/// the lock, so it never meets redb's locks on copy 0.
+fn hold_store(copy0: &Path, write: bool) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let dir = copy0.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let f = std::fs::File::open(dir)?;
+    let op = if write { libc::LOCK_EX } else { libc::LOCK_SH } | libc::LOCK_NB;
+    loop {
+        // SAFETY: plain syscall on a descriptor we own
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            return Ok(f);
+        }
+        let e = Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => {
+                return Err(Error::new(
+                    ErrorKind::WouldBlock,
+                    format!("the metadata store {} is open in another process", copy0.display()),
+                ))
+            }
+            _ => return Err(e),
+        }
+    }
+}
+
 impl Shared {
     /// Open the copies at `paths` (copy 0 first) for redb; `write`: read-write.
     pub fn open(paths: &[PathBuf], write: bool) -> std::io::Result<Arc<Shared>> {
@@ -406,6 +438,9 @@ impl Shared {
         write: bool,
         cut: Option<Arc<crate::store::meta_copy::PowerCut>>,
     ) -> std::io::Result<Arc<Shared>> {
+        // the lock comes first: the check below may rewrite blocks, which only the store's
+        // sole holder may do (a daemon still closing the store keeps writing it)
+        let held = hold_store(&paths[0], write)?;
         let headers: Vec<Option<CopyHeader>> =
             paths.iter().map(|p| CopyFile::open(p, false).ok().and_then(|f| f.header())).collect();
         let lens: Vec<Option<u64>> = paths.iter().map(|p| std::fs::metadata(p).ok().map(|m| m.len())).collect();
@@ -526,6 +561,7 @@ impl Shared {
             mirroring,
             to_worker: Mutex::new(to_worker),
             locks,
+            _held: held,
             healed: AtomicU64::new(healed),
             repairs: Mutex::new(repairs),
             lost_reads: Mutex::new(BTreeSet::new()),
@@ -908,6 +944,28 @@ mod tests {
         let b: Vec<u8> =
             if zeros { vec![0; BLOCK] } else { (0..BLOCK).map(|i| (i * 7 + salt + l as usize) as u8).collect() };
         std::os::unix::fs::FileExt::write_all_at(&f, &b, data_offset(l)).unwrap();
+    }
+
+    /// A second opener of copies that are open (their headers say "not clean") ran the
+    /// full check, and with it repairs, before it found the store locked: it must be
+    /// refused first, leaving every byte of the open store as its holder wrote it.
+    #[test]
+    fn a_store_open_elsewhere_is_refused_before_it_is_checked() {
+        let d = tempfile::tempdir().unwrap();
+        let p = paths(d.path());
+        fill(&p, 2);
+        let held = db(&p);
+        // a block of copy 1 that a check would rewrite from copy 0
+        smash(&p[1], 3, false);
+        let before: Vec<Vec<u8>> = p.iter().map(|f| std::fs::read(f).unwrap()).collect();
+        for write in [true, false] {
+            let err = Shared::open(&p, write).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::WouldBlock, "write={write}: {err}");
+        }
+        let after: Vec<Vec<u8>> = p.iter().map(|f| std::fs::read(f).unwrap()).collect();
+        assert!(before == after, "a refused open changed the copies");
+        drop(held);
+        read_back(&p, true, 2).unwrap();
     }
 
     #[test]

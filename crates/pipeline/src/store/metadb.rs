@@ -10,7 +10,7 @@
 //! the committed state and the files stay as the crash left them, to be repaired by the next
 //! read-write open.
 
-use crate::base::error::{EngineError, Result};
+use crate::base::error::{EngineError, PoolError, Result};
 use crate::store::meta_mirror::Shared;
 use redb::ReadableDatabase;
 use std::path::Path;
@@ -52,7 +52,13 @@ impl From<EngineError> for OpenError {
 impl MetaDb {
     /// Open the store of `pool` read-write, or read-only leaving its files untouched.
     pub fn open(pool: &Path, read_only: bool) -> std::result::Result<MetaDb, OpenError> {
-        let (backend, shared) = crate::store::meta_files::backend(pool, !read_only)?;
+        // checked copies are locked as redb locks its file: the same refusal for both forms
+        let (backend, shared) = crate::store::meta_files::backend(pool, !read_only).map_err(|e| match e {
+            EngineError::Pool(PoolError::AlreadyOpen { .. }) => {
+                OpenError::Redb(redb::DatabaseError::DatabaseAlreadyOpen)
+            }
+            e => OpenError::Pool(e),
+        })?;
         if !read_only {
             let db = redb::Builder::new().create_with_backend(backend)?;
             return Ok(match shared {
