@@ -128,7 +128,8 @@ fn pid_alive(pid: u32) -> bool {
     )
 }
 
-fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
+/// `flock(2)` on `f`, retried on EINTR.
+pub(crate) fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
     loop {
         // SAFETY: plain syscall on a descriptor we own
         if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {

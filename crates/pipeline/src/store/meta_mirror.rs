@@ -403,26 +403,16 @@ fn lost_sum(files: &[CopyFile], _surveys: &[Survey], l: u64) -> u64 {
 /// keeps writing it. Refused: [`ErrorKind::WouldBlock`]. The directory, not a copy, carries
 /// the lock, so it never meets redb's locks on copy 0.
 fn hold_store(copy0: &Path, write: bool) -> std::io::Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
     let dir = copy0.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let f = std::fs::File::open(dir)?;
     let op = if write { libc::LOCK_EX } else { libc::LOCK_SH } | libc::LOCK_NB;
-    loop {
-        // SAFETY: plain syscall on a descriptor we own
-        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
-            return Ok(f);
-        }
-        let e = Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EWOULDBLOCK) => {
-                return Err(Error::new(
-                    ErrorKind::WouldBlock,
-                    format!("the metadata store {} is open in another process", copy0.display()),
-                ))
-            }
-            _ => return Err(e),
-        }
+    match crate::base::pool_lock::flock(&f, op) {
+        Ok(()) => Ok(f),
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Err(Error::new(
+            ErrorKind::WouldBlock,
+            format!("the metadata store {} is open in another process", copy0.display()),
+        )),
+        Err(e) => Err(e),
     }
 }
 
@@ -438,8 +428,6 @@ impl Shared {
         write: bool,
         cut: Option<Arc<crate::store::meta_copy::PowerCut>>,
     ) -> std::io::Result<Arc<Shared>> {
-        // the lock comes first: the check below may rewrite blocks, which only the store's
-        // sole holder may do (a daemon still closing the store keeps writing it)
         let held = hold_store(&paths[0], write)?;
         let headers: Vec<Option<CopyHeader>> =
             paths.iter().map(|p| CopyFile::open(p, false).ok().and_then(|f| f.header())).collect();
@@ -946,9 +934,9 @@ mod tests {
         std::os::unix::fs::FileExt::write_all_at(&f, &b, data_offset(l)).unwrap();
     }
 
-    /// A second opener of copies that are open (their headers say "not clean") ran the
-    /// full check, and with it repairs, before it found the store locked: it must be
-    /// refused first, leaving every byte of the open store as its holder wrote it.
+    /// A second opener of copies that are open (their headers say "not clean") is refused
+    /// before it checks them, leaving every byte of the open store as its holder wrote it:
+    /// the check may rewrite blocks, which only the store's holder may do.
     #[test]
     fn a_store_open_elsewhere_is_refused_before_it_is_checked() {
         let d = tempfile::tempdir().unwrap();
