@@ -175,6 +175,7 @@ macro_rules! for_each_table {
         $m!(tables::BUNDLES);
         $m!(tables::RECORDSIZES);
         $m!(tables::BACKGROUND);
+        $m!(tables::REFCOUNTS);
     };
 }
 

@@ -52,6 +52,13 @@ impl Features {
     /// Set by mkfs only for such pools; a build that does not know the bit would take the
     /// `s3://` path for a file.
     pub const INCOMPAT_OBJECT_DEVICE: u64 = 1 << 8;
+    /// Device records may be referenced by more than one extent row (copies that share
+    /// stored records, `copy_file_range`): the `refcounts` table holds the reference count of
+    /// each record referenced more than once, and a record is freed only when its last
+    /// reference goes. Not set by mkfs: the commit that writes the pool's first `refcounts`
+    /// row sets it; a build that does not know it would free a shared record while another
+    /// file still points to it.
+    pub const INCOMPAT_SHARED_RECORDS: u64 = 1 << 9;
 
     /// The `background` table may hold background compression's cursor (a build that does
     /// not know it ignores the table; background compression then starts afresh).
@@ -67,7 +74,8 @@ impl Features {
         | Self::INCOMPAT_RECORDSIZES
         | Self::INCOMPAT_BUNDLE_SIZE
         | Self::INCOMPAT_OBJECT_DEVICE
-        | Self::INCOMPAT_META_COPIES;
+        | Self::INCOMPAT_META_COPIES
+        | Self::INCOMPAT_SHARED_RECORDS;
     /// Incompatible features mkfs sets; `INCOMPAT_BUNDLE_SIZE` is added by mkfs when the
     /// pool's bundle size is not its record size, the others are set when first used.
     pub const MKFS_INCOMPAT: u64 = Self::INCOMPAT_INLINE_DATA

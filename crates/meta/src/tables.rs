@@ -39,3 +39,8 @@ pub const BUNDLES: TableDefinition<u64, &[u8]> = TableDefinition::new("bundles")
 /// totals. One row, absent until background compression first saved it (compat feature
 /// `COMPAT_BACKGROUND`).
 pub const BACKGROUND: TableDefinition<u8, &[u8]> = TableDefinition::new("background");
+/// (device u32 BE ‖ offset u64 BE) → references (u64, at least 2): the extent rows that
+/// point to the device record stored at that address, for records referenced more than once
+/// (shared by `copy_file_range`). A record without a row has one reference. Pools with
+/// `INCOMPAT_SHARED_RECORDS`; a pool made before it lacks the table, which reads as empty.
+pub const REFCOUNTS: TableDefinition<&[u8], u64> = TableDefinition::new("refcounts");

@@ -64,6 +64,7 @@ pub use store::meta_files::{Form as MetaForm, COPY_FILES, DEFAULT_META_COPIES};
 pub use store::meta_mirror::{CopyCheck, LostBlock, Repair as MetaRepair, StoreCheck as MetaCheck};
 pub use store::meta_seal::{seal_level_for, SealReport, SEAL_TMP_FILE, UNSEAL_TMP_FILE};
 pub use write::metatx::MetaTx;
+pub use write::share::ShareOutcome;
 
 use engine::inner::Inner;
 use parking_lot::Mutex;
@@ -442,6 +443,23 @@ impl Engine {
     pub fn allocate(&self, ino: Ino, offset: u64, len: u64, keep_size: bool) -> Result<()> {
         self.inner.bg.touch();
         write::data::allocate(&self.inner, ino, offset, len, keep_size)
+    }
+
+    /// Copy `len` bytes at `src_off` of `src` to `dst_off` of `dst` (`copy_file_range`; the
+    /// same file when the ranges do not overlap), up to the source's end, extending `dst`:
+    /// whole records that line up share the source's stored records (no decode, no
+    /// compression, no new space; a later write to either side rewrites only the writer's
+    /// record), the rest is copied as data (write/share.rs).
+    pub fn share_range(&self, src: Ino, src_off: u64, dst: Ino, dst_off: u64, len: u64) -> Result<ShareOutcome> {
+        self.inner.bg.touch();
+        write::share::share_range(&self.inner, src, src_off, dst, dst_off, len)
+    }
+
+    /// How many extent rows the committed state counts for the device record at `ext`
+    /// (its `refcounts` row, else 1; store/refcounts.rs).
+    pub fn references(&self, ext: &DeviceExtent) -> Result<u64> {
+        let rx = self.inner.db.begin_read()?;
+        store::refcounts::references(&rx, ext.dev, ext.offset)
     }
 
     /// SEEK_DATA / SEEK_HOLE: `None` means ENXIO.

@@ -194,6 +194,8 @@ pub enum InvalidArg {
     RecordSizeOfFileWithData { ino: Ino, size: u64, recordsize: u64 },
     #[error("one transaction changes the record size of at most one existing file")]
     RecordSizeManyFiles,
+    #[error("copy within inode {ino}: bytes {src}+{len} and {dst}+{len} overlap")]
+    OverlappingCopy { ino: Ino, src: u64, dst: u64, len: u64 },
 }
 
 /// An engine invariant that did not hold.

@@ -10,6 +10,7 @@
 //!
 //! | rank | lock | held while taking |
 //! |---|---|---|
+//! | `QuiesceGate` | `Inner::quiesce_gate`: the quiesce (write) against `share_range` (read) | the quiesce takes `File`; `share_range` takes `FileShard`, `NsRows`, `File` |
 //! | `DurableSpace` | the durable space image (space/placement.rs) | the commit stage takes `MetaWriters` and `NsRows` to take the namespace delta |
 //! | `MetaWriters` | `NsDelta::meta_lock`: one metadata writer at a time | inode lookups (`FileShard`, `NsRows`, `File`), `TxgState`, `DirtySet` |
 //! | `TxgState` | the txg state machine (txg/state.rs) | `DirtySet` |
@@ -34,6 +35,7 @@ use std::time::{Duration, Instant};
 /// A lock's place in the order (see the block comment); lower ranks are taken first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Rank {
+    QuiesceGate,
     DurableSpace,
     MetaWriters,
     TxgState,

@@ -21,6 +21,8 @@
 //!   pointing into it (a bundle nobody points to is a leak), it is at most the pool's
 //!   bundle size, stored and decoded, and its device range takes part in the space checks
 //!   above like a record's;
+//! * shared records: the extent rows pointing to each device record equal its reference
+//!   count (check/refs.rs), and the space checks count a shared record once;
 //! * namespace: dirents point to live inodes of the right kind, each dirent has its cookie
 //!   row and vice versa, link counts match the dirents (directories: 2 + subdirectories),
 //!   every inode is reachable or an orphan, symlinks have targets.
@@ -45,6 +47,10 @@ pub struct FsckReport {
     pub extents: u64,
     /// bundles (records of several files stored together)
     pub bundles: u64,
+    /// device records more than one extent row points to (shared copies), and their
+    /// footprint bytes, counted once each
+    pub shared_records: u64,
+    pub shared_bytes: u64,
     pub allocated_bytes: u64,
     pub free_range_bytes: u64,
     /// orphans waiting for reclaim at mount (not an error)
@@ -75,6 +81,7 @@ pub fn fsck(inner: &Inner) -> Result<FsckReport> {
     check_links(&rx, &inodes, &names, &mut r)?;
     let sizes = check_record_sizes(&rx, &inodes, &mut r)?;
     let (mut exts, blocks, bundled) = check_extents(inner, &rx, &inodes, &sizes, &mut r)?;
+    check_references(&rx, &mut exts, &mut r)?;
     check_blocks(&inodes, &blocks, &mut r);
     check_bundles(inner, &rx, bundled, &mut exts, &mut r)?;
     check_space(inner, &rx, &mut exts, &mut r)?;
@@ -346,6 +353,32 @@ fn check_extents(
         }
     }
     Ok((DeviceExtents { per_dev, reach }, blocks, bundled))
+}
+
+/// References of shared records against the `refcounts` table (check/refs.rs); `exts` is
+/// left with one entry per stored record.
+fn check_references(rx: &redb::ReadTransaction, exts: &mut DeviceExtents, r: &mut FsckReport) -> Result<()> {
+    let rows = crate::store::refcounts::all(rx)?;
+    let incompat = match rx.open_table(tables::SUPERBLOCK)?.get(0u8)? {
+        Some(v) => Superblock::decode(v.value())?.features.incompat,
+        None => 0, // reported by check_device_count
+    };
+    let owner_ino = |o: Owner| match o {
+        Owner::Inode(i) => i,
+        Owner::Bundle(_) => 0,
+    };
+    let per_dev = std::mem::take(&mut exts.per_dev)
+        .into_iter()
+        .map(|v| v.into_iter().map(|(off, len, o, birth)| (off, len, owner_ino(o), birth)).collect())
+        .collect();
+    let (unique, totals) = crate::check::refs::check(per_dev, rows, incompat, &mut r.problems);
+    exts.per_dev = unique
+        .into_iter()
+        .map(|v| v.into_iter().map(|(off, len, ino, birth)| (off, len, Owner::Inode(ino), birth)).collect())
+        .collect();
+    r.shared_records = totals.shared_records;
+    r.shared_bytes = totals.shared_bytes;
+    Ok(())
 }
 
 /// Each inode's `blocks_bytes` equals the bytes of its extents.

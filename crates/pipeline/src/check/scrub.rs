@@ -1,7 +1,9 @@
 //! Scrub: read every stored record of the pool from its device (bypassing caches) and
 //! verify its xxh3 checksum; report damage by file path and offset. A bundled record is
 //! checked twice: its bundle's stored bytes (read and decoded once for all its members),
-//! then its own slice of the decoded bundle.
+//! then its own slice of the decoded bundle. A device record several extents share
+//! (copies, store/refcounts.rs) is read and verified once; each of its files gets its
+//! result.
 
 use crate::base::error::Result;
 use crate::base::units::record_start_byte;
@@ -28,8 +30,12 @@ pub struct Damage {
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ScrubReport {
+    /// extents checked (a shared record counts once per file pointing to it)
     pub records: u64,
+    /// stored bytes read (a shared record counts once)
     pub stored_bytes: u64,
+    /// extents whose record was shared with an extent checked just before (not read again)
+    pub shared: u64,
     pub damaged: Vec<Damage>,
 }
 
@@ -94,14 +100,45 @@ pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> 
             _ => (u32::MAX, u64::MAX, 0),
         },
     });
+    // extents of one shared record are adjacent now: the bytes go to the total once
+    let mut prev_addr = None;
+    for (_, _, e) in &all {
+        if let StoredRecord::Device(d) = e.stored {
+            if prev_addr == Some((d.dev, d.offset, e.hash)) {
+                total -= e.psize();
+            }
+            prev_addr = Some((d.dev, d.offset, e.hash));
+        }
+    }
     // the bundle decoded last: its id and its bytes, or what is wrong with it
     let mut current: Option<(u64, std::result::Result<Vec<u8>, String>)> = None;
+    // the device record checked last: its address and checksum, and what was wrong with it
+    let mut last_read: Option<((u32, u64, u64), Option<String>)> = None;
     let mut done = 0u64;
     progress(0, total);
     for (ino, idx, e) in all {
         report.records += 1;
-        report.stored_bytes += e.psize();
         let rs = rs_of(ino);
+        if let StoredRecord::Device(d) = e.stored {
+            if let Some((_, p)) = last_read.as_ref().filter(|(a, _)| *a == (d.dev, d.offset, e.hash)) {
+                report.shared += 1;
+                if let Some(problem) = p.clone() {
+                    let offset = record_start_byte(idx, rs);
+                    log::error!("scrub: inode {ino} offset {offset}: {problem} (a record shared with another file)");
+                    report.damaged.push(Damage {
+                        ino,
+                        path: None,
+                        offset,
+                        logical_len: e.logical,
+                        device: Some(d.dev),
+                        device_offset: Some(d.offset),
+                        problem,
+                    });
+                }
+                continue;
+            }
+        }
+        report.stored_bytes += e.psize();
         let offset = record_start_byte(idx, rs);
         let (device, device_offset, problem) = match &e.stored {
             StoredRecord::Inline(v) => (None, None, check(v, e.hash)),
@@ -122,6 +159,7 @@ pub fn scrub(inner: &Inner, progress: &dyn Fn(u64, u64)) -> Result<ScrubReport> 
                         }
                     }
                 };
+                last_read = Some(((d.dev, d.offset, e.hash), p.clone()));
                 (Some(d.dev), Some(d.offset), p)
             }
             StoredRecord::Bundled(s) => match bundles.get(&s.bundle) {

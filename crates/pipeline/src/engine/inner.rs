@@ -38,6 +38,13 @@ pub struct Inner {
     pub bundle_size: u64,
     /// the pool has `INCOMPAT_RECORDSIZES` (set by the commit of its first `recordsizes` row)
     pub recordsizes_on: AtomicBool,
+    /// the pool has `INCOMPAT_SHARED_RECORDS` (set by the commit of its first `refcounts`
+    /// row): commits look reference counts up before freeing a record
+    pub shared_on: AtomicBool,
+    /// taken for writing by the quiesce, for reading by `share_range` while it looks up a
+    /// source record and shares it into the target's open layer: both files' open layers
+    /// then belong to one txg (write/share.rs)
+    pub quiesce_gate: crate::base::locks::RwLock<()>,
     /// the smallest record size of any file the data path held since open (the pool's at
     /// first): bounds how many records the dirty bytes in flight can be (`data_meta`)
     smallest_rs: AtomicU64,
@@ -162,6 +169,8 @@ impl Inner {
             recordsize,
             bundle_size,
             recordsizes_on: AtomicBool::new(recordsizes_on),
+            shared_on: AtomicBool::new(false),
+            quiesce_gate: crate::base::locks::RwLock::new(crate::base::locks::Rank::QuiesceGate, ()),
             smallest_rs: AtomicU64::new(recordsize),
             max_inline,
             compact_rows,

@@ -324,6 +324,9 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         sb.features.incompat & Features::INCOMPAT_COMPACT_ROWS != 0,
     )
     .into_arc();
+    inner
+        .shared_on
+        .store(sb.features.incompat & Features::INCOMPAT_SHARED_RECORDS != 0, std::sync::atomic::Ordering::Release);
     inner.ns.set_committed_inodes(inode_rows, next_ino);
     // a pool of one object device can be restored from its bucket: it backs up there
     if let ([dev], 1, false) = (&objects[..], sb.device_count, read_only) {

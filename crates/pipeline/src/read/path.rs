@@ -263,6 +263,9 @@ enum Source {
     /// a dirty record held compressed: decoded after the file lock is released
     Packed(Arc<crate::txg::dirty::PackedRec>),
     Layer(Arc<Layer>),
+    /// a committed record shared into the open or syncing layer (write/share.rs): read
+    /// through its extent, which stays allocated while a layer holds it
+    Shared(ExtentPtr),
     Committed,
 }
 
@@ -306,10 +309,12 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
                     Source::Done
                 }
                 LayerView::Packed(p) => Source::Packed(p.clone()),
+                LayerView::Shared(e) => Source::Shared(e.clone()),
                 LayerView::Hole => Source::Zero,
                 LayerView::Below => match &fd.syncing {
                     Some(s) => match s.view(idx) {
                         LayerView::Data(_) | LayerView::Packed(_) => Source::Layer(s.clone()),
+                        LayerView::Shared(e) => Source::Shared(e.clone()),
                         LayerView::Hole => Source::Zero,
                         LayerView::Below => Source::Committed,
                     },
@@ -337,6 +342,10 @@ pub fn read(inner: &Inner, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize> 
                     LayerView::Packed(p) => copy_part(&mut buf[bs], &p.decode(inner.workspaces())?, rsl),
                     _ => buf[bs].fill(0),
                 }
+            }
+            Source::Shared(e) => {
+                let (bs, rsl) = span(idx);
+                copy_part(&mut buf[bs], &load(inner, ino, idx, rs, &e)?, rsl);
             }
             Source::Committed => committed.push(idx),
         }
@@ -512,7 +521,7 @@ impl Drop for PrefetchClaim<'_> {
 fn has_data(inner: &Inner, ino: Ino, idx: u64, open: Option<&Layer>, syncing: Option<&Layer>) -> Result<bool> {
     for l in [open, syncing].into_iter().flatten() {
         match l.view(idx) {
-            LayerView::Data(_) | LayerView::Packed(_) => return Ok(true),
+            LayerView::Data(_) | LayerView::Packed(_) | LayerView::Shared(_) => return Ok(true),
             LayerView::Hole => return Ok(false),
             LayerView::Below => {}
         }
@@ -539,6 +548,7 @@ pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option
                         match v {
                             crate::txg::dirty::Rec::Data(_) => crate::txg::dirty::Rec::Data(Default::default()),
                             crate::txg::dirty::Rec::Hole => crate::txg::dirty::Rec::Hole,
+                            crate::txg::dirty::Rec::Shared(e) => crate::txg::dirty::Rec::Shared(e.clone()),
                         },
                     )
                 })
@@ -565,7 +575,11 @@ pub fn seek(inner: &Inner, ino: Ino, off: u64, want_data: bool) -> Result<Option
             }
         };
         for l in [Some(&open), syncing.as_deref()].into_iter().flatten() {
-            if let Some((&k, _)) = l.recs.range(from..).find(|(_, r)| matches!(r, crate::txg::dirty::Rec::Data(_))) {
+            if let Some((&k, _)) = l
+                .recs
+                .range(from..)
+                .find(|(_, r)| matches!(r, crate::txg::dirty::Rec::Data(_) | crate::txg::dirty::Rec::Shared(_)))
+            {
                 consider(k);
             }
         }

@@ -92,6 +92,7 @@ fn rebuild(db: &redb::Database, to: &Path) -> std::result::Result<bool, redb::Er
         tables::BUNDLES.name(),
         tables::RECORDSIZES.name(),
         tables::BACKGROUND.name(),
+        tables::REFCOUNTS.name(),
     ];
     let rx = db.begin_read()?;
     let present: Vec<String> = rx.list_tables()?.map(|t| t.name().to_string()).collect();
@@ -129,6 +130,7 @@ fn rebuild(db: &redb::Database, to: &Path) -> std::result::Result<bool, redb::Er
     copy!(tables::BUNDLES);
     copy!(tables::RECORDSIZES);
     copy!(tables::BACKGROUND);
+    copy!(tables::REFCOUNTS);
     tx.commit()?;
     drop(rx);
     // the copy's own transaction leaves some pages free behind it

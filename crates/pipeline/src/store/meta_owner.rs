@@ -121,6 +121,7 @@ fn walk_named(rx: &redb::ReadTransaction, name: &str) -> Option<(Result<(), Stri
         tables::RECORDSIZES => "record sizes of files with their own",
         tables::BUNDLES => "bundles of small records",
         tables::BACKGROUND => "background compression's position",
+        tables::REFCOUNTS => "reference counts of shared records",
     );
     None
 }

@@ -19,4 +19,5 @@ pub(crate) mod meta_seal;
 pub(crate) mod meta_space;
 pub(crate) mod metadb;
 pub(crate) mod nsdelta;
+pub(crate) mod refcounts;
 pub(crate) mod snapshot;

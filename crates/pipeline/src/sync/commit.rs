@@ -14,9 +14,12 @@
 //!    replaced extents are freed (a bundled one drops its bundle's member count); a file
 //!    deleted meanwhile keeps nothing (its new records are freed or dropped).
 //! 5. `bundle::apply_drops` — the bundles that lost members count them; one left without
-//!    any is deleted and its range freed.
+//!    any is deleted and its range freed. Then the reference counts (store/refcounts.rs):
+//!    every shared record stored adds a reference, every device extent replaced or removed
+//!    drops one, and only a record left with none is freed.
 //! 6. `write_superblock` — txg number and inode counter (and `INCOMPAT_RECORDSIZES` with the
-//!    pool's first `recordsizes` row).
+//!    pool's first `recordsizes` row, `INCOMPAT_SHARED_RECORDS` with its first `refcounts`
+//!    row).
 //! 7. `free_durable` and `write_space_map` — the frees go into the durable image and the
 //!    changed free-space rows and allocation ends into the store; `write_background` —
 //!    background compression's cursor, if one was saved since the last commit.
@@ -46,7 +49,11 @@ use std::sync::Arc;
 /// What the txg does to one record.
 pub enum Outcome {
     Hole,
+    /// a record this txg stored (placed by it, inline or bundled)
     Extent(ExtentPtr),
+    /// a committed device record another extent row points to as well (write/share.rs): the
+    /// row points to the same stored bytes and the record gains a reference
+    Shared(ExtentPtr),
 }
 
 /// One record's outcome: layer index (into the txg's frozen layers), record index.
@@ -61,8 +68,11 @@ pub struct Placed {
 #[derive(Default)]
 struct Frees {
     /// extents replaced or removed (truncation, holes, deleted inodes), and bundles left
-    /// without members
+    /// without members: each drops a reference, and is freed once no reference is left
+    /// (`resolve_references`)
     replaced: Vec<(u32, u64, u64)>,
+    /// shared records stored by this txg: each gains a reference
+    shares: Vec<(u32, u64, u64)>,
     /// records this txg wrote for files deleted while it synced
     unreferenced: Vec<(u32, u64, u64)>,
     /// one bundle id per bundled extent removed (bundle.rs `apply_drops`)
@@ -81,6 +91,32 @@ impl Frees {
             StoredRecord::Bundled(b) => self.drops.push(b.bundle),
             StoredRecord::Inline(_) => {}
         }
+    }
+
+    /// A shared record `e` got another extent row.
+    fn share(&mut self, e: &ExtentPtr, granule: u64) {
+        if let StoredRecord::Device(d) = e.stored {
+            self.shares.push(range_of(d, granule));
+        }
+    }
+
+    /// The references this commit adds and drops, summed per record, applied to the
+    /// `refcounts` table: `replaced` keeps only the records left without a reference. A
+    /// pool that never shared a record (`shared_on` false) and a commit that shares none
+    /// leave `replaced` as it is (every record there had its one reference).
+    fn resolve_references(&mut self, tx: &redb::WriteTransaction, shared_on: bool) -> Result<()> {
+        if self.shares.is_empty() && !shared_on {
+            return Ok(());
+        }
+        let mut changes = crate::store::refcounts::RefChanges::default();
+        for &(dev, off, len) in &self.shares {
+            changes.add(dev, off, len);
+        }
+        for &(dev, off, len) in &self.replaced {
+            changes.drop_ref(dev, off, len);
+        }
+        self.replaced = changes.apply(tx, shared_on)?;
+        Ok(())
     }
 
     /// `e` was written for a file deleted while the txg synced: nothing refers to it.
@@ -146,7 +182,10 @@ pub fn commit(
         }
     }
     crate::txg::bundle::apply_drops(&tx, &frees.drops, granule, &mut frees.replaced)?;
-    write_superblock(&tx, txg, inner.ns.next_ino(), wrote_recordsize)?;
+    let shared_on = inner.shared_on.load(std::sync::atomic::Ordering::Acquire);
+    let first_share = !shared_on && !frees.shares.is_empty();
+    frees.resolve_references(&tx, shared_on)?;
+    write_superblock(&tx, txg, inner.ns.next_ino(), wrote_recordsize, first_share)?;
     free_durable(&mut durable, &frees)?;
     write_space_map(&tx, &mut durable)?;
     let bg = inner.bg.take();
@@ -164,6 +203,9 @@ pub fn commit(
     drop(durable);
     if wrote_recordsize && !recordsizes_on {
         inner.recordsizes_on.store(true, std::sync::atomic::Ordering::Release);
+    }
+    if first_share {
+        inner.shared_on.store(true, std::sync::atomic::Ordering::Release);
     }
     after_commit(inner, early_used, delta.is_some(), frees);
     Ok(blocks)
@@ -290,9 +332,18 @@ impl FileCommit<'_> {
                 delta -= extent_footprint(&e, self.granule) as i64;
                 frees.replace(&e, self.granule);
             }
-            if let Outcome::Extent(e) = &p.outcome {
-                extents.insert(&k[..], &e.encode_for(self.compact)[..])?;
-                delta += extent_footprint(e, self.granule) as i64;
+            match &p.outcome {
+                Outcome::Extent(e) => {
+                    extents.insert(&k[..], &e.encode_for(self.compact)[..])?;
+                    delta += extent_footprint(e, self.granule) as i64;
+                }
+                Outcome::Shared(e) => {
+                    // the file counts the bytes it references (compsize "referenced")
+                    extents.insert(&k[..], &e.encode_for(self.compact)[..])?;
+                    delta += extent_footprint(e, self.granule) as i64;
+                    frees.share(e, self.granule);
+                }
+                Outcome::Hole => {}
             }
         }
         Ok(delta)
@@ -302,8 +353,17 @@ impl FileCommit<'_> {
 /// Part 6: the txg number and the inode counter; `recordsizes`: this commit writes a
 /// `recordsizes` row, so the superblock has `INCOMPAT_RECORDSIZES` from this transaction on
 /// (set by the pool's first row; a build that does not know per-file record sizes must
-/// refuse the pool, or it would read such a file's records at the wrong offsets).
-fn write_superblock(tx: &redb::WriteTransaction, txg: u64, next_ino: u64, recordsizes: bool) -> Result<()> {
+/// refuse the pool, or it would read such a file's records at the wrong offsets);
+/// `shares`: this commit is the pool's first to share a record, so the superblock has
+/// `INCOMPAT_SHARED_RECORDS` from this transaction on (a build that does not know reference
+/// counts would free a record another file still points to).
+fn write_superblock(
+    tx: &redb::WriteTransaction,
+    txg: u64,
+    next_ino: u64,
+    recordsizes: bool,
+    shares: bool,
+) -> Result<()> {
     let mut sbt = tx.open_table(tables::SUPERBLOCK)?;
     let mut sb = {
         let v = sbt.get(0u8)?.ok_or(Corruption::SuperblockMissing)?;
@@ -313,6 +373,9 @@ fn write_superblock(tx: &redb::WriteTransaction, txg: u64, next_ino: u64, record
     sb.next_ino = sb.next_ino.max(next_ino);
     if recordsizes {
         sb.features.incompat |= squeezefs_meta::Features::INCOMPAT_RECORDSIZES;
+    }
+    if shares {
+        sb.features.incompat |= squeezefs_meta::Features::INCOMPAT_SHARED_RECORDS;
     }
     sbt.insert(0u8, &sb.encode()[..])?;
     Ok(())

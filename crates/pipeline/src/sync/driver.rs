@@ -72,6 +72,9 @@ impl TxgWork for Work<'_> {
 
 /// QUIESCING: freeze the open layer of every dirty file into its syncing layer.
 fn quiesce(inner: &Inner) -> Frozen {
+    // no record is shared between two files' open layers while they are frozen one by one
+    // (write/share.rs)
+    let _gate = inner.quiesce_gate.write();
     let inos = inner.dirty.take_changed();
     let mut out = Vec::with_capacity(inos.len());
     for ino in inos {

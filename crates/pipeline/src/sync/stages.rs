@@ -160,12 +160,15 @@ impl<'a> TxgSync<'a> {
         }
     }
 
-    /// Stage 1: (layer, record) pairs holding data.
+    /// Stage 1: (layer, record) pairs holding data; shared records are stored already and
+    /// go straight to the commit.
     fn cut(&mut self) -> Result<()> {
         for (li, (_, layer)) in self.frozen.iter().enumerate() {
             for (&idx, rec) in &layer.recs {
-                if matches!(rec, Rec::Data(_)) {
-                    self.jobs.push((li, idx));
+                match rec {
+                    Rec::Data(_) => self.jobs.push((li, idx)),
+                    Rec::Shared(e) => self.placed.push(Placed { layer: li, idx, outcome: Outcome::Shared(e.clone()) }),
+                    Rec::Hole => {}
                 }
             }
         }

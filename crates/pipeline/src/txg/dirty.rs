@@ -34,6 +34,12 @@ pub enum Rec {
     Data(DataRec),
     /// The whole record is a hole (punched).
     Hole,
+    /// The whole record is the committed device record this extent points to, shared with
+    /// the file it was copied from (write/share.rs): nothing is compressed or written, the
+    /// commit points the file's extent row at the same stored bytes and counts a reference
+    /// (commit.rs). Always a full record of the file's record size. A change of part of it
+    /// loads its bytes first, like a committed record's (write/data.rs).
+    Shared(squeezefs_meta::ExtentPtr),
 }
 
 /// The bytes of a dirty record, in one of two forms, plus, optionally, the
@@ -222,6 +228,8 @@ pub enum LayerView<'a> {
     Data(&'a [u8]),
     /// data held compressed (decode outside the file lock)
     Packed(&'a Arc<PackedRec>),
+    /// a committed record shared into this layer (read it through its extent)
+    Shared(&'a squeezefs_meta::ExtentPtr),
     Hole,
     /// This layer does not know; look below.
     Below,
@@ -261,7 +269,8 @@ impl Layer {
         let only_first = self.recs.range(1..).next().is_none();
         for (&i, rec) in self.recs.range(self.early_next..) {
             match rec {
-                Rec::Hole => {}
+                // stored already: nothing to place
+                Rec::Hole | Rec::Shared(_) => {}
                 Rec::Data(d) => match d.packed_rec() {
                     Some(p) if i == 0 && only_first && p.bytes.len() as u64 <= max_inline => break,
                     Some(p) => {
@@ -289,6 +298,7 @@ impl Layer {
                 None => LayerView::Data(d.raw().unwrap_or_default()),
             },
             Some(Rec::Hole) => LayerView::Hole,
+            Some(Rec::Shared(e)) => LayerView::Shared(e),
             None => match self.trunc_floor {
                 Some(f) if idx >= f => LayerView::Hole,
                 _ => LayerView::Below,
@@ -298,6 +308,12 @@ impl Layer {
 
     pub fn is_empty(&self) -> bool {
         self.recs.is_empty() && self.trunc_floor.is_none()
+    }
+
+    /// The layer holds record `idx` in a form a change modifies in place (bytes or a
+    /// hole); a shared record's bytes must be loaded first, like a committed one's.
+    pub fn holds_in_place(&self, idx: u64) -> bool {
+        matches!(self.recs.get(&idx), Some(Rec::Data(_) | Rec::Hole))
     }
 }
 
@@ -577,7 +593,7 @@ impl BufPool {
         for (_, r) in layer.recs {
             if let Some(b) = match r {
                 Rec::Data(d) => d.into_vec(),
-                Rec::Hole => None,
+                Rec::Hole | Rec::Shared(_) => None,
             } {
                 self.give(b);
             }

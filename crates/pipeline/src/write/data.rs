@@ -29,17 +29,26 @@ use std::sync::Arc;
 /// `syncing.view` answers first. (Every file a `tar xf` creates starts with one of these
 /// lookups, for nothing.)
 fn lower_record(inner: &Inner, ino: Ino, f: &FileRef, idx: u64) -> Result<Option<Vec<u8>>> {
-    let (syncing, nothing_committed, rs) = {
+    let (syncing, nothing_committed, rs, open_shared) = {
         let fd = f.lock();
         if fd.open.trunc_floor.is_some_and(|fl| idx >= fl) {
             return Ok(None);
         }
-        (fd.syncing.clone(), fd.committed_blocks == 0, fd.rs)
+        // a record shared into the open layer holds no bytes of its own: its extent's
+        let open_shared = match fd.open.recs.get(&idx) {
+            Some(Rec::Shared(e)) => Some(e.clone()),
+            _ => None,
+        };
+        (fd.syncing.clone(), fd.committed_blocks == 0, fd.rs, open_shared)
     };
+    if let Some(e) = open_shared {
+        return read::load(inner, ino, idx, rs, &e).map(|r| Some(r.to_vec()));
+    }
     if let Some(s) = syncing {
         match s.view(idx) {
             LayerView::Data(d) => return Ok(Some(d.to_vec())),
             LayerView::Packed(p) => return p.decode(inner.workspaces()).map(Some),
+            LayerView::Shared(e) => return read::load(inner, ino, idx, rs, e).map(|r| Some(r.to_vec())),
             LayerView::Hole => return Ok(None),
             LayerView::Below => {}
         }
@@ -109,8 +118,7 @@ fn load_below(inner: &Inner, ino: Ino, f: &FileRef, ch: &Change<'_>, charged: Op
         if fd.retired {
             return Ok(None);
         }
-        let need: Vec<u64> =
-            (ch.first..=ch.last).filter(|&i| !fd.open.recs.contains_key(&i) && !ch.covers(i)).collect();
+        let need: Vec<u64> = (ch.first..=ch.last).filter(|&i| !fd.open.holds_in_place(i) && !ch.covers(i)).collect();
         (fd.gen, need)
     };
     let mut records = HashMap::new();
@@ -281,7 +289,17 @@ fn fill_record(
     };
     let zeros = matches!(ch.fill, Fill::Zeros);
     let entry = match open.recs.entry(idx) {
-        std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::btree_map::Entry::Occupied(e) => {
+            let e = e.into_mut();
+            if matches!(e, Rec::Shared(_)) {
+                // a shared record becomes this file's own: its bytes were loaded below
+                // (`load_below`) unless the change covers it whole
+                let base = below.unwrap_or_default();
+                applied.grown += base.len() as u64;
+                *e = Rec::Data(DataRec::new(base));
+            }
+            e
+        }
         // nothing there and nothing below: punching leaves the hole as it is
         std::collections::btree_map::Entry::Vacant(_) if below.is_none() && zeros => return Ok(()),
         std::collections::btree_map::Entry::Vacant(v) => {
@@ -585,7 +603,7 @@ fn grow_or_load(inner: &Inner, ino: Ino, f: &FileRef, size: u64) -> Result<Resiz
         (fd.gen, fd.rs)
     };
     let loaded = match partial_record(size, rs) {
-        Some(p) if !f.lock().open.recs.contains_key(&p) => lower_record(inner, ino, f, p)?,
+        Some(p) if !f.lock().open.holds_in_place(p) => lower_record(inner, ino, f, p)?,
         _ => None,
     };
     // the record cut in part is stored anew: charged like a partial write's copy (`apply`)
@@ -650,6 +668,10 @@ fn shrink(
     let mut grown = 0u64;
     if let Some(p) = partial {
         let keep = (size - record_start_byte(p, rs)) as usize;
+        // a shared record the new size cuts becomes the file's own: `loaded` holds its bytes
+        if matches!(fd.open.recs.get(&p), Some(Rec::Shared(_))) {
+            fd.open.recs.remove(&p);
+        }
         if let (std::collections::btree_map::Entry::Vacant(v), Some(b)) = (fd.open.recs.entry(p), loaded) {
             grown += b.len() as u64;
             v.insert(Rec::Data(DataRec::new(b)));
@@ -705,7 +727,7 @@ pub fn punch_hole(inner: &Inner, ino: Ino, off: u64, len: u64) -> Result<()> {
     edges.dedup();
     let uncopied = {
         let fd = f.lock();
-        edges.iter().filter(|i| !fd.open.recs.contains_key(i)).count() as u64
+        edges.iter().filter(|&&i| !fd.open.holds_in_place(i)).count() as u64
     };
     if uncopied > 0 {
         reserve(inner, uncopied * rs)?;

@@ -133,7 +133,9 @@ fn publish_record_size(inner: &Inner, d: store::nsdelta::Delta, ino: Ino, rs: u6
         .with_file(ino, |f| {
             inner.ns.publish_checked(d, || {
                 let mut fd = f.lock();
-                let holds_data = |l: &txg::dirty::Layer| l.recs.values().any(|r| matches!(r, txg::dirty::Rec::Data(_)));
+                let holds_data = |l: &txg::dirty::Layer| {
+                    l.recs.values().any(|r| matches!(r, txg::dirty::Rec::Data(_) | txg::dirty::Rec::Shared(_)))
+                };
                 if fd.size > 0 || holds_data(&fd.open) {
                     return Err(base::error::InvalidArg::RecordSizeOfFileWithData {
                         ino,
