@@ -78,6 +78,9 @@ enum Op {
     Stat(usize),
     ListDir(usize),
     Fsync(usize),
+    /// copy_file_range(2) from the first file to the second: source offset, target offset,
+    /// length (squeezefs shares the records that line up)
+    CopyRange(usize, usize, u32, u32, u32),
     Remount,
     /// squeezefs only: the case's directory gets this `recordsize` (files created in the
     /// case from then on get records of this size; the directory itself is not compared)
@@ -86,6 +89,12 @@ enum Op {
 
 fn data(max: u32) -> impl Strategy<Value = Data> {
     (any::<u64>(), 0..=max, 0u8..3).prop_map(|(seed, len, kind)| Data { seed, len, kind })
+}
+
+/// An offset for a copy: often on a 16 KiB boundary (so records of up to 16 KiB line up in
+/// source and target and are shared), else anywhere.
+fn offset() -> impl Strategy<Value = u32> {
+    prop_oneof![(0..30u32).prop_map(|k| k * 16384), 0..400_000u32]
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -120,6 +129,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => p().prop_map(Op::Stat),
         2 => p().prop_map(Op::ListDir),
         1 => p().prop_map(Op::Fsync),
+        5 => (p(), p(), offset(), offset(), prop_oneof![(1..40u32).prop_map(|k| k * 16384), 1..300_000u32])
+            .prop_map(|(a, b, o, t, l)| Op::CopyRange(a, b, o, t, l)),
         1 => Just(Op::Remount),
         2 => prop::sample::select(vec![4096u32, 16384, 131072, 1 << 20]).prop_map(Op::Recordsize),
     ]
@@ -276,6 +287,16 @@ fn apply(base: &Path, op: &Op) -> Out {
         Op::Fsync(a) => {
             with_fd(&at(*a), libc::O_RDONLY | libc::O_NONBLOCK, |fd| unit(unsafe { libc::fsync(fd) } as isize))
         }
+        Op::CopyRange(a, b, off, to, len) => with_fd(&at(*a), libc::O_RDONLY, |fin| {
+            with_fd(&at(*b), libc::O_WRONLY, |fout| {
+                let (mut off_in, mut off_out) = (*off as i64, *to as i64);
+                let n = unsafe { libc::copy_file_range(fin, &mut off_in, fout, &mut off_out, *len as usize, 0) };
+                match res(n as isize) {
+                    Ok(n) => Out::Bytes((n as u64).to_le_bytes().to_vec()),
+                    Err(e) => Out::Err(e),
+                }
+            })
+        }),
         Op::Remount | Op::Recordsize(_) => Out::Unit,
     }
 }

@@ -77,6 +77,9 @@ impl From<EngineError> for FsError {
             EngineError::Invalid(squeezefs_pipeline::InvalidArg::RecordSizeOfFileWithData {
                 size, recordsize, ..
             }) => FsError::RecordsizeFixed { size, recordsize },
+            EngineError::Invalid(squeezefs_pipeline::InvalidArg::OverlappingCopy { .. }) => {
+                FsError::Invalid("copy_file_range: overlapping ranges of one file")
+            }
             other => FsError::Engine(other),
         }
     }

@@ -42,6 +42,9 @@ impl Handles {
     pub fn has_writer(&self, ino: Ino) -> bool {
         self.map.lock().values().any(|h| h.ino == ino && h.write)
     }
+    pub fn get(&self, fh: u64) -> Option<Handle> {
+        self.map.lock().get(&fh).copied()
+    }
     pub fn remove(&self, fh: u64) -> Option<Handle> {
         self.map.lock().remove(&fh)
     }

@@ -24,6 +24,7 @@ pub use rules::{perm, time};
 pub use config::{Compression, FsConfig};
 pub use error::{FsError, Result};
 pub use ops::attr::{SetAttr, TimeSet};
+pub use ops::copy::CopyEnd;
 pub use ops::dir::DirItem;
 pub use rules::creds::{Cap, Creds, ALL_CAPS};
 pub use rules::name::NAME_MAX;

@@ -910,3 +910,38 @@ fn utimensat_extremes_are_stored_as_ext4_stores_them() {
         assert_eq!((a.atime, a.mtime), (stored, stored), "{set:?} after getattr");
     }
 }
+
+#[test]
+fn copy_file_range_shares_records_and_checks_its_handles() {
+    let (_d, fs) = new_fs();
+    let r = root();
+    let rs = 128 << 10;
+    let data: Vec<u8> = (0..3 * rs + 500).map(|i| (i % 251) as u8).collect();
+    let a = file(&fs, &r, ROOT_INO, "a", &data);
+    let fin = fs.open(&r, a, libc::O_RDONLY).unwrap();
+    let (b, fout) = fs.create(&r, ROOT_INO, b"b", 0o644, libc::O_RDWR).unwrap();
+    let src = crate::CopyEnd { ino: a, fh: fin, offset: 0 };
+    let dst = crate::CopyEnd { ino: b.ino, fh: fout, offset: 0 };
+    let mtime = fs.getattr(b.ino).unwrap().mtime;
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(fs.copy_file_range(&r, src, dst, 1 << 30, 0).unwrap(), data.len() as u64);
+    assert_eq!(fs.read(b.ino, 0, data.len() as u32 + 10).unwrap(), data);
+    assert!(fs.getattr(b.ino).unwrap().mtime > mtime, "the target is modified");
+    fs.sync().unwrap();
+    let shared = |ino| fs.engine().extents(ino).unwrap().into_iter().take(3).map(|(_, e)| e).collect::<Vec<_>>();
+    assert_eq!(shared(a), shared(b.ino));
+    // past the source's end: nothing
+    assert_eq!(fs.copy_file_range(&r, CopyEnd { offset: 10 * rs, ..src }, dst, 10, 0).unwrap(), 0);
+    // the target's handle must write; flags must be 0; handles must match the nodes
+    let ro = fs.open(&r, b.ino, libc::O_RDONLY).unwrap();
+    assert_eq!(errno(fs.copy_file_range(&r, src, CopyEnd { fh: ro, ..dst }, 10, 0)), libc::EBADF);
+    assert_eq!(errno(fs.copy_file_range(&r, src, dst, 10, 1)), libc::EINVAL);
+    assert_eq!(errno(fs.copy_file_range(&r, CopyEnd { fh: fout, ..src }, dst, 10, 0)), libc::EBADF);
+    // overlapping ranges of one file
+    let self_dst = crate::CopyEnd { ino: b.ino, fh: fout, offset: 10 };
+    let self_src = crate::CopyEnd { ino: b.ino, fh: fout, offset: 0 };
+    assert_eq!(errno(fs.copy_file_range(&r, self_src, self_dst, 100, 0)), libc::EINVAL);
+    for fh in [fin, fout, ro] {
+        fs.release(fh).unwrap();
+    }
+}

@@ -83,6 +83,7 @@ pub mod op {
     pub const READDIRPLUS: u32 = 44;
     pub const RENAME2: u32 = 45;
     pub const LSEEK: u32 = 46;
+    pub const COPY_FILE_RANGE: u32 = 47;
 }
 
 /// `fuse_setattr_in.valid` bits.
@@ -176,6 +177,7 @@ pub fn arg_len(opcode: u32) -> usize {
         op::READ | op::WRITE | op::READDIR | op::READDIRPLUS => 40,
         op::RELEASE | op::RELEASEDIR | op::FLUSH | op::LSEEK => 24,
         op::FALLOCATE | op::IOCTL => 32,
+        op::COPY_FILE_RANGE => 56,
         op::INIT => INIT_IN_LEN,
         _ => 0,
     }
@@ -384,6 +386,17 @@ pub enum Op<'a> {
         offset: i64,
         whence: i32,
     },
+    /// `fuse_copy_file_range_in`: from the request's node (handle `fh_in`, at `off_in`) to
+    /// node `nodeid_out` (handle `fh_out`, at `off_out`)
+    CopyFileRange {
+        fh_in: u64,
+        off_in: u64,
+        nodeid_out: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+        flags: u64,
+    },
     /// chattr/lsattr (FS_IOC_GETFLAGS/SETFLAGS and FS_IOC_FSGETXATTR): `input` is the
     /// ioctl's input bytes, `out_size` what the caller's buffer takes
     Ioctl {
@@ -500,6 +513,15 @@ pub fn decode<'a>(opcode: u32, arg: &'a [u8], payload: &'a [u8]) -> Result<Op<'a
         op::DESTROY => Op::Destroy,
         op::FALLOCATE => Op::Fallocate { offset: a.u64(8)?, length: a.u64(16)?, mode: a.u32(24)? as i32 },
         op::LSEEK => Op::Lseek { offset: a.u64(8)? as i64, whence: a.u32(16)? as i32 },
+        op::COPY_FILE_RANGE => Op::CopyFileRange {
+            fh_in: a.u64(0)?,
+            off_in: a.u64(8)?,
+            nodeid_out: a.u64(16)?,
+            fh_out: a.u64(24)?,
+            off_out: a.u64(32)?,
+            len: a.u64(40)?,
+            flags: a.u64(48)?,
+        },
         // fuse_ioctl_in: fh 0, flags 8, cmd 12, arg 16, in_size 24, out_size 28; the input
         // follows as the payload
         op::IOCTL => {

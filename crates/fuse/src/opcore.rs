@@ -337,11 +337,12 @@ impl OpCore {
         }
     }
 
-    /// Whether handling request `h` may wait long (module doc): an FSYNC (a txg commit) or
-    /// a WRITE into a QoS tree (its admission). The transports hand these to a helper.
+    /// Whether handling request `h` may wait long (module doc): an FSYNC (a txg commit), a
+    /// COPY_FILE_RANGE (commits the source's dirty records before sharing them) or a WRITE
+    /// into a QoS tree (its admission). The transports hand these to a helper.
     pub fn may_wait(&self, h: &InHeader) -> bool {
         match h.opcode {
-            op::FSYNC | op::FSYNCDIR => true,
+            op::FSYNC | op::FSYNCDIR | op::COPY_FILE_RANGE => true,
             op::WRITE => self.fs.in_qos_tree(h.nodeid),
             _ => false,
         }
@@ -534,6 +535,15 @@ impl OpCore {
             Op::Destroy => Reply::Empty,
             Op::Fallocate { offset, length, mode } => empty(fs.fallocate(&c, ino, offset, length, mode)),
             Op::Lseek { offset, whence } => self.lseek(ino, offset, whence),
+            Op::CopyFileRange { fh_in, off_in, nodeid_out, fh_out, off_out, len, flags } => {
+                let src = squeezefs_fs::CopyEnd { ino, fh: fh_in, offset: off_in };
+                let dst = squeezefs_fs::CopyEnd { ino: nodeid_out, fh: fh_out, offset: off_out };
+                match fs.copy_file_range(&c, src, dst, len, flags) {
+                    // at most `MAX_COPY`, which fits
+                    Ok(n) => Reply::Written(n as u32),
+                    Err(e) => Reply::Error(errno(&e)),
+                }
+            }
             Op::Ioctl { cmd, input, out_size } => match fs.ioctl(&c, ino, cmd, input, out_size) {
                 Ok(data) => {
                     let mut body = vec![0u8; abi::IOCTL_OUT_LEN];

@@ -103,6 +103,7 @@ pub fn op_name(opcode: u32) -> String {
         op::READDIRPLUS => "READDIRPLUS",
         op::RENAME2 => "RENAME2",
         op::LSEEK => "LSEEK",
+        op::COPY_FILE_RANGE => "COPY_FILE_RANGE",
         _ => return format!("OPCODE_{opcode}"),
     };
     known.to_string()

@@ -109,7 +109,7 @@ const HEAVY_WRITE: u32 = 32 * 1024;
 /// request thread handles them as SCHED_OTHER. `payload` is the request's payload length.
 pub(crate) fn is_heavy(opcode: u32, payload: u32) -> bool {
     match opcode {
-        op::READ | op::READDIR | op::READDIRPLUS | op::FALLOCATE => true,
+        op::READ | op::READDIR | op::READDIRPLUS | op::FALLOCATE | op::COPY_FILE_RANGE => true,
         op::WRITE => payload >= HEAVY_WRITE,
         _ => false,
     }

@@ -196,7 +196,7 @@ impl Fs {
 
     /// What the kernel's file_modified() does after a write or fallocate: mtime and ctime
     /// now, setuid/setgid dropped as `perm::mode_after_write` decides for the writer.
-    fn file_modified(&self, c: &Creds, ino: Ino) -> Result<()> {
+    pub(crate) fn file_modified(&self, c: &Creds, ino: Ino) -> Result<()> {
         let now = time::now();
         self.engine.update_attr(ino, |a| -> Result<((), bool)> {
             a.mtime = now;
