@@ -89,8 +89,8 @@ fn cp_inside_a_mount_shares_the_data_and_is_fast() {
     syncfs(&m.path("a"));
     let outside = t.elapsed().as_secs_f64();
     let before = data_bytes(&m);
-    // coreutils before 9.7 take a file whose blocks are fewer than its size asks for (every
-    // compressed file) for a sparse one and copy it by read and write, never trying
+    // coreutils 9.1 takes a file whose blocks are fewer than its size asks for (every
+    // compressed file) for a sparse one and copies it by read and write, never trying
     // copy_file_range; `--sparse=never` skips that guess (docs/usage.md)
     let t = Instant::now();
     cp(&m.path("a"), &m.path("b"), &["--sparse=never"]);

@@ -504,3 +504,90 @@ fn a_pool_with_bundles_from_before_bundle_sizes_keeps_them_within_a_record() {
     within_a_record(&e);
     clean(&e);
 }
+
+const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pool-v1-shared-records");
+
+/// The files of the pool with shared records (README.md of the fixture): `a` 10 records of
+/// 128 KiB and a tail of 5000 bytes, `b` its copy, `c` records 2..6 of `a` at record 1.
+fn shared_files() -> (Vec<u8>, Vec<u8>) {
+    let mut a = lines(200_000, |i| format!("shared line {i}\n"));
+    a.truncate(10 * 131072 + 5000);
+    let mut c = vec![0u8; 131072];
+    c.extend_from_slice(&a[2 * 131072..6 * 131072]);
+    (a, c)
+}
+
+/// Makes tests/fixtures/pool-v1-shared-records (run by hand with SQUEEZEFS_MAKE_FIXTURE set
+/// to an empty directory, then `zstd -19` its files; never regenerate a frozen fixture).
+#[test]
+#[ignore]
+fn make_shared_records_fixture() {
+    let pool = std::path::PathBuf::from(std::env::var("SQUEEZEFS_MAKE_FIXTURE").unwrap());
+    Engine::mkfs(&pool, &MkfsOptions { meta_copies: Some(1), ..Default::default() }).unwrap();
+    let e = Engine::open(&pool, &OpenOptions { compression: "zstd:3".parse().unwrap(), ..fast_opts() }).unwrap();
+    let (a, _) = shared_files();
+    let ia = create(&e, "a");
+    e.write(ia, 0, &a).unwrap();
+    e.sync().unwrap();
+    let ib = create(&e, "b");
+    e.share_range(ia, 0, ib, 0, a.len() as u64).unwrap();
+    let ic = create(&e, "c");
+    e.share_range(ia, 2 * 131072, ic, 131072, 4 * 131072).unwrap();
+    e.close().unwrap();
+}
+
+/// A pool whose files share records (this build's format of `refcounts` and
+/// `SHARED_RECORDS`) reads back, counts its references as it was written, and frees the
+/// shared records only with their last file.
+#[test]
+fn a_pool_with_shared_records_reads_back_and_frees_them_with_their_last_file() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    std::fs::create_dir_all(&pool).unwrap();
+    for entry in std::fs::read_dir(SHARED).unwrap() {
+        let p = entry.unwrap().path();
+        if let Some(name) = p.file_name().unwrap().to_str().unwrap().strip_suffix(".zst") {
+            std::fs::write(pool.join(name), zstd::decode_all(&std::fs::read(&p).unwrap()[..]).unwrap()).unwrap();
+        }
+    }
+    assert_ne!(incompat(&pool) & squeezefs_meta::Features::INCOMPAT_SHARED_RECORDS, 0);
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    let (a, c) = shared_files();
+    let (ia, ib, ic) = (file(&e, ROOT_INO, "a"), file(&e, ROOT_INO, "b"), file(&e, ROOT_INO, "c"));
+    assert_eq!(read_all(&e, ia), a);
+    assert_eq!(read_all(&e, ib), a);
+    assert_eq!(read_all(&e, ic), c);
+    let dev = |ino: Ino| -> Vec<DeviceExtent> {
+        e.extents(ino)
+            .unwrap()
+            .into_iter()
+            .map(|(_, x)| match x.stored {
+                StoredRecord::Device(d) => d,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    let xa = dev(ia);
+    let counts: Vec<u64> = xa.iter().map(|x| e.references(x).unwrap()).collect();
+    assert_eq!(counts, [2, 2, 3, 3, 3, 3, 2, 2, 2, 2, 1]);
+    let f = e.fsck().unwrap();
+    assert!(f.is_clean(), "{:?}", f.problems);
+    assert_eq!(f.shared_records, 10);
+    let used = |e: &Engine| -> u64 { e.device_stats().iter().map(|d| d.used_bytes).sum() };
+    let before = used(&e);
+    for name in ["a", "b"] {
+        e.meta_write(|tx| {
+            let (ino, _) = tx.dir_remove(ROOT_INO, name.as_bytes())?;
+            tx.delete_inode(ino)
+        })
+        .unwrap();
+    }
+    e.sync().unwrap();
+    assert_eq!(read_all(&e, ic), c);
+    let kept: u64 = xa[2..6].iter().map(|x| u64::from(x.psize)).sum();
+    assert_eq!(used(&e), kept, "only c's records are left");
+    assert!(before > used(&e));
+    let f = e.fsck().unwrap();
+    assert!(f.is_clean(), "{:?}", f.problems);
+    assert_eq!(f.shared_records, 0);
+}
