@@ -821,6 +821,23 @@ mod tests {
         assert_eq!(decode(op::BATCH_FORGET, &f, &[0; 32]), Err(libc::EINVAL), "count beyond the payload");
     }
 
+    /// `fuse_copy_file_range_in`: seven u64 at 0, 8, …, 48, in the kernel's order.
+    #[test]
+    fn copy_file_range_in_decodes_its_fields_in_order() {
+        let mut a = vec![0u8; arg_len(op::COPY_FILE_RANGE)];
+        assert_eq!(a.len(), 56);
+        for (i, v) in [11u64, 22, 33, 44, 55, 66, 77].into_iter().enumerate() {
+            a[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        match decode(op::COPY_FILE_RANGE, &a, &[]) {
+            Ok(Op::CopyFileRange { fh_in, off_in, nodeid_out, fh_out, off_out, len, flags }) => {
+                assert_eq!((fh_in, off_in, nodeid_out, fh_out, off_out, len, flags), (11, 22, 33, 44, 55, 66, 77));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(decode(op::COPY_FILE_RANGE, &a[..55], &[]).err(), Some(libc::EINVAL));
+    }
+
     #[test]
     fn batch_forget_lists_its_pairs() {
         let mut f = vec![0u8; 8];

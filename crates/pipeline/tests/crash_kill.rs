@@ -2,7 +2,9 @@
 //! random offsets, fsyncs), logging what it is about to write and what fsync acknowledged;
 //! the parent kills it at random moments, reopens the pool and checks that every
 //! acknowledged byte is intact, nothing is garbage (see `crash_common`), every checksum
-//! verifies (scrub) and the metadata is consistent (fsck).
+//! verifies (scrub) and the metadata is consistent (fsck). Among the writes the child copies
+//! ranges between files with `Engine::share_range` (sharing their records where they line up),
+//! committing before and after each copy.
 //!
 //! The child is this test binary itself, re-executed with `SQZ_CRASH_CHILD_*` variables set
 //! and told to run only `crash_child_process`; that works under `cargo test` on a fresh
@@ -76,6 +78,25 @@ fn child_main(pool: &Path, log_path: &Path, seed: u64) {
             4..=7 => 4096 + rng.below(124 * 1024),
             _ => 128 * 1024 + rng.below(384 * 1024),
         };
+        if rng.below(25) == 0 {
+            // a copy that shares records (offsets on record boundaries half the time),
+            // between two commits so that its source is exactly the acknowledged state
+            let to = rng.below(FILES as u64) as usize;
+            if let (Some(src), Some(dst_ino)) = (inos[file], inos[to]) {
+                let align =
+                    |x: u64, r: &mut SplitMix64| if r.below(2) == 0 { x / (128 << 10) * (128 << 10) } else { x };
+                let (coff, cdst) = (align(rng.below(MAX_OFFSET), &mut rng), align(rng.below(MAX_OFFSET), &mut rng));
+                let clen = 1 + rng.below(512 * 1024);
+                if file != to || coff + clen <= cdst || cdst + clen <= coff {
+                    engine.sync().expect("sync");
+                    rec(LogRec::SyncAll, true);
+                    rec(LogRec::Copy { from: file, to, off: coff, dst: cdst, len: clen }, false);
+                    engine.share_range(src, coff, dst_ino, cdst, clen).expect("copy");
+                    engine.sync().expect("sync");
+                    rec(LogRec::SyncAll, true);
+                }
+            }
+        }
         let wseed = seed.wrapping_mul(1_000_003).wrapping_add(n);
         rec(LogRec::Write { file, off, len, seed: wseed }, false);
         engine.write(ino, off, &content(wseed, len)).expect("write");
@@ -124,13 +145,24 @@ fn workload_without_kills_reads_back_exactly() {
         };
         engine.write(inos[file], off, &content(n, len)).expect("write");
         apply_write(&mut model[file], off, len, n);
+        if rng.below(25) == 0 {
+            let to = rng.below(FILES as u64) as usize;
+            let (coff, cdst, clen) =
+                (rng.below(MAX_OFFSET) / 131072 * 131072, rng.below(MAX_OFFSET), 1 + rng.below(512 * 1024));
+            let cdst = if rng.below(2) == 0 { cdst / 131072 * 131072 } else { cdst };
+            if file != to || coff + clen <= cdst || cdst + clen <= coff {
+                engine.share_range(inos[file], coff, inos[to], cdst, clen).expect("copy");
+                let src = model[file].clone();
+                apply_copy(&src, &mut model[to], coff, cdst, clen);
+            }
+        }
         if rng.below(20) == 0 {
             engine.fsync(inos[file]).expect("fsync");
         }
         if n % 100 == 99 {
             // reads see the latest writes at once, whatever txg they are in
             let got = read_all(&engine, inos[file]).expect("read");
-            let exact = FileExpect { acked: Some(model[file].clone()), pending: Vec::new() };
+            let exact = FileExpect { acked: Some(model[file].clone()), ..Default::default() };
             if let Err(msg) = check_file(&format!("f{file}"), &exact, Some(&got)) {
                 panic!("after write {n}, before reopen: {msg}");
             }
@@ -143,7 +175,7 @@ fn workload_without_kills_reads_back_exactly() {
     for (i, m) in model.iter().enumerate() {
         let got = read_all(&engine, inos[i]).expect("read");
         if let Err(msg) =
-            check_file(&format!("f{i}"), &FileExpect { acked: Some(m.clone()), pending: Vec::new() }, Some(&got))
+            check_file(&format!("f{i}"), &FileExpect { acked: Some(m.clone()), ..Default::default() }, Some(&got))
         {
             panic!("after reopen: {msg}");
         }

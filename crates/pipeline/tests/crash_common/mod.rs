@@ -47,6 +47,9 @@ pub enum LogRec {
     Fsync(usize),
     /// `Engine::sync` returned Ok.
     SyncAll,
+    /// Intent: `Engine::share_range` of `len` bytes at `off` of `f{from}` to `dst` of
+    /// `f{to}` is about to be issued (the child commits everything before and after it).
+    Copy { from: usize, to: usize, off: u64, dst: u64, len: u64 },
 }
 
 impl fmt::Display for LogRec {
@@ -57,6 +60,7 @@ impl fmt::Display for LogRec {
             LogRec::Write { file, off, len, seed } => write!(f, "W {file} {off} {len} {seed}"),
             LogRec::Fsync(i) => write!(f, "S {i}"),
             LogRec::SyncAll => write!(f, "A"),
+            LogRec::Copy { from, to, off, dst, len } => write!(f, "K {from} {to} {off} {dst} {len}"),
         }
     }
 }
@@ -81,6 +85,13 @@ pub fn parse_log(text: &str) -> Vec<LogRec> {
             },
             Some("S") => LogRec::Fsync(num(1).expect("S file") as usize),
             Some("A") => LogRec::SyncAll,
+            Some("K") => LogRec::Copy {
+                from: num(1).expect("K from") as usize,
+                to: num(2).expect("K to") as usize,
+                off: num(3).expect("K off"),
+                dst: num(4).expect("K dst"),
+                len: num(5).expect("K len"),
+            },
             other => panic!("bad log line {other:?}: {line:?}"),
         };
         out.push(rec);
@@ -95,6 +106,21 @@ pub struct FileExpect {
     pub acked: Option<Vec<u8>>,
     /// Writes issued after the last acknowledgement, in order: (offset, len, seed).
     pub pending: Vec<(u64, u64, u64)>,
+    /// Copies into the file issued after the last acknowledgement: (offset, the bytes).
+    pub pending_bytes: Vec<(u64, Vec<u8>)>,
+}
+
+/// What a copy of `len` bytes at `off` of `src` puts at `dst` of `buf`: the source's bytes up
+/// to its end, as `Engine::share_range` copies them; returns them.
+pub fn apply_copy(src: &[u8], buf: &mut Vec<u8>, off: u64, dst: u64, len: u64) -> Vec<u8> {
+    let n = len.min((src.len() as u64).saturating_sub(off)) as usize;
+    let bytes = src[off as usize..off as usize + n].to_vec();
+    let end = dst as usize + n;
+    if n > 0 && buf.len() < end {
+        buf.resize(end, 0);
+    }
+    buf[dst as usize..end].copy_from_slice(&bytes);
+    bytes
 }
 
 /// Apply a write of `content(seed, len)` at `off` to `buf`.
@@ -113,11 +139,12 @@ pub fn apply_write(buf: &mut Vec<u8>, off: u64, len: u64, seed: u64) {
 pub fn expectations(baseline: &[Option<Vec<u8>>], log: &[LogRec]) -> Vec<FileExpect> {
     let mut cur: Vec<Option<Vec<u8>>> = baseline.to_vec();
     let mut exp: Vec<FileExpect> =
-        baseline.iter().map(|b| FileExpect { acked: b.clone(), pending: Vec::new() }).collect();
+        baseline.iter().map(|b| FileExpect { acked: b.clone(), ..Default::default() }).collect();
     let ack = |i: usize, cur: &[Option<Vec<u8>>], exp: &mut [FileExpect]| {
         if cur[i].is_some() {
             exp[i].acked = cur[i].clone();
             exp[i].pending.clear();
+            exp[i].pending_bytes.clear();
         }
     };
     for rec in log {
@@ -131,6 +158,11 @@ pub fn expectations(baseline: &[Option<Vec<u8>>], log: &[LogRec]) -> Vec<FileExp
             LogRec::Write { file, off, len, seed } => {
                 apply_write(cur[file].get_or_insert_with(Vec::new), off, len, seed);
                 exp[file].pending.push((off, len, seed));
+            }
+            LogRec::Copy { from, to, off, dst, len } => {
+                let src = cur[from].clone().unwrap_or_default();
+                let bytes = apply_copy(&src, cur[to].get_or_insert_with(Vec::new), off, dst, len);
+                exp[to].pending_bytes.push((dst, bytes));
             }
             LogRec::Fsync(i) => ack(i, &cur, &mut exp),
             LogRec::SyncAll => {
@@ -155,7 +187,14 @@ pub fn check_file(name: &str, exp: &FileExpect, actual: Option<&[u8]>) -> Result
     if data.len() < acked.len() {
         return Err(format!("{name}: size {} is below the acknowledged size {}", data.len(), acked.len()));
     }
-    let max_end = exp.pending.iter().map(|&(o, l, _)| (o + l) as usize).chain([acked.len()]).max().unwrap_or(0);
+    let max_end = exp
+        .pending
+        .iter()
+        .map(|&(o, l, _)| (o + l) as usize)
+        .chain(exp.pending_bytes.iter().map(|(o, b)| *o as usize + b.len()))
+        .chain([acked.len()])
+        .max()
+        .unwrap_or(0);
     if data.len() > max_end {
         return Err(format!("{name}: size {} is beyond anything written ({} bytes at most)", data.len(), max_end));
     }
@@ -164,6 +203,14 @@ pub fn check_file(name: &str, exp: &FileExpect, actual: Option<&[u8]>) -> Result
         for j in 0..len {
             let p = (off + j) as usize;
             if p < data.len() && !explained[p] && data[p] == content_byte(seed, j) {
+                explained[p] = true;
+            }
+        }
+    }
+    for (off, bytes) in &exp.pending_bytes {
+        for (j, &b) in bytes.iter().enumerate() {
+            let p = *off as usize + j;
+            if p < data.len() && !explained[p] && data[p] == b {
                 explained[p] = true;
             }
         }
