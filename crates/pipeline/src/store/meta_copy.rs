@@ -217,6 +217,9 @@ impl CopyFile {
     }
 
     pub fn sync(&self) -> std::io::Result<()> {
+        if let Some(c) = &self.cut {
+            c.wait_for_gate(&self.path);
+        }
         self.before_change(Change::Sync)?;
         self.file.sync_data()
     }
@@ -233,9 +236,15 @@ pub enum Change {
 /// sync fails (the code under test stops where it stands), and `crash_image` puts each
 /// file back as a power loss could leave it, every change since that file's last sync
 /// dropped, kept or torn at 512-byte sectors (seeded).
+///
+/// It also checks the copies' ordering: `most_unsynced` is the largest number of files
+/// that were between two syncs at once, and a test can hold one file's syncs back
+/// (`hold_syncs_of`) to see what goes on meanwhile.
 #[derive(Debug, Default)]
 pub struct PowerCut {
     state: parking_lot::Mutex<CutState>,
+    gate: parking_lot::Mutex<Option<PathBuf>>,
+    gate_opened: parking_lot::Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -243,6 +252,7 @@ struct CutState {
     left: Option<u64>,
     /// per file, the changes since its last sync: (offset, bytes before) or a length before
     undo: std::collections::BTreeMap<PathBuf, Vec<Undo>>,
+    most_unsynced: usize,
 }
 
 #[derive(Debug)]
@@ -281,7 +291,31 @@ impl PowerCut {
                 undo.push(Undo::Len(len, tail));
             }
         }
+        let unsynced = st.undo.values().filter(|u| !u.is_empty()).count();
+        st.most_unsynced = st.most_unsynced.max(unsynced);
         Ok(())
+    }
+
+    /// The most files that were between two syncs at the same time.
+    pub fn most_unsynced(&self) -> usize {
+        self.state.lock().most_unsynced
+    }
+
+    /// Syncs of `path` wait until `release_syncs`.
+    pub fn hold_syncs_of(&self, path: &Path) {
+        *self.gate.lock() = Some(path.to_path_buf());
+    }
+
+    pub fn release_syncs(&self) {
+        *self.gate.lock() = None;
+        self.gate_opened.notify_all();
+    }
+
+    fn wait_for_gate(&self, path: &Path) {
+        let mut g = self.gate.lock();
+        while g.as_deref() == Some(path) {
+            self.gate_opened.wait(&mut g);
+        }
     }
 
     /// Rewrite every file as the cut leaves it (type comment).

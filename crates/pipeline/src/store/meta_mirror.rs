@@ -7,10 +7,14 @@
 //!
 //! Crash consistency: copy 0 takes every write; at each `sync_data` its sums are written and
 //! it is synced, and only then are the blocks changed since the last sync copied to copy 1,
-//! which is synced in turn by a worker thread while redb goes on. The next write, resize or
-//! sync waits for that worker. So at any instant at most one copy is between two syncs: a
-//! crash leaves the other complete and consistent (copy 0 at the last sync redb was told
-//! was durable, or copy 1 at the one before, whose commit was not yet acknowledged).
+//! which is synced in turn by a worker thread while redb goes on. Writes that come while the
+//! worker runs are held in memory (the overlay, bounded by [`OVERLAY_MAX`]) and reach copy 0
+//! only once the worker is done, at the next sync or at the first write after it; a resize,
+//! a sync or a full overlay waits for the worker. So at any instant at most one copy is
+//! between two syncs: a crash leaves the other complete and consistent (copy 0 at the last
+//! sync redb was told was durable, or copy 1 at the one before, whose commit was not yet
+//! acknowledged), and a commit's writes overlap the previous commit's copy to copy 1: only
+//! its sync waits for that copy, and only for what is left of it.
 //!
 //! A clean close writes a header with the same random stamp to every copy. An open that
 //! finds every header clean with one stamp trusts the copies to be equal and checks blocks
@@ -122,6 +126,11 @@ fn lost_error(paths: &[PathBuf], l: u64) -> Error {
     )
 }
 
+/// Bytes of writes the overlay holds at most while copy 1 is being synced; a write past it
+/// waits for the worker. A commit of redb writes a few pages per changed table and its
+/// header, so this bounds only the largest commits (an import of many files at once).
+pub const OVERLAY_MAX: usize = 32 << 20;
+
 /// A sync's changes still to be copied to copy 1.
 struct Job {
     /// (block, its checksum)
@@ -159,6 +168,9 @@ struct State {
     primary: usize,
     /// copies that may serve a read of a block bad in the primary
     usable: Vec<bool>,
+    /// blocks written while the worker copied the last sync, not yet in copy 0 (module
+    /// comment): newer than copy 0's bytes of them
+    overlay: std::collections::BTreeMap<u64, Box<[u8]>>,
 }
 
 /// What a `Mirror` and its owner share: the copies, and the counts of what was repaired.
@@ -545,6 +557,7 @@ impl Shared {
                 resized: false,
                 primary,
                 usable,
+                overlay: std::collections::BTreeMap::new(),
             }),
             mirroring,
             to_worker: Mutex::new(to_worker),
@@ -595,6 +608,10 @@ impl Shared {
 
     /// Logical block `l` into `buf`, checked; from another copy when the primary's is bad.
     fn read_block(&self, st: &mut State, l: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        if let Some(b) = st.overlay.get(&l) {
+            buf.copy_from_slice(b);
+            return Ok(());
+        }
         let p = st.primary;
         if !st.unknown.contains(&l) {
             let ok = self.files[p].read_at(data_offset(l), buf).is_ok();
@@ -628,6 +645,56 @@ impl Shared {
         log::error!("{}: metadata block {l} is damaged in every copy", self.files[p].path.display());
         self.lost_reads.lock().insert(l);
         Err(lost_error(&self.paths(), l))
+    }
+
+    /// Whether copy 1 is being written and synced now.
+    fn mirroring(&self) -> bool {
+        self.mirroring.state.lock().busy
+    }
+
+    /// Get ready to change copy 0: while the worker runs and the overlay has room the
+    /// change goes to the overlay (`false`); else wait for the worker and move the overlay
+    /// into copy 0 (`true`: write to copy 0).
+    fn ready_to_write(&self, st: &mut State, bytes: usize) -> std::io::Result<bool> {
+        if self.mirroring() && st.overlay.len() * BLOCK + bytes <= OVERLAY_MAX {
+            return Ok(false);
+        }
+        self.wait_mirrored()?;
+        self.drain_overlay(st)?;
+        Ok(true)
+    }
+
+    /// Write the overlay's blocks to copy 0, a run of consecutive blocks within one group
+    /// as one write; the worker must be idle.
+    fn drain_overlay(&self, st: &mut State) -> std::io::Result<()> {
+        while let Some((&first, _)) = st.overlay.first_key_value() {
+            let mut run = Vec::new();
+            let mut l = first;
+            while let Some(b) = st.overlay.get(&l) {
+                if l != first && l % PER_GROUP == 0 {
+                    break;
+                }
+                run.extend_from_slice(b);
+                l += 1;
+            }
+            self.files[0].write_at(data_offset(first), &run)?;
+            for k in first..l {
+                st.overlay.remove(&k);
+            }
+        }
+        Ok(())
+    }
+
+    /// Put whole blocks `l..` (`data`, a multiple of BLOCK within one group) where
+    /// `ready_to_write` said.
+    fn put_blocks(&self, st: &mut State, direct: bool, l: u64, data: &[u8]) -> std::io::Result<()> {
+        if direct {
+            return self.files[0].write_at(data_offset(l), data);
+        }
+        for (k, b) in data.chunks_exact(BLOCK).enumerate() {
+            st.overlay.insert(l + k as u64, b.into());
+        }
+        Ok(())
     }
 
     fn mark(&self, st: &mut State, l: u64) {
@@ -691,8 +758,10 @@ impl redb::StorageBackend for Mirror {
 
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         let s = &*self.0;
+        // only this writer starts the worker, so it stays idle once waited for
         s.wait_mirrored()?;
         let mut st = s.state.lock();
+        s.drain_overlay(&mut st)?;
         let (old, new) = (st.sums.len() as u64, len.div_ceil(BLOCK as u64));
         if new < old {
             st.sums.truncate(new as usize);
@@ -729,6 +798,7 @@ impl redb::StorageBackend for Mirror {
         s.wait_mirrored()?;
         let job = {
             let mut st = s.state.lock();
+            s.drain_overlay(&mut st)?;
             let blocks = st.sums.len() as u64;
             let mut groups = Vec::new();
             for &g in &st.dirty_groups {
@@ -760,11 +830,11 @@ impl redb::StorageBackend for Mirror {
 
     fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
         let s = &*self.0;
-        s.wait_mirrored()?;
         let mut st = s.state.lock();
         if offset + data.len() as u64 > st.len {
             return Err(Error::new(ErrorKind::InvalidInput, "write past the end of the metadata store"));
         }
+        let direct = s.ready_to_write(&mut st, data.len().next_multiple_of(BLOCK) + BLOCK)?;
         let mut done = 0usize;
         let mut buf = vec![0u8; BLOCK];
         while done < data.len() {
@@ -780,7 +850,7 @@ impl redb::StorageBackend for Mirror {
                     st.sums[l as usize + k] = block_sum(b);
                     s.mark(&mut st, l + k as u64);
                 }
-                s.files[0].write_at(data_offset(l), run)?;
+                s.put_blocks(&mut st, direct, l, run)?;
                 done += whole * BLOCK;
             } else {
                 let n = (BLOCK - skip).min(data.len() - done);
@@ -788,7 +858,7 @@ impl redb::StorageBackend for Mirror {
                 buf[skip..skip + n].copy_from_slice(&data[done..done + n]);
                 st.sums[l as usize] = block_sum(&buf);
                 s.mark(&mut st, l);
-                s.files[0].write_at(data_offset(l), &buf)?;
+                s.put_blocks(&mut st, direct, l, &buf)?;
                 done += n;
             }
         }
@@ -1086,12 +1156,61 @@ mod tests {
                     }
                     drop(db);
                 }
+                assert!(cut.most_unsynced() <= 1, "both copies were between two syncs at once");
                 cut.crash_image(seed).unwrap();
                 cuts += 1;
                 check_after(&p, acked);
             }
         }
         assert!(cuts > 50);
+    }
+
+    /// A commit's writes go on while copy 1 takes the commit before (they wait in memory),
+    /// reads see them, and only the next sync waits for copy 1; copy 0 stays as synced
+    /// until then.
+    #[test]
+    fn writes_after_a_sync_do_not_wait_for_the_second_copy() {
+        let d = tempfile::tempdir().unwrap();
+        let p = paths(d.path());
+        create(&p).unwrap();
+        let cut = Arc::new(PowerCut::default());
+        let m = Mirror(Shared::open_with_cut(&p, true, Some(cut.clone())).unwrap());
+        use redb::StorageBackend;
+        m.set_len(8 * BLOCK as u64).unwrap();
+        m.write(0, &vec![1u8; 8 * BLOCK]).unwrap();
+        cut.hold_syncs_of(&p[1]);
+        m.sync_data().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let m2 = m.clone();
+        let writer = std::thread::spawn(move || {
+            m2.write(BLOCK as u64, &vec![2u8; 2 * BLOCK]).unwrap();
+            m2.write(5 * BLOCK as u64 + 100, &[3u8; 10]).unwrap();
+            tx.send(()).unwrap();
+            m2.sync_data().unwrap();
+            tx.send(()).unwrap();
+        });
+        let held = rx.recv_timeout(std::time::Duration::from_secs(20));
+        assert!(held.is_ok(), "a write waited for copy 1's sync");
+        let mut b = vec![0u8; BLOCK];
+        m.read(BLOCK as u64, &mut b).unwrap();
+        assert_eq!(b, vec![2u8; BLOCK]);
+        m.read(5 * BLOCK as u64, &mut b).unwrap();
+        assert_eq!((b[99], b[100], b[109], b[110]), (1, 3, 3, 1));
+        let f0 = CopyFile::open(&p[0], false).unwrap();
+        f0.read_at(data_offset(1), &mut b).unwrap();
+        assert_eq!(b, vec![1u8; BLOCK], "copy 0 changed while copy 1 was being synced");
+        assert!(rx.recv_timeout(std::time::Duration::from_millis(300)).is_err(), "a sync did not wait for copy 1");
+        cut.release_syncs();
+        rx.recv_timeout(std::time::Duration::from_secs(20)).unwrap();
+        writer.join().unwrap();
+        m.close().unwrap();
+        drop(m);
+        assert!(cut.most_unsynced() <= 1);
+        let c = check(&p, false).unwrap();
+        assert!(c.is_clean() && c.copies.iter().all(|c| c.stale_blocks == 0), "{c:?}");
+        let m = Mirror(Shared::open(&p, false).unwrap());
+        m.read(5 * BLOCK as u64, &mut b).unwrap();
+        assert_eq!((b[99], b[100], b[110]), (1, 3, 1));
     }
 
     fn check_after(p: &[PathBuf], acked: u64) {
