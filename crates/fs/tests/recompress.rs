@@ -305,3 +305,37 @@ fn files_with_their_own_record_size_are_converted_record_by_record() {
     assert!(r.is_clean(), "{:?}", r.problems);
     fs.shutdown().unwrap();
 }
+
+/// Background compression leaves records shared between copies as they are (rewriting one
+/// file's would store a second copy); the file's own records are converted. `recompress`
+/// of one file of the pair rewrites that file and leaves the other unchanged.
+#[test]
+fn background_compression_keeps_shared_records_shared() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = new_pool(d.path());
+    let fs = open(&pool, FsConfig::default());
+    let t = mkdir(&fs, ROOT_INO, "t");
+    fs.setxattr(&Creds::root(), t, b"user.squeezefs.background_compression", b"zstd:12", 0).unwrap();
+    let data = text(7, 4 << 17);
+    let a = file(&fs, t, "a", &data);
+    fs.sync().unwrap();
+    let b = file(&fs, t, "b", &[]);
+    fs.engine().share_range(a, 0, b, 0, 2 << 17).unwrap();
+    fs.sync().unwrap();
+    let extents = |ino| fs.engine().extents(ino).unwrap().into_iter().map(|(_, e)| e).collect::<Vec<_>>();
+    let shared = extents(b);
+    // a's records 2 and 3 are its own: only they are pending
+    assert_eq!(fs.background_pending(b"t").unwrap().records, 2);
+    fs.start_background(Some(Duration::from_millis(100)));
+    wait_for("a's own records converted", 120, || fs.background_pending(b"t").unwrap().records == 0);
+    fs.shutdown().unwrap();
+    drop(fs);
+    let fs = open(&pool, FsConfig::default());
+    let extents = |ino| fs.engine().extents(ino).unwrap().into_iter().map(|(_, e)| e).collect::<Vec<_>>();
+    let (xa, xb) = (extents(a), extents(b));
+    assert_eq!(&xa[..2], &shared[..], "the shared records stay");
+    assert_eq!(xb, shared);
+    assert!(xa[2..].iter().all(|e| stored_codec(e).unwrap().to_string() == "zstd:12"), "{xa:?}");
+    assert_eq!(read(&fs, a), data);
+    assert_eq!(read(&fs, b), data[..2 << 17]);
+}

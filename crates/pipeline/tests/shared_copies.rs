@@ -461,3 +461,25 @@ fn a_power_cut_at_any_device_write_among_copies_and_changes() {
     eprintln!("{cut} crash points");
     assert!(cut > 2, "the cuts fell inside the workload");
 }
+
+/// Shared records hold no dirty bytes: past a bound per txg, a copy commits before sharing
+/// more, so one txg never carries an unbounded number of them.
+#[test]
+fn many_shared_records_close_the_txg() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    Engine::mkfs(&pool, &MkfsOptions::default()).unwrap();
+    let o = OpenOptions { txg_timeout: std::time::Duration::from_secs(3600), ..opts() };
+    let e = Engine::open(&pool, &o).unwrap();
+    let (a, b) = (create(&e, "a"), create(&e, "b"));
+    e.write(a, 0, &text(11, 8 * RS as usize)).unwrap();
+    e.sync().unwrap();
+    let before = e.data_txg();
+    for k in 0..8300u64 {
+        e.share_range(a, 0, b, k * 8 * RS, 8 * RS).unwrap();
+    }
+    assert!(e.data_txg() > before, "the copies committed along the way");
+    e.sync().unwrap();
+    assert_eq!(refs(&e, &device_extents(&e, a)[&3]), 8301);
+    assert_clean(&e, "after 66400 shares");
+}

@@ -198,7 +198,7 @@ impl Fs {
             let mut any = false;
             for (_, e) in self.engine.extents(ino)? {
                 let raw_tried = e.alg == 0 && e.birth <= floor;
-                if !raw_tried && wants(&e, target, 0, u64::MAX) {
+                if !raw_tried && wants(&e, target, 0, u64::MAX) && !self.shared_record(&e) {
                     any = true;
                     p.records += 1;
                     p.logical_bytes += u64::from(e.logical);
@@ -383,6 +383,16 @@ impl Fs {
         Ok(Step::Worked)
     }
 
+    /// A record shared with other files (copies, docs/design.md §6.2): background
+    /// compression leaves it as it is, since rewriting one file's would store a second copy
+    /// of it (`squeezefs recompress` does that when asked).
+    fn shared_record(&self, e: &squeezefs_pipeline::ExtentPtr) -> bool {
+        match e.stored {
+            StoredRecord::Device(d) => self.engine.references(&d).is_ok_and(|n| n > 1),
+            _ => false,
+        }
+    }
+
     /// The records of file `ino` (an entry of `dir`) the pass converts, if any.
     fn file_work(&self, dir: Ino, res: &Resolved, ino: Ino, cookie: u64, c: &BgCursor) -> Result<Option<FileWork>> {
         let r = match self.resolve_below(dir, res, ino) {
@@ -399,7 +409,7 @@ impl Fs {
         };
         let records: VecDeque<u64> = extents
             .into_iter()
-            .filter(|(_, e)| wants(e, target, c.floor_txg, c.ceiling_txg))
+            .filter(|(_, e)| wants(e, target, c.floor_txg, c.ceiling_txg) && !self.shared_record(e))
             .map(|(off, _)| off / rs)
             .collect();
         if records.is_empty() {

@@ -45,6 +45,9 @@ pub struct Inner {
     /// source record and shares it into the target's open layer: both files' open layers
     /// then belong to one txg (write/share.rs)
     pub quiesce_gate: crate::base::locks::RwLock<()>,
+    /// records shared into open layers since the last quiesce: they hold no dirty bytes, so
+    /// nothing else bounds how many one txg carries (write/share.rs `MAX_SHARED_PER_TXG`)
+    pub shared_in_txg: AtomicU64,
     /// the smallest record size of any file the data path held since open (the pool's at
     /// first): bounds how many records the dirty bytes in flight can be (`data_meta`)
     smallest_rs: AtomicU64,
@@ -171,6 +174,7 @@ impl Inner {
             recordsizes_on: AtomicBool::new(recordsizes_on),
             shared_on: AtomicBool::new(false),
             quiesce_gate: crate::base::locks::RwLock::new(crate::base::locks::Rank::QuiesceGate, ()),
+            shared_in_txg: AtomicU64::new(0),
             smallest_rs: AtomicU64::new(recordsize),
             max_inline,
             compact_rows,

@@ -75,6 +75,7 @@ fn quiesce(inner: &Inner) -> Frozen {
     // no record is shared between two files' open layers while they are frozen one by one
     // (write/share.rs)
     let _gate = inner.quiesce_gate.write();
+    inner.shared_in_txg.store(0, std::sync::atomic::Ordering::Relaxed);
     let inos = inner.dirty.take_changed();
     let mut out = Vec::with_capacity(inos.len());
     for ino in inos {

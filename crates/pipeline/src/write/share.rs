@@ -26,6 +26,7 @@ use crate::engine::inner::Inner;
 use crate::read::path as read;
 use crate::txg::dirty::{LayerView, Rec};
 use squeezefs_meta::{ExtentPtr, Ino, StoredRecord};
+use std::sync::atomic::Ordering;
 
 /// What one `share_range` did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,6 +43,12 @@ pub struct ShareOutcome {
 /// Records looked up and shared per hold of the quiesce gate: a quiesce waits at most this
 /// many lookups.
 const BATCH: u64 = 256;
+
+/// Records one txg takes shared at most: a shared record holds no dirty bytes, so without
+/// this bound a copy of a huge file would put millions of them (about 100 bytes of memory
+/// each, and an extent row and a count in one commit) into one open txg before its timeout.
+/// Past it, the copy commits before sharing more (65536 records of 128 KiB are 8 GiB).
+const MAX_SHARED_PER_TXG: u64 = 65536;
 
 /// Bytes read and written per step of a data copy.
 const COPY_CHUNK: usize = 1 << 20;
@@ -90,6 +97,9 @@ pub fn share_range(inner: &Inner, src: Ino, src_off: u64, dst: Ino, dst_off: u64
     let mut at = first;
     while at < past {
         let stop = (at + BATCH).min(past);
+        if inner.shared_in_txg.load(Ordering::Relaxed) >= MAX_SHARED_PER_TXG {
+            inner.txg.sync_and_wait(&inner.dirty)?;
+        }
         let _gate = inner.quiesce_gate.read();
         let plans = plan_records(inner, src, at, stop, rs)?;
         let dst_f = inner.file_ref(dst)?;
@@ -134,6 +144,7 @@ pub fn share_range(inner: &Inner, src: Ino, src_off: u64, dst: Ino, dst_off: u64
             changed = true;
         }
         if changed {
+            inner.shared_in_txg.fetch_add(stop - at, Ordering::Relaxed);
             inner.acct.resize_layer(&mut fd.open.bytes, 0, freed);
             // a write that loaded one of these records before is stale (write/data.rs)
             fd.gen += 1;
