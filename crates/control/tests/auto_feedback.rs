@@ -747,3 +747,65 @@ fn the_rate_check_measures_a_steady_short_queue_and_not_a_growing_one() {
     assert!(d.iter().skip(60).all(|d| d.reason != Reason::Explore), "{d:?}");
     assert_eq!(f.rate_ceiling(), None);
 }
+
+#[test]
+fn resume_at_starts_on_the_nearest_rung_and_resume_point_gives_it_back() {
+    let mut f = fb("auto");
+    let spine = f.spine().to_vec();
+    let start = f.position();
+    // every rung of the ladder comes back as itself
+    for (i, c) in spine.iter().enumerate() {
+        f.resume_at(*c);
+        assert_eq!(f.position(), (i + 1) as f64, "{c}");
+        assert_eq!(f.resume_point(), *c);
+    }
+    // raw, `none` and an empty ladder's answer: rung 0
+    f.resume_at(Codec::NONE);
+    assert_eq!((f.position(), f.resume_point()), (0.0, Codec::NONE));
+    // a codec off the ladder goes to the rung nearest it in nominal cost: zstd:9 in a
+    // range up to zstd:3 is its top rung, lz4 in one from zstd:1 its bottom one
+    let mut low = fb("auto:zstd:1..zstd:3");
+    low.resume_at(zstd(9));
+    assert_eq!(low.position(), low.spine().len() as f64);
+    let mut high = fb("auto:zstd:1..zstd:9");
+    high.resume_at(Codec { alg: Algorithm::Lz4, level: 1 });
+    assert_eq!(high.position(), 1.0);
+    // the first decision is at the resumed rung
+    let mut g = fb("auto");
+    g.resume_at(Codec::NONE);
+    let mut now = 0.0;
+    let d = run(&mut g, &mut now, 1, 0.0, false);
+    assert_eq!(d[0].codec, Codec::NONE);
+    assert_ne!(start, 0.0, "the nominal start is not raw: the test would prove nothing");
+}
+
+#[test]
+fn fb_resume_0_keeps_the_nominal_start() {
+    let mut t = rules();
+    t.set("fb_resume=0").unwrap();
+    let Spec::Auto { min, max } = "auto".parse::<Spec>().unwrap() else { unreachable!() };
+    let mut f = Feedback::new(&candidates(min, max), zstd(1), t.clone());
+    let start = f.position();
+    f.resume_at(Codec::NONE);
+    assert_eq!(f.position(), start);
+    let mut a = AutoController::new(min, max, t);
+    let before = a.resume_point();
+    a.resume_at(Codec::NONE);
+    assert_eq!(a.resume_point(), before);
+    assert_ne!(before, Codec::NONE);
+}
+
+#[test]
+fn the_controller_resumes_in_either_mode() {
+    let Spec::Auto { min, max } = "auto".parse::<Spec>().unwrap() else { unreachable!() };
+    for tun in [rules(), Tunables::model()] {
+        let mut a = AutoController::new(min, max, tun.clone());
+        assert_eq!(a.resume_point(), zstd(1), "feedback {}", tun.feedback);
+        a.resume_at(Codec::NONE);
+        assert_eq!(a.resume_point(), Codec::NONE, "feedback {}", tun.feedback);
+        a.resume_at(zstd(1));
+        assert_eq!(a.resume_point(), zstd(1), "feedback {}", tun.feedback);
+    }
+    assert!(Tunables::NAMES.contains(&"fb_resume"));
+    assert!(Tunables::default().set("fb_resume=0.5").is_err());
+}

@@ -94,6 +94,15 @@
 //!   min_gain, records are stored raw and one record every probe_bytes is compressed at x's
 //!   rung (at least the first); a probe that saves min_gain or more ends it.
 //!
+//! RESUME: `resume_point` is the rung the position sits at (x rounded, held to the rate
+//!   check's ceiling when it has one: what the records are written at), and `resume_at(c)`
+//!   puts x on the rung of the ladder nominally nearest c in CPU cost (raw: 0). The engine
+//!   keeps the point of the last write in the pool and starts the next mount's controller
+//!   there: a mount that has measured its device does not spend its first seconds (a whole
+//!   short write) descending from the starting rung. Everything measured stays unknown
+//!   (figures nominal, no device rate), so the rules above move it from there as from any
+//!   position. Tunable fb_resume 0: resume_at does nothing, the start is the nominal one.
+//!
 //! RATE CHECK: while the pipeline is saturated and the queue is at or below its target
 //!   (before any device has a rate: no device is behind), the rung the rules above give is
 //!   checked against the mount's measured intake rate, and held to the strongest rung a
@@ -121,6 +130,7 @@
 //!   split as measured, FLOOR); fb_busy 0.9 (the workers' busy share at which a backlog is
 //!   saturation: see auto/model.rs); fb_gap 0.5 (the descent doubles its pace 4 rungs above
 //!   the floor: from zstd:1 to a rung above raw in about 0.6 s instead of 1.2);
+//!   fb_resume 1 (RESUME; 0: every mount starts at the nominal starting rung);
 //!   queue_target_secs, queue_tau_secs, batch_bytes, min_gain and probe_bytes as the
 //!   model uses them.
 //! ```
@@ -131,7 +141,7 @@ use crate::auto::rate_check::{RateCheck, RateTunables};
 use crate::auto::tunables::Tunables;
 use crate::measure::ewma::{ByteEwma, TimeEwma};
 use crate::measure::meters::{queue_estimate, DRIFT_WINDOW_BYTES, LEVEL_WINDOW_BYTES};
-use squeezefs_codec::Codec;
+use squeezefs_codec::{Algorithm, Codec};
 
 /// Seconds of device queue per second above which the queue counts as growing: the rate
 /// check (auto/rate_check.rs) measures only while it does not.
@@ -187,16 +197,7 @@ impl Feedback {
         let mut pts = vec![Point { cost: 0.0, stored: 1.0 }];
         pts.extend(cands.iter().map(|c| Point::nominal(*c)));
         let spine: Vec<Codec> = lower_hull(&pts).into_iter().filter(|&k| k > 0).map(|k| cands[k - 1]).collect();
-        let start_cost = Point::nominal(start).cost.ln();
-        let x = spine
-            .iter()
-            .enumerate()
-            .min_by(|a, b| {
-                (Point::nominal(*a.1).cost.ln() - start_cost)
-                    .abs()
-                    .total_cmp(&(Point::nominal(*b.1).cost.ln() - start_cost).abs())
-            })
-            .map_or(0.0, |(i, _)| (i + 1) as f64);
+        let x = nearest_rung(&spine, start) as f64;
         let nominal = |figure: fn(Point) -> f64| -> Vec<ByteEwma> {
             spine
                 .iter()
@@ -250,6 +251,21 @@ impl Feedback {
     /// The position: 0 raw, j the j-th rung of the spine.
     pub fn position(&self) -> f64 {
         self.x
+    }
+
+    /// The codec of the rung the position sits at (module comment, RESUME): x rounded,
+    /// no higher than the rate check's ceiling.
+    pub fn resume_point(&self) -> Codec {
+        let r = self.x.round().max(0.0) as usize;
+        self.rung(self.rate_ceiling().map_or(r, |c| c.min(r)))
+    }
+
+    /// Put the position on the rung nominally nearest `codec` (raw or `none`: rung 0);
+    /// nothing under tunable fb_resume 0.
+    pub fn resume_at(&mut self, codec: Codec) {
+        if self.tun.fb_resume != 0 {
+            self.x = nearest_rung(&self.spine, codec) as f64;
+        }
     }
 
     /// The codec of rung `r` (0: raw).
@@ -544,6 +560,17 @@ impl Feedback {
             self.last_probe = self.bytes;
         }
     }
+}
+
+/// The rung of `spine` (1-based; 0 raw) nominally nearest `codec` in CPU cost, by ln of
+/// the cost: raw for a codec that stores raw, and for an empty spine.
+fn nearest_rung(spine: &[Codec], codec: Codec) -> usize {
+    if codec.alg == Algorithm::None {
+        return 0;
+    }
+    let want = Point::nominal(codec).cost.ln();
+    let dist = |c: &Codec| (Point::nominal(*c).cost.ln() - want).abs();
+    spine.iter().enumerate().min_by(|a, b| dist(a.1).total_cmp(&dist(b.1))).map_or(0, |(i, _)| i + 1)
 }
 
 /// The pipeline's CPU beyond the codec as (ns per input byte, ns per stored byte), from its

@@ -131,6 +131,11 @@
 //!     (n·g at most the workers: a burst of records or costs from estimates read 8× here).
 //!   g stays within [gain_min, gain_max].
 //!
+//! RESUME (`resume_point`, `resume_at`): the rung `lo` is where a later mount may start (the
+//!   engine keeps the last write's point in the pool); `resume_at(c)` puts `lo` on the
+//!   candidate nominally nearest c in cost (raw for raw), measurements still unknown. In
+//!   the feedback mode both go to feedback.rs (RESUME). Tunable fb_resume 0: no resume.
+//!
 //! QoS entry (`mix_for_rate`): the strongest mix whose compression throughput on the CPU left
 //!   still meets a target rate, on the same ladder (ladder.rs `strongest_for_rate`).
 //!
@@ -189,6 +194,7 @@
 //!   fb_rate_gain 0.03           strongest rung whose measured intake rate is within 3% of
 //!   fb_rate_hold 1, _max 8      raw's, searched again after a hold of 1 s doubling to 8 s
 //!                               (auto/rate_check.rs)
+//!   fb_resume 1                 a mount starts where the pool's last write ended (RESUME)
 //!   batch_bytes 0               the pipeline sets its txg's early-sync bytes (16 MiB): at
 //!                               20 MB/s that alone is 0.8 s of queue, and a 0.05 s target
 //!                               read it as a device 16 times too slow
@@ -389,6 +395,35 @@ impl AutoController {
     /// capacity the floor took (None: the model decides).
     pub fn position(&self) -> Option<(f64, f64, Option<f64>)> {
         self.feedback.as_ref().map(|f| (f.position(), f.last_floor(), f.device_bound()))
+    }
+
+    /// The codec the controller sits at (block comment, RESUME): what a later mount may
+    /// start at.
+    pub fn resume_point(&self) -> Codec {
+        match &self.feedback {
+            Some(f) => f.resume_point(),
+            None => self.codec(self.lo),
+        }
+    }
+
+    /// Start at the rung of this range nominally nearest `codec` (raw or `none`: raw), as
+    /// `resume_point` gave it on an earlier mount; nothing under tunable fb_resume 0.
+    pub fn resume_at(&mut self, codec: Codec) {
+        if let Some(f) = &mut self.feedback {
+            f.resume_at(codec);
+            return;
+        }
+        if self.tun.fb_resume == 0 || self.cands.is_empty() {
+            return;
+        }
+        self.lo = if codec.alg == Algorithm::None {
+            None
+        } else {
+            let want = Point::nominal(codec).cost.ln();
+            let dist = |i: usize| (self.nominal_ln_cost[i] - want).abs();
+            (0..self.cands.len()).min_by(|&a, &b| dist(a).total_cmp(&dist(b)))
+        };
+        self.acc = 0.0;
     }
 
     /// The queue correction g.
