@@ -114,9 +114,13 @@ pub struct FileExpect {
 /// to its end, as `Engine::share_range` copies them; returns them.
 pub fn apply_copy(src: &[u8], buf: &mut Vec<u8>, off: u64, dst: u64, len: u64) -> Vec<u8> {
     let n = len.min((src.len() as u64).saturating_sub(off)) as usize;
+    if n == 0 {
+        // at or past the source's end: nothing is copied, the target is unchanged
+        return Vec::new();
+    }
     let bytes = src[off as usize..off as usize + n].to_vec();
     let end = dst as usize + n;
-    if n > 0 && buf.len() < end {
+    if buf.len() < end {
         buf.resize(end, 0);
     }
     buf[dst as usize..end].copy_from_slice(&bytes);
