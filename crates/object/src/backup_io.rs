@@ -218,6 +218,7 @@ impl ObjectDevice {
         for id in doomed {
             self.store.delete(&crate::segment::segment_name(id))?;
             self.cache.drop_segment(id);
+            self.readahead.lock().drop_segment(id);
             self.deleted_segments.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())

@@ -105,6 +105,16 @@ impl ReadCache {
         }
     }
 
+    /// Whether blocks are kept at all (capacity above 0).
+    pub fn enabled(&self) -> bool {
+        self.capacity > 0
+    }
+
+    /// Whether block `block` of segment `seg` is in the cache (not checked).
+    pub fn contains(&self, seg: u64, block: u64) -> bool {
+        self.capacity > 0 && self.index.lock().entries.contains_key(&(seg, block))
+    }
+
     /// Block `block` of segment `seg`, if cached and matching `checksum`.
     pub fn get(&self, seg: u64, block: u64, checksum: u64) -> Option<Vec<u8>> {
         if self.capacity == 0 {

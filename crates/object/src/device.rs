@@ -21,6 +21,7 @@ use crate::config::StoreConfig;
 use crate::error::ObjectError;
 use crate::extents::{Extent, Extents, Op, Piece};
 use crate::map::{Commit, MapStore};
+use crate::readahead::ReadAhead;
 use crate::segment::{parse_segment_name, segment_name, SegmentRow, BLOCK, SEGMENT_DIR};
 use crate::spec::ObjectSpec;
 use crate::store::{RequestLimits, Store};
@@ -163,6 +164,7 @@ pub struct ObjectDevice {
     /// held shared by reads from the lookup of their pieces to the end of their GETs, and
     /// exclusively while segment objects are deleted: a read never GETs a deleted object
     pub(crate) gate: parking_lot::RwLock<()>,
+    pub(crate) readahead: Mutex<ReadAhead>,
 }
 
 /// A piece of a read whose bytes are in a committed segment.
@@ -259,6 +261,7 @@ impl ObjectDevice {
             opts,
             stalled_since: Mutex::new(None),
             puts: Default::default(),
+            readahead: Default::default(),
             gets: Default::default(),
             get_bytes: Default::default(),
             repacked_bytes: Default::default(),
@@ -290,6 +293,7 @@ impl ObjectDevice {
     /// Empty the read cache (cold-read measurements, tests).
     pub fn clear_cache(&self) {
         self.cache.clear();
+        *self.readahead.lock() = ReadAhead::default();
     }
 
     /// Seal the open segment and start its upload. Called with the state lock held.
@@ -450,6 +454,7 @@ impl ObjectDevice {
                 self.deleted_segments.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             self.cache.drop_segment(id);
+            self.readahead.lock().drop_segment(id);
             let mut st = self.state.lock();
             st.segments.remove(&id);
             st.deleted.push(id);
@@ -544,8 +549,17 @@ impl ObjectDevice {
                 j += 1;
             }
             let (b0, b1) = (first + i as u64, first + j as u64);
-            let got = self.get_blocks(f, b0, b1)?;
-            for (k, data) in got.into_iter().enumerate() {
+            let mut end = b1;
+            if j == blocks.len() && self.cache.enabled() {
+                let ahead = self.readahead.lock().on_miss(f.seg, b0, b1);
+                let cap = (b1 + ahead).min(f.row.checksums.len() as u64);
+                while end < cap && !self.cache.contains(f.seg, end) {
+                    end += 1;
+                }
+            }
+            // blocks past `b1` only go to the cache (get_blocks keeps every block it got)
+            let got = self.get_blocks(f, b0, end)?;
+            for (k, data) in got.into_iter().take(j - i).enumerate() {
                 blocks[i + k] = Some(data);
             }
             i = j;

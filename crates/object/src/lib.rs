@@ -26,6 +26,7 @@ mod device;
 mod error;
 mod extents;
 mod map;
+mod readahead;
 mod segment;
 mod spec;
 mod store;
