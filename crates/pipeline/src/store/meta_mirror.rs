@@ -1012,7 +1012,10 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = paths(d.path());
         fill(&p, 2);
-        let held = db(&p);
+        let shared = Shared::open(&p, true).unwrap();
+        let held = redb::Builder::new().create_with_backend(Mirror(shared.clone())).unwrap();
+        // the open's last sync may still be going to copy 1
+        shared.wait_mirrored().unwrap();
         // a block of copy 1 that a check would rewrite from copy 0
         smash(&p[1], 3, false);
         let before: Vec<Vec<u8>> = p.iter().map(|f| std::fs::read(f).unwrap()).collect();
@@ -1022,7 +1025,7 @@ mod tests {
         }
         let after: Vec<Vec<u8>> = p.iter().map(|f| std::fs::read(f).unwrap()).collect();
         assert!(before == after, "a refused open changed the copies");
-        drop(held);
+        drop((held, shared));
         read_back(&p, true, 2).unwrap();
     }
 
