@@ -59,6 +59,17 @@ pub const DEFAULT_CACHE_BYTES: u64 = 1 << 30;
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl ObjectOptions {
+    /// `limits` bounded by `stall_timeout`: no single call (retries included) outlasts it,
+    /// so a sync gives up about `stall_timeout` after the store stopped answering, a read of
+    /// data not cached fails in that time too, and neither waits for an answer that never
+    /// comes.
+    pub fn request_limits(&self) -> RequestLimits {
+        let mut l = self.limits.clone();
+        l.retry_timeout = l.retry_timeout.min(self.stall_timeout);
+        l.deadline = Some(l.deadline.map_or(self.stall_timeout, |d| d.min(self.stall_timeout)));
+        l
+    }
+
     /// Defaults, with the read cache in `cache_dir`.
     pub fn new(cache_dir: PathBuf) -> ObjectOptions {
         ObjectOptions {
@@ -102,6 +113,8 @@ pub struct RepackReport {
 struct Sealed {
     id: u64,
     data: Bytes,
+    /// when its first upload began: a stall is counted from the first attempt that failed
+    started: Instant,
     /// `None` while the upload runs, then its outcome
     done: Mutex<Option<Result<(), String>>>,
     cv: Condvar,
@@ -116,8 +129,15 @@ impl Sealed {
         d.clone().expect("set above")
     }
 
+    /// An upload's outcome; a late failure of an attempt a retry has overtaken does not
+    /// undo the retry's success.
     fn finish(&self, r: Result<(), String>) {
-        *self.done.lock() = Some(r);
+        let mut d = self.done.lock();
+        if matches!(*d, Some(Ok(()))) {
+            return;
+        }
+        *d = Some(r);
+        drop(d);
         self.cv.notify_all();
     }
 }
@@ -187,7 +207,7 @@ impl ObjectDevice {
         opts: ObjectOptions,
         force: bool,
     ) -> Result<ObjectDevice, ObjectError> {
-        let store = Store::connect(spec, cfg, &opts.limits)?;
+        let store = Store::connect(spec, cfg, &opts.request_limits())?;
         let mut existing = store.list(SEGMENT_DIR)?;
         // an old pool's backups too: a restore must never find them
         existing.extend(store.list(BACKUP_DIR)?);
@@ -214,7 +234,7 @@ impl ObjectDevice {
         map_path: &std::path::Path,
         opts: ObjectOptions,
     ) -> Result<ObjectDevice, ObjectError> {
-        let store = Store::connect(spec, cfg, &opts.limits)?;
+        let store = Store::connect(spec, cfg, &opts.request_limits())?;
         let (map, loaded) = MapStore::open(map_path, &spec.to_string())?;
         let listed = store.list(SEGMENT_DIR)?;
         let protection = Protection::load(&store)?;
@@ -302,7 +322,13 @@ impl ObjectDevice {
             return;
         }
         let data = Bytes::from(std::mem::take(&mut st.open));
-        let sealed = Arc::new(Sealed { id: st.open_id, data, done: Mutex::new(None), cv: Condvar::new() });
+        let sealed = Arc::new(Sealed {
+            id: st.open_id,
+            data,
+            started: Instant::now(),
+            done: Mutex::new(None),
+            cv: Condvar::new(),
+        });
         st.open_id += 1;
         st.sealed.push(sealed.clone());
         let store = self.store.clone();
@@ -338,7 +364,8 @@ impl ObjectDevice {
     }
 
     /// Upload `s` again until it succeeds or the store has failed for `stall_timeout`
-    /// (counted from the first failure, across syncs, until an upload succeeds). Always
+    /// (counted from the start of the first attempt that failed, across syncs, until an
+    /// upload succeeds). Always
     /// tries at least once: the store may be back.
     fn retry_upload(&self, s: &Sealed, first: String) -> Result<(), ObjectError> {
         let mut last = first;
@@ -352,7 +379,7 @@ impl ObjectDevice {
                     s.id,
                     self.opts.stall_timeout.as_secs()
                 );
-                Instant::now()
+                s.started
             });
             self.puts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             match self.store.put(&segment_name(s.id), s.data.clone()) {

@@ -97,6 +97,22 @@ impl ObjectError {
         }
     }
 
+    /// A sync gave up on a store that did not take the data for the stall timeout: the
+    /// data is still held, and a later sync may succeed.
+    pub fn is_stalled(&self) -> bool {
+        matches!(self, ObjectError::Stalled { .. })
+    }
+
+    /// `e` (from the `Device` trait) is an object device's stall.
+    pub fn is_stall(e: &squeezefs_device::DeviceError) -> bool {
+        match e {
+            squeezefs_device::DeviceError::Io { source, .. } => {
+                source.get_ref().and_then(|x| x.downcast_ref::<ObjectError>()).is_some_and(ObjectError::is_stalled)
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn map(path: &std::path::Path, e: impl std::fmt::Display) -> ObjectError {
         ObjectError::Map { path: path.display().to_string(), detail: e.to_string() }
     }

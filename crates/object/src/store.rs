@@ -30,7 +30,16 @@ pub struct RequestLimits {
     /// How long `object_store` retries one request before it reports the error.
     pub retry_timeout: Duration,
     pub max_retries: usize,
+    /// Whole calls (every retry, every part of an upload) end by then: a request that hangs
+    /// without an answer (a store that takes the connection and never replies) fails as
+    /// unreachable instead of blocking its caller. An upload gets one more second per
+    /// [`MIN_UPLOAD_RATE`] bytes, so a slow but working link is not taken for a dead one.
+    /// `None`: only the limits above.
+    pub deadline: Option<Duration>,
 }
+
+/// The slowest upload rate (bytes/s) a call's deadline allows for.
+pub const MIN_UPLOAD_RATE: u64 = 256 << 10;
 
 impl Default for RequestLimits {
     fn default() -> Self {
@@ -39,6 +48,7 @@ impl Default for RequestLimits {
             connect_timeout: Duration::from_secs(5),
             retry_timeout: Duration::from_secs(30),
             max_retries: 8,
+            deadline: None,
         }
     }
 }
@@ -48,6 +58,7 @@ pub struct Store {
     spec: ObjectSpec,
     s3: Arc<AmazonS3>,
     rt: tokio::runtime::Runtime,
+    deadline: Option<Duration>,
 }
 
 /// Objects larger than this go up as a multipart upload of parts this large.
@@ -93,11 +104,29 @@ impl Store {
             .enable_all()
             .build()
             .map_err(|source| ObjectError::Runtime { source })?;
-        Ok(Store { spec: spec.clone(), s3: Arc::new(s3), rt })
+        Ok(Store { spec: spec.clone(), s3: Arc::new(s3), rt, deadline: limits.deadline })
     }
 
     pub fn spec(&self) -> &ObjectSpec {
         &self.spec
+    }
+
+    /// Run `f` to its end or to the call's deadline (`extra` added to it), whichever is first.
+    fn run<T>(
+        &self,
+        extra: Duration,
+        f: impl std::future::Future<Output = object_store::Result<T>>,
+    ) -> object_store::Result<T> {
+        let Some(d) = self.deadline else { return self.rt.block_on(f) };
+        let limit = d + extra;
+        self.rt.block_on(async move {
+            tokio::time::timeout(limit, f).await.unwrap_or_else(|_| {
+                Err(object_store::Error::Generic {
+                    store: "S3",
+                    source: format!("no answer within {} s (timed out)", limit.as_secs()).into(),
+                })
+            })
+        })
     }
 
     fn path(&self, name: &str) -> ObjPath {
@@ -112,7 +141,8 @@ impl Store {
     pub fn put(&self, name: &str, data: Bytes) -> Result<(), ObjectError> {
         let path = self.path(name);
         let s3 = self.s3.clone();
-        let r = self.rt.block_on(async move {
+        let extra = Duration::from_secs(data.len() as u64 / MIN_UPLOAD_RATE);
+        let r = self.run(extra, async move {
             if data.len() <= MULTIPART_PART {
                 s3.put(&path, PutPayload::from_bytes(data)).await.map(|_| ())
             } else {
@@ -135,14 +165,15 @@ impl Store {
     pub fn get_range(&self, name: &str, range: Range<u64>) -> Result<Bytes, ObjectError> {
         let path = self.path(name);
         let s3 = self.s3.clone();
-        self.rt.block_on(async move { s3.get_range(&path, range).await }).map_err(|e| self.err("reading", name, e))
+        self.run(Duration::ZERO, async move { s3.get_range(&path, range).await })
+            .map_err(|e| self.err("reading", name, e))
     }
 
     /// The whole object `name`, or `None` if there is none.
     pub fn get(&self, name: &str) -> Result<Option<Bytes>, ObjectError> {
         let path = self.path(name);
         let s3 = self.s3.clone();
-        let r = self.rt.block_on(async move {
+        let r = self.run(Duration::ZERO, async move {
             match s3.get(&path).await {
                 Ok(g) => g.bytes().await.map(Some),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -155,7 +186,7 @@ impl Store {
     pub fn delete(&self, name: &str) -> Result<(), ObjectError> {
         let path = self.path(name);
         let s3 = self.s3.clone();
-        let r = self.rt.block_on(async move {
+        let r = self.run(Duration::ZERO, async move {
             match s3.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
                 Err(e) => Err(e),
@@ -169,7 +200,7 @@ impl Store {
         let base = self.spec.key(dir);
         let path = ObjPath::from(base.as_str());
         let s3 = self.s3.clone();
-        let r: Result<Vec<(String, u64)>, object_store::Error> = self.rt.block_on(async move {
+        let r: Result<Vec<(String, u64)>, object_store::Error> = self.run(Duration::ZERO, async move {
             let mut out = Vec::new();
             let mut st = s3.list(Some(&path));
             while let Some(m) = st.next().await {

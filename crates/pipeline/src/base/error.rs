@@ -102,6 +102,12 @@ impl IoError {
     pub fn is_full(&self) -> bool {
         matches!(self, IoError::Device(d) if matches!(**d, DeviceError::Full { .. }))
     }
+
+    /// An object device's store did not take the data for its stall timeout (`s3-timeout=`):
+    /// the device still holds it and a later sync may succeed, so the txg can be tried again.
+    pub fn is_store_stall(&self) -> bool {
+        matches!(self, IoError::Device(d) if squeezefs_object::ObjectError::is_stall(d))
+    }
 }
 
 /// What is inconsistent in stored data or metadata.

@@ -29,8 +29,9 @@
 //!
 //! A stage that fails ends the txg (`fail`): before the commit stage nothing of the txg
 //! is referenced, so its placements go back to the live image and, when the failure was
-//! no room, the frozen layers are handed back for another try (txg/state.rs STALLED); from the
-//! commit stage on the pool is suspended.
+//! no room or an object store that stayed away past its timeout, the frozen layers are
+//! handed back for another try (txg/state.rs STALLED); from the commit stage on the pool is
+//! suspended.
 //!
 //! No lock is held across compression or I/O: the stages work on frozen `Arc<Layer>`s.
 
@@ -359,7 +360,8 @@ impl<'a> TxgSync<'a> {
         self.placed_charge.take();
         self.early_used.clear();
         inner.refresh_early_room(true);
-        let retryable = !self.committing && matches!(e, EngineError::NoSpace);
+        let retryable = !self.committing
+            && (matches!(e, EngineError::NoSpace) || matches!(&e, EngineError::Io(io) if io.is_store_stall()));
         SyncFailure { error: e, retry: retryable.then(|| std::mem::take(&mut self.frozen)) }
     }
 }

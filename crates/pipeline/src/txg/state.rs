@@ -27,11 +27,13 @@
 //! A failed sync moves the pool to one of two halted states; in both the pool on disk stays
 //! at the last committed txg and the failed txg's data stays readable from memory:
 //! * `STALLED`: the txg found no room before its commit stage (placement, a device's host
-//!   filesystem full at write or fdatasync): nothing of it is referenced, so the
-//!   driver tries the same frozen layers again every `RETRY_INTERVAL` (placing
-//!   and writing them anew) and once more at shutdown; writes, syncs and fsyncs
-//!   get NoSpace meanwhile. Success → the txg is COMMITTED and the pool runs on:
-//!   another program filling a device's filesystem for a while loses nothing.
+//!   filesystem full at write or fdatasync), or an object device's store did not
+//!   take the data within its stall timeout (the device keeps it): nothing of it
+//!   is referenced, so the driver tries the same frozen layers again every
+//!   `RETRY_INTERVAL` (placing and writing them anew) and once more at shutdown;
+//!   writes, syncs and fsyncs get NoSpace (EIO for a store) meanwhile. Success →
+//!   the txg is COMMITTED and the pool runs on: another program filling a
+//!   device's filesystem, or a store away for a while, loses nothing.
 //! * `SUSPENDED`: any other failure (device I/O error, a failed commit), a stall still
 //!   failing at shutdown, or a panic anywhere in the engine or a request handler
 //!   (fault.rs; `TxgCtl::suspend`, from any thread, also in the middle of a
@@ -129,7 +131,8 @@ impl TxgCtl {
         }
     }
 
-    /// The error a halted pool gives writers and syncs: NoSpace while a txg is STALLED,
+    /// The error a halted pool gives writers and syncs: NoSpace (the store's I/O error for
+    /// an object store away) while a txg is STALLED,
     /// Suspended after any other failure; `None` when running.
     pub fn halted(&self) -> Option<crate::EngineError> {
         Self::halt_error(&self.st.lock())
@@ -137,7 +140,10 @@ impl TxgCtl {
 
     fn halt_error(st: &TxgState) -> Option<crate::EngineError> {
         Some(match st.halt.as_ref()? {
-            Halt::Stalled(_) => crate::EngineError::NoSpace,
+            Halt::Stalled(e) => match &**e {
+                crate::EngineError::Io(io) => crate::EngineError::Io(io.clone()),
+                _ => crate::EngineError::NoSpace,
+            },
             Halt::Suspended(e) => crate::EngineError::Suspended(e.clone()),
         })
     }
@@ -415,7 +421,7 @@ impl TxgCtl {
                 st.synced = txg;
                 // a suspension meanwhile stays (it failed no stage of this txg)
                 if matches!(st.halt, Some(Halt::Stalled(_))) {
-                    log::warn!("txg {txg} committed after waiting for room; the pool runs again");
+                    log::warn!("txg {txg} committed after it was held; the pool runs again");
                     st.halt = None;
                 }
             }
@@ -424,8 +430,13 @@ impl TxgCtl {
             }
             Err(SyncFailure { error, retry: Some(frozen) }) => {
                 if !matches!(st.halt, Some(Halt::Stalled(_))) {
+                    let until = if matches!(error, crate::EngineError::Io(_)) {
+                        "EIO until the store takes the data"
+                    } else {
+                        "ENOSPC until it fits"
+                    };
                     log::warn!(
-                        "txg {txg}: {error}; trying again every {} s (writes and syncs get ENOSPC until it fits)",
+                        "txg {txg}: {error}; trying again every {} s (writes and syncs get {until})",
                         RETRY_INTERVAL.as_secs()
                     );
                 }
@@ -457,7 +468,7 @@ impl TxgCtl {
             if let Some(Halt::Stalled(e)) = st.halt.take() {
                 st.halt = Some(Halt::Suspended(e));
             }
-            log::error!("txg {txg}: still no room at shutdown; its changes are not saved");
+            log::error!("txg {txg}: still held at shutdown (no room, or the store away); its changes are not saved");
         }
         st.exited = true;
         self.done.notify_all();
