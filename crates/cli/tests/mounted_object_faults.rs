@@ -308,3 +308,24 @@ fn an_unreachable_endpoint_at_mkfs_and_mount_is_one_clear_line() {
     assert!(!err.contains("panicked"), "{err}");
     assert!(t0.elapsed() < Duration::from_secs(90), "the two refusals took {:?}", t0.elapsed());
 }
+
+#[test]
+fn a_wrong_key_or_a_missing_bucket_at_mount_is_one_clear_line() {
+    let s3 = S3Server::start(BUCKET);
+    let env = s3.env();
+    let pool = Pool::new(&env, "mountcheck");
+    let mut bad = env.clone();
+    bad.insert("AWS_SECRET_ACCESS_KEY".into(), "not-the-key".into());
+    let out = run_env(&bad, &["mount", pool.p(), pool.m()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("access denied"), "{err}");
+    assert!(!err.contains("not-the-key") && !err.contains("panicked"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // another server, without the pool's bucket
+    let other = S3Server::start("another-bucket");
+    let out = run_env(&other.env(), &["mount", pool.p(), pool.m()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("the bucket does not exist"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
