@@ -31,7 +31,20 @@ impl S3Server {
         s
     }
 
+    /// Start rclone and wait until it listens. A start that does not listen within 10 s
+    /// (seen on a loaded machine) is killed and tried again, twice.
     fn spawn(&mut self) {
+        let mut why = String::new();
+        for _ in 0..3 {
+            match self.try_spawn() {
+                Ok(()) => return,
+                Err(e) => why = e,
+            }
+        }
+        panic!("{why}");
+    }
+
+    fn try_spawn(&mut self) -> Result<(), String> {
         let log = std::fs::File::create(self.root.path().join("rclone.log")).expect("rclone log");
         let child = Command::new("rclone")
             .args(["serve", "s3", "--addr", &format!("127.0.0.1:{}", self.port)])
@@ -47,15 +60,21 @@ impl S3Server {
             });
         self.child = Some(child);
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            let log = || std::fs::read_to_string(self.root.path().join("rclone.log")).unwrap_or_default();
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                let log = std::fs::read_to_string(self.root.path().join("rclone.log")).unwrap_or_default();
-                panic!("rclone serve s3 exited ({status}) before listening on {addr}: {log}");
+                self.child = None;
+                return Err(format!("rclone serve s3 exited ({status}) before listening on {addr}: {}", log()));
             }
-            assert!(Instant::now() < deadline, "rclone serve s3 did not listen on {addr} within 20 s");
+            if Instant::now() >= deadline {
+                let why = format!("rclone serve s3 did not listen on {addr} within 10 s: {}", log());
+                self.stop();
+                return Err(why);
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
+        Ok(())
     }
 
     /// The directory the buckets are in (`data/BUCKET/KEY` are the objects).
