@@ -18,7 +18,7 @@ use crate::backup::BACKUP_DIR;
 use crate::backup_io::Protection;
 use crate::cache::{CacheUse, ReadCache};
 use crate::config::StoreConfig;
-use crate::error::ObjectError;
+use crate::error::{ObjectError, StoreFault};
 use crate::extents::{Extent, Extents, Op, Piece};
 use crate::map::{Commit, MapStore};
 use crate::readahead::ReadAhead;
@@ -57,6 +57,8 @@ pub struct ObjectOptions {
 pub const DEFAULT_SEGMENT_BYTES: u64 = 32 << 20;
 pub const DEFAULT_CACHE_BYTES: u64 = 1 << 30;
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// After a GET found the store not answering, reads fail without asking it for this long.
+pub const READ_BACKOFF: Duration = Duration::from_secs(1);
 
 impl ObjectOptions {
     /// `limits` bounded by `stall_timeout`: no single call (retries included) outlasts it,
@@ -185,6 +187,9 @@ pub struct ObjectDevice {
     /// exclusively while segment objects are deleted: a read never GETs a deleted object
     pub(crate) gate: parking_lot::RwLock<()>,
     pub(crate) readahead: Mutex<ReadAhead>,
+    /// When a GET last failed because the store did not answer: reads queued behind it
+    /// fail at once for `READ_BACKOFF` instead of each waiting out its own timeout.
+    read_failed_at: Mutex<Option<Instant>>,
 }
 
 /// A piece of a read whose bytes are in a committed segment.
@@ -282,6 +287,7 @@ impl ObjectDevice {
             stalled_since: Mutex::new(None),
             puts: Default::default(),
             readahead: Default::default(),
+            read_failed_at: Mutex::new(None),
             gets: Default::default(),
             get_bytes: Default::default(),
             repacked_bytes: Default::default(),
@@ -605,8 +611,33 @@ impl ObjectDevice {
     }
 
     /// Blocks `b0..b1` of a segment, from the store, checked (one retry of a damaged GET).
+    /// A store that did not answer a GET a moment ago fails this one at once, so that
+    /// the reads queued behind a failed one (the kernel's read-ahead, its retry of the page)
+    /// end in about one timeout together rather than one timeout each.
     fn get_blocks(&self, f: &Fetch, b0: u64, b1: u64) -> Result<Vec<Vec<u8>>, ObjectError> {
         let name = segment_name(f.seg);
+        if let Some(at) = *self.read_failed_at.lock() {
+            if at.elapsed() < READ_BACKOFF {
+                return Err(ObjectError::Store {
+                    spec: self.name.clone(),
+                    what: "reading".into(),
+                    key: self.store.spec().key(&name),
+                    fault: StoreFault::Unreachable,
+                    detail: format!("a GET failed {} ms ago; not asked again yet", at.elapsed().as_millis()),
+                });
+            }
+        }
+        let r = self.get_blocks_from_store(f, b0, b1, &name);
+        match &r {
+            Err(e) if e.fault() == Some(StoreFault::Unreachable) => *self.read_failed_at.lock() = Some(Instant::now()),
+            Ok(_) => *self.read_failed_at.lock() = None,
+            Err(_) => {}
+        }
+        r
+    }
+
+    fn get_blocks_from_store(&self, f: &Fetch, b0: u64, b1: u64, name: &str) -> Result<Vec<Vec<u8>>, ObjectError> {
+        let name = name.to_string();
         let range = b0 * BLOCK..(b1 * BLOCK).min(f.row.size);
         let mut tries = 0;
         loop {
