@@ -5,6 +5,7 @@
 //! in a table is encoded by hand (explicit little-endian, leading version byte) in `encode.rs`,
 //! `superblock.rs`, `extent.rs` and `bundle.rs`, so the format is ours and not serde's or redb's.
 
+pub mod auto_start;
 pub mod background;
 pub mod bundle;
 pub mod encode;
@@ -19,6 +20,7 @@ mod seal_wire;
 pub mod superblock;
 pub mod tables;
 
+pub use auto_start::AutoStart;
 pub use background::{BgCursor, BgFrame};
 pub use bundle::Bundle;
 pub use error::MetaError;

@@ -176,6 +176,7 @@ macro_rules! for_each_table {
         $m!(tables::RECORDSIZES);
         $m!(tables::BACKGROUND);
         $m!(tables::REFCOUNTS);
+        $m!(tables::AUTO_START);
     };
 }
 
@@ -693,6 +694,7 @@ mod tests {
         tx.open_table(tables::RECORDSIZES).unwrap().insert(5u64, 16384u32).unwrap();
         // present and empty: comes back present and empty
         tx.open_table(tables::BACKGROUND).unwrap();
+        tx.open_table(tables::AUTO_START).unwrap().insert(&b"auto"[..], &[1u8, 4, 1, 0, 0, 0][..]).unwrap();
         tx.commit().unwrap();
         db
     }
@@ -703,6 +705,7 @@ mod tests {
         let (_, back) = round_trip(&db);
         assert_eq!(rows_of(&back), rows_of(&db));
         assert!(rows_of(&back).iter().any(|(n, r)| n == "background" && r.is_empty()));
+        assert!(rows_of(&back).iter().any(|(n, r)| n == "auto_start" && r.len() == 1));
     }
 
     #[test]

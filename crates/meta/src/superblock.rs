@@ -63,8 +63,11 @@ impl Features {
     /// The `background` table may hold background compression's cursor (a build that does
     /// not know it ignores the table; background compression then starts afresh).
     pub const COMPAT_BACKGROUND: u64 = 1 << 0;
+    /// The `auto_start` table may hold the rung each auto range starts at (a build that
+    /// does not know it ignores the table; its mounts start at the nominal rung).
+    pub const COMPAT_AUTO_START: u64 = 1 << 1;
 
-    pub const KNOWN_COMPAT: u64 = Self::COMPAT_BACKGROUND;
+    pub const KNOWN_COMPAT: u64 = Self::COMPAT_BACKGROUND | Self::COMPAT_AUTO_START;
     pub const KNOWN_RO_COMPAT: u64 = 0;
     pub const KNOWN_INCOMPAT: u64 = Self::INCOMPAT_INLINE_DATA
         | Self::INCOMPAT_PACKED_SECTORS

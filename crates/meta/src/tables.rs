@@ -39,6 +39,10 @@ pub const BUNDLES: TableDefinition<u64, &[u8]> = TableDefinition::new("bundles")
 /// totals. One row, absent until background compression first saved it (compat feature
 /// `COMPAT_BACKGROUND`).
 pub const BACKGROUND: TableDefinition<u8, &[u8]> = TableDefinition::new("background");
+/// auto range's spec text (UTF-8, e.g. `auto`, `auto:lz4..zstd:9`) → [`crate::AutoStart`]
+/// encoding: the rung that range's controller starts at on the next mount. Absent until
+/// a commit first wrote a row (compat feature `COMPAT_AUTO_START`).
+pub const AUTO_START: TableDefinition<&[u8], &[u8]> = TableDefinition::new("auto_start");
 /// (device u32 BE ‖ offset u64 BE) → references (u64, at least 2): the extent rows that
 /// point to the device record stored at that address, for records referenced more than once
 /// (shared by `copy_file_range`). A record without a row has one reference. Pools with

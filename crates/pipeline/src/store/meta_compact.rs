@@ -93,6 +93,7 @@ fn rebuild(db: &redb::Database, to: &Path) -> std::result::Result<bool, redb::Er
         tables::RECORDSIZES.name(),
         tables::BACKGROUND.name(),
         tables::REFCOUNTS.name(),
+        tables::AUTO_START.name(),
     ];
     let rx = db.begin_read()?;
     let present: Vec<String> = rx.list_tables()?.map(|t| t.name().to_string()).collect();
@@ -131,6 +132,7 @@ fn rebuild(db: &redb::Database, to: &Path) -> std::result::Result<bool, redb::Er
     copy!(tables::RECORDSIZES);
     copy!(tables::BACKGROUND);
     copy!(tables::REFCOUNTS);
+    copy!(tables::AUTO_START);
     tx.commit()?;
     drop(rx);
     // the copy's own transaction leaves some pages free behind it
@@ -165,6 +167,7 @@ mod tests {
         tx.open_table(tables::BUNDLES).unwrap().insert(4u64, &b"bundle"[..]).unwrap();
         tx.open_table(tables::RECORDSIZES).unwrap().insert(5u64, 16384u32).unwrap();
         tx.open_table(tables::BACKGROUND).unwrap().insert(0u8, &b"cursor"[..]).unwrap();
+        tx.open_table(tables::AUTO_START).unwrap().insert(&b"auto"[..], &b"start"[..]).unwrap();
         tx.commit().unwrap();
         let to = d.path().join(REBUILD_FILE);
         assert!(rebuild(&db, &to).unwrap(), "compacted in place instead");
@@ -176,6 +179,7 @@ mod tests {
         assert_eq!(
             names,
             [
+                "auto_start",
                 "background",
                 "bundles",
                 "devices",
@@ -194,6 +198,7 @@ mod tests {
         );
         assert_eq!(rx.open_table(tables::RECORDSIZES).unwrap().get(5u64).unwrap().unwrap().value(), 16384);
         assert_eq!(rx.open_table(tables::BACKGROUND).unwrap().get(0u8).unwrap().unwrap().value(), b"cursor");
+        assert_eq!(rx.open_table(tables::AUTO_START).unwrap().get(&b"auto"[..]).unwrap().unwrap().value(), b"start");
         assert_eq!(rx.open_table(tables::BUNDLES).unwrap().get(4u64).unwrap().unwrap().value(), b"bundle");
     }
 }

@@ -122,6 +122,7 @@ fn walk_named(rx: &redb::ReadTransaction, name: &str) -> Option<(Result<(), Stri
         tables::BUNDLES => "bundles of small records",
         tables::BACKGROUND => "background compression's position",
         tables::REFCOUNTS => "reference counts of shared records",
+        tables::AUTO_START => "the rung each auto range starts at",
     );
     None
 }
