@@ -225,3 +225,90 @@ fn fixed_levels_are_traced_too_and_a_bad_trace_path_refuses_the_open() {
     // the refused open left the pool closed: it opens again
     Engine::open(&pool, &fast_opts()).unwrap().close().unwrap();
 }
+
+/// The `auto_start` rows of a closed pool: (range's spec text, codec).
+fn auto_starts(pool: &Path) -> Vec<(String, Codec)> {
+    use redb::{ReadableDatabase, ReadableTable};
+    let db = Engine::open_meta_store(pool).unwrap();
+    let rx = db.begin_read().unwrap();
+    let Ok(t) = rx.open_table(squeezefs_meta::tables::AUTO_START) else { return Vec::new() };
+    t.iter()
+        .unwrap()
+        .map(|r| {
+            let (k, v) = r.unwrap();
+            let a = squeezefs_meta::AutoStart::decode(v.value()).unwrap();
+            let c = Codec { alg: Algorithm::from_id(a.alg).unwrap(), level: a.level };
+            (String::from_utf8(k.value().to_vec()).unwrap(), c)
+        })
+        .collect()
+}
+
+/// The codec of the first record the auto controller decided in a trace.
+fn first_auto_decision(trace: &Path) -> Codec {
+    let t = trace_of(trace);
+    let r = t.rows.iter().find(|r| r.reason != Reason::Incompressible).expect("an auto decision");
+    r.codec
+}
+
+/// Reopen `pool` under auto with a trace, write 2 MiB of text, close: the trace's first
+/// auto decision.
+fn reopen_and_write(pool: &Path, trace: &Path) -> Codec {
+    let opts = OpenOptions {
+        compression: "auto".parse().unwrap(),
+        workers: 2,
+        trace: Some(trace.to_path_buf()),
+        ..fast_opts()
+    };
+    let e = Engine::open(pool, &opts).unwrap();
+    let f = create(&e, &format!("more-{}", trace.display().to_string().len()));
+    write_all(&e, f, &logs(21, 2 * MIB));
+    e.close().unwrap();
+    drop(e);
+    first_auto_decision(trace)
+}
+
+#[test]
+fn the_rung_a_write_ended_on_is_kept_across_reopens() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    let t1 = d.path().join("t1.csv");
+    let e = open(&pool, "auto", &t1);
+    let f = create(&e, "text");
+    write_all(&e, f, &logs(11, 16 * MIB));
+    e.close().unwrap();
+    drop(e);
+    // the commit wrote the controller's rung, with the compat bit
+    let rows = auto_starts(&pool);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (key, ended) = rows[0].clone();
+    assert_eq!(key, "auto");
+    assert!(allowed("auto").contains(&ended), "{ended}");
+    let t = trace_of(&t1);
+    let last: Vec<Codec> =
+        t.rows.iter().filter(|r| r.reason != Reason::Incompressible).rev().take(32).map(|r| r.codec).collect();
+    assert!(last.contains(&ended), "{ended} is not among the write's last decisions {last:?}");
+    // a reopened engine's first decision is at that rung
+    assert_eq!(reopen_and_write(&pool, &d.path().join("t2.csv")), ended);
+    // and at whatever rung the store holds: one other than the nominal start
+    let other = if ended == Codec::NONE { *candidates_of("auto").last().unwrap() } else { Codec::NONE };
+    {
+        let db = Engine::open_meta_store(&pool).unwrap();
+        let tx = db.begin_write().unwrap();
+        let v = squeezefs_meta::AutoStart { alg: other.alg.id(), level: other.level }.encode();
+        tx.open_table(squeezefs_meta::tables::AUTO_START).unwrap().insert(&b"auto"[..], &v[..]).unwrap();
+        tx.commit().unwrap();
+    }
+    assert_eq!(reopen_and_write(&pool, &d.path().join("t3-longer.csv")), other);
+}
+
+/// `auto:MIN..MAX`'s feedback ladder, fastest first.
+fn candidates_of(spec: &str) -> Vec<Codec> {
+    let Spec::Auto { min, max } = spec.parse::<Spec>().unwrap() else { panic!("{spec} is not auto") };
+    squeezefs_control::feedback::Feedback::new(
+        &candidates(min, max),
+        Codec { alg: Algorithm::Zstd, level: 1 },
+        Default::default(),
+    )
+    .spine()
+    .to_vec()
+}

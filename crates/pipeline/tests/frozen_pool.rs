@@ -270,6 +270,42 @@ fn a_pool_of_an_older_build_gets_a_background_cursor_and_its_compat_bit() {
     assert!(e.fsck().unwrap().problems.is_empty());
 }
 
+/// A pool made before `auto_start` has no such table and no COMPAT_AUTO_START bit: it opens,
+/// and the commit of its first write under `auto` writes the range's row and sets the bit;
+/// the pool stays readable and clean.
+#[test]
+fn a_pool_of_an_older_build_gains_the_auto_start_row_and_its_compat_bit() {
+    use redb::ReadableDatabase;
+    let read = |pool: &Path| {
+        let db = Engine::open_meta_store(pool).unwrap();
+        let rx = db.begin_read().unwrap();
+        let t = rx.open_table(squeezefs_meta::tables::SUPERBLOCK).unwrap();
+        let sb = squeezefs_meta::Superblock::decode(t.get(0u8).unwrap().unwrap().value()).unwrap();
+        let row = match rx.open_table(squeezefs_meta::tables::AUTO_START) {
+            Ok(t) => t.get(&b"auto"[..]).unwrap().map(|v| squeezefs_meta::AutoStart::decode(v.value()).unwrap()),
+            Err(_) => None,
+        };
+        (sb.features.compat & squeezefs_meta::Features::COMPAT_AUTO_START, row)
+    };
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    unpack(&pool);
+    assert_eq!(read(&pool), (0, None));
+    let opts = OpenOptions { compression: "auto".parse().unwrap(), ..fast_opts() };
+    let e = Engine::open(&pool, &opts).unwrap();
+    check_contents(&e);
+    let f = create(&e, "auto");
+    e.write(f, 0, &text().repeat(64)).unwrap();
+    e.close().unwrap();
+    drop(e);
+    let (bit, row) = read(&pool);
+    assert_ne!(bit, 0, "the commit that wrote a row set the bit");
+    assert!(row.is_some(), "no row for the pool's auto range");
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    check_contents(&e);
+    assert!(e.fsck().unwrap().problems.is_empty());
+}
+
 const BUNDLES_BEFORE_RECORDSIZES: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pool-v1-bundles-before-recordsizes");
 

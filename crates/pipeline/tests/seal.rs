@@ -52,6 +52,7 @@ fn store_rows(pool: &Path) -> Rows {
     grab!(tables::BUNDLES);
     grab!(tables::RECORDSIZES);
     grab!(tables::BACKGROUND);
+    grab!(tables::AUTO_START);
     assert_eq!(out.len(), present.len(), "a table the test does not know: {present:?}");
     out
 }

@@ -229,6 +229,10 @@ pub struct Levels {
     next_debug_ns: AtomicU64,
     /// the compress workers' busy time (workers.rs), when the engine gave it
     busy: Option<Arc<WorkerBusy>>,
+    /// per auto range, the rung the store holds for it (store/auto_start.rs): a controller
+    /// created for the range starts there, and the commit writes a range's point again only
+    /// when it differs (`resume_changes`)
+    resume: Mutex<Vec<(Spec, Codec)>>,
 }
 
 /// Environment variable with auto tunable overrides (`name=value,…`, control tunables.rs
@@ -317,6 +321,7 @@ impl Levels {
             qos: Arc::new(Qos::default()),
             next_debug_ns: AtomicU64::new(0),
             busy: None,
+            resume: Mutex::new(Rank::Leaf, Vec::new()),
         }
     }
 
@@ -330,6 +335,33 @@ impl Levels {
     pub fn with_qos(mut self, qos: Arc<Qos>) -> Levels {
         self.qos = qos;
         self
+    }
+
+    /// The rungs the store holds per auto range (pool open): controllers created from now
+    /// on start there (control `AutoController::resume_at`).
+    pub fn set_resume(&self, rows: Vec<(Spec, Codec)>) {
+        *self.resume.lock() = rows;
+    }
+
+    /// The auto ranges whose controller sits at another rung than the store holds for it
+    /// (block comment of docs/design.md §9, "Resume"), with that rung: what the next commit
+    /// writes.
+    pub fn resume_changes(&self) -> Vec<(Spec, Codec)> {
+        let autos: Vec<Arc<Auto>> = self.autos.read().clone();
+        let points: Vec<(Spec, Codec)> = autos.iter().map(|a| (a.spec, a.ctl.lock().resume_point())).collect();
+        let held = self.resume.lock();
+        points.into_iter().filter(|p| !held.contains(p)).collect()
+    }
+
+    /// The commit made `rows` durable: the store holds them now.
+    pub fn resume_written(&self, rows: &[(Spec, Codec)]) {
+        let mut held = self.resume.lock();
+        for (spec, c) in rows {
+            match held.iter_mut().find(|(s, _)| s == spec) {
+                Some(r) => r.1 = *c,
+                None => held.push((*spec, *c)),
+            }
+        }
     }
 
     /// (cores not taken by other processes, pipeline overhead ns per input byte) now,
@@ -479,11 +511,16 @@ impl Levels {
         if let Some(found) = self.autos.read().iter().enumerate().find(|(_, a)| a.spec == spec) {
             return (found.0, found.1.clone());
         }
+        // looked up before the write lock: both are leaf locks, never held together
+        let start = self.resume.lock().iter().find(|(s, _)| *s == spec).map(|r| r.1);
         let mut autos = self.autos.write();
         if let Some(found) = autos.iter().enumerate().find(|(_, a)| a.spec == spec) {
             return (found.0, found.1.clone());
         }
-        let ctl = AutoController::for_spec(spec, self.tunables.clone()).expect("an auto spec");
+        let mut ctl = AutoController::for_spec(spec, self.tunables.clone()).expect("an auto spec");
+        if let Some(c) = start {
+            ctl.resume_at(c);
+        }
         let a = Arc::new(Auto { spec, ctl: Mutex::new(Rank::Leaf, ctl) });
         autos.push(a.clone());
         (autos.len() - 1, a)

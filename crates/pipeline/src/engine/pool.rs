@@ -290,6 +290,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
     // only pools made with bundles get them: older builds must still open the others
     let bundling = sb.features.incompat & Features::INCOMPAT_BUNDLES != 0 && opts.bundle_small_records && !read_only;
     let bundles = Bundles::new(bundling, crate::txg::bundle::next_id(&rx)?);
+    let auto_starts = crate::store::auto_start::load(&rx);
     drop(rx);
     let space = Space::new(pool.to_path_buf(), slots, images, u64::from(sb.sector), granule, u64::from(sb.recordsize));
     if bundling {
@@ -328,6 +329,7 @@ pub fn open(pool: &Path, opts: &OpenOptions, injected: Option<Vec<Arc<dyn Device
         .shared_on
         .store(sb.features.incompat & Features::INCOMPAT_SHARED_RECORDS != 0, std::sync::atomic::Ordering::Release);
     inner.ns.set_committed_inodes(inode_rows, next_ino);
+    inner.compress.levels.set_resume(auto_starts);
     // a pool of one object device can be restored from its bucket: it backs up there
     if let ([dev], 1, false) = (&objects[..], sb.device_count, read_only) {
         inner.backup.attach(dev.clone());

@@ -4,11 +4,13 @@
 //! converting and checking them, meta_owner.rs naming what a lost block held) or a plain file, the shared read snapshot of point reads (snapshot.rs), the namespace delta
 //! kept in memory until the next commit (nsdelta.rs), the room kept free for commits on the
 //! filesystem holding `meta.redb` (meta_space.rs), and sealing (meta_seal.rs) and compacting
-//! (meta_compact.rs) the store of a closed pool.
+//! (meta_compact.rs) the store of a closed pool, and the rung each auto range starts at on the
+//! next mount (auto_start.rs).
 //!
 //! Layer 1: imports only base/. The commit stage (sync/) writes through it; the engine
 //! state, fsck and the namespace API read through it.
 
+pub(crate) mod auto_start;
 pub(crate) mod meta_compact;
 pub(crate) mod meta_convert;
 pub mod meta_copy;

@@ -22,7 +22,9 @@
 //!    row).
 //! 7. `free_durable` and `write_space_map` — the frees go into the durable image and the
 //!    changed free-space rows and allocation ends into the store; `write_background` —
-//!    background compression's cursor, if one was saved since the last commit.
+//!    background compression's cursor, if one was saved since the last commit; and
+//!    `store::auto_start::write` — the rung each auto range's controller sits at, for the
+//!    ranges where it differs from the stored one (with `COMPAT_AUTO_START`).
 //! 8. commit (fdatasync of the store), then `after_commit`: early placements kept become
 //!    COMMITTED, the snapshot cache and the delta move on, and the freed ranges go back to
 //!    the live image and the devices (space/placement.rs `give_back`).
@@ -193,6 +195,8 @@ pub fn commit(
         Some(c) => write_background(&tx, c),
         None => Ok(()),
     };
+    let starts = inner.compress.levels.resume_changes();
+    let r = r.and_then(|()| crate::store::auto_start::write(&tx, &starts));
     let r = r.and_then(|()| tx.commit().map_err(EngineError::from));
     if let Err(e) = r {
         if let Some(c) = bg {
@@ -201,6 +205,7 @@ pub fn commit(
         return Err(e);
     }
     drop(durable);
+    inner.compress.levels.resume_written(&starts);
     if wrote_recordsize && !recordsizes_on {
         inner.recordsizes_on.store(true, std::sync::atomic::Ordering::Release);
     }
