@@ -77,6 +77,10 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 S3PORT=$(free_port)
 PORT=$(free_port)
 KEY=bench-key SECRET=bench-secret-key
+# every bucket exists before the server starts: rclone caches the directory listing, so a
+# directory made later is not a bucket to it for minutes
+NSYS=$(echo $SYSTEMS | wc -w)
+for i in $(seq 1 $((NSYS * ROUNDS))); do mkdir -p "$W/s3/bucket-$i"; done
 rclone serve s3 --addr "127.0.0.1:$S3PORT" --auth-key "$KEY,$SECRET" --config /dev/null --log-level ERROR "$W/s3" 2>"$W/rclone.log" &
 RCLONE_PID=$!
 python3 bench/s3-count-proxy.py "$PORT" "$S3PORT" "$W/counts.json" &
@@ -96,12 +100,10 @@ make_fs() {
     local sys=$1 n=$2
     case "$sys" in
         jfs:*)
-            mkdir -p "$W/s3/bucket-$n"
             juicefs format --storage minio --bucket "http://127.0.0.1:$PORT/bucket-$n" --access-key "$KEY" \
                 --secret-key "$SECRET" --compress "${sys#jfs:}" --trash-days 0 \
                 "sqlite3://$W/jfs$n.db" "jfs$n" >"$W/jfs$n.format.log" 2>&1 ;;
         sqz:*)
-            mkdir -p "$W/s3/bucket-$n"
             "$BIN" mkfs "$W/pool$n" --device "s3://bucket-$n/pool" >/dev/null ;;
         local:*)
             "$BIN" mkfs "$W/pool$n" >/dev/null ;;
@@ -192,7 +194,7 @@ PY
         umount_fs "$sys"
         echo "{\"system\": \"$sys\", \"round\": $r, \"phase\": \"bytes-end\", \"bytes\": $(bucket_bytes "$sys" "$n")}" >>"$W/rows"
         grep "\"system\": \"$sys\", \"round\": $r," "$W/rows"
-        rm -rf "$W/pool$n" "$W/s3/bucket-$n" "$W/jfs$n.db" "$W/jfscache$n"
+        rm -rf "$W/pool$n" "$W/jfs$n.db" "$W/jfscache$n"
     done
 done
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
