@@ -702,12 +702,41 @@ impl ObjectDevice {
         if total == 0 {
             return Ok(());
         }
+        self.probe_if_stalled()?;
         {
             let mut st = self.state.lock();
             self.append_locked(&mut st, parts, offset);
             st.len = st.len.max(end);
         }
         self.bound_inflight();
+        Ok(())
+    }
+
+    /// Past the stall timeout, a write is taken only once the held segments are uploaded:
+    /// one attempt each, now. The engine tries a held txg again by writing it anew, so
+    /// without this every retry would add its bytes to the held ones while the store is away.
+    fn probe_if_stalled(&self) -> Result<(), ObjectError> {
+        let Some(since) = *self.stalled_since.lock() else { return Ok(()) };
+        if since.elapsed() < self.opts.stall_timeout {
+            return Ok(());
+        }
+        let _g = self.sync_lock.lock();
+        let sealed = self.state.lock().sealed.clone();
+        for s in &sealed {
+            if !matches!(*s.done.lock(), Some(Ok(()))) {
+                self.puts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                match self.store.put(&segment_name(s.id), s.data.clone()) {
+                    Ok(()) => s.finish(Ok(())),
+                    Err(e) => {
+                        return Err(ObjectError::Stalled {
+                            spec: self.name.clone(),
+                            secs: since.elapsed().as_secs(),
+                            last: e.to_string(),
+                        })
+                    }
+                }
+            }
+        }
         Ok(())
     }
 

@@ -201,6 +201,8 @@ struct ProxyShared {
     /// requests seen, by method (injected answers included)
     seen: parking_lot::Mutex<HashMap<String, u64>>,
     injected: std::sync::atomic::AtomicU64,
+    /// request bytes forwarded to the server (heads and bodies)
+    sent: std::sync::atomic::AtomicU64,
     stop: std::sync::atomic::AtomicBool,
 }
 
@@ -285,6 +287,11 @@ impl FaultProxy {
     /// Requests seen with `method` (GET, PUT, POST, …), answered or not.
     pub fn requests(&self, method: &str) -> u64 {
         self.shared.seen.lock().get(method).copied().unwrap_or(0)
+    }
+
+    /// Request bytes forwarded to the server so far (what uploads cost).
+    pub fn bytes_sent(&self) -> u64 {
+        self.shared.sent.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Requests answered with an injected fault (not counting "dead").
@@ -421,6 +428,7 @@ fn serve(s: &ProxyShared, mut client: TcpStream, upstream: SocketAddr) -> std::i
     let mut up = TcpStream::connect_timeout(&upstream, Duration::from_secs(5))?;
     up.write_all(out.as_bytes())?;
     up.write_all(&head[end..])?;
+    s.sent.fetch_add((out.len() + head.len() - end) as u64, std::sync::atomic::Ordering::SeqCst);
     client.set_read_timeout(Some(Duration::from_millis(200)))?;
     up.set_read_timeout(Some(Duration::from_millis(200)))?;
     let (mut c2, mut u2) = (client.try_clone()?, up.try_clone()?);
@@ -447,6 +455,9 @@ fn relay(s: &ProxyShared, from: &mut TcpStream, to: &mut TcpStream, answer: bool
             Ok(0) => break true,
             Ok(n) => {
                 s.throttle(n);
+                if !answer {
+                    s.sent.fetch_add(n as u64, std::sync::atomic::Ordering::SeqCst);
+                }
                 if to.write_all(&buf[..n]).is_err() {
                     break false;
                 }
