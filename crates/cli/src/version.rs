@@ -3,7 +3,7 @@
 //! writes, taken from the constants the encoders and decoders themselves check.
 use squeezefs_device::FORMAT_VERSION as DEVICE_HEADER_VERSION;
 use squeezefs_meta::superblock::{DEVICE_RECORD_VERSION, SUPERBLOCK_VERSION};
-use squeezefs_meta::{background, bundle, encode, extent, seal, Features};
+use squeezefs_meta::{auto_start, background, bundle, encode, extent, seal, Features};
 use std::sync::OnceLock;
 
 /// The text after `squeezefs ` that `--version` prints (`-V` prints the release alone).
@@ -28,13 +28,14 @@ fn render() -> String {
     rows.push((
         "rows".into(),
         format!(
-            "inode {}, directory entry {}, extent {}, bundle {}, background cursor {}: all read; \
-             the highest written (the first three at {} in a pool without compact rows)",
+            "inode {}, directory entry {}, extent {}, bundle {}, background cursor {}, auto start {}: \
+             all read; the highest written (the first three at {} in a pool without compact rows)",
             span(encode::INODE_VERSION, encode::INODE_VERSION_COMPACT),
             span(encode::DIRENT_VERSION, encode::DIRENT_VERSION_COMPACT),
             span(extent::EXTENT_VERSION, extent::EXTENT_VERSION_COMPACT),
             bundle::BUNDLE_VERSION,
             background::BG_CURSOR_VERSION,
+            auto_start::AUTO_START_VERSION,
             encode::INODE_VERSION,
         ),
     ));

@@ -53,6 +53,7 @@ fn store_rows(pool: &Path) -> Rows {
     grab!(tables::RECORDSIZES);
     grab!(tables::BACKGROUND);
     grab!(tables::AUTO_START);
+    grab!(tables::REFCOUNTS);
     assert_eq!(out.len(), present.len(), "a table the test does not know: {present:?}");
     out
 }
