@@ -85,6 +85,15 @@ class Reader:
             n -= k
 
 
+def close_both(c, s):
+    """End both directions of a proxied connection (the other thread's recv returns)."""
+    for x in (c, s):
+        try:
+            x.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 def client_to_server(c, s):
     r = Reader(c, s)
     try:
@@ -115,11 +124,7 @@ def client_to_server(c, s):
     except (EOFError, OSError, ValueError):
         pass
     finally:
-        for x in (c, s):
-            try:
-                x.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        close_both(c, s)
 
 
 def server_to_client(s, c):
@@ -133,11 +138,7 @@ def server_to_client(s, c):
     except OSError:
         pass
     finally:
-        for x in (c, s):
-            try:
-                x.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        close_both(c, s)
 
 
 def dump(path):

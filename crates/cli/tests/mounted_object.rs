@@ -8,37 +8,9 @@
 mod mounted_common;
 use mounted_common::*;
 use squeezefs_object::testing::{S3Server, SECRET_KEY};
-use std::collections::HashMap;
 use std::io::Write;
-use std::process::Command;
 
 const BUCKET: &str = "squeezefs-pools";
-
-fn run_env(env: &HashMap<String, String>, args: &[&str]) -> std::process::Output {
-    Command::new(BIN).args(args).env_clear().env("PATH", std::env::var("PATH").unwrap()).envs(env).output().unwrap()
-}
-
-fn ok(out: std::process::Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Unmounts when dropped if still mounted: a failed assertion leaves no live mount.
-struct Unmount(String);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let mounted = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-        if mounted.lines().any(|l| l.split(' ').nth(1) == Some(self.0.as_str())) {
-            let _ = run(&["umount", &self.0]);
-        }
-    }
-}
 
 fn content(seed: u64, len: usize) -> Vec<u8> {
     let words = [&b"object "[..], b"segment ", b"bucket ", b"prefix ", b"record "];

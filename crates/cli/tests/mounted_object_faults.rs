@@ -11,38 +11,10 @@ use squeezefs_object::testing::{FaultProxy, Injected, S3Server};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const BUCKET: &str = "squeezefs-faults";
-
-fn run_env(env: &HashMap<String, String>, args: &[&str]) -> std::process::Output {
-    Command::new(BIN).args(args).env_clear().env("PATH", std::env::var("PATH").unwrap()).envs(env).output().unwrap()
-}
-
-fn ok(out: std::process::Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Unmounts when dropped if still mounted: a failed assertion leaves no live mount.
-struct Unmount(String);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let mounted = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-        if mounted.lines().any(|l| l.split(' ').nth(1) == Some(self.0.as_str())) {
-            let _ = run(&["umount", &self.0]);
-            let _ = Command::new("fusermount3").args(["-uz", &self.0]).output();
-        }
-    }
-}
 
 /// Compressible but not trivially so, different per seed.
 fn content(seed: u64, len: usize) -> Vec<u8> {

@@ -7,44 +7,17 @@
 mod mounted_common;
 use mounted_common::*;
 use squeezefs_object::testing::{S3Server, SECRET_KEY};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use std::process::Command;
 
 const BUCKET: &str = "squeezefs-restore";
-
-fn run_env(env: &HashMap<String, String>, args: &[&str]) -> std::process::Output {
-    Command::new(BIN).args(args).env_clear().env("PATH", std::env::var("PATH").unwrap()).envs(env).output().unwrap()
-}
-
-fn ok(out: std::process::Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn fails(out: std::process::Output, what: &str) -> String {
     assert!(!out.status.success(), "{what} succeeded: {}", String::from_utf8_lossy(&out.stdout));
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(err.trim_end().lines().count(), 1, "{what}: not one line: {err}");
     err
-}
-
-/// Unmounts when dropped if still mounted: a failed assertion leaves no live mount.
-struct Unmount(String);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let mounted = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-        if mounted.lines().any(|l| l.split(' ').nth(1) == Some(self.0.as_str())) {
-            let _ = run(&["umount", &self.0]);
-        }
-    }
 }
 
 fn content(seed: u64, len: usize) -> Vec<u8> {

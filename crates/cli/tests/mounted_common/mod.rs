@@ -307,3 +307,34 @@ pub fn assert_transport(m: &Mounted, uring_opt: &str) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// `squeezefs ARGS` with only PATH and `env` in its environment (the object-store tests:
+/// credentials come from the environment alone).
+pub fn run_env(env: &std::collections::HashMap<String, String>, args: &[&str]) -> std::process::Output {
+    Command::new(BIN).args(args).env_clear().env("PATH", std::env::var("PATH").unwrap()).envs(env).output().unwrap()
+}
+
+/// The stdout of a command that must have succeeded.
+pub fn ok(out: std::process::Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Unmounts the mount point when dropped if still mounted: a failed assertion leaves no
+/// live mount.
+pub struct Unmount(pub String);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let mounted = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        if mounted.lines().any(|l| l.split(' ').nth(1) == Some(self.0.as_str())) {
+            let _ = run(&["umount", &self.0]);
+            let _ = Command::new("fusermount3").args(["-uz", &self.0]).output();
+        }
+    }
+}
