@@ -483,3 +483,37 @@ fn many_shared_records_close_the_txg() {
     assert_eq!(refs(&e, &device_extents(&e, a)[&3]), 8301);
     assert_clean(&e, "after 66400 shares");
 }
+
+/// Regression: a record shared into a file that was truncated in the same open txg lies
+/// above the layer's truncation floor; a partial write into it took the floor for the
+/// record's content and started from zeros, losing the shared bytes around the write
+/// (found by the mounted exerciser, crates/cli/tests/mounted_exerciser.rs).
+#[test]
+fn partial_write_into_a_record_shared_above_the_truncation_floor_keeps_its_bytes() {
+    let d = tempfile::tempdir().unwrap();
+    let (pool, a, b, data) = pool_with_pair(d.path());
+    let e = Engine::open(&pool, &opts()).unwrap();
+    e.write(b, 0, &text(4, 4 * RS as usize)).unwrap();
+    e.sync().unwrap();
+    // truncated in the open txg: its floor (record 0) lies below the record shared next
+    e.set_size(b, 0).unwrap();
+    let out = e.share_range(a, RS, b, 3 * RS, RS).unwrap();
+    assert_eq!(out.shared_records, 1, "{out:?}");
+    let mut mb = vec![0u8; 4 * RS as usize];
+    mb[3 * RS as usize..].copy_from_slice(&data[RS as usize..2 * RS as usize]);
+    assert!(read_all(&e, b) == mb, "after the copy");
+    let patch = text(9, 1000);
+    e.write(b, 3 * RS + 5000, &patch).unwrap();
+    mb[(3 * RS + 5000) as usize..(3 * RS + 6000) as usize].copy_from_slice(&patch);
+    assert!(read_all(&e, b) == mb, "the shared bytes around the write are kept");
+    e.sync().unwrap();
+    assert!(read_all(&e, b) == mb, "after the commit");
+    assert_eq!(read_all(&e, a), data, "the source is unchanged");
+    assert_clean(&e, "after the commit");
+    e.close().unwrap();
+    drop(e);
+    let e = Engine::open(&pool, &opts()).unwrap();
+    assert!(read_all(&e, b) == mb, "after reopening");
+    assert_clean(&e, "reopened");
+    e.close().unwrap();
+}

@@ -31,14 +31,17 @@ use std::sync::Arc;
 fn lower_record(inner: &Inner, ino: Ino, f: &FileRef, idx: u64) -> Result<Option<Vec<u8>>> {
     let (syncing, nothing_committed, rs, open_shared) = {
         let fd = f.lock();
-        if fd.open.trunc_floor.is_some_and(|fl| idx >= fl) {
-            return Ok(None);
-        }
-        // a record shared into the open layer holds no bytes of its own: its extent's
+        // a record shared into the open layer holds no bytes of its own: its extent's. It
+        // is looked at before the truncation floor, which it may lie above (a copy into a
+        // file truncated in the same txg): only records the layer does not hold are
+        // truncated by the floor
         let open_shared = match fd.open.recs.get(&idx) {
             Some(Rec::Shared(e)) => Some(e.clone()),
             _ => None,
         };
+        if open_shared.is_none() && fd.open.trunc_floor.is_some_and(|fl| idx >= fl) {
+            return Ok(None);
+        }
         (fd.syncing.clone(), fd.committed_blocks == 0, fd.rs, open_shared)
     };
     if let Some(e) = open_shared {
