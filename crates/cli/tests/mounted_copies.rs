@@ -210,3 +210,32 @@ fn copies_follow_a_model_through_changes_of_either_side_and_a_remount() {
     m.umount();
     check_pool(&m);
 }
+
+/// What a current coreutils `cp` decides from (docs/usage.md "Copies"): a compressed file
+/// has fewer blocks than its size, so `cp` asks SEEK_DATA/SEEK_HOLE; with no hole reported
+/// it takes the file for transparently compressed and calls `copy_file_range`, which
+/// shares. A hole reported where there is data would make `cp` skip that data.
+#[test]
+fn a_compressed_file_without_holes_shows_none_to_seek_hole() {
+    if !can_mount() {
+        return;
+    }
+    let m = Mounted::new("compress=zstd:3");
+    let d = data(4);
+    std::fs::write(m.path("a"), &d).unwrap();
+    syncfs(&m.path("a"));
+    let f = std::fs::File::open(m.path("a")).unwrap();
+    let md = f.metadata().unwrap();
+    assert!(md.blocks() * 512 < md.len() / 2, "{} blocks for {} bytes: stored compressed", md.blocks(), md.len());
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    for at in [0i64, 1, 300_000, d.len() as i64 - 1] {
+        assert_eq!(unsafe { libc::lseek(fd, at, libc::SEEK_DATA) }, at, "SEEK_DATA from {at}");
+        assert_eq!(unsafe { libc::lseek(fd, at, libc::SEEK_HOLE) }, d.len() as i64, "SEEK_HOLE from {at}");
+    }
+    drop(f);
+    let before = data_bytes(&m);
+    cp(&m.path("a"), &m.path("b"), &["--sparse=never"]);
+    syncfs(&m.mnt);
+    assert_eq!(data_bytes(&m), before, "the copy shares every record");
+    assert!(read(&m.path("b")) == d);
+}
