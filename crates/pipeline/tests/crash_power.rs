@@ -24,6 +24,12 @@
 //! are rewritten), so a cut also lands between a bundle's write and its commit, and between
 //! the commits that take its members away.
 //!
+//! The workloads copy ranges between files and within one (`Engine::share_range`, as
+//! `copy_file_range` does): record-aligned copies share the source's stored records (the
+//! target's extent rows point at them, the `refcounts` table counts them), the rest are
+//! copied as data, so cuts also land between a copy's commit and the later changes that
+//! drop a shared record's references. A pool after a cut must have held shared records.
+//!
 //! Rounds: `SQUEEZEFS_POWER_CUTS` (default 40 for the file rig, 30 for the in-memory one).
 //! Seed: `SQUEEZEFS_CRASH_SEED`.
 
@@ -35,7 +41,7 @@ use squeezefs_device::power_loss::{self, PowerLoss};
 use squeezefs_device::Device;
 use squeezefs_pipeline::{Engine, MkfsOptions, OpenOptions, ROOT_INO};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -55,8 +61,29 @@ fn open_options() -> OpenOptions {
     }
 }
 
-/// Random writes and fsyncs until an engine call fails (the power is gone) or `stop`.
-fn workload(engine: &Engine, seed: u64, log: &Mutex<Vec<LogRec>>, stop: &AtomicBool) {
+/// Record size of the workload's files (the pool's default).
+const RS: u64 = 128 * 1024;
+
+/// A copy's parameters from `rng`: from `from` to `to`, offsets on record boundaries half
+/// the time each (both aligned: the whole records are shared), a length of whole records or
+/// any; `None` when it would overlap itself within one file.
+fn copy_range(rng: &mut SplitMix64, from: usize, to: usize) -> Option<(u64, u64, u64)> {
+    let pos = |r: &mut SplitMix64| {
+        let x = r.below(MAX_OFFSET);
+        if r.below(2) == 0 {
+            x / RS * RS
+        } else {
+            x
+        }
+    };
+    let (off, dst) = (pos(rng), pos(rng));
+    let len = if rng.below(2) == 0 { (1 + rng.below(4)) * RS } else { 1 + rng.below(512 * 1024) };
+    (from != to || off + len <= dst || dst + len <= off).then_some((off, dst, len))
+}
+
+/// Random writes, copies and fsyncs until an engine call fails (the power is gone) or
+/// `stop`; `shared` counts the records the copies shared.
+fn workload(engine: &Engine, seed: u64, log: &Mutex<Vec<LogRec>>, stop: &AtomicBool, shared: &AtomicU64) {
     let rec = |r: LogRec| log.lock().unwrap().push(r);
     let mut rng = SplitMix64::new(seed);
     let mut inos: Vec<Option<u64>> = Vec::new();
@@ -81,6 +108,24 @@ fn workload(engine: &Engine, seed: u64, log: &Mutex<Vec<LogRec>>, stop: &AtomicB
                 Err(_) => return,
             },
         };
+        if rng.below(6) == 0 {
+            // a copy from this file to any existing one (the model takes the source's bytes
+            // as they are now, acknowledged or not: the engine copies what it holds)
+            let to = rng.below(FILES as u64) as usize;
+            if let (Some(dst_ino), Some((off, dst, len))) = (inos[to], copy_range(&mut rng, file, to)) {
+                rec(LogRec::Copy { from: file, to, off, dst, len });
+                match engine.share_range(ino, off, dst_ino, dst, len) {
+                    Ok(out) => shared.fetch_add(out.shared_records, Ordering::Relaxed),
+                    Err(_) => return,
+                };
+                if rng.below(3) == 0 {
+                    match engine.fsync(dst_ino) {
+                        Ok(()) => rec(LogRec::Fsync(to)),
+                        Err(_) => return,
+                    }
+                }
+            }
+        }
         let off = rng.below(MAX_OFFSET);
         let len = match rng.below(10) {
             0..=3 => 1 + rng.below(4096),
@@ -218,6 +263,7 @@ fn run_rounds(label: &str, in_memory: bool, default_rounds: u64) {
     let mut baseline: Vec<Option<Vec<u8>>> = vec![None; FILES];
     let (mut total_writes, mut total_syncs, mut total_pending) = (0u64, 0u64, 0usize);
     let mut bundles_seen = 0u64;
+    let (mut shared_seen, copies_shared) = (0u64, Arc::new(AtomicU64::new(0)));
     let t0 = Instant::now();
     let want_bundles = BUNDLES.with(|b| b.get());
     // a cut soon after the open leaves little committed: with bundles on, rounds go on (up
@@ -238,8 +284,8 @@ fn run_rounds(label: &str, in_memory: bool, default_rounds: u64) {
         let stop = Arc::new(AtomicBool::new(false));
         let child_seed = rng.next_u64();
         let worker = {
-            let (engine, log, stop) = (engine.clone(), log.clone(), stop.clone());
-            std::thread::spawn(move || workload(&engine, child_seed, &log, &stop))
+            let (engine, log, stop, shared) = (engine.clone(), log.clone(), stop.clone(), copies_shared.clone());
+            std::thread::spawn(move || workload(&engine, child_seed, &log, &stop, &shared))
         };
         // Half the cuts after a random time, half after a random number of device writes
         // (which lands them between the writes of one txg, or between data and commit).
@@ -290,14 +336,17 @@ fn run_rounds(label: &str, in_memory: bool, default_rounds: u64) {
         let fsck = engine.fsck().unwrap_or_else(|e| panic!("{what}: fsck failed: {e}"));
         assert!(fsck.is_clean(), "{what}: fsck problems: {:?}", fsck.problems);
         bundles_seen += fsck.bundles;
+        shared_seen += fsck.shared_records;
         engine.close().expect("close after check");
         drop(engine);
         baseline = actual;
     }
     eprintln!(
-        "{label}: {round} cuts passed in {:.1} s; {total_writes} device writes, {total_syncs} syncs, {total_pending} unsynced writes at the cuts, {bundles_seen} bundles seen",
-        t0.elapsed().as_secs_f64()
+        "{label}: {round} cuts passed in {:.1} s; {total_writes} device writes, {total_syncs} syncs, {total_pending} unsynced writes at the cuts, {bundles_seen} bundles seen, {} records shared by copies, {shared_seen} shared records seen after cuts",
+        t0.elapsed().as_secs_f64(),
+        copies_shared.load(Ordering::Relaxed)
     );
+    assert!(shared_seen > 0, "no pool after {round} cuts held a shared record: the copies exercised nothing");
     assert!(total_writes > round, "the engine hardly wrote: {total_writes} device writes");
     assert!(total_pending > 0, "no cut ever caught an unsynced write: the test exercised nothing");
     if want_bundles {
@@ -321,17 +370,26 @@ fn crash_image_with_bundles_keeps_acknowledged_data() {
     run_rounds("crash-image test with bundles (CrashDevice)", true, 30);
 }
 
-/// A short fixed workload (writes and fsyncs over three files, in one thread); returns the
-/// log. Stops at the first failed call.
-fn fixed_workload(engine: &Engine, log: &mut Vec<LogRec>) {
+/// A short fixed workload (writes, copies and fsyncs over three files, in one thread);
+/// returns the records its copies shared. Stops at the first failed call. The copies: two
+/// records of f2 shared into f0 (dirty, so the copy commits them first), one of those
+/// shared again within f0 (three references), a range of f1 copied as data into f2; the
+/// writes after them overwrite parts of the shared records, which drops references.
+fn fixed_workload(engine: &Engine, log: &mut Vec<LogRec>) -> u64 {
     let mut inos = [0u64; 3];
     for (i, ino) in inos.iter_mut().enumerate() {
         match create_file(engine, &file_name(i)) {
             Ok(n) => *ino = n,
-            Err(_) => return,
+            Err(_) => return 0,
         }
         log.push(LogRec::Create(i));
     }
+    let copies: [(u64, usize, usize, u64, u64, u64, bool); 3] = [
+        (5, 2, 0, RS, 4 * RS, 2 * RS, true),
+        (7, 0, 0, 4 * RS, 7 * RS, RS, false),
+        (9, 1, 2, 1000, 77_777, 50_000, true),
+    ];
+    let mut shared = 0;
     let mut rng = SplitMix64::new(77);
     for step in 0..12u64 {
         let file = (step % 3) as usize;
@@ -340,15 +398,39 @@ fn fixed_workload(engine: &Engine, log: &mut Vec<LogRec>) {
         let seed = 5000 + step;
         log.push(LogRec::Write { file, off, len, seed });
         if engine.write(inos[file], off, &content(seed, len)).is_err() {
-            return;
+            return shared;
         }
         if step % 2 == 1 {
             if engine.fsync(inos[file]).is_err() {
-                return;
+                return shared;
             }
             log.push(LogRec::Fsync(file));
         }
+        if let Some(&(_, from, to, off, dst, len, sync)) = copies.iter().find(|c| c.0 == step) {
+            log.push(LogRec::Copy { from, to, off, dst, len });
+            match engine.share_range(inos[from], off, inos[to], dst, len) {
+                Ok(out) => shared += out.shared_records,
+                Err(_) => return shared,
+            }
+            if sync {
+                if engine.fsync(inos[to]).is_err() {
+                    return shared;
+                }
+                log.push(LogRec::Fsync(to));
+            }
+        }
     }
+    // part of the record f0 shares with f2, and the whole record shared within f0
+    for (off, len, seed) in [(5 * RS + 100, 3000, 6000), (7 * RS, RS, 6001)] {
+        log.push(LogRec::Write { file: 0, off, len, seed });
+        if engine.write(inos[0], off, &content(seed, len)).is_err() {
+            return shared;
+        }
+    }
+    if engine.fsync(inos[0]).is_ok() {
+        log.push(LogRec::Fsync(0));
+    }
+    shared
 }
 
 /// redb-style sweep: the power goes after device write n, for every n the workload makes,
@@ -388,7 +470,8 @@ fn sweep() {
         let (pool, dev) = fresh(d.path());
         let engine = Engine::open_with_devices(&pool, vec![dev.clone() as Arc<dyn Device>], &opts).unwrap();
         let mut log = Vec::new();
-        fixed_workload(&engine, &mut log);
+        let shared = fixed_workload(&engine, &mut log);
+        assert!(shared >= 3, "the workload's copies shared {shared} records");
         if BUNDLES.with(|b| b.get()) {
             assert!(!engine.bundles().unwrap().is_empty(), "the workload made no bundle");
         }
