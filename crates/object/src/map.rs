@@ -44,6 +44,31 @@ pub struct Commit<'a> {
     pub device_len: u64,
 }
 
+/// The backend a crash test put under a map (`testing::arm_map_backend`).
+#[derive(Debug)]
+struct Hooked(Box<dyn redb::StorageBackend>);
+
+impl redb::StorageBackend for Hooked {
+    fn len(&self) -> std::io::Result<u64> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.0.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.0.write(offset, data)
+    }
+    fn close(&self) -> std::io::Result<()> {
+        self.0.close()
+    }
+}
+
 pub struct MapStore {
     path: PathBuf,
     db: redb::Database,
@@ -76,7 +101,11 @@ impl MapStore {
     /// Open the map at `path`, which must belong to `spec`, and load it.
     pub fn open(path: &Path, spec: &str) -> Result<(MapStore, Loaded), ObjectError> {
         let m = |e: &dyn std::fmt::Display| ObjectError::map(path, e);
-        let db = redb::Database::open(path).map_err(|e| m(&e))?;
+        let db = match crate::testing::map_backend_for(path) {
+            Some(make) => redb::Builder::new().create_with_backend(Hooked(make(path).map_err(|e| m(&e))?)),
+            None => redb::Database::open(path),
+        }
+        .map_err(|e| m(&e))?;
         let rx = db.begin_read().map_err(|e| m(&e))?;
         let st = rx.open_table(STATE).map_err(|e| m(&e))?;
         let get = |k: &str| -> Result<u64, ObjectError> {

@@ -10,6 +10,35 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Makes the storage backend of an object map opened at a path (crash tests: a backend
+/// that loses unsynced writes at a power cut).
+pub type MapBackend = std::sync::Arc<dyn Fn(&Path) -> std::io::Result<Box<dyn redb::StorageBackend>> + Send + Sync>;
+
+fn map_backends() -> &'static parking_lot::Mutex<HashMap<PathBuf, MapBackend>> {
+    static R: std::sync::OnceLock<parking_lot::Mutex<HashMap<PathBuf, MapBackend>>> = std::sync::OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+/// From now on, an object map opened at `path` (which must exist) is opened on the backend
+/// `make` returns instead of its file; as `squeezefs_device::power_loss::arm` for devices.
+pub fn arm_map_backend(path: &Path, make: MapBackend) {
+    map_backends().lock().insert(path.to_path_buf(), make);
+}
+
+/// Object maps opened at `path` from now on use their file again.
+pub fn disarm_map_backend(path: &Path) {
+    map_backends().lock().remove(path);
+}
+
+/// The backend armed for `path` (map.rs; one lookup in an empty map unless a test armed one).
+pub(crate) fn map_backend_for(path: &Path) -> Option<MapBackend> {
+    let r = map_backends().lock();
+    if r.is_empty() {
+        return None;
+    }
+    r.get(path).cloned()
+}
+
 pub const ACCESS_KEY: &str = "squeezefs-test";
 pub const SECRET_KEY: &str = "squeezefs-test-secret";
 

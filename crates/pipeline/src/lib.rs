@@ -66,6 +66,13 @@ pub use store::meta_seal::{seal_level_for, SealReport, SEAL_TMP_FILE, UNSEAL_TMP
 pub use write::metatx::MetaTx;
 pub use write::share::ShareOutcome;
 
+/// For crash tests: the power cut of the metadata store's copies and their files, and
+/// arming it for a pool directory the engine then opens by path.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::store::meta_copy::{arm_pool, disarm_pool, CopyFile, PowerCut};
+}
+
 use engine::inner::Inner;
 use parking_lot::Mutex;
 use std::path::Path;

@@ -359,6 +359,33 @@ impl PowerCut {
     }
 }
 
+fn armed_pools() -> &'static parking_lot::Mutex<std::collections::HashMap<PathBuf, Arc<PowerCut>>> {
+    static R: std::sync::OnceLock<parking_lot::Mutex<std::collections::HashMap<PathBuf, Arc<PowerCut>>>> =
+        std::sync::OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+/// From now on, the checked metadata store of the pool directory `pool` opens with its
+/// copies' writes and syncs going through `cut` (crash tests of the engine, which opens
+/// its store by path; as `squeezefs_device::power_loss::arm` for devices).
+pub fn arm_pool(pool: &Path, cut: Arc<PowerCut>) {
+    armed_pools().lock().insert(pool.to_path_buf(), cut);
+}
+
+/// The store of `pool` opens without a power cut again.
+pub fn disarm_pool(pool: &Path) {
+    armed_pools().lock().remove(pool);
+}
+
+/// The cut armed for `pool` (one lookup in an empty map unless a test armed one).
+pub(crate) fn cut_for_pool(pool: &Path) -> Option<Arc<PowerCut>> {
+    let r = armed_pools().lock();
+    if r.is_empty() {
+        return None;
+    }
+    r.get(pool).cloned()
+}
+
 /// A random stamp for a clean close (`getrandom`; the clock if that fails).
 pub fn random_stamp() -> u64 {
     let mut v = 0u64;

@@ -184,7 +184,8 @@ pub fn backend(pool: &Path, write: bool) -> Result<(Backend, Option<Arc<Shared>>
     match form(pool) {
         Some(Form::Checked { copies }) => {
             let paths = copy_paths(pool, copies);
-            let shared = Shared::open(&paths, write).map_err(|e| match e.kind() {
+            let cut = crate::store::meta_copy::cut_for_pool(pool);
+            let shared = Shared::open_with_cut(&paths, write, cut).map_err(|e| match e.kind() {
                 std::io::ErrorKind::WouldBlock => PoolError::AlreadyOpen { path: pool.to_path_buf() }.into(),
                 _ => io(&paths[0])(e),
             })?;
