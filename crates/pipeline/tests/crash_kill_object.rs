@@ -310,6 +310,7 @@ impl Rig {
                 std::fs::read_to_string(&err_path).unwrap_or_default()
             );
         }
+        settle(&self.s3);
         let log = parse(&read_log());
         std::fs::remove_file(&log_path).ok();
         (log, when.to_string())

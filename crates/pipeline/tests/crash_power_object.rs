@@ -282,6 +282,7 @@ fn power_cut_of_a_pool_on_the_object_device_keeps_acknowledged_data() {
         cut.arm(0);
         damaged += damage_cache(&pool.join("object.0.cache"), &mut rng);
         dead.push(proxy);
+        settle(&s3);
 
         let log = log.lock().unwrap().clone();
         records += log.len();

@@ -22,7 +22,7 @@ use squeezefs_object::{Manifest, ObjectDevice, ObjectOptions, ObjectSpec, StoreC
 use squeezefs_pipeline::{Engine, MkfsOptions, ObjectSettings, OpenOptions};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub const BUCKET: &str = "crash-bucket";
 pub const PREFIX: &str = "pool";
@@ -236,6 +236,25 @@ pub fn describe(s: &[Option<Vec<u8>>]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Wait until the bucket's listing has not changed for 100 ms (at most 10 s). A PUT whose
+/// body reached the server before the client died may complete after it: the open after
+/// a crash sweeps what it lists, so these tests reopen once such requests are done, as a
+/// restart after a crash does; a PUT landing after that open's sweep is left for the next
+/// one, and the bucket check here would report it.
+pub fn settle(s3: &S3Server) {
+    let t0 = Instant::now();
+    let mut last = s3.objects(BUCKET, PREFIX);
+    let mut since = Instant::now();
+    while since.elapsed() < Duration::from_millis(100) && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = s3.objects(BUCKET, PREFIX);
+        if now != last {
+            last = now;
+            since = Instant::now();
+        }
+    }
 }
 
 /// Segment numbers of object names under `PREFIX/segments/`.
