@@ -57,6 +57,11 @@ pub struct ObjectOptions {
 pub const DEFAULT_SEGMENT_BYTES: u64 = 32 << 20;
 pub const DEFAULT_CACHE_BYTES: u64 = 1 << 30;
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// Segment numbers a writable open skips past the map's next number and the highest one
+/// listed. A dead process may still have a PUT land for any number it sealed; it held at
+/// most its dirty data's worth of sealed segments (a sync that fails keeps them), far
+/// fewer than this, and numbers are 64-bit: 2^44 opens before they run out.
+pub const REUSE_GAP: u64 = 1 << 20;
 /// After a GET found the store not answering, reads fail without asking it for this long.
 pub const READ_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -240,7 +245,7 @@ impl ObjectDevice {
         opts: ObjectOptions,
     ) -> Result<ObjectDevice, ObjectError> {
         let store = Store::connect(spec, cfg, &opts.request_limits())?;
-        let (map, loaded) = MapStore::open(map_path, &spec.to_string())?;
+        let (map, mut loaded) = MapStore::open(map_path, &spec.to_string())?;
         let listed = store.list(SEGMENT_DIR)?;
         let protection = Protection::load(&store)?;
         if !opts.read_only {
@@ -251,6 +256,20 @@ impl ObjectDevice {
                     store.delete(name)?;
                 }
             }
+            // A process that died with uploads in flight used numbers from the map's next
+            // one on; a PUT of one of them may still complete (the server had its body), so
+            // none is handed out again: numbering goes on past every number listed and past
+            // those that may still land, and that is durable before this process uploads.
+            let listed_max = listed.iter().filter_map(|(name, _)| parse_segment_name(name)).max();
+            let next = loaded.next_segment.max(listed_max.map_or(0, |m| m + 1)) + REUSE_GAP;
+            map.commit(&Commit {
+                ops: &[],
+                new_segments: Vec::new(),
+                dropped_segments: Vec::new(),
+                next_segment: next,
+                device_len: loaded.device_len,
+            })?;
+            loaded.next_segment = next;
         }
         let cache = ReadCache::open(&opts.cache_dir, opts.cache_bytes)?;
         Ok(Self::assemble(store, map, cache, loaded, protection, opts))

@@ -163,6 +163,13 @@ impl S3Server {
         store.delete(key).expect("delete through the S3 API");
     }
 
+    /// Put object `key` of `bucket` through the S3 API (a crash test's late upload).
+    pub fn put_object(&self, bucket: &str, key: &str, data: Vec<u8>) {
+        let spec = crate::spec::ObjectSpec::parse(&format!("s3://{bucket}")).expect("bucket name");
+        let store = crate::store::Store::connect(&spec, &self.config(), &Default::default()).expect("S3 client");
+        store.put(key, bytes::Bytes::from(data)).expect("put through the S3 API");
+    }
+
     /// Kill the server (requests fail with connection refused until `restart`).
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {

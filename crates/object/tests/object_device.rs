@@ -310,6 +310,46 @@ fn a_process_killed_between_uploads_and_commits_loses_no_synced_data() {
     }
 }
 
+/// A process killed while a segment's upload was in flight can have that PUT complete
+/// later: the server had the whole body. Had the next process numbered its own segments
+/// from the map's next number again, such a late PUT would overwrite the object of a
+/// segment it committed since, and its data would read back as damaged. Segment numbers
+/// are never handed out twice: each writable open skips past every number a process
+/// that died could have used, and commits that before it writes.
+#[test]
+fn segment_numbers_are_not_reused_after_a_crash() {
+    let s3 = S3Server::start(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("object.0.redb");
+    let sp = spec("late");
+    let d = ObjectDevice::create(&sp, &s3.config(), &map, opts(dir.path()), false).unwrap();
+    d.write_at(&pattern(1, 50_000), 4096).unwrap();
+    d.sync().unwrap();
+    // the next segment this process would have uploaded, had it not died first
+    let next = d.usage().segments + 1;
+    d.write_at(&pattern(2, 50_000), 60_000).unwrap();
+    drop(d);
+    for round in 0..2u64 {
+        let d = ObjectDevice::open(&sp, &s3.config(), &map, opts(dir.path())).unwrap();
+        let at = 200_000 + round * 100_000;
+        d.write_at(&pattern(3 + round, 50_000), at).unwrap();
+        d.sync().unwrap();
+        // the dead process's upload lands now, and so would one of this process
+        s3.put_object(BUCKET, &format!("late/segments/{next:016x}"), pattern(2, 50_000));
+        d.clear_cache();
+        assert_eq!(read(&d, 4096, 50_000), pattern(1, 50_000), "round {round}");
+        for r in 0..=round {
+            let at = 200_000 + r * 100_000;
+            assert_eq!(read(&d, at, 50_000), pattern(3 + r, 50_000), "round {round}: data at {at}");
+        }
+        drop(d);
+    }
+    // the late object is no segment of the map: the next open sweeps it
+    let d = ObjectDevice::open(&sp, &s3.config(), &map, opts(dir.path())).unwrap();
+    let objects = s3.objects(BUCKET, "late/segments");
+    assert_eq!(objects.len() as u64, d.usage().segments, "{objects:?}");
+}
+
 #[test]
 fn wrong_credentials_missing_bucket_and_dead_endpoint_say_so() {
     let s3 = S3Server::start(BUCKET);
