@@ -246,7 +246,7 @@ impl Rig {
     /// is what the bucket holds (a cache that kept a block would hide an object missing).
     fn check_options(&self) -> OpenOptions {
         let mut o = open_options(&self.cfg, Some(NO_AUTO_BACKUP));
-        if self.checks % 2 == 0 {
+        if self.checks.is_multiple_of(2) {
             o.object.cache_bytes = Some(0);
         }
         o

@@ -185,8 +185,14 @@ impl CopyFile {
         self.file.set_len(len)
     }
 
+    /// The file's length in bytes (header and sum blocks included).
     pub fn len(&self) -> std::io::Result<u64> {
         Ok(self.file.metadata()?.len())
+    }
+
+    /// Whether the file holds no bytes at all (not even its header).
+    pub fn is_empty(&self) -> std::io::Result<bool> {
+        Ok(self.len()? == 0)
     }
 
     /// The block at byte offset `at`; a short read (the copy ends early) is an error.
