@@ -10,7 +10,8 @@
 # `dpkg-deb -x`), `cp MNT/a MNT/b` with its default flags and, for each one, with
 # `--sparse=never`; each copy timed with the `sync -d` of its target and, under strace,
 # counted in copy_file_range calls. Then 1 MiB overwritten in the middle of the copy made
-# by the first cp with `--sparse=never` (with fsync). Pool bytes are statfs's used bytes (a shared record counted once). Prints
+# by the first cp with `--sparse=never` (with fsync; coreutils 9.1 shares with that flag,
+# 9.10 does not). Pool bytes are statfs's used bytes (a shared record counted once). Prints
 # one row per copy: seconds, ÷ the copy from outside, the pool's growth (bytes and % of the
 # file), copy_file_range calls; then the growth after the 1 MiB change, and whether `a`
 # still reads back as the source. SRC: the Silesia files of CORPUS (a directory of .zip,
@@ -92,9 +93,10 @@ for spec in $SPECS; do
                 "$(echo "100 * ($after - $before) / $BYTES" | bc -l)" "$(cfr_calls "$W/st$n")"
         done
     done
-    # the change goes into the first copy that shared (cp 9.1 --sparse=never shares on
-    # every coreutils since 9.0): 1 MiB of the source's own first bytes, as compressible
-    # as the rest, so the growth is the stored size of the records it replaces
+    # the change goes into b2, the first cp's copy with --sparse=never (with the default
+    # /bin/cp, Debian 12's 9.1, a shared copy; check its cfr column): 1 MiB of the
+    # source's own first bytes, as compressible as the rest, so the growth is the stored
+    # size of the records it replaces
     before=$(used)
     dd if="$W/src" of="$MNT/b2" bs=1M seek=$((BYTES / 2 >> 20)) count=1 conv=notrunc,fsync status=none
     after=$(used)
