@@ -73,11 +73,7 @@ fn child_main(pool: &Path, log_path: &Path, seed: u64) {
             }
         };
         let off = rng.below(MAX_OFFSET);
-        let len = match rng.below(10) {
-            0..=3 => 1 + rng.below(4096),
-            4..=7 => 4096 + rng.below(124 * 1024),
-            _ => 128 * 1024 + rng.below(384 * 1024),
-        };
+        let len = write_len(&mut rng);
         if rng.below(25) == 0 {
             // a copy that shares records (offsets on record boundaries half the time),
             // between two commits so that its source is exactly the acknowledged state
@@ -138,11 +134,7 @@ fn workload_without_kills_reads_back_exactly() {
     for n in 0..1500u64 {
         let file = rng.below(FILES as u64) as usize;
         let off = rng.below(MAX_OFFSET);
-        let len = match rng.below(10) {
-            0..=3 => 1 + rng.below(4096),
-            4..=7 => 4096 + rng.below(124 * 1024),
-            _ => 128 * 1024 + rng.below(384 * 1024),
-        };
+        let len = write_len(&mut rng);
         engine.write(inos[file], off, &content(n, len)).expect("write");
         apply_write(&mut model[file], off, len, n);
         if rng.below(25) == 0 {
@@ -224,31 +216,11 @@ fn one_kill(
     if during_startup {
         std::thread::sleep(Duration::from_millis(rng.below(60)));
     } else {
-        let t0 = Instant::now();
-        loop {
-            let ready = std::fs::read_to_string(&log_path).is_ok_and(|s| s.starts_with("R\n"));
-            if ready {
-                break;
-            }
-            if let Some(status) = child.try_wait().expect("try_wait") {
-                panic!(
-                    "kill {k}: child exited ({status}) before starting: {}",
-                    std::fs::read_to_string(&err_path).unwrap_or_default()
-                );
-            }
-            assert!(t0.elapsed() < Duration::from_secs(60), "kill {k}: child never got ready");
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        let what = format!("kill {k}");
+        wait_for_log(&mut child, &log_path, &err_path, &what, &|s| s.starts_with("R\n"));
         std::thread::sleep(Duration::from_micros(rng.below(250_000)));
     }
-    let _ = child.kill(); // SIGKILL
-    let status = child.wait().expect("wait child");
-    if status.code().is_some() {
-        panic!(
-            "kill {k}: child exited by itself ({status}): {}",
-            std::fs::read_to_string(&err_path).unwrap_or_default()
-        );
-    }
+    kill_child(&mut child, &err_path, &format!("kill {k}"));
     let log = parse_log(&std::fs::read_to_string(&log_path).unwrap_or_default());
     let exp = expectations(baseline, &log);
 

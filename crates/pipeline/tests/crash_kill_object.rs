@@ -147,11 +147,7 @@ impl Child<'_> {
             }
             _ => {
                 let off = self.rng.below(MAX_OFFSET);
-                let len = match self.rng.below(10) {
-                    0..=3 => 1 + self.rng.below(4096),
-                    4..=7 => 4096 + self.rng.below(124 * 1024),
-                    _ => 128 * 1024 + self.rng.below(384 * 1024),
-                };
+                let len = write_len(&mut self.rng);
                 self.rec(Rec::Base(LogRec::Write { file, off, len, seed: wseed }), false);
                 self.engine.write(ino, off, &content(wseed, len)).expect("write");
             }
@@ -276,25 +272,14 @@ impl Rig {
             std::thread::sleep(Duration::from_millis(rng.below(150)));
             when = "during start-up";
         } else {
-            let t0 = Instant::now();
-            let wait_for = |pred: &dyn Fn(&str) -> bool, child: &mut std::process::Child| loop {
-                if pred(&read_log()) {
-                    return;
-                }
-                if let Some(status) = child.try_wait().expect("try_wait") {
-                    panic!(
-                        "kill {k}: child exited ({status}): {}",
-                        std::fs::read_to_string(&err_path).unwrap_or_default()
-                    );
-                }
-                assert!(t0.elapsed() < Duration::from_secs(60), "kill {k}: the child never got there");
-                std::thread::sleep(Duration::from_millis(1));
-            };
-            wait_for(&|s| s.starts_with("R\n"), &mut child);
+            let what = format!("kill {k}");
+            let mut wait_for =
+                |reached: &dyn Fn(&str) -> bool| wait_for_log(&mut child, &log_path, &err_path, &what, reached);
+            wait_for(&|s| s.starts_with("R\n"));
             if at_backup {
                 // the n-th backup to begin after a random number of them
                 let nth = 1 + rng.below(4) as usize;
-                wait_for(&|s| s.matches("\nB\n").count() >= nth, &mut child);
+                wait_for(&|s| s.matches("\nB\n").count() >= nth);
                 std::thread::sleep(Duration::from_micros(rng.below(30_000)));
                 when = "as a backup began";
             } else {
@@ -302,14 +287,7 @@ impl Rig {
                 when = "while working";
             }
         }
-        let _ = child.kill(); // SIGKILL
-        let status = child.wait().expect("wait child");
-        if status.code().is_some() {
-            panic!(
-                "kill {k}: child exited by itself ({status}): {}",
-                std::fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
+        kill_child(&mut child, &err_path, &format!("kill {k}"));
         settle(&self.s3);
         let log = parse(&read_log());
         std::fs::remove_file(&log_path).ok();

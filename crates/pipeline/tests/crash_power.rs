@@ -127,11 +127,7 @@ fn workload(engine: &Engine, seed: u64, log: &Mutex<Vec<LogRec>>, stop: &AtomicB
             }
         }
         let off = rng.below(MAX_OFFSET);
-        let len = match rng.below(10) {
-            0..=3 => 1 + rng.below(4096),
-            4..=7 => 4096 + rng.below(124 * 1024),
-            _ => 128 * 1024 + rng.below(384 * 1024),
-        };
+        let len = write_len(&mut rng);
         let wseed = seed.wrapping_mul(1_000_003).wrapping_add(n);
         rec(LogRec::Write { file, off, len, seed: wseed });
         if engine.write(ino, off, &content(wseed, len)).is_err() {

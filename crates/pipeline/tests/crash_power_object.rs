@@ -130,11 +130,7 @@ fn workload(engine: &Engine, seed: u64, big: bool, log: &Mutex<Vec<Rec>>, stop: 
             }
             _ => {
                 let off = rng.below(MAX_OFFSET);
-                let len = match rng.below(10) {
-                    0..=3 => 1 + rng.below(4096),
-                    4..=7 => 4096 + rng.below(124 * 1024),
-                    _ => 128 * 1024 + rng.below(384 * 1024),
-                };
+                let len = write_len(&mut rng);
                 let wseed = seed.wrapping_mul(1_000_003).wrapping_add(n);
                 rec(base(LogRec::Write { file, off, len, seed: wseed }));
                 engine.write(ino, off, &content(wseed, len)).map_err(|e| e.to_string())?;

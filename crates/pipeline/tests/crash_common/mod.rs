@@ -12,6 +12,9 @@
 use squeezefs_device::doubles::SplitMix64;
 use squeezefs_pipeline::{Engine, EngineError, FileKind, InodeAttr, Timestamp, ROOT_INO};
 use std::fmt;
+use std::path::Path;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
 
 /// Files the workload spreads over, named `f0`, `f1`, … in the root directory.
 pub const FILES: usize = 6;
@@ -65,13 +68,57 @@ impl fmt::Display for LogRec {
     }
 }
 
+/// The length of one random write: 4 in 10 up to 4 KiB (inside a record), 4 in 10 up to
+/// 128 KiB (across a record boundary), 2 in 10 up to 512 KiB (over whole records).
+pub fn write_len(rng: &mut SplitMix64) -> u64 {
+    match rng.below(10) {
+        0..=3 => 1 + rng.below(4096),
+        4..=7 => 4096 + rng.below(124 * 1024),
+        _ => 128 * 1024 + rng.below(384 * 1024),
+    }
+}
+
+/// The complete lines of a child's log, each with its `\n`: a torn last line (the child
+/// died while writing it) is left out, as if never written.
+pub fn complete_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.split_inclusive('\n').take_while(|line| line.ends_with('\n'))
+}
+
+/// How long a child may take to reach a point of its log before the test fails.
+pub const CHILD_WAIT: Duration = Duration::from_secs(60);
+
+/// Wait until the child's log at `log` satisfies `reached`. Panics, with the child's
+/// stderr (`err`), when the child exits first or [`CHILD_WAIT`] passes; `what` names the
+/// round in those messages.
+pub fn wait_for_log(child: &mut Child, log: &Path, err: &Path, what: &str, reached: &dyn Fn(&str) -> bool) {
+    let t0 = Instant::now();
+    loop {
+        if reached(&std::fs::read_to_string(log).unwrap_or_default()) {
+            return;
+        }
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            panic!("{what}: child exited ({status}): {}", std::fs::read_to_string(err).unwrap_or_default());
+        }
+        assert!(t0.elapsed() < CHILD_WAIT, "{what}: the child never got there");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// SIGKILL the child and reap it; panics when it had already exited by itself (a child
+/// that ends on its own did not crash, and its stderr says why).
+pub fn kill_child(child: &mut Child, err: &Path, what: &str) -> ExitStatus {
+    let _ = child.kill();
+    let status = child.wait().expect("wait child");
+    if status.code().is_some() {
+        panic!("{what}: child exited by itself ({status}): {}", std::fs::read_to_string(err).unwrap_or_default());
+    }
+    status
+}
+
 /// Parse a log; a torn last line (the child died while writing it) is ignored.
 pub fn parse_log(text: &str) -> Vec<LogRec> {
     let mut out = Vec::new();
-    for line in text.split_inclusive('\n') {
-        if !line.ends_with('\n') {
-            break;
-        }
+    for line in complete_lines(text) {
         let w: Vec<&str> = line.split_whitespace().collect();
         let num = |i: usize| w.get(i).and_then(|s| s.parse::<u64>().ok());
         let rec = match w.first().copied() {

@@ -16,7 +16,7 @@
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
-use crate::crash_common::{expectations, file_name, parse_log, FileExpect, LogRec, FILES};
+use crate::crash_common::{complete_lines, expectations, file_name, parse_log, FileExpect, LogRec, FILES};
 use squeezefs_object::testing::S3Server;
 use squeezefs_object::{Manifest, ObjectDevice, ObjectOptions, ObjectSpec, StoreConfig};
 use squeezefs_pipeline::{Engine, MkfsOptions, ObjectSettings, OpenOptions};
@@ -116,10 +116,7 @@ impl std::fmt::Display for Rec {
 /// Parse a log; a torn last line is ignored.
 pub fn parse(text: &str) -> Vec<Rec> {
     let mut out = Vec::new();
-    for line in text.split_inclusive('\n') {
-        if !line.ends_with('\n') {
-            break;
-        }
+    for line in complete_lines(text) {
         let w: Vec<&str> = line.split_whitespace().collect();
         let num = |i: usize| w.get(i).and_then(|s| s.parse::<u64>().ok());
         out.push(match w.first().copied() {
