@@ -394,6 +394,7 @@ fn open_options(cfg: &MountConfig) -> OpenOptions {
     o.object.cache_bytes = cfg.object.cache_bytes;
     o.object.cache_dir = cfg.object.cache_dir.clone();
     o.object.backup_interval = cfg.object.backup_interval;
+    o.object.repack_interval = cfg.object.repack_interval;
     o
 }
 

@@ -71,6 +71,10 @@ pub trait Device: Send + Sync {
     /// commit): the device may give it back (a hole in a device file, so the host gets the
     /// space). Reads of it may return zeros afterwards. Best effort: the default does
     /// nothing, and callers ignore failures beyond logging them.
+    /// Stop work the device does on its own (an object device's repack), wait for what is
+    /// under way and make it durable: called once at close, before the pool's last txg.
+    /// The default has nothing to stop.
+    fn stop_background(&self) {}
     fn discard(&self, _offset: u64, _len: u64) -> Result<(), DeviceError> {
         Ok(())
     }
@@ -110,6 +114,9 @@ impl<T: Device + ?Sized> Device for std::sync::Arc<T> {
     }
     fn name(&self) -> &str {
         (**self).name()
+    }
+    fn stop_background(&self) {
+        (**self).stop_background()
     }
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         (**self).discard(offset, len)

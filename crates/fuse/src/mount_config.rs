@@ -23,7 +23,9 @@
 //!   (the object device's local read cache: `0` for none, else 1M or more, e.g. `512M`,
 //!   `4G`; default 1G), `s3-cache-dir=DIR` (an absolute, existing directory to keep it in;
 //!   default the pool directory), `s3-backup=DURATION` (the longest time between two
-//!   metadata backups into the bucket while writing; 1 s … 24 h, default 30 s); pools
+//!   metadata backups into the bucket while writing; 1 s … 24 h, default 30 s),
+//!   `s3-repack=DURATION` (how often the background repack looks for segments below half
+//!   live; 1 s … 24 h, default 10 s); pools
 //!   without an object device ignore them;
 //!   `trace=FILE` (one CSV row per record compressed, crates/control trace.rs; a relative
 //!   FILE is taken from the mounting process's directory, and FILE must lie in an existing
@@ -103,7 +105,7 @@ pub struct MountConfig {
     /// `bg-idle=DURATION|off`: the idle time background compression waits for; `None`
     /// when the string does not name it ([`DEFAULT_BG_IDLE`]), `Some(None)` for `off`
     pub bg_idle: Option<Option<std::time::Duration>>,
-    /// `s3-timeout=`, `s3-cache=`, `s3-cache-dir=`, `s3-backup=` (object devices)
+    /// `s3-timeout=`, `s3-cache=`, `s3-cache-dir=`, `s3-backup=`, `s3-repack=` (object devices)
     pub object: ObjectMountOptions,
 }
 
@@ -118,11 +120,13 @@ pub struct ObjectMountOptions {
     pub cache_dir: Option<PathBuf>,
     /// `s3-backup=`: longest time between two metadata backups while writing
     pub backup_interval: Option<std::time::Duration>,
+    /// `s3-repack=`: how often the background repack looks for segments to repack
+    pub repack_interval: Option<std::time::Duration>,
 }
 
 /// The idle time background compression waits for when `bg-idle=` is not given.
 pub const DEFAULT_BG_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
-/// Accepted `s3-timeout=` and `s3-backup=` range.
+/// Accepted `s3-timeout=`, `s3-backup=` and `s3-repack=` range.
 pub const S3_TIME_RANGE: std::ops::RangeInclusive<std::time::Duration> =
     std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(86_400);
 /// The smallest read cache `s3-cache=` accepts other than 0.
@@ -180,7 +184,7 @@ const KERNEL_SET_OPTIONS: [&str; 5] = ["user_id", "group_id", "max_read", "blksi
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MountOptionError {
-    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, background_compression=SPEC, bg-idle=DURATION, qos=RATE, qos-burst=DURATION, recordsize=SIZE, s3-timeout=DURATION, s3-cache=SIZE, s3-cache-dir=DIR, s3-backup=DURATION, uring=auto|on|off, trace=FILE, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, diratime/nodiratime, sync/async, defaults, noauto, nofail, _netdev)")]
+    #[error("unknown mount option '{0}' (accepted: compress=SPEC, compress-force=SPEC, background_compression=SPEC, bg-idle=DURATION, qos=RATE, qos-burst=DURATION, recordsize=SIZE, s3-timeout=DURATION, s3-cache=SIZE, s3-cache-dir=DIR, s3-backup=DURATION, s3-repack=DURATION, uring=auto|on|off, trace=FILE, ro, rw, allow_other, default_permissions, remount, fsname=, and the generic dev/nodev, suid/nosuid, exec/noexec, atime/noatime/relatime, diratime/nodiratime, sync/async, defaults, noauto, nofail, _netdev)")]
     Unknown(String),
     #[error("mount option '{name}={value}': {reason}")]
     BadValue { name: String, value: String, reason: String },
@@ -291,7 +295,7 @@ fn duration(t: &str) -> Option<std::time::Duration> {
     std::time::Duration::try_from_secs_f64(secs).ok()
 }
 
-/// `s3-timeout=`, `s3-backup=`: a duration within [`S3_TIME_RANGE`].
+/// `s3-timeout=`, `s3-backup=`, `s3-repack=`: a duration within [`S3_TIME_RANGE`].
 fn s3_time(name: &str, v: &str) -> Result<std::time::Duration, MountOptionError> {
     let bad = |reason: &str| MountOptionError::BadValue {
         name: name.into(),
@@ -402,13 +406,13 @@ impl MountConfig {
                     c.bg_idle = Some(bg_idle(name, v)?);
                     changed_at_remount.push(name.into());
                 }
-                "s3-timeout" | "s3-backup" => {
+                "s3-timeout" | "s3-backup" | "s3-repack" => {
                     let v = value.ok_or_else(|| MountOptionError::MissingValue(name.into()))?;
-                    let d = s3_time(name, v)?;
-                    if name == "s3-timeout" {
-                        c.object.stall_timeout = Some(d);
-                    } else {
-                        c.object.backup_interval = Some(d);
+                    let d = Some(s3_time(name, v)?);
+                    match name {
+                        "s3-timeout" => c.object.stall_timeout = d,
+                        "s3-backup" => c.object.backup_interval = d,
+                        _ => c.object.repack_interval = d,
                     }
                     changed_at_remount.push(name.into());
                 }
@@ -796,7 +800,9 @@ mod tests {
         assert_eq!(c.object.cache_bytes, Some(512 << 20));
         assert_eq!(c.object.cache_dir.as_deref(), Some(Path::new("/var/cache/sq")));
         assert_eq!(c.object.backup_interval, Some(std::time::Duration::from_secs(120)));
-        let c = MountConfig::parse("s3-cache=0,s3-timeout=1500ms,s3-backup=1h").unwrap();
+        assert_eq!(c.object.repack_interval, None);
+        let c = MountConfig::parse("s3-cache=0,s3-timeout=1500ms,s3-backup=1h,s3-repack=5m").unwrap();
+        assert_eq!(c.object.repack_interval, Some(std::time::Duration::from_secs(300)));
         assert_eq!(c.object.cache_bytes, Some(0));
         assert_eq!(c.object.stall_timeout, Some(std::time::Duration::from_millis(1500)));
         assert_eq!(c.object.backup_interval, Some(std::time::Duration::from_secs(3600)));
@@ -809,6 +815,8 @@ mod tests {
             ("s3-timeout=soon", "not a duration"),
             ("s3-timeout=-5", "not a duration"),
             ("s3-backup=500ms", "out of range"),
+            ("s3-repack=100ms", "out of range"),
+            ("s3-repack=often", "not a duration"),
             ("s3-cache=12K", "too small"),
             ("s3-cache=lots", "not a size"),
             ("s3-cache=99999999999T", "too large"),
@@ -817,7 +825,7 @@ mod tests {
             let e = MountConfig::parse(bad).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains("accepted"), "{bad}: {e}");
         }
-        for bare in ["s3-timeout", "s3-cache", "s3-cache-dir", "s3-backup"] {
+        for bare in ["s3-timeout", "s3-cache", "s3-cache-dir", "s3-backup", "s3-repack"] {
             assert!(matches!(MountConfig::parse(bare), Err(MountOptionError::MissingValue(_))), "{bare}");
         }
         // fixed at mount time

@@ -195,6 +195,9 @@ pub struct ObjectDevice {
     /// When a GET last failed because the store did not answer: reads queued behind it
     /// fail at once for `READ_BACKOFF` instead of each waiting out its own timeout.
     read_failed_at: Mutex<Option<Instant>>,
+    /// the background repack (`start_repack`): told to stop at close, and joined
+    repack_stop: Arc<(Mutex<bool>, Condvar)>,
+    repack_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// A piece of a read whose bytes are in a committed segment.
@@ -307,6 +310,8 @@ impl ObjectDevice {
             puts: Default::default(),
             readahead: Default::default(),
             read_failed_at: Mutex::new(None),
+            repack_stop: Default::default(),
+            repack_thread: Mutex::new(None),
             gets: Default::default(),
             get_bytes: Default::default(),
             repacked_bytes: Default::default(),
@@ -567,20 +572,52 @@ impl ObjectDevice {
         Ok(report)
     }
 
-    /// Repack in the background every `repack_every`, until the device is dropped.
+    /// Repack in the background every `repack_every`, until `stop_repack` or the device is
+    /// dropped. The thread holds the device only during a pass.
     pub fn start_repack(self: &Arc<Self>) {
         if self.opts.read_only {
             return;
         }
         let weak = Arc::downgrade(self);
         let every = self.opts.repack_every;
-        let _ = std::thread::Builder::new().name("squeezefs-s3-repack".into()).spawn(move || loop {
-            std::thread::sleep(every);
+        let ctl = self.repack_stop.clone();
+        let spawned = std::thread::Builder::new().name("squeezefs-s3-repack".into()).spawn(move || loop {
+            {
+                let (stop, wake) = &*ctl;
+                let mut stop = stop.lock();
+                if !*stop {
+                    wake.wait_for(&mut stop, every);
+                }
+                if *stop {
+                    return;
+                }
+            }
             let Some(d) = weak.upgrade() else { return };
             if let Err(e) = d.repack(4 * d.opts.segment_bytes) {
                 log::warn!("{}: repack: {e}", d.name);
             }
         });
+        match spawned {
+            Ok(h) => *self.repack_thread.lock() = Some(h),
+            Err(e) => log::warn!("{}: cannot start the background repack ({e}); segments are not repacked", self.name),
+        }
+    }
+
+    /// Stop the background repack, waiting for a pass under way: its copies are then in
+    /// the open segment, which the next sync commits. A clean close calls it before its
+    /// last sync, so that no pass uploads a segment after the last commit (one the next
+    /// open would sweep as a crash's leftover).
+    pub fn stop_repack(&self) {
+        let (stop, wake) = &*self.repack_stop;
+        *stop.lock() = true;
+        wake.notify_all();
+        let h = self.repack_thread.lock().take();
+        if let Some(h) = h {
+            // the last reference to the device may be the pass's own
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
     }
 
     /// The bytes of a committed piece: cached blocks, and one ranged GET per run of
@@ -837,6 +874,17 @@ impl Device for ObjectDevice {
         self.write_parts(bufs, offset)
     }
 
+    fn stop_background(&self) {
+        self.stop_repack();
+        // a pass's copies commit with a sync; on a pool with nothing left to commit the
+        // engine's last txg makes none, and the copies (perhaps a sealed, uploaded segment)
+        // would be left to the next open's sweep
+        if !self.opts.read_only {
+            if let Err(e) = Device::sync(self) {
+                log::warn!("{}: committing the last repack at close: {e}", self.name);
+            }
+        }
+    }
     fn sync(&self) -> Result<(), DeviceError> {
         self.do_sync().map_err(|e| {
             log::error!("{e}");
@@ -869,6 +917,7 @@ impl Device for ObjectDevice {
 
 impl Drop for ObjectDevice {
     fn drop(&mut self) {
+        self.stop_repack();
         // whatever was written after the last sync is lost with the process anyway; waiting
         // for running uploads keeps their threads from outliving the runtime
         let sealed: Vec<Arc<Sealed>> = self.state.lock().sealed.clone();

@@ -457,3 +457,57 @@ fn repack_copies_live_bytes_out_of_mostly_dead_segments_and_deletes_them() {
     assert!(read(&d, 0, model.len()) == model, "content differs after repack and reopen");
     assert_eq!(d.usage().segments, after.segments);
 }
+
+#[test]
+fn a_background_repack_on_an_idle_device_is_committed_when_it_stops() {
+    let s3 = S3Server::start(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("object.0.redb");
+    let sp = spec("idle-repack");
+    let mut o = opts(dir.path());
+    o.segment_bytes = 200_000;
+    o.repack_every = Duration::from_millis(20);
+    let d = std::sync::Arc::new(ObjectDevice::create(&sp, &s3.config(), &map, o.clone(), false).unwrap());
+    let n = 32u64;
+    let mut model = vec![0u8; (n * 50_000) as usize];
+    for i in 0..n {
+        let data = pattern(i, 50_000);
+        d.write_at(&data, i * 50_000).unwrap();
+        model[(i * 50_000) as usize..((i + 1) * 50_000) as usize].copy_from_slice(&data);
+    }
+    d.sync().unwrap();
+    // three blocks in four rewritten: the first segments keep a quarter live
+    for i in (0..n).filter(|i| i % 4 != 0) {
+        let data = pattern(2000 + i, 50_000);
+        d.write_at(&data, i * 50_000).unwrap();
+        model[(i * 50_000) as usize..((i + 1) * 50_000) as usize].copy_from_slice(&data);
+    }
+    d.sync().unwrap();
+    // no sync follows the background passes: the device is idle from here on
+    d.start_repack();
+    let t0 = Instant::now();
+    while d.usage().repacked_bytes == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the background repack never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    d.stop_background();
+    let stopped = d.usage();
+    drop(d);
+    let objects = s3.objects(BUCKET, "idle-repack/segments");
+    let mut ro = o.clone();
+    ro.read_only = true;
+    let d = ObjectDevice::open(&sp, &s3.config(), &map, ro).unwrap();
+    let ids: std::collections::BTreeSet<u64> =
+        objects.iter().map(|n| u64::from_str_radix(n.rsplit('/').next().unwrap(), 16).unwrap()).collect();
+    let snap = d.snapshot_map().unwrap();
+    let rows: std::collections::BTreeSet<u64> = snap.map.segments.iter().map(|(id, _)| *id).collect();
+    let referenced = snap.map.referenced();
+    d.drop_snapshot(snap);
+    let stray: Vec<u64> = ids.iter().copied().filter(|id| !rows.contains(id)).collect();
+    assert!(stray.is_empty(), "segments {stray:x?} are in the bucket, not in the committed map (at stop {stopped:?})");
+    let missing: Vec<u64> = referenced.iter().copied().filter(|id| !ids.contains(id)).collect();
+    assert!(missing.is_empty(), "the committed map references segments {missing:x?} the bucket lacks");
+    assert!(stopped.deleted_segments > 0, "the emptied segments were not deleted: {stopped:?}");
+    d.clear_cache();
+    assert!(read(&d, 0, model.len()) == model, "content differs after the repack");
+}

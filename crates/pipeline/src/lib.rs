@@ -256,6 +256,10 @@ impl Engine {
         }
         // from here the pool is CLOSING: a mount of it waits for the store instead of refusing
         drop(self.holder.lock().take());
+        // a device's own work (repack) ends before the last txg, which then commits it
+        for d in self.inner.space.devs() {
+            d.dev.stop_background();
+        }
         let mut r = Ok(());
         if let Some(h) = self.driver.lock().take() {
             self.inner.txg.shutdown();
@@ -555,6 +559,12 @@ impl Engine {
     /// Per-device queue, latency, throughput and space (for controllers and `stats`).
     pub fn device_stats(&self) -> Vec<DeviceStatus> {
         self.inner.space.device_status()
+    }
+
+    /// The object device's counters (segments, live bytes, requests, repack, read cache),
+    /// for a writable pool whose one device is an object device; `None` for any other.
+    pub fn object_usage(&self) -> Option<squeezefs_object::ObjectUse> {
+        self.inner.backup.device.get().map(|d| d.usage())
     }
 
     /// Bytes of dirty (uncommitted) data held in memory.

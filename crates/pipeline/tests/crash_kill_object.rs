@@ -172,9 +172,15 @@ fn child_main(pool: &Path, log_path: &Path, seed: u64, cfg: &StoreConfig, backup
     let mut c = Child { engine: &engine, log, rng: SplitMix64::new(seed), seed, inos, n: 0 };
     c.rec(Rec::Base(LogRec::Ready), false);
     let start = Instant::now();
+    let mut repacked = 0;
     while start.elapsed() < CHILD_MAX_RUN {
         if !backups {
             c.step();
+            let now = engine.object_usage().expect("a pool on one object device").repacked_bytes;
+            if now > repacked {
+                repacked = now;
+                c.rec(Rec::Repacked(now), false);
+            }
             continue;
         }
         for _ in 0..1 + c.rng.below(6) {
@@ -329,11 +335,12 @@ fn sigkill_of_a_pool_on_the_object_device_keeps_acknowledged_data() {
     let mut rig = Rig::new();
     let mut rng = SplitMix64::new(seed);
     let t0 = Instant::now();
-    let (mut most_segments, mut most_manifests) = (0, 0);
+    let (mut most_segments, mut most_manifests, mut repacking) = (0, 0, 0);
     for k in 0..kills {
         let child_seed = rng.next_u64();
         let (log, when) = rig.run_child(k, child_seed, &mut rng, "work", false);
         rig.records += log.len();
+        repacking += usize::from(log.iter().any(|r| matches!(r, Rec::Repacked(_))));
         let o = outcome(&rig.baseline, &log);
         let tail: Vec<String> = log.iter().rev().take(8).rev().map(|r| r.to_string()).collect();
         let what = format!("kill {k} (seed {seed}, child seed {child_seed}, killed {when}; last records {tail:?})");
@@ -343,10 +350,11 @@ fn sigkill_of_a_pool_on_the_object_device_keeps_acknowledged_data() {
     }
     eprintln!(
         "object crash test: {kills} kills passed in {:.1} s; {} logged operations; up to {most_segments} segment \
-         objects and {most_manifests} backups in the bucket",
+         objects and {most_manifests} backups in the bucket; {repacking} children repacked",
         t0.elapsed().as_secs_f64(),
         rig.records
     );
+    assert!(repacking > 0, "no child ever repacked: kills during a repack were not exercised");
     assert!(rig.records as u64 > kills, "the child did almost nothing: {} log records", rig.records);
     assert!(most_manifests > 0, "no metadata backup was ever in the bucket: backups were not exercised");
 }

@@ -91,6 +91,9 @@ pub struct ObjectSettings {
     /// Longest time between two metadata backups into the bucket while commits go on
     /// (engine/backup.rs; `None`: 30 s).
     pub backup_interval: Option<Duration>,
+    /// How often the background repack looks for segments below half live
+    /// (`None`: squeezefs_object's default, 10 s).
+    pub repack_interval: Option<Duration>,
 }
 
 #[derive(Clone, Debug)]

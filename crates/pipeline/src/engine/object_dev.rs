@@ -41,6 +41,9 @@ fn options(pool: &Path, index: usize, s: &ObjectSettings, read_only: bool) -> Ob
     if let Some(b) = s.segment_bytes {
         o.segment_bytes = b;
     }
+    if let Some(t) = s.repack_interval {
+        o.repack_every = t;
+    }
     o.read_only = read_only;
     o
 }

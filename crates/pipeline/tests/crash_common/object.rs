@@ -31,6 +31,9 @@ pub const PREFIX: &str = "pool";
 /// commit, and between the map's commit and the engine's.
 pub const SEGMENT_BYTES: u64 = 256 << 10;
 
+/// How often the background repack runs in these tests.
+pub const REPACK_EVERY: Duration = Duration::from_millis(20);
+
 pub fn spec_str() -> String {
     format!("s3://{BUCKET}/{PREFIX}")
 }
@@ -60,6 +63,9 @@ pub fn settings(cfg: &StoreConfig, backup_interval: Option<Duration>) -> ObjectS
         // a store that stops answering in these tests is a harness failure: fail soon
         stall_timeout: Some(Duration::from_secs(20)),
         backup_interval,
+        // far more often than the default, so that repacks run within a child's short life
+        // and a kill or cut lands in them too
+        repack_interval: Some(REPACK_EVERY),
         ..Default::default()
     }
 }
@@ -99,6 +105,9 @@ pub enum Rec {
     BackupBegin,
     /// That backup was written (its manifest is in the bucket).
     BackupDone,
+    /// The background repack has copied this many bytes since open (a progress mark: the
+    /// files' expected state does not depend on it).
+    Repacked(u64),
 }
 
 impl std::fmt::Display for Rec {
@@ -109,6 +118,7 @@ impl std::fmt::Display for Rec {
             Rec::Unlink(i) => write!(f, "U {i}"),
             Rec::BackupBegin => write!(f, "B"),
             Rec::BackupDone => write!(f, "D"),
+            Rec::Repacked(b) => write!(f, "P {b}"),
         }
     }
 }
@@ -124,6 +134,7 @@ pub fn parse(text: &str) -> Vec<Rec> {
             Some("U") => Rec::Unlink(num(1).expect("U file") as usize),
             Some("B") => Rec::BackupBegin,
             Some("D") => Rec::BackupDone,
+            Some("P") => Rec::Repacked(num(1).expect("P bytes")),
             _ => Rec::Base(parse_log(line).pop().expect("one record")),
         });
     }
@@ -190,6 +201,7 @@ pub fn outcome(baseline: &[Option<Vec<u8>>], log: &[Rec]) -> Outcome {
             }
             Rec::BackupBegin => inflight = Some(exact(&expectations(&base, &seg))),
             Rec::BackupDone => last_backup = Some(inflight.take().expect("a backup done was begun")),
+            Rec::Repacked(_) => {}
         }
     }
     let expect = match barrier {
