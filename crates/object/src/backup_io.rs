@@ -217,6 +217,7 @@ impl ObjectDevice {
         let _excl = self.gate.write();
         for id in doomed {
             self.store.delete(&crate::segment::segment_name(id))?;
+            self.io.drop_segment(id);
             self.cache.drop_segment(id);
             self.readahead.lock().drop_segment(id);
             self.deleted_segments.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

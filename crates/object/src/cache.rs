@@ -163,6 +163,12 @@ impl ReadCache {
         self.evict();
     }
 
+    /// Drop block `block` of segment `seg`, if cached.
+    pub fn remove(&self, seg: u64, block: u64) {
+        self.forget(&mut self.index.lock(), (seg, block));
+        let _ = std::fs::remove_file(self.path((seg, block)));
+    }
+
     /// Drop every block of segment `seg` (its object is deleted).
     pub fn drop_segment(&self, seg: u64) {
         let keys: Vec<Key> = self.index.lock().entries.keys().filter(|k| k.0 == seg).copied().collect();

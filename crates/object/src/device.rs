@@ -21,7 +21,7 @@ use crate::config::StoreConfig;
 use crate::error::{ObjectError, StoreFault};
 use crate::extents::{Extent, Extents, Op, Piece};
 use crate::map::{Commit, MapStore};
-use crate::readahead::ReadAhead;
+use crate::readahead::{Prefetcher, ReadAhead};
 use crate::segment::{parse_segment_name, segment_name, SegmentRow, BLOCK, SEGMENT_DIR};
 use crate::spec::ObjectSpec;
 use crate::store::{RequestLimits, Store};
@@ -32,7 +32,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use xxhash_rust::xxh3::xxh3_64;
 
 #[derive(Clone, Debug)]
 pub struct ObjectOptions {
@@ -103,6 +102,10 @@ pub struct ObjectUse {
     pub puts: u64,
     pub gets: u64,
     pub get_bytes: u64,
+    /// GETs the read-ahead issued in the background (in `gets` too), and blocks readers
+    /// took from one of them still in flight
+    pub prefetches: u64,
+    pub prefetch_waits: u64,
     /// bytes copied by repack, and segment objects deleted
     pub repacked_bytes: u64,
     pub deleted_segments: u64,
@@ -175,7 +178,9 @@ pub struct ObjectDevice {
     name: String,
     pub(crate) store: Arc<Store>,
     pub(crate) map: MapStore,
-    pub(crate) cache: ReadCache,
+    pub(crate) cache: Arc<ReadCache>,
+    /// GETs of segment blocks: the readers' own and the read-ahead's (readahead.rs)
+    pub(crate) io: Arc<Prefetcher>,
     pub(crate) state: Mutex<State>,
     pub(crate) sync_lock: Mutex<()>,
     /// segments that kept backups reference (backup_io.rs)
@@ -184,8 +189,6 @@ pub struct ObjectDevice {
     /// when the store first failed to take data, while it keeps failing
     stalled_since: Mutex<Option<Instant>>,
     puts: std::sync::atomic::AtomicU64,
-    gets: std::sync::atomic::AtomicU64,
-    get_bytes: std::sync::atomic::AtomicU64,
     repacked_bytes: std::sync::atomic::AtomicU64,
     pub(crate) deleted_segments: std::sync::atomic::AtomicU64,
     /// held shared by reads from the lookup of their pieces to the end of their GETs, and
@@ -297,11 +300,14 @@ impl ObjectDevice {
             committed_len: l.device_len,
             deleted: Vec::new(),
         };
+        let (store, cache) = (Arc::new(store), Arc::new(cache));
+        let io = Arc::new(Prefetcher::new(store.clone(), cache.clone(), store.spec().to_string()));
         ObjectDevice {
             name: store.spec().to_string(),
-            store: Arc::new(store),
+            store,
             map,
             cache,
+            io,
             state: Mutex::new(state),
             sync_lock: Mutex::new(()),
             protection: Mutex::new(protection),
@@ -312,8 +318,6 @@ impl ObjectDevice {
             read_failed_at: Mutex::new(None),
             repack_stop: Default::default(),
             repack_thread: Mutex::new(None),
-            gets: Default::default(),
-            get_bytes: Default::default(),
             repacked_bytes: Default::default(),
             deleted_segments: Default::default(),
             gate: parking_lot::RwLock::new(()),
@@ -332,8 +336,10 @@ impl ObjectDevice {
             segment_bytes: st.segments.values().map(|r| r.size).sum(),
             live_bytes: st.segments.values().map(|r| r.live).sum(),
             puts: self.puts.load(Relaxed),
-            gets: self.gets.load(Relaxed),
-            get_bytes: self.get_bytes.load(Relaxed),
+            gets: self.io.gets.load(Relaxed),
+            get_bytes: self.io.get_bytes.load(Relaxed),
+            prefetches: self.io.prefetches.load(Relaxed),
+            prefetch_waits: self.io.waited.load(Relaxed),
             repacked_bytes: self.repacked_bytes.load(Relaxed),
             deleted_segments: self.deleted_segments.load(Relaxed),
             cache: self.cache.usage(),
@@ -344,6 +350,13 @@ impl ObjectDevice {
     pub fn clear_cache(&self) {
         self.cache.clear();
         *self.readahead.lock() = ReadAhead::default();
+    }
+
+    /// Tests: make every prefetch of the read-ahead fail as a GET would (reads must stay
+    /// correct, fetching the blocks themselves).
+    #[doc(hidden)]
+    pub fn fail_prefetches(&self, fail: bool) {
+        self.io.set_fail(fail);
     }
 
     /// Seal the open segment and start its upload. Called with the state lock held.
@@ -510,6 +523,7 @@ impl ObjectDevice {
             } else {
                 self.deleted_segments.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
+            self.io.drop_segment(id);
             self.cache.drop_segment(id);
             self.readahead.lock().drop_segment(id);
             let mut st = self.state.lock();
@@ -620,13 +634,34 @@ impl ObjectDevice {
         }
     }
 
-    /// The bytes of a committed piece: cached blocks, and one ranged GET per run of
-    /// missing ones, each block checked against its checksum.
+    /// The bytes of a committed piece: cached blocks, blocks a prefetch has in flight
+    /// (waited for), and one ranged GET per run of the others, each block checked against
+    /// its checksum. Shows the read to the read-ahead, which may start prefetches past it.
     fn fetch(&self, f: &Fetch, buf: &mut [u8]) -> Result<(), ObjectError> {
         let first = f.seg_off / BLOCK;
         let last = (f.seg_off + f.len - 1) / BLOCK;
         let mut blocks: Vec<Option<Vec<u8>>> =
             (first..=last).map(|b| self.cache.get(f.seg, b, f.row.checksums[b as usize])).collect();
+        let waits: Vec<_> = (first..=last)
+            .zip(&blocks)
+            .map(|(b, got)| if got.is_none() { self.io.in_flight(f.seg, b) } else { None })
+            .collect();
+        if self.cache.enabled() {
+            let missed = blocks.iter().zip(&waits).any(|(b, w)| b.is_none() && w.is_none());
+            let ahead = self.readahead.lock().on_read(f.seg, first, last + 1, missed);
+            if let Some(r) = ahead {
+                self.io.issue(f.seg, &f.row, r);
+            }
+        }
+        for (k, w) in waits.iter().enumerate() {
+            if let Some(part) = w {
+                // a failed or cancelled prefetch leaves the block to the GET below
+                blocks[k] = part.wait_block(first + k as u64);
+                if blocks[k].is_some() {
+                    self.io.waited.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
         let mut i = 0;
         while i < blocks.len() {
             if blocks[i].is_some() {
@@ -637,18 +672,8 @@ impl ObjectDevice {
             while j < blocks.len() && blocks[j].is_none() {
                 j += 1;
             }
-            let (b0, b1) = (first + i as u64, first + j as u64);
-            let mut end = b1;
-            if j == blocks.len() && self.cache.enabled() {
-                let ahead = self.readahead.lock().on_miss(f.seg, b0, b1);
-                let cap = (b1 + ahead).min(f.row.checksums.len() as u64);
-                while end < cap && !self.cache.contains(f.seg, end) {
-                    end += 1;
-                }
-            }
-            // blocks past `b1` only go to the cache (get_blocks keeps every block it got)
-            let got = self.get_blocks(f, b0, end)?;
-            for (k, data) in got.into_iter().take(j - i).enumerate() {
+            let got = self.get_blocks(f, first + i as u64, first + j as u64)?;
+            for (k, data) in got.into_iter().enumerate() {
                 blocks[i + k] = Some(data);
             }
             i = j;
@@ -683,68 +708,13 @@ impl ObjectDevice {
                 });
             }
         }
-        let r = self.get_blocks_from_store(f, b0, b1, &name);
+        let r = self.io.get_checked(f.seg, &f.row, b0, b1);
         match &r {
             Err(e) if e.fault() == Some(StoreFault::Unreachable) => *self.read_failed_at.lock() = Some(Instant::now()),
             Ok(_) => *self.read_failed_at.lock() = None,
             Err(_) => {}
         }
         r
-    }
-
-    fn get_blocks_from_store(&self, f: &Fetch, b0: u64, b1: u64, name: &str) -> Result<Vec<Vec<u8>>, ObjectError> {
-        let name = name.to_string();
-        let range = b0 * BLOCK..(b1 * BLOCK).min(f.row.size);
-        let mut tries = 0;
-        loop {
-            self.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            // a range covering the whole object is a plain GET: some servers answer it with
-            // the whole object (200) rather than a partial one (206)
-            let bytes = if range.start == 0 && range.end == f.row.size {
-                self.store.get(&name)?.ok_or_else(|| ObjectError::Corrupt {
-                    spec: self.name.clone(),
-                    key: self.store.spec().key(&name),
-                    detail: "the object is missing".into(),
-                })?
-            } else {
-                self.store.get_range(&name, range.clone())?
-            };
-            self.get_bytes.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
-            let mut out = Vec::new();
-            let mut bad = None;
-            if bytes.len() as u64 != range.end - range.start {
-                bad = Some(format!("a GET of bytes {range:?} returned {} bytes", bytes.len()));
-            } else {
-                for (k, b) in (b0..b1).enumerate() {
-                    let s = k * BLOCK as usize;
-                    let chunk = &bytes[s..s + f.row.block_len(b) as usize];
-                    if xxh3_64(chunk) != f.row.checksums[b as usize] {
-                        bad = Some(format!("block {b} does not match its checksum"));
-                        break;
-                    }
-                    out.push(chunk.to_vec());
-                }
-            }
-            match bad {
-                None => {
-                    for (k, data) in out.iter().enumerate() {
-                        self.cache.put(f.seg, b0 + k as u64, data);
-                    }
-                    return Ok(out);
-                }
-                Some(detail) if tries > 0 => {
-                    return Err(ObjectError::Corrupt {
-                        spec: self.name.clone(),
-                        key: self.store.spec().key(&name),
-                        detail,
-                    })
-                }
-                Some(detail) => {
-                    log::warn!("{}: {name}: {detail}; reading it again", self.name);
-                    tries += 1;
-                }
-            }
-        }
     }
 
     fn write_parts(&self, parts: &[&[u8]], offset: u64) -> Result<(), DeviceError> {
@@ -918,6 +888,7 @@ impl Device for ObjectDevice {
 impl Drop for ObjectDevice {
     fn drop(&mut self) {
         self.stop_repack();
+        self.io.close();
         // whatever was written after the last sync is lost with the process anyway; waiting
         // for running uploads keeps their threads from outliving the runtime
         let sealed: Vec<Arc<Sealed>> = self.state.lock().sealed.clone();

@@ -4,7 +4,7 @@
 //! errors for wrong credentials, a missing bucket and an unreachable endpoint.
 
 use squeezefs_device::Device;
-use squeezefs_object::testing::S3Server;
+use squeezefs_object::testing::{FaultProxy, S3Server};
 use squeezefs_object::{ObjectDevice, ObjectError, ObjectOptions, ObjectSpec, StoreConfig, StoreFault};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -149,30 +149,46 @@ fn recent_data_reads_from_the_cache_and_damage_is_detected() {
     assert!(e.contains("damaged") && e.contains("cache/segments/0000000000000001"), "{e}");
 }
 
-/// A cold read in order is stretched ahead into the cache (readahead.rs): 8 MiB in 128 KiB
-/// reads costs a handful of GETs instead of 64; reads at random places fetch their block
-/// alone.
-#[test]
-fn a_cold_sequential_read_fetches_ahead_and_a_random_one_does_not() {
-    let s3 = S3Server::start(BUCKET);
-    let dir = tempfile::tempdir().unwrap();
-    let map = dir.path().join("object.0.redb");
-    let sp = spec("ahead");
-    let mut o = opts(dir.path());
+/// 8 MiB of pattern 3 written, synced and dropped from the cache, on a device at
+/// `endpoint` (the server's, or a proxy in front of it).
+fn cold_device(s3: &S3Server, dir: &Path, prefix: &str, endpoint: Option<String>) -> (ObjectDevice, Vec<u8>) {
+    let map = dir.join("object.0.redb");
+    let mut o = opts(dir);
     o.segment_bytes = 16 << 20;
-    let d = ObjectDevice::create(&sp, &s3.config(), &map, o, false).unwrap();
-    let len = 8usize << 20;
-    let data = pattern(3, len);
+    let mut cfg = s3.config();
+    if let Some(e) = endpoint {
+        cfg.endpoint = Some(e);
+    }
+    let d = ObjectDevice::create(&spec(prefix), &cfg, &map, o, false).unwrap();
+    let data = pattern(3, 8 << 20);
     d.write_at(&data, 0).unwrap();
     d.sync().unwrap();
     d.clear_cache();
-    let before = d.usage();
-    for off in (0..len).step_by(128 << 10) {
-        assert_eq!(read(&d, off as u64, 128 << 10), data[off..off + (128 << 10)], "at {off}");
+    (d, data)
+}
+
+/// Reads all of `data` in order, 128 KiB at a time, checking every byte.
+fn read_in_order(d: &ObjectDevice, data: &[u8]) {
+    for off in (0..data.len()).step_by(128 << 10) {
+        assert_eq!(read(d, off as u64, 128 << 10), data[off..off + (128 << 10)], "at {off}");
     }
+}
+
+/// A cold read in order has the blocks ahead of it fetched in the background (readahead.rs):
+/// 8 MiB in 128 KiB reads costs a dozen GETs instead of 64, every byte fetched once; reads
+/// at random places fetch their block alone.
+#[test]
+fn a_cold_sequential_read_prefetches_ahead_and_a_random_one_does_not() {
+    let s3 = S3Server::start(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let (d, data) = cold_device(&s3, dir.path(), "ahead", None);
+    let len = data.len();
+    let before = d.usage();
+    read_in_order(&d, &data);
     let u = d.usage();
-    let gets = u.gets - before.gets;
-    assert!(gets <= 8, "{gets} GETs for 8 MiB read in order");
+    let (gets, prefetches) = (u.gets - before.gets, u.prefetches - before.prefetches);
+    assert!(gets <= 16, "{gets} GETs for 8 MiB read in order");
+    assert!(prefetches >= 5 && prefetches < gets, "{prefetches} of {gets} GETs were prefetches");
     assert_eq!(u.get_bytes - before.get_bytes, len as u64, "every byte fetched once");
     d.clear_cache();
     let before = d.usage();
@@ -182,6 +198,44 @@ fn a_cold_sequential_read_fetches_ahead_and_a_random_one_does_not() {
     }
     let u = d.usage();
     assert_eq!((u.gets - before.gets, u.get_bytes - before.get_bytes), (6, 6 * (64 << 10)));
+    assert_eq!(u.prefetches, before.prefetches);
+}
+
+/// Behind a store slow to answer, the reader catches up with prefetches still in flight:
+/// it waits for them and gets their (checked) bytes rather than asking again.
+#[test]
+fn a_reader_waits_for_a_prefetch_in_flight_instead_of_asking_again() {
+    let s3 = S3Server::start(BUCKET);
+    let proxy = FaultProxy::start(s3.addr());
+    let dir = tempfile::tempdir().unwrap();
+    let (d, data) = cold_device(&s3, dir.path(), "wait", Some(proxy.endpoint()));
+    proxy.set_delay(Duration::from_millis(150));
+    let before = d.usage();
+    read_in_order(&d, &data);
+    let u = d.usage();
+    assert!(u.prefetch_waits > 0, "no read waited for a prefetch: {u:?}");
+    assert_eq!(u.get_bytes - before.get_bytes, data.len() as u64, "every byte fetched once");
+}
+
+/// Prefetches that fail leave every read correct: the reader fetches the blocks itself.
+#[test]
+fn failed_prefetches_leave_reads_correct() {
+    let s3 = S3Server::start(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let (d, data) = cold_device(&s3, dir.path(), "fail", None);
+    d.fail_prefetches(true);
+    let before = d.usage();
+    read_in_order(&d, &data);
+    let u = d.usage();
+    assert!(u.prefetches - before.prefetches >= 5, "{u:?}");
+    assert_eq!(u.prefetch_waits, before.prefetch_waits);
+    assert_eq!(u.get_bytes - before.get_bytes, data.len() as u64, "the readers fetched every byte");
+    // and once prefetches work again, the stream picks them up
+    d.fail_prefetches(false);
+    d.clear_cache();
+    let before = d.usage();
+    read_in_order(&d, &data);
+    assert!(d.usage().gets - before.gets <= 16);
 }
 
 #[test]
