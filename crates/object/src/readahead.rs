@@ -118,13 +118,16 @@ impl ReadAhead {
     }
 }
 
+/// The checked blocks of a part that came back.
+type Blocks = Arc<Vec<Vec<u8>>>;
+
 /// One prefetch GET: blocks `b0..b1` of segment `seg` (module comment).
 pub(crate) struct Part {
     seg: u64,
     b0: u64,
     b1: u64,
     /// `None` while in flight; then the checked blocks, or `Some(None)`: failed or cancelled
-    done: Mutex<Option<Option<Arc<Vec<Vec<u8>>>>>>,
+    done: Mutex<Option<Option<Blocks>>>,
     cv: Condvar,
     cancelled: AtomicBool,
 }
@@ -140,7 +143,7 @@ impl Part {
         blocks.get((b - self.b0) as usize).cloned()
     }
 
-    fn finish(&self, r: Option<Arc<Vec<Vec<u8>>>>) {
+    fn finish(&self, r: Option<Blocks>) {
         *self.done.lock() = Some(r);
         self.cv.notify_all();
     }
