@@ -642,11 +642,15 @@ impl ObjectDevice {
         let last = (f.seg_off + f.len - 1) / BLOCK;
         let mut blocks: Vec<Option<Vec<u8>>> =
             (first..=last).map(|b| self.cache.get(f.seg, b, f.row.checksums[b as usize])).collect();
+        // a store that did not answer a moment ago gets no prefetches, and a reader does not
+        // wait for one in flight (it would hang until its deadline): the read fails at once
+        // in get_blocks, as every read does while READ_BACKOFF lasts
+        let store_down = self.read_failed_at.lock().is_some_and(|at| at.elapsed() < READ_BACKOFF);
         let waits: Vec<_> = (first..=last)
             .zip(&blocks)
-            .map(|(b, got)| if got.is_none() { self.io.in_flight(f.seg, b) } else { None })
+            .map(|(b, got)| if got.is_none() && !store_down { self.io.in_flight(f.seg, b) } else { None })
             .collect();
-        if self.cache.enabled() {
+        if self.cache.enabled() && !store_down {
             let missed = blocks.iter().zip(&waits).any(|(b, w)| b.is_none() && w.is_none());
             let ahead = self.readahead.lock().on_read(f.seg, first, last + 1, missed);
             if let Some(r) = ahead {
