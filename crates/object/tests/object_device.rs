@@ -35,6 +35,13 @@ fn pattern(i: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Write block `i` (50 000 bytes) with `pattern(seed)`, into the device and the model.
+fn write_block(d: &ObjectDevice, model: &mut [u8], i: u64, seed: u64) {
+    let data = pattern(seed, 50_000);
+    d.write_at(&data, i * 50_000).unwrap();
+    model[(i * 50_000) as usize..((i + 1) * 50_000) as usize].copy_from_slice(&data);
+}
+
 fn read(d: &ObjectDevice, off: u64, len: usize) -> Vec<u8> {
     let mut b = vec![0u8; len];
     d.read_at(&mut b, off).unwrap();
@@ -470,9 +477,7 @@ fn repack_copies_live_bytes_out_of_mostly_dead_segments_and_deletes_them() {
     let n = 32u64;
     let mut model = vec![0u8; (n * 50_000) as usize];
     for i in 0..n {
-        let data = pattern(i, 50_000);
-        d.write_at(&data, i * 50_000).unwrap();
-        model[(i * 50_000) as usize..((i + 1) * 50_000) as usize].copy_from_slice(&data);
+        write_block(&d, &mut model, i, i);
     }
     d.sync().unwrap();
     let before = d.usage();
@@ -486,9 +491,7 @@ fn repack_copies_live_bytes_out_of_mostly_dead_segments_and_deletes_them() {
                 model[(i * 50_000) as usize..((i + 1) * 50_000) as usize].fill(0);
             }
             _ => {
-                let data = pattern(1000 + i, 50_000);
-                d.write_at(&data, i * 50_000).unwrap();
-                model[(i * 50_000) as usize..((i + 1) * 50_000) as usize].copy_from_slice(&data);
+                write_block(&d, &mut model, i, 1000 + i);
             }
         }
     }
@@ -525,16 +528,12 @@ fn a_background_repack_on_an_idle_device_is_committed_when_it_stops() {
     let n = 32u64;
     let mut model = vec![0u8; (n * 50_000) as usize];
     for i in 0..n {
-        let data = pattern(i, 50_000);
-        d.write_at(&data, i * 50_000).unwrap();
-        model[(i * 50_000) as usize..((i + 1) * 50_000) as usize].copy_from_slice(&data);
+        write_block(&d, &mut model, i, i);
     }
     d.sync().unwrap();
     // three blocks in four rewritten: the first segments keep a quarter live
     for i in (0..n).filter(|i| i % 4 != 0) {
-        let data = pattern(2000 + i, 50_000);
-        d.write_at(&data, i * 50_000).unwrap();
-        model[(i * 50_000) as usize..((i + 1) * 50_000) as usize].copy_from_slice(&data);
+        write_block(&d, &mut model, i, 2000 + i);
     }
     d.sync().unwrap();
     // no sync follows the background passes: the device is idle from here on
