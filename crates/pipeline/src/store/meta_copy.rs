@@ -20,8 +20,7 @@ const BLOCK_U64: u64 = BLOCK as u64;
 /// Data blocks per group (the sum entries a sum block holds besides its own checksum).
 pub const PER_GROUP: u64 = 511;
 pub const COPY_MAGIC: [u8; 8] = *b"SQZMCOPY";
-/// The header version written; version 1 headers (no generation) are still read.
-pub const COPY_VERSION: u8 = 2;
+pub const COPY_VERSION: u8 = 1;
 /// The most copies a store has.
 pub const MAX_COPIES: u8 = 2;
 
@@ -39,11 +38,6 @@ pub struct CopyHeader {
     pub stamp: u64,
     /// redb's length of the store in bytes at the clean close
     pub len: u64,
-    /// the number of the last sync this copy took (0: a version 1 header, which has none)
-    pub gen: u64,
-    /// [`sums_hash`] of the copy's sum blocks as that sync wrote them: with it an open
-    /// after a crash tells a copy that holds one sync whole from one torn between two
-    pub sums_hash: u64,
 }
 
 impl CopyHeader {
@@ -57,8 +51,6 @@ impl CopyHeader {
         b[12..16].copy_from_slice(&(BLOCK as u32).to_le_bytes());
         b[16..24].copy_from_slice(&self.stamp.to_le_bytes());
         b[24..32].copy_from_slice(&self.len.to_le_bytes());
-        b[32..40].copy_from_slice(&self.gen.to_le_bytes());
-        b[40..48].copy_from_slice(&self.sums_hash.to_le_bytes());
         let sum = xxh3_64(&b[..BLOCK - 8]);
         b[BLOCK - 8..].copy_from_slice(&sum.to_le_bytes());
         b
@@ -66,7 +58,7 @@ impl CopyHeader {
 
     /// `None` when the block is not an intact copy header of this version.
     pub fn decode(b: &[u8]) -> Option<CopyHeader> {
-        if b.len() != BLOCK || b[0..8] != COPY_MAGIC || !(1..=COPY_VERSION).contains(&b[8]) {
+        if b.len() != BLOCK || b[0..8] != COPY_MAGIC || b[8] != COPY_VERSION {
             return None;
         }
         if u64::from_le_bytes(b[BLOCK - 8..].try_into().ok()?) != xxh3_64(&b[..BLOCK - 8]) {
@@ -85,8 +77,6 @@ impl CopyHeader {
             clean: b[11] == 1,
             stamp: u64::from_le_bytes(b[16..24].try_into().ok()?),
             len: u64::from_le_bytes(b[24..32].try_into().ok()?),
-            gen: if b[8] >= 2 { u64::from_le_bytes(b[32..40].try_into().ok()?) } else { 0 },
-            sums_hash: if b[8] >= 2 { u64::from_le_bytes(b[40..48].try_into().ok()?) } else { 0 },
         })
     }
 }
@@ -147,18 +137,6 @@ pub fn encode_sums(sums: &[u64]) -> Vec<u8> {
     let own = xxh3_64(&b[..BLOCK - 8]);
     b[BLOCK - 8..].copy_from_slice(&own.to_le_bytes());
     b
-}
-
-/// The checksum a sum block carries of itself (its last 8 bytes).
-pub fn own_sum(b: &[u8]) -> u64 {
-    u64::from_le_bytes(b[BLOCK - 8..].try_into().expect("a whole block"))
-}
-
-/// What a copy's header says of its sum blocks: the xxh3 of their own checksums, group by
-/// group (`own`, one per group of the store's length).
-pub fn sums_hash(own: &[u64]) -> u64 {
-    let bytes: Vec<u8> = own.iter().flat_map(|s| s.to_le_bytes()).collect();
-    xxh3_64(&bytes)
 }
 
 /// The `PER_GROUP` entries of an intact sum block; `None` when it is damaged.
@@ -239,14 +217,9 @@ impl CopyFile {
 
     /// Group `g`'s sums; `None` when its sum block is damaged or missing.
     pub fn sums(&self, g: u64) -> Option<Vec<u64>> {
-        self.sums_and_own(g).map(|(s, _)| s)
-    }
-
-    /// Group `g`'s sums and its sum block's own checksum; `None` when it is damaged.
-    pub fn sums_and_own(&self, g: u64) -> Option<(Vec<u64>, u64)> {
         let mut b = vec![0u8; BLOCK];
         self.read_at(sum_offset(g), &mut b).ok()?;
-        decode_sums(&b).map(|s| (s, own_sum(&b)))
+        decode_sums(&b)
     }
 
     pub fn sync(&self) -> std::io::Result<()> {
@@ -450,17 +423,11 @@ mod tests {
 
     #[test]
     fn a_damaged_header_or_sum_block_does_not_decode() {
-        let h = CopyHeader { index: 1, copies: 2, clean: true, stamp: 7, len: 8192, gen: 9, sums_hash: 11 };
+        let h = CopyHeader { index: 1, copies: 2, clean: true, stamp: 7, len: 8192 };
         let mut b = h.encode();
         assert_eq!(CopyHeader::decode(&b), Some(h));
         b[20] ^= 1;
         assert_eq!(CopyHeader::decode(&b), None);
-        // a version 1 header (no generation) still decodes, with none
-        let mut v1 = CopyHeader { gen: 0, sums_hash: 0, ..h }.encode();
-        v1[8] = 1;
-        let own = xxh3_64(&v1[..BLOCK - 8]);
-        v1[BLOCK - 8..].copy_from_slice(&own.to_le_bytes());
-        assert_eq!(CopyHeader::decode(&v1), Some(CopyHeader { gen: 0, sums_hash: 0, ..h }));
         let s = encode_sums(&[1, 2, 3]);
         assert_eq!(&decode_sums(&s).unwrap()[..4], &[1, 2, 3, 0]);
         let mut s = s;

@@ -214,9 +214,7 @@ pub fn install(pool: &Path, src: &dyn redb::StorageBackend, copies: u8) -> Resul
         let p = pool.join(format!("{}{NEW_SUFFIX}", COPY_FILES[i as usize]));
         let f = CopyFile::create(&p).map_err(io(&p))?;
         let w = |r: std::io::Result<()>| r.map_err(io(&p));
-        // no generation: after a crash between the renames below, the copies tie and the
-        // open trusts copy 0, the old store (meta_mirror.rs)
-        w(f.write_header(&CopyHeader { index: i, copies, clean: false, stamp: 0, len, gen: 0, sums_hash: 0 }))?;
+        w(f.write_header(&CopyHeader { index: i, copies, clean: false, stamp: 0, len }))?;
         w(f.set_len(copy_len(blocks)))?;
         let mut buf = vec![0u8; BLOCK];
         let mut sums = Vec::with_capacity(PER_GROUP as usize);
@@ -232,7 +230,7 @@ pub fn install(pool: &Path, src: &dyn redb::StorageBackend, copies: u8) -> Resul
             }
         }
         w(f.sync())?;
-        w(f.write_header(&CopyHeader { index: i, copies, clean: true, stamp, len, gen: 0, sums_hash: 0 }))?;
+        w(f.write_header(&CopyHeader { index: i, copies, clean: true, stamp, len }))?;
         w(f.sync())?;
         news.push(p);
     }
