@@ -142,7 +142,10 @@ fn classify(e: &object_store::Error, text: &str) -> StoreFault {
         object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
             StoreFault::Denied
         }
-        _ if text.contains("403")
+        // the status as the client words it: a bare "403" also matches a duration ("in 1.2403s")
+        _ if text.contains("403 Forbidden")
+            || text.contains("status 403")
+            || text.contains("status code: 403")
             || text.contains("AccessDenied")
             || text.contains("SignatureDoesNotMatch")
             || text.contains("InvalidAccessKeyId") =>
@@ -173,5 +176,26 @@ impl From<ObjectError> for squeezefs_device::DeviceError {
             _ => "object device".into(),
         };
         squeezefs_device::DeviceError::Io { path, source: std::io::Error::other(e) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(text: &str) -> object_store::Error {
+        object_store::Error::Generic { store: "S3", source: text.to_string().into() }
+    }
+
+    /// A refused connection whose retry time holds the digits 403 is an unreachable store.
+    #[test]
+    fn a_retry_time_with_403_in_it_is_not_access_denied() {
+        let t = "Error performing GET http://127.0.0.1:1/b in 1.283804036s, after 5 retries - \
+                 error sending request: tcp connect error: Connection refused (os error 111)";
+        assert_eq!(classify(&generic(t), t), StoreFault::Unreachable);
+        let t = "Client error with status 403 Forbidden: <Code>AccessDenied</Code>";
+        assert_eq!(classify(&generic(t), t), StoreFault::Denied);
+        let t = "Client error with status 403 Forbidden: no body";
+        assert_eq!(classify(&generic(t), t), StoreFault::Denied);
     }
 }
