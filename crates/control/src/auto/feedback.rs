@@ -104,11 +104,14 @@
 //!   position. Tunable fb_resume 0: resume_at does nothing, the start is the nominal one.
 //!
 //! RATE CHECK: while the pipeline is saturated and the queue is at or below its target
-//!   (before any device has a rate: no device is behind), the rung the rules above give is
-//!   checked against the mount's measured intake rate, and held to the strongest rung a
-//!   hill climb on that rate finds as fast as the weaker ones (auto/rate_check.rs): what
-//!   the floor cannot see (a loop device's kernel thread, the host filesystem, page-cache
-//!   writeback, other load) the rate includes. The devices behind for fb_capacity_secs
+//!   and not growing by more than RATE_PACE (before any device has a rate: no device is
+//!   behind), the rung the rules above give is checked against the mount's measured
+//!   intake rate, and held to the strongest rung a hill climb on that rate finds as fast
+//!   as the weaker ones (auto/rate_check.rs): what the floor cannot see (a loop device's
+//!   kernel thread, the host filesystem, page-cache writeback, other load) the rate
+//!   includes. The check is told Cpu (saturated, queue short), Device (queue long or
+//!   growing) or Neither (queue short, not saturated: a search under way goes on, for a
+//!   weaker rung under test frees the workers). The devices behind for fb_capacity_secs
 //!   reset it (a stronger rung is free then). Tunable fb_rate 0 turns it off.
 //!
 //! TUNABLES (tunables.rs `Tunables`): fb_up 4 and fb_down 6 rungs/s (the ladder spans about 20
@@ -137,7 +140,7 @@
 
 use crate::auto::decision::{AutoInputs, Decision, Reason, Sample};
 use crate::auto::ladder::{lower_hull, Mix, Point};
-use crate::auto::rate_check::{RateCheck, RateTunables};
+use crate::auto::rate_check::{Load, RateCheck, RateTunables};
 use crate::auto::tunables::Tunables;
 use crate::measure::ewma::{ByteEwma, TimeEwma};
 use crate::measure::meters::{queue_estimate, DRIFT_WINDOW_BYTES, LEVEL_WINDOW_BYTES};
@@ -314,10 +317,12 @@ impl Feedback {
             if self.raw {
                 return self.raw_decision(self.x.round() as usize, q.delay_secs);
             }
-            let saturated = self.saturated(inp);
-            if let Some(d) =
-                self.checked(now, rec, self.x.round() as usize, saturated && behind.is_none(), behind.is_some())
-            {
+            let load = match (behind.is_some(), self.saturated(inp)) {
+                (true, _) => Load::Device,
+                (false, true) => Load::Cpu,
+                (false, false) => Load::Neither,
+            };
+            if let Some(d) = self.checked(now, rec, self.x.round() as usize, load, behind.is_some()) {
                 return Decision { queue_delay_secs: q.delay_secs, ..d };
             }
             if behind.is_some() {
@@ -387,7 +392,12 @@ impl Feedback {
         // a queue growing by more than RATE_PACE seconds a second is a device falling
         // behind before the average shows it: a weaker rung's intake would only fill memory
         let steady = self.pace <= RATE_PACE;
-        if let Some(d) = self.checked(now, rec, xe.round() as usize, saturated && ahead <= want && steady, held) {
+        let load = match (ahead <= want && steady, saturated) {
+            (false, _) => Load::Device,
+            (true, true) => Load::Cpu,
+            (true, false) => Load::Neither,
+        };
+        if let Some(d) = self.checked(now, rec, xe.round() as usize, load, held) {
             return Decision { queue_delay_secs: q.delay_secs, ..d };
         }
         Decision { codec: self.mixed(xe), reason: Reason::Model, queue_delay_secs: q.delay_secs }
@@ -399,10 +409,10 @@ impl Feedback {
         inp.backlog && inp.workers_busy.is_none_or(|u| u >= self.tun.fb_busy)
     }
 
-    /// The rate check's override of rung `top` (auto/rate_check.rs), given whether the CPU
-    /// bounds the write and whether the devices have been its bottleneck for long (which
-    /// resets the check): a window of its search (reason Explore) or its ceiling.
-    fn checked(&mut self, now: f64, rec: u64, top: usize, cpu_bound: bool, device_bound: bool) -> Option<Decision> {
+    /// The rate check's override of rung `top` (auto/rate_check.rs), given what bounds the
+    /// write and whether the devices have been its bottleneck for long (which resets the
+    /// check): a window of its search (reason Explore) or its ceiling.
+    fn checked(&mut self, now: f64, rec: u64, top: usize, load: Load, device_bound: bool) -> Option<Decision> {
         if device_bound {
             if let Some(c) = self.check.as_mut() {
                 c.reset();
@@ -420,7 +430,7 @@ impl Feedback {
             }
         };
         let check = self.check.as_mut()?;
-        let r = check.rung(now, rec, top, cpu_bound, &bound)?;
+        let r = check.rung(now, rec, top, load, &bound)?;
         let reason = if check.searching() { Reason::Explore } else { Reason::Model };
         Some(Decision { codec: self.rung(r), reason, queue_delay_secs: None })
     }

@@ -26,28 +26,41 @@
 //!   stores several times the bytes of one at zstd:1 on compressible data, and a search
 //!   that spends half its time raw would cost more ratio than it could save time.
 //!   Descent: t = c − step, step at first half of c (the rungs between zstd:1 and raw are
-//!   crossed in two or three tests when raw is fastest); a pass moves c to t, a failure
-//!   halves the step; it ends when a one-rung test fails or c is raw.
+//!   crossed in two or three tests when raw is fastest; testing raw first cost the
+//!   simulation's 50–200 MB/s cells 5–10% of throughput and ratio); a pass moves c to t, a
+//!   failure halves the step; it ends when a one-rung test fails or c is raw.
 //!   Recheck (every search after the first): one test one rung down — a pass turns it into
 //!   a descent —, then one rung up if c < top; a pass there moves c up.
 //!
+//! LOAD (the caller's `Load`, per record): Cpu — records wait for the compress workers
+//!   while they are busy, the device queue at or below its target and not growing;
+//!   Device — the queue above its target or growing; Neither — the queue short and the
+//!   workers not saturated: the writer, or the pipeline's CPU outside the workers (FUSE,
+//!   copies, the loop device's worker), bounds the write. A search starts only on Cpu,
+//!   but goes on through Neither: a weaker rung under test takes the compress workers
+//!   out of the bottleneck — that is what makes it faster —, and its window's rate is
+//!   then the write's end to end. Dropped there, a test of raw would end as soon as its
+//!   records free the workers, and no descent could reach raw.
+//!
 //! STATES
-//!   Idle        not CPU-bound (the caller says: the device queue above its target, the
-//!               workers not saturated, or data stored raw anyway): nothing measured, a
-//!               window in progress dropped; the ceiling still holds
+//!   Idle        not searching: not CPU-bound (Device; Neither outside a search; or data
+//!               stored raw anyway): nothing measured, a window in progress dropped; the
+//!               ceiling still holds
 //!   Reference   measuring c for one window
 //!   Candidate   measuring t for one window, then Reference again, whose rate completes
 //!               the test's verdict
 //!   Holding     searched: c is the ceiling until `until`, then a recheck
 //! TRANSITIONS
-//!   Idle → Reference           CPU-bound again (a recheck if a ceiling is known)
+//!   Idle → Reference           Cpu again (a recheck if a ceiling is known)
 //!   Reference → Candidate      a window of c done and the search has a next test
 //!   Candidate → Reference      its window done
 //!   Reference → Holding        the search has no next test; the hold is fb_rate_hold
 //!                              seconds after a search that moved c, and doubles (up to
 //!                              fb_rate_hold_max) after one that did not
-//!   any → Idle                 not CPU-bound; `reset` (the devices were the bottleneck for
-//!                              long: a stronger rung is then free) forgets the ceiling too
+//!   Holding → Reference        Cpu at `until` or later
+//!   any → Idle                 Device, or Neither outside a search; `reset` (the devices
+//!                              were the bottleneck for long: a stronger rung is then
+//!                              free) forgets the ceiling too
 //!
 //! TUNABLES (tunables.rs): fb_rate 1 (0: no check, the controller's rung as it is);
 //!   fb_rate_secs 0.1 (records of a fast write arrive every 0.2 ms: hundreds per window,
@@ -62,6 +75,18 @@ pub const MAX_GAP_SECS: f64 = 0.05;
 
 /// Fewest records in a window.
 pub const MIN_WINDOW_RECORDS: u64 = 8;
+
+/// What bounds the write, as the caller sees it at a record (module comment, LOAD).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Load {
+    /// the compress stage: records wait for busy workers, the device queue short
+    Cpu,
+    /// neither the compress stage nor the devices (the writer, or the pipeline's CPU
+    /// outside the workers)
+    Neither,
+    /// the devices: their queue above its target or growing
+    Device,
+}
 
 /// The check's settings (the `fb_rate*` tunables).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -177,9 +202,8 @@ impl RateCheck {
     }
 
     /// The rung for the next record of `bytes`, at `now`, given the controller's own rung
-    /// `top` and whether the pipeline is CPU-bound: Some(r) overrides the controller (a
-    /// window of the search, or the ceiling where it is below `top`), None leaves its
-    /// choice as it is.
+    /// `top` and what bounds the write: Some(r) overrides the controller (a window of the
+    /// search, or the ceiling where it is below `top`), None leaves its choice as it is.
     ///
     /// `bound(r)` is the input rate the devices take at rung r (their rate over its stored
     /// fraction; infinite while unknown): a window's rate counts up to it, for a rung the
@@ -190,12 +214,13 @@ impl RateCheck {
         now: f64,
         bytes: u64,
         top: usize,
-        cpu_bound: bool,
+        load: Load,
         bound: &dyn Fn(usize) -> f64,
     ) -> Option<usize> {
         let gap = self.last_now.is_some_and(|t| now - t > MAX_GAP_SECS);
         self.last_now = Some(now);
-        if !cpu_bound || top == 0 {
+        let measure = load == Load::Cpu || (load == Load::Neither && self.searching());
+        if !measure || top == 0 {
             if self.phase != Phase::Idle && !matches!(self.phase, Phase::Holding { .. }) {
                 self.idle();
             }
@@ -362,10 +387,24 @@ mod tests {
     /// Feed records at the rate `rate_of(rung)` for `secs`, CPU-bound, with the controller at
     /// `top`; the rungs used, in order.
     fn drive(c: &mut RateCheck, now: &mut f64, secs: f64, top: usize, rate_of: &dyn Fn(usize) -> f64) -> Vec<usize> {
+        drive_loaded(c, now, secs, top, rate_of, &|_| Load::Cpu)
+    }
+
+    /// As `drive`, each record's load `load_of(rung of the record before)`.
+    fn drive_loaded(
+        c: &mut RateCheck,
+        now: &mut f64,
+        secs: f64,
+        top: usize,
+        rate_of: &dyn Fn(usize) -> f64,
+        load_of: &dyn Fn(usize) -> Load,
+    ) -> Vec<usize> {
         let end = *now + secs;
         let mut used = Vec::new();
+        let mut r_prev = top;
         while *now < end {
-            let r = c.rung(*now, REC, top, true, &|_| f64::INFINITY).unwrap_or(top);
+            let r = c.rung(*now, REC, top, load_of(r_prev), &|_| f64::INFINITY).unwrap_or(top);
+            r_prev = r;
             used.push(r);
             *now += REC as f64 / rate_of(r);
         }
@@ -382,7 +421,7 @@ mod tests {
         // 10 against 5, then 5 against 0: nothing else was tried
         assert!(used.iter().all(|r| [0, 5, 10].contains(r)), "{used:?}");
         // holding: the ceiling overrides the controller's rung
-        assert_eq!(c.rung(now, REC, 10, true, &|_| f64::INFINITY), Some(0));
+        assert_eq!(c.rung(now, REC, 10, Load::Cpu, &|_| f64::INFINITY), Some(0));
     }
 
     #[test]
@@ -408,7 +447,7 @@ mod tests {
         // three tests, halving the step: 5, 8, 9
         assert!(used.iter().all(|r| [5, 8, 9, 10].contains(r)), "{used:?}");
         assert_eq!(
-            c.rung(now, REC, 10, true, &|_| f64::INFINITY),
+            c.rung(now, REC, 10, Load::Cpu, &|_| f64::INFINITY),
             None,
             "no override where the ceiling is the controller's rung"
         );
@@ -422,7 +461,7 @@ mod tests {
         let mut now = 0.0;
         let (mut pauses, mut in_window) = (0, 0);
         for _ in 0..20_000 {
-            let r = c.rung(now, REC, 10, true, &|_| f64::INFINITY).unwrap_or(10);
+            let r = c.rung(now, REC, 10, Load::Cpu, &|_| f64::INFINITY).unwrap_or(10);
             now += REC as f64 / 500e6;
             in_window = if r == 10 && c.searching() { in_window + 1 } else { 0 };
             if in_window == 20 && pauses < 3 {
@@ -441,9 +480,9 @@ mod tests {
         drive(&mut c, &mut now, 1.0, 10, &|r| 600e6 / 1.05f64.powi(r as i32));
         assert_eq!(c.ceiling(), Some(0));
         // the devices behind for a moment: the ceiling (what the CPU can carry) holds
-        assert_eq!(c.rung(now, REC, 10, false, &|_| f64::INFINITY), Some(0));
+        assert_eq!(c.rung(now, REC, 10, Load::Device, &|_| f64::INFINITY), Some(0));
         c.reset();
-        assert_eq!(c.rung(now + 0.001, REC, 10, false, &|_| f64::INFINITY), None);
+        assert_eq!(c.rung(now + 0.001, REC, 10, Load::Device, &|_| f64::INFINITY), None);
         assert_eq!(c.ceiling(), None);
     }
 
@@ -458,9 +497,28 @@ mod tests {
         let mut now = 0.0;
         let end = now + 2.0;
         while now < end {
-            let r = c.rung(now, REC, 10, true, &bound).unwrap_or(10);
+            let r = c.rung(now, REC, 10, Load::Cpu, &bound).unwrap_or(10);
             now += REC as f64 / rate(r).min(bound(r));
         }
         assert_eq!(c.ceiling(), Some(3));
+    }
+
+    #[test]
+    fn a_raw_window_whose_workers_idle_still_counts_for_the_search() {
+        // raw frees the compress workers: its records no longer wait for them (Neither),
+        // yet the write is twice as fast. The search measures on, and raw becomes the
+        // ceiling, which holds while raw leaves the workers idle
+        let rate = |r: usize| if r == 0 { 800e6 } else { 400e6 / 1.05f64.powi(r as i32) };
+        let load = |r: usize| if r == 0 { Load::Neither } else { Load::Cpu };
+        let mut c = RateCheck::new(TUN);
+        let mut now = 0.0;
+        drive_loaded(&mut c, &mut now, 1.0, 10, &rate, &load);
+        assert_eq!(c.ceiling(), Some(0));
+        let used = drive_loaded(&mut c, &mut now, 3.0, 10, &rate, &load);
+        assert!(used.iter().all(|&r| r == 0), "{:?}", used.iter().filter(|&&r| r != 0).count());
+        // outside a search, Neither starts none
+        let mut idle = RateCheck::new(TUN);
+        assert_eq!(idle.rung(0.0, REC, 10, Load::Neither, &|_| f64::INFINITY), None);
+        assert!(!idle.searching());
     }
 }
