@@ -110,8 +110,9 @@
 //!   as the weaker ones (auto/rate_check.rs): what the floor cannot see (a loop device's
 //!   kernel thread, the host filesystem, page-cache writeback, other load) the rate
 //!   includes. The check is told Cpu (saturated, queue short), Device (queue long or
-//!   growing) or Neither (queue short, not saturated: a search under way goes on, for a
-//!   weaker rung under test frees the workers). The devices behind for fb_capacity_secs
+//!   growing) or Neither (queue short, not saturated: a search measuring a rung weaker
+//!   than the one it began at goes on, for that rung frees the workers; elsewhere it
+//!   ends). The devices behind for fb_capacity_secs
 //!   reset it (a stronger rung is free then). Tunable fb_rate 0 turns it off.
 //!
 //! TUNABLES (tunables.rs `Tunables`): fb_up 4 and fb_down 6 rungs/s (the ladder spans about 20

@@ -37,15 +37,18 @@
 //!   Device — the queue above its target or growing; Neither — the queue short and the
 //!   workers not saturated: the writer, or the pipeline's CPU outside the workers (FUSE,
 //!   copies, the loop device's worker), bounds the write. A search starts only on Cpu,
-//!   but goes on through Neither: a weaker rung under test takes the compress workers
-//!   out of the bottleneck — that is what makes it faster —, and its window's rate is
-//!   then the write's end to end. Dropped there, a test of raw would end as soon as its
-//!   records free the workers, and no descent could reach raw.
+//!   and goes on through Neither only while it measures a rung weaker than the one it
+//!   began at: such a rung takes the compress workers out of the bottleneck — that is
+//!   what makes it faster —, and its window's rate is then the write's end to end.
+//!   Dropped there, a test of raw would end as soon as its records free the workers, and
+//!   no descent could reach raw. Neither at the starting rung is the load changing (a
+//!   slower or pausing writer): the search ends there, as a search that went on through
+//!   every pause would never end and would keep the controller's own choice out.
 //!
 //! STATES
-//!   Idle        not searching: not CPU-bound (Device; Neither outside a search; or data
-//!               stored raw anyway): nothing measured, a window in progress dropped; the
-//!               ceiling still holds
+//!   Idle        not searching: not CPU-bound (Device; Neither outside a search or at
+//!               the rung it began at; or data stored raw anyway): nothing measured, a
+//!               window in progress dropped; the ceiling still holds
 //!   Reference   measuring c for one window
 //!   Candidate   measuring t for one window, then Reference again, whose rate completes
 //!               the test's verdict
@@ -58,9 +61,10 @@
 //!                              seconds after a search that moved c, and doubles (up to
 //!                              fb_rate_hold_max) after one that did not
 //!   Holding → Reference        Cpu at `until` or later
-//!   any → Idle                 Device, or Neither outside a search; `reset` (the devices
-//!                              were the bottleneck for long: a stronger rung is then
-//!                              free) forgets the ceiling too
+//!   any → Idle                 Device; Neither outside a search or at the rung it
+//!                              began at; `reset` (the devices were the bottleneck for
+//!                              long: a stronger rung is then free) forgets the
+//!                              ceiling too
 //!
 //! TUNABLES (tunables.rs): fb_rate 1 (0: no check, the controller's rung as it is);
 //!   fb_rate_secs 0.1 (records of a fast write arrive every 0.2 ms: hundreds per window,
@@ -131,6 +135,8 @@ enum Phase {
 struct Search {
     /// the rung in use
     at: usize,
+    /// the rung the search began at, on a CPU-bound write
+    from: usize,
     /// descent: rungs below `at` the next test goes (0: the descent is over)
     step: usize,
     /// a recheck: one test down, then one up
@@ -219,7 +225,11 @@ impl RateCheck {
     ) -> Option<usize> {
         let gap = self.last_now.is_some_and(|t| now - t > MAX_GAP_SECS);
         self.last_now = Some(now);
-        let measure = load == Load::Cpu || (load == Load::Neither && self.searching());
+        let measure = match load {
+            Load::Cpu => true,
+            Load::Neither => self.freed_workers(),
+            Load::Device => false,
+        };
         if !measure || top == 0 {
             if self.phase != Phase::Idle && !matches!(self.phase, Phase::Holding { .. }) {
                 self.idle();
@@ -246,6 +256,7 @@ impl RateCheck {
             // the controller's own rung fell below the rung in use: nothing above it is wanted
             if sr.at > top {
                 sr.at = top;
+                sr.from = sr.from.min(top);
                 self.reference = None;
                 self.cand_rate = None;
                 self.phase = Phase::Reference;
@@ -269,6 +280,16 @@ impl RateCheck {
         Some(measuring)
     }
 
+    /// Whether a search is measuring a rung weaker than the one it began at, where the
+    /// write was CPU-bound: only such a rung can have taken the compress workers out of
+    /// the bottleneck. Anywhere else a short queue with idle workers is a change of load
+    /// (a slower writer, pauses), and a search going on through it would never end.
+    fn freed_workers(&self) -> bool {
+        let Some(sr) = self.search.filter(|_| self.searching()) else { return false };
+        let measuring = if self.phase == Phase::Candidate { self.cand } else { sr.at };
+        measuring < sr.from
+    }
+
     /// The ceiling as an override of the controller's rung `top`.
     fn cap(&self, top: usize) -> Option<usize> {
         self.ceiling.filter(|&c| c < top)
@@ -278,6 +299,7 @@ impl RateCheck {
         let at = self.ceiling.unwrap_or(top).min(top);
         self.search = Some(Search {
             at,
+            from: at,
             step: (at / 2).max(1),
             recheck: self.ceiling.is_some(),
             down_done: false,
@@ -520,5 +542,23 @@ mod tests {
         let mut idle = RateCheck::new(TUN);
         assert_eq!(idle.rung(0.0, REC, 10, Load::Neither, &|_| f64::INFINITY), None);
         assert!(!idle.searching());
+    }
+
+    #[test]
+    fn a_search_ends_when_the_rung_it_began_at_stops_being_cpu_bound() {
+        // a search begun on a CPU-bound write at rung 10; its first reference window sees
+        // the writer slow down (the workers idle at the rung the search began at): that is
+        // the load changing, not a weaker rung freeing the workers, and the search ends
+        // with no ceiling, leaving the controller's choice to it
+        let mut c = RateCheck::new(TUN);
+        assert_eq!(c.rung(0.0, REC, 10, Load::Cpu, &|_| f64::INFINITY), Some(10));
+        assert!(c.searching());
+        let mut now = 0.0;
+        for _ in 0..2_000 {
+            now += 0.001;
+            assert_eq!(c.rung(now, REC, 10, Load::Neither, &|_| f64::INFINITY), None, "at {now:.3} s");
+        }
+        assert!(!c.searching());
+        assert_eq!(c.ceiling(), None);
     }
 }
