@@ -7,7 +7,9 @@
 //!
 //! Crash consistency: copy 0 takes every write; at each `sync_data` its sums are written and
 //! it is synced, and only then are the blocks changed since the last sync copied to copy 1,
-//! which is synced in turn by a worker thread while redb goes on. Writes that come while the
+//! which is synced in turn by a worker thread while redb goes on. The worker gets the
+//! blocks' bytes as they were written (kept in memory up to [`KEPT_MAX`]; past it read
+//! back from copy 0 and checked), so a commit costs copy 1 only its writes. Writes that come while the
 //! worker runs are held in memory (the overlay, bounded by [`OVERLAY_MAX`]) and reach copy 0
 //! only once the worker is done, at the next sync or at the first write after it; a resize,
 //! a sync or a full overlay waits for the worker. So at any instant at most one copy is
@@ -131,10 +133,15 @@ fn lost_error(paths: &[PathBuf], l: u64) -> Error {
 /// header, so this bounds only the largest commits (an import of many files at once).
 pub const OVERLAY_MAX: usize = 32 << 20;
 
+/// Bytes of changed blocks kept in memory for the worker between two syncs: a commit's
+/// blocks reach copy 1 without being read back and hashed again. Past it, the blocks of
+/// the largest commits are read back from copy 0.
+pub const KEPT_MAX: usize = 16 << 20;
+
 /// A sync's changes still to be copied to copy 1.
 struct Job {
-    /// (block, its checksum)
-    blocks: Vec<(u64, u64)>,
+    /// (block, its checksum, its bytes when kept: else read back from copy 0)
+    blocks: Vec<(u64, u64, Option<Box<[u8]>>)>,
     /// (group, its sum block)
     groups: Vec<(u64, Vec<u8>)>,
     /// copy 1's new length, when redb resized the store
@@ -163,6 +170,12 @@ struct State {
     dirty_groups: BTreeSet<u64>,
     /// blocks changed since the last sync
     dirty_blocks: BTreeSet<u64>,
+    /// the bytes of dirty blocks as copy 0 has them (or will, from the overlay), kept up
+    /// to [`KEPT_MAX`] for the worker, which then only writes them; a dirty block not here
+    /// is read back from copy 0
+    kept: std::collections::BTreeMap<u64, Box<[u8]>>,
+    /// whether a second copy is written (blocks are kept only then)
+    keep: bool,
     resized: bool,
     /// copy the reads go to first
     primary: usize,
@@ -554,6 +567,8 @@ impl Shared {
                 unknown,
                 dirty_groups: BTreeSet::new(),
                 dirty_blocks: BTreeSet::new(),
+                kept: std::collections::BTreeMap::new(),
+                keep: to_worker.is_some(),
                 resized: false,
                 primary,
                 usable,
@@ -697,29 +712,60 @@ impl Shared {
         Ok(())
     }
 
-    fn mark(&self, st: &mut State, l: u64) {
+    /// Block `l` now holds `bytes` (in copy 0 or the overlay): dirty until the next sync.
+    fn mark(&self, st: &mut State, l: u64, bytes: &[u8]) {
         st.dirty_groups.insert(l / PER_GROUP);
         st.dirty_blocks.insert(l);
         st.unknown.remove(&l);
+        if !st.keep {
+            return;
+        }
+        // a kept block always holds the block's newest bytes, or is dropped
+        if let Some(b) = st.kept.get_mut(&l) {
+            b.copy_from_slice(bytes);
+        } else if (st.kept.len() + 1) * BLOCK <= KEPT_MAX {
+            st.kept.insert(l, bytes.into());
+        }
     }
 }
 
-/// Copy a sync's blocks from copy 0 to copy 1, then its sums, and sync copy 1.
+/// Copy a sync's blocks to copy 1 (kept ones as they are, the others read back from copy 0
+/// and checked), a run of consecutive blocks within one group as one write, then its sums,
+/// and sync copy 1.
 fn mirror_job(files: &[CopyFile], job: &Job) -> std::io::Result<()> {
     let (a, b) = (&files[0], &files[1]);
     if let Some(len) = job.len {
         b.set_len(len)?;
     }
+    let mut run: Vec<u8> = Vec::new();
+    let mut run_start = 0u64;
     let mut buf = vec![0u8; BLOCK];
-    for &(l, sum) in &job.blocks {
-        a.read_at(data_offset(l), &mut buf)?;
-        if block_sum(&buf) != sum {
-            return Err(Error::new(
-                ErrorKind::InvalidData,
-                format!("{}: block {l} changed before it was copied", a.path.display()),
-            ));
+    for (l, sum, bytes) in &job.blocks {
+        let l = *l;
+        let follows = !run.is_empty() && l == run_start + (run.len() / BLOCK) as u64 && l % PER_GROUP != 0;
+        if !follows && !run.is_empty() {
+            b.write_at(data_offset(run_start), &run)?;
+            run.clear();
         }
-        b.write_at(data_offset(l), &buf)?;
+        if run.is_empty() {
+            run_start = l;
+        }
+        match bytes {
+            Some(k) => run.extend_from_slice(k),
+            None => {
+                a.read_at(data_offset(l), &mut buf)?;
+                if block_sum(&buf) != *sum {
+                    return Err(Error::new(
+                        ErrorKind::InvalidData,
+                        format!("{}: block {l} changed before it was copied", a.path.display()),
+                    ));
+                }
+                run.extend_from_slice(&buf);
+            }
+        }
+    }
+    if !run.is_empty() {
+        b.write_at(data_offset(run_start), &run)?;
     }
     for (g, s) in &job.groups {
         b.write_at(sum_offset(*g), s)?;
@@ -766,6 +812,7 @@ impl redb::StorageBackend for Mirror {
         if new < old {
             st.sums.truncate(new as usize);
             st.dirty_blocks.retain(|&l| l < new);
+            st.kept.retain(|&l, _| l < new);
             st.unknown.retain(|&l| l < new);
             st.dirty_groups.retain(|&g| g < groups_for(new));
             if new > 0 {
@@ -785,7 +832,7 @@ impl redb::StorageBackend for Mirror {
             buf[(len % BLOCK as u64) as usize..].fill(0);
             s.files[0].write_at(data_offset(l), &buf)?;
             st.sums[l as usize] = block_sum(&buf);
-            s.mark(&mut st, l);
+            s.mark(&mut st, l, &buf);
         }
         s.files[0].set_len(copy_len(new))?;
         st.len = len;
@@ -807,8 +854,9 @@ impl redb::StorageBackend for Mirror {
                 s.files[0].write_at(sum_offset(g), &b)?;
                 groups.push((g, b));
             }
+            let mut kept = std::mem::take(&mut st.kept);
             let job = Job {
-                blocks: st.dirty_blocks.iter().map(|&l| (l, st.sums[l as usize])).collect(),
+                blocks: st.dirty_blocks.iter().map(|&l| (l, st.sums[l as usize], kept.remove(&l))).collect(),
                 groups,
                 len: st.resized.then(|| copy_len(blocks)),
             };
@@ -848,7 +896,7 @@ impl redb::StorageBackend for Mirror {
                 let run = &data[done..done + whole * BLOCK];
                 for (k, b) in run.chunks_exact(BLOCK).enumerate() {
                     st.sums[l as usize + k] = block_sum(b);
-                    s.mark(&mut st, l + k as u64);
+                    s.mark(&mut st, l + k as u64, b);
                 }
                 s.put_blocks(&mut st, direct, l, run)?;
                 done += whole * BLOCK;
@@ -857,7 +905,7 @@ impl redb::StorageBackend for Mirror {
                 s.read_block(&mut st, l, &mut buf)?;
                 buf[skip..skip + n].copy_from_slice(&data[done..done + n]);
                 st.sums[l as usize] = block_sum(&buf);
-                s.mark(&mut st, l);
+                s.mark(&mut st, l, &buf);
                 s.put_blocks(&mut st, direct, l, &buf)?;
                 done += n;
             }
@@ -1166,6 +1214,45 @@ mod tests {
             }
         }
         assert!(cuts > 50);
+    }
+
+    /// The blocks of one sync handed to the worker from memory up to KEPT_MAX, read back
+    /// from copy 0 past it: either way copy 1 ends with the newest bytes of every block,
+    /// those rewritten within the sync (whole and in part) and those past the bound.
+    #[test]
+    fn a_sync_larger_than_the_kept_blocks_reaches_copy_1_whole() {
+        use redb::StorageBackend;
+        let d = tempfile::tempdir().unwrap();
+        let p = paths(d.path());
+        create(&p).unwrap();
+        let m = Mirror(Shared::open(&p, true).unwrap());
+        let blocks = (KEPT_MAX / BLOCK) as u64 + 300;
+        m.set_len(blocks * BLOCK as u64).unwrap();
+        let fill = |l: u64, round: u8| vec![(l as u8) ^ round; BLOCK];
+        for round in 1..=3u8 {
+            for l in 0..blocks {
+                m.write(l * BLOCK as u64, &fill(l, round)).unwrap();
+            }
+            // rewritten within the sync: a kept block and one past the bound, in part
+            for l in [3, blocks - 5] {
+                m.write(l * BLOCK as u64 + 7, &[round; 9]).unwrap();
+            }
+            m.sync_data().unwrap();
+        }
+        m.close().unwrap();
+        drop(m);
+        let c = check(&p, false).unwrap();
+        assert!(c.is_clean() && c.copies.iter().all(|c| c.stale_blocks == 0), "{c:?}");
+        let f1 = CopyFile::open(&p[1], false).unwrap();
+        let mut b = vec![0u8; BLOCK];
+        for l in [0, 3, 4, blocks / 2, blocks - 5, blocks - 1] {
+            f1.read_at(data_offset(l), &mut b).unwrap();
+            let mut want = fill(l, 3);
+            if l == 3 || l == blocks - 5 {
+                want[7..16].fill(3);
+            }
+            assert_eq!(b, want, "block {l} of copy 1");
+        }
     }
 
     /// A commit's writes go on while copy 1 takes the commit before (they wait in memory),
