@@ -16,7 +16,10 @@
 #   stat    mount with caches dropped, `find -printf` of size and mode over the extracted tree
 # For each: seconds, MB/s where it applies, PUT and GET (and POST: multipart) requests; and
 # the bucket's bytes after the write phase and at the end (squeezefs: including its metadata
-# backups). Prints the rows of every round, then medians and ratios against jfs:zstd.
+# backups), and the CPU seconds the S3 server (rclone and the counting proxy) and the file
+# system's daemon spent in the phase: on a 2-core machine server + client near 2 s per second
+# means the co-located server bounds the phase. Prints the rows of every round, then medians
+# and ratios against jfs:zstd, and the CPU table.
 # --upload-mbs N: the proxy paces what clients send to N MB/s (a slow link to the bucket,
 # the throttled case of compress=auto); the local: system is not paced.
 # Runs as root. Environment: SQUEEZEFS_BIN (default: built release binary), BENCH_WORKDIR
@@ -142,17 +145,41 @@ bucket_bytes() {
     esac
 }
 now() { date +%s.%N; }
-# phase SYSTEM N PHASE START_TIME COUNTS_BEFORE BYTES: one result row
+# tree_pids PID...: those processes and their descendants (a wrapper's real server is a child)
+tree_pids() { local p; for p in "$@"; do echo "$p"; tree_pids $(pgrep -P "$p" || true); done; }
+# cpu_secs PID...: user + system CPU seconds of those processes, their descendants and the
+# children they waited for
+cpu_secs() {
+    local t=0 p
+    for p in $(tree_pids "$@"); do
+        [ -r "/proc/$p/stat" ] || continue
+        t=$((t + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13 + $14 + $15}')))
+    done
+    awk -v t="$t" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.3f", t / hz}'
+}
+# fs_pid SYSTEM: the daemon serving $MNT
+fs_pid() {
+    case "$1" in
+        jfs:*) pgrep -n -f "juicefs mount.*$MNT" || true ;;
+        *) getfattr -n user.squeezefs.mount --only-values "$MNT" 2>/dev/null | tr ' ,;' '\n\n\n' | sed -n 's/^pid=//p' ;;
+    esac
+}
+# mark SYSTEM: the start of a phase (counts, time, CPU of server and daemon)
+mark() { c0=$(counts); FS_PID=$(fs_pid "$1"); s0=$(cpu_secs $RCLONE_PID $PROXY_PID); f0=$(cpu_secs $FS_PID); t0=$(now); }
+# row SYSTEM N PHASE BYTES: one result row for the phase begun at the last `mark`
 row() {
-    python3 - "$@" "$(counts)" "$(now)" <<'PY'
+    local t1 c1 s1 f1
+    t1=$(now); c1=$(counts); s1=$(cpu_secs $RCLONE_PID $PROXY_PID); f1=$(cpu_secs $FS_PID)
+    python3 - "$1" "$2" "$3" "$t0" "$c0" "$4" "$c1" "$t1" "$s0" "$s1" "$f0" "$f1" <<'PY'
 import json, sys
-sys_, rnd, phase, t0, before, nbytes, after, t1 = sys.argv[1:9]
+sys_, rnd, phase, t0, before, nbytes, after, t1, s0, s1, f0, f1 = sys.argv[1:13]
 b, a = json.loads(before), json.loads(after)
 d = {k: a[k] - b.get(k, 0) for k in a}
 s = float(t1) - float(t0)
 mbs = int(nbytes) / s / 1e6 if int(nbytes) > 0 else 0
 print(json.dumps({"system": sys_, "round": int(rnd), "phase": phase, "s": round(s, 3), "mb_s": round(mbs, 1),
-                  "put": d["PUT"], "get": d["GET"], "post": d["POST"], "delete": d["DELETE"]}))
+                  "put": d["PUT"], "get": d["GET"], "post": d["POST"], "delete": d["DELETE"],
+                  "server_cpu_s": round(float(s1) - float(s0), 3), "fs_cpu_s": round(float(f1) - float(f0), 3)}))
 PY
 }
 : >"$W/rows"
@@ -163,7 +190,7 @@ for r in $(seq 1 "$ROUNDS"); do
         n=$((n + 1))
         make_fs "$sys" "$n"
         mount_fs "$sys" "$n"
-        c0=$(counts); t0=$(now)
+        mark "$sys"
         python3 - "$SRC/corpus" "$MNT" <<'PY'
 import os, sys
 src, dst = sys.argv[1], sys.argv[2]
@@ -178,24 +205,24 @@ for k in range(4):
         os.fsync(fd)
         os.close(fd)
 PY
-        row "$sys" "$r" write "$t0" "$c0" "$CORPUS_BYTES" >>"$W/rows"
+        row "$sys" "$r" write "$CORPUS_BYTES" >>"$W/rows"
         umount_fs "$sys"
         echo "{\"system\": \"$sys\", \"round\": $r, \"phase\": \"bytes-corpus\", \"bytes\": $(bucket_bytes "$sys" "$n")}" >>"$W/rows"
         drop_local_cache "$sys" "$n"
         mount_fs "$sys" "$n"
-        c0=$(counts); t0=$(now)
+        mark "$sys"
         find "$MNT" -type f -name '*' -path '*/corpus*' -exec cat {} + >/dev/null
-        row "$sys" "$r" cold "$t0" "$c0" "$CORPUS_BYTES" >>"$W/rows"
-        c0=$(counts); t0=$(now)
+        row "$sys" "$r" cold "$CORPUS_BYTES" >>"$W/rows"
+        mark "$sys"
         mkdir "$MNT/src"
         tar -xf "$SRC/linux.tar" -C "$MNT/src"
         umount_fs "$sys"
-        row "$sys" "$r" extract "$t0" "$c0" 0 >>"$W/rows"
+        row "$sys" "$r" extract 0 >>"$W/rows"
         drop_local_cache "$sys" "$n"
         mount_fs "$sys" "$n"
-        c0=$(counts); t0=$(now)
+        mark "$sys"
         find "$MNT/src" -printf '%s %m\n' >/dev/null
-        row "$sys" "$r" stat "$t0" "$c0" 0 >>"$W/rows"
+        row "$sys" "$r" stat 0 >>"$W/rows"
         umount_fs "$sys"
         echo "{\"system\": \"$sys\", \"round\": $r, \"phase\": \"bytes-end\", \"bytes\": $(bucket_bytes "$sys" "$n")}" >>"$W/rows"
         grep "\"system\": \"$sys\", \"round\": $r," "$W/rows"
@@ -229,4 +256,12 @@ for s in systems:
     pr = (med(s, "extract", "put") + med(s, "extract", "post")) / max(1, med(ref, "extract", "put") + med(ref, "extract", "post"))
     print(f"| {s} | {ratio(s,'write','s'):.2f} | {ratio(s,'cold','s'):.2f} | {ratio(s,'extract','s'):.2f} | {ratio(s,'stat','s'):.2f} | "
           f"{ratio(s,'bytes-corpus','bytes'):.2f} | {pr:.3f} |")
+print("\nCPU seconds per phase (medians): S3 server (rclone + proxy) and the file system's daemon;")
+print("cores = (server + daemon) / wall time, of 2 on this machine (the reader, tar, find are not counted)")
+print("| system | phase | wall s | server CPU s | daemon CPU s | cores |")
+print("|---|---|---|---|---|---|")
+for s in systems:
+    for ph in ("write", "cold"):
+        w, sv, fs = med(s, ph, "s"), med(s, ph, "server_cpu_s"), med(s, ph, "fs_cpu_s")
+        print(f"| {s} | {ph} | {w:.2f} | {sv:.2f} | {fs:.2f} | {(sv + fs) / w if w else 0:.2f} |")
 PY
