@@ -40,6 +40,7 @@ fn run(ctl: &Mutex<AutoController>, records: u64, t0: f64, step: f64) -> f64 {
             store_ns_per_byte: None,
             backlog: i % 3 != 0,
             workers_busy: None,
+            cpu_idle: None,
         };
         let d = ctl.lock().unwrap().decide(&inp);
         if d.codec != Codec::NONE {
@@ -88,6 +89,7 @@ fn main() {
                 store_ns_per_byte: None,
                 backlog: true,
                 workers_busy: None,
+                cpu_idle: None,
             };
             std::hint::black_box(c.decide(&inp));
         }

@@ -81,6 +81,7 @@ impl Env {
             store_ns_per_byte: None,
             backlog: self.backlog,
             workers_busy: None,
+            cpu_idle: None,
         })
     }
 }
@@ -639,6 +640,7 @@ fn the_cpu_bound_rate_correction_believes_in_no_more_cores_than_workers() {
             store_ns_per_byte: None,
             backlog: true,
             workers_busy: None,
+            cpu_idle: None,
         });
     }
     assert!(a.gain() > 1.5, "the rate window corrects g: {}", a.gain());

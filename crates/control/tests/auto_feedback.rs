@@ -69,6 +69,7 @@ fn run_with(
                 store_ns_per_byte: None,
                 backlog,
                 workers_busy,
+                cpu_idle: None,
             })
         })
         .collect()
@@ -185,6 +186,7 @@ fn the_feedback_tunable_hands_decisions_to_the_feedback_mode() {
                 store_ns_per_byte: None,
                 backlog: false,
                 workers_busy: None,
+                cpu_idle: None,
             })
             .codec;
     }
@@ -242,6 +244,7 @@ fn a_start_on_a_slow_device_climbs_before_its_rate_is_known() {
             store_ns_per_byte: None,
             backlog: false,
             workers_busy: None,
+            cpu_idle: None,
         };
         assert_eq!(g.decide(&inp).reason, Reason::Hold, "record {i}");
     }
@@ -304,6 +307,7 @@ fn a_cpu_bound_descent_stops_where_storing_costs_more_than_the_codec_saves() {
                 store_ns_per_byte: None,
                 backlog: true,
                 workers_busy: None,
+                cpu_idle: None,
             })
         };
         let rung = |c: Codec| spine.iter().position(|s| *s == c).map_or(-1, |i| i as i64);
@@ -446,6 +450,7 @@ fn one_core(now_secs: f64, devices: &[DeviceView], range_bps: f64) -> AutoInputs
         store_ns_per_byte: None,
         backlog: true,
         workers_busy: None,
+        cpu_idle: None,
     }
 }
 
@@ -746,6 +751,46 @@ fn the_rate_check_measures_a_steady_short_queue_and_not_a_growing_one() {
     let d = run(&mut f, &mut now, 100, 0.5, true);
     assert!(d.iter().skip(60).all(|d| d.reason != Reason::Explore), "{d:?}");
     assert_eq!(f.rate_ceiling(), None);
+}
+
+/// The rate check also measures while the compress workers wait but the CPUs are (nearly)
+/// never idle, every process counted: on a fast loop device the FUSE round trips, the
+/// writer's copy and the loop worker keep both cores busy at lz4 though the workers idle,
+/// and `none` is faster end to end. CPUs idle half the time (a writer that is slow by
+/// itself) start no search, nor does an idle share not yet measured.
+#[test]
+fn the_rate_check_measures_while_the_cpus_are_busy_though_the_workers_wait() {
+    let explored = |cpu_idle: Option<f64>| {
+        let mut f = Feedback::new(
+            &candidates(squeezefs_codec::AUTO_DEFAULT_MIN, squeezefs_codec::AUTO_DEFAULT_MAX),
+            zstd(1),
+            Tunables::default(),
+        );
+        let mut now = 0.0;
+        let dev = device(0.005);
+        (0..100)
+            .map(|_| {
+                now += 0.01;
+                f.decide(&AutoInputs {
+                    now_secs: now,
+                    record_bytes: REC,
+                    devices: &dev,
+                    range_bps: 0.0,
+                    cores: 2.0,
+                    workers: 2,
+                    overhead_ns_per_byte: 1.0,
+                    store_ns_per_byte: None,
+                    backlog: false,
+                    workers_busy: Some(0.4),
+                    cpu_idle,
+                })
+            })
+            .filter(|d| d.reason == Reason::Explore)
+            .count()
+    };
+    assert!(explored(Some(0.03)) > 0, "busy CPUs, waiting workers: no search");
+    assert_eq!(explored(Some(0.5)), 0, "CPUs idle half the time: a search");
+    assert_eq!(explored(None), 0, "no idle share measured: a search");
 }
 
 #[test]

@@ -36,6 +36,11 @@ pub struct AutoInputs<'a> {
     /// the compress workers' busy share of the recent time (`WorkerUse`), in [0, 1]; None
     /// if not measured
     pub workers_busy: Option<f64>,
+    /// the idle share of the CPUs this process may use, all processes counted (`CpuMeter::
+    /// idle_share`), in [0, 1]; None if not measured. Near 0 the machine's CPU bounds the
+    /// write even when the compress workers wait: the FUSE round trips, the writer's copy, a
+    /// loop device's worker take the rest
+    pub cpu_idle: Option<f64>,
 }
 
 /// Why a record got its level (a trace column).

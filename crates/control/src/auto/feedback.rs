@@ -103,13 +103,14 @@
 //!   (figures nominal, no device rate), so the rules above move it from there as from any
 //!   position. Tunable fb_resume 0: resume_at does nothing, the start is the nominal one.
 //!
-//! RATE CHECK: while the pipeline is saturated and the queue is at or below its target
+//! RATE CHECK: while the CPU bounds the write and the queue is at or below its target
 //!   and not growing by more than RATE_PACE (before any device has a rate: no device is
 //!   behind), the rung the rules above give is checked against the mount's measured
 //!   intake rate, and held to the strongest rung a hill climb on that rate finds as fast
 //!   as the weaker ones (auto/rate_check.rs): what the floor cannot see (a loop device's
 //!   kernel thread, the host filesystem, page-cache writeback, other load) the rate
-//!   includes. The check is told Cpu (saturated, queue short), Device (queue long or
+//!   includes. The check is told Cpu (saturated, or the allowed CPUs idle fb_rate_idle
+//!   of the time or less, every process counted; the queue short), Device (queue long or
 //!   growing) or Neither (queue short, not saturated: a search measuring a rung weaker
 //!   than the one it began at goes on, for that rung frees the workers; elsewhere it
 //!   ends). The devices behind for fb_capacity_secs
@@ -318,7 +319,7 @@ impl Feedback {
             if self.raw {
                 return self.raw_decision(self.x.round() as usize, q.delay_secs);
             }
-            let load = match (behind.is_some(), self.saturated(inp)) {
+            let load = match (behind.is_some(), self.cpu_bound(inp)) {
                 (true, _) => Load::Device,
                 (false, true) => Load::Cpu,
                 (false, false) => Load::Neither,
@@ -393,7 +394,7 @@ impl Feedback {
         // a queue growing by more than RATE_PACE seconds a second is a device falling
         // behind before the average shows it: a weaker rung's intake would only fill memory
         let steady = self.pace <= RATE_PACE;
-        let load = match (ahead <= want && steady, saturated) {
+        let load = match (ahead <= want && steady, saturated || self.cpu_bound(inp)) {
             (false, _) => Load::Device,
             (true, true) => Load::Cpu,
             (true, false) => Load::Neither,
@@ -408,6 +409,14 @@ impl Feedback {
     /// the records of one write queued at once.
     fn saturated(&self, inp: &AutoInputs) -> bool {
         inp.backlog && inp.workers_busy.is_none_or(|u| u >= self.tun.fb_busy)
+    }
+
+    /// The CPU bounds the write: the workers saturated, or the allowed CPUs (nearly) never
+    /// idle, every process counted: the FUSE round trips, the writer's copy and a loop
+    /// device's worker compete with the workers for the cores, and a weaker rung can be
+    /// faster though the workers wait (the rate check's Load::Cpu).
+    fn cpu_bound(&self, inp: &AutoInputs) -> bool {
+        self.saturated(inp) || inp.cpu_idle.is_some_and(|i| i <= self.tun.fb_rate_idle)
     }
 
     /// The rate check's override of rung `top` (auto/rate_check.rs), given what bounds the

@@ -33,7 +33,8 @@
 //!   a descent —, then one rung up if c < top; a pass there moves c up.
 //!
 //! LOAD (the caller's `Load`, per record): Cpu — records wait for the compress workers
-//!   while they are busy, the device queue at or below its target and not growing;
+//!   while they are busy, or the allowed CPUs are (nearly) never idle, the device queue
+//!   at or below its target and not growing;
 //!   Device — the queue above its target or growing; Neither — the queue short and the
 //!   workers not saturated: the writer, or the pipeline's CPU outside the workers (FUSE,
 //!   copies, the loop device's worker), bounds the write. A search starts only on Cpu,
@@ -71,7 +72,10 @@
 //!   and a descent of three tests ends in under a second, within a 1 GB write at 600
 //!   MB/s); fb_rate_gain 0.03 (a weaker rung must be faster by more than this to be taken:
 //!   below it, the loss of ratio buys too little); fb_rate_hold 1 and fb_rate_hold_max 8
-//!   seconds (a recheck of two tests puts 0.2 s of a neighbour's records among 8 s).
+//!   seconds (a recheck of two tests puts 0.2 s of a neighbour's records among 8 s);
+//!   fb_rate_idle 0.1 (feedback.rs: the CPUs idle a tenth of the time or less count as
+//!   Cpu though the workers wait — on a fast loop device the FUSE round trips, the
+//!   writer's copy and the loop worker keep both cores busy at lz4 while the workers idle).
 //! ```
 
 /// A record later than this after the one before ends the window it would have been in.

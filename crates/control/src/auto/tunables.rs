@@ -81,6 +81,9 @@ pub struct Tunables {
     pub fb_rate_gain: f64,
     pub fb_rate_hold: f64,
     pub fb_rate_hold_max: f64,
+    /// feedback mode, rate check: the idle share of the allowed CPUs (every process
+    /// counted) at or below which the CPU bounds the write though the workers wait
+    pub fb_rate_idle: f64,
     /// 1 = a controller may start at the rung the pool's last write ended on
     /// (`AutoController::resume_at`); 0 = always at the nominal starting rung
     pub fb_resume: u32,
@@ -125,6 +128,7 @@ impl Default for Tunables {
             fb_rate_gain: 0.03,
             fb_rate_hold: 1.0,
             fb_rate_hold_max: 8.0,
+            fb_rate_idle: 0.1,
             fb_resume: 1,
         }
     }
@@ -174,6 +178,7 @@ impl Tunables {
         "fb_rate_gain",
         "fb_rate_hold",
         "fb_rate_hold_max",
+        "fb_rate_idle",
         "fb_resume",
         "batch_bytes",
     ];
@@ -236,6 +241,7 @@ impl Tunables {
                 "fb_rate_gain" => t.fb_rate_gain = v,
                 "fb_rate_hold" => t.fb_rate_hold = v,
                 "fb_rate_hold_max" => t.fb_rate_hold_max = v,
+                "fb_rate_idle" => t.fb_rate_idle = v,
                 "fb_resume" => t.fb_resume = small()?,
                 "batch_bytes" => t.batch_bytes = whole()?,
                 "fb_floor" => t.fb_floor = small()?,

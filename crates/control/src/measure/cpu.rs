@@ -40,7 +40,9 @@
 //!     MIN_CORES (the scheduler always gives our runnable threads some share), averaged over
 //!     CPU_TAU_SECS. A CPU hog on one of two cores gives 1; a writer process using half a core
 //!     to feed us gives 1.5 (its CPU is not ours to spend on compression). `UsableCores`'
-//!     fallback.
+//!     fallback. Also the idle share of the allowed CPUs, every process counted, averaged
+//!     over IDLE_TAU_SECS (`idle_share`): near 0 the machine's CPU bounds a write even while
+//!     the compress workers wait (auto's rate check, auto/rate_check.rs).
 //!   `OverheadMeter` — (process CPU − codec CPU) per input byte written: copies, checksums, the
 //!     FUSE round trips, the device threads. The pipeline model needs it: every byte costs this
 //!     much CPU even when stored raw, so `none` is CPU-bound on a fast device with a slow CPU.
@@ -56,6 +58,10 @@ use crate::measure::ewma::{ByteEwma, TimeEwma};
 
 /// Time constant of the available-cores average, seconds.
 pub const CPU_TAU_SECS: f64 = 1.0;
+/// Time constant of the averaged idle share of the allowed CPUs, seconds: shorter than the
+/// cores' average, for the rate check asks at each record whether the CPU bounds the write
+/// now (auto/rate_check.rs), and a test window lasts 0.1 s.
+pub const IDLE_TAU_SECS: f64 = 0.3;
 /// Fewest cores the meter reports.
 pub const MIN_CORES: f64 = 0.25;
 /// Time constant of the averaged share of a core a compressing thread obtains, seconds.
@@ -198,11 +204,12 @@ pub fn process_cpu_ns() -> u64 {
 pub struct CpuMeter {
     prev: Option<CpuSample>,
     avail: TimeEwma,
+    idle: TimeEwma,
 }
 
 impl Default for CpuMeter {
     fn default() -> Self {
-        CpuMeter { prev: None, avail: TimeEwma::new(CPU_TAU_SECS) }
+        CpuMeter { prev: None, avail: TimeEwma::new(CPU_TAU_SECS), idle: TimeEwma::new(IDLE_TAU_SECS) }
     }
 }
 
@@ -219,7 +226,9 @@ impl CpuMeter {
         if total == 0 || s.cpus == 0 || p.cpus != s.cpus {
             return self.avail.value();
         }
-        let busy = total.saturating_sub(s.idle_ticks.saturating_sub(p.idle_ticks));
+        let idle = s.idle_ticks.saturating_sub(p.idle_ticks).min(total);
+        self.idle.update(now_secs, idle as f64 / total as f64);
+        let busy = total - idle;
         let others = busy.saturating_sub(s.self_ticks.saturating_sub(p.self_ticks));
         let cpus = s.cpus as f64;
         let avail = (cpus - others as f64 / total as f64 * cpus).clamp(MIN_CORES.min(cpus), cpus);
@@ -228,6 +237,11 @@ impl CpuMeter {
 
     pub fn available_cores(&self) -> Option<f64> {
         self.avail.value()
+    }
+
+    /// The averaged idle share of the allowed CPUs, every process counted, once measured.
+    pub fn idle_share(&self) -> Option<f64> {
+        self.idle.value()
     }
 }
 
@@ -302,6 +316,11 @@ impl UsableCores {
     /// Cores not taken by other processes (the `CpuMeter` fallback), once measured.
     pub fn idle_cores(&self) -> Option<f64> {
         self.idle.available_cores()
+    }
+
+    /// The idle share of the allowed CPUs, every process counted (`CpuMeter::idle_share`).
+    pub fn idle_share(&self) -> Option<f64> {
+        self.idle.idle_share()
     }
 
     /// Add the sample taken at `now_secs`; returns the usable cores once two samples were seen.
@@ -467,6 +486,21 @@ ctxt 12345
         // no ticks in between, or a changed CPU count: no new figure
         assert_eq!(m.update(2.0, sample(100, 0, 0, 1)), Some(MIN_CORES));
         assert_eq!(m.update(3.0, sample(300, 200, 0, 2)), Some(MIN_CORES));
+    }
+
+    #[test]
+    fn idle_share_counts_every_process() {
+        let mut m = CpuMeter::new();
+        assert_eq!(m.idle_share(), None);
+        m.update(0.0, sample(0, 0, 0, 2));
+        assert_eq!(m.idle_share(), None, "one sample is no interval");
+        // 200 ticks, 10 idle: busy whoever takes them, ours (120) or others' (70)
+        m.update(1.0, sample(200, 10, 120, 2));
+        assert_eq!(m.idle_share(), Some(0.05));
+        // then idle half the time: the average moves towards it
+        m.update(2.0, sample(400, 110, 170, 2));
+        let i = m.idle_share().unwrap();
+        assert!(i > 0.05 && i < 0.5, "{i}");
     }
 
     #[test]

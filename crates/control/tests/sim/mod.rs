@@ -254,6 +254,7 @@ pub fn run(s: &Setup, policy: &mut Policy, data_at: &dyn Fn(u64) -> Data) -> Out
                         store_ns_per_byte: (overhead_avg > 0.0).then_some(s.overhead_reported * s.store_ns),
                         backlog: issued < s.total_bytes,
                         workers_busy: None,
+                        cpu_idle: None,
                     });
                     (d.codec, d.reason, d.queue_delay_secs, a.gain())
                 }

@@ -162,6 +162,9 @@ struct Meters {
     cores: AtomicU64,
     /// cores not taken by other processes (/proc/stat, `CpuMeter`): the QoS plan's figure
     idle_cores: AtomicU64,
+    /// the idle share of the allowed CPUs, every process counted (`CpuMeter::idle_share`),
+    /// f64 bits; NaN = not measured yet
+    cpu_idle: AtomicU64,
     overhead: AtomicU64,
     /// the part of `overhead` per byte the devices write (`OverheadMeter::update_store`),
     /// f64 bits; NaN = not measured yet
@@ -298,6 +301,7 @@ impl Levels {
                 ),
                 cores: AtomicU64::new(0),
                 idle_cores: AtomicU64::new(0),
+                cpu_idle: AtomicU64::new(f64::NAN.to_bits()),
                 overhead: AtomicU64::new(0),
                 store_overhead: AtomicU64::new(f64::NAN.to_bits()),
                 writers_blocked: AtomicU64::new(f64::NAN.to_bits()),
@@ -427,6 +431,7 @@ impl Levels {
                 backlog: rec.backlog,
                 workers_busy: Some(f64::from_bits(self.meters.workers_busy.load(Ordering::Relaxed)))
                     .filter(|b| b.is_finite()),
+                cpu_idle: Some(f64::from_bits(self.meters.cpu_idle.load(Ordering::Relaxed))).filter(|i| i.is_finite()),
             };
             let mut ctl = auto.ctl.lock();
             let d = ctl.decide(&inputs);
@@ -617,6 +622,9 @@ impl Levels {
                 }
                 if let Some(c) = st.cores.idle_cores() {
                     m.idle_cores.store(c.to_bits(), Ordering::Relaxed);
+                }
+                if let Some(i) = st.cores.idle_share() {
+                    m.cpu_idle.store(i.to_bits(), Ordering::Relaxed);
                 }
                 let devices = self.devices.iter().zip(st.busy.iter_mut()).zip(m.busy_bps.iter());
                 for (((dev, meter), out), ok) in devices.zip(m.rate_confirmed.iter()) {
