@@ -138,10 +138,17 @@ pub const OVERLAY_MAX: usize = 32 << 20;
 /// the largest commits are read back from copy 0.
 pub const KEPT_MAX: usize = 16 << 20;
 
+/// A block of a sync to copy to copy 1.
+struct JobBlock {
+    l: u64,
+    sum: u64,
+    /// its bytes when kept (`KEPT_MAX`); else read back from copy 0 and checked
+    bytes: Option<Box<[u8]>>,
+}
+
 /// A sync's changes still to be copied to copy 1.
 struct Job {
-    /// (block, its checksum, its bytes when kept: else read back from copy 0)
-    blocks: Vec<(u64, u64, Option<Box<[u8]>>)>,
+    blocks: Vec<JobBlock>,
     /// (group, its sum block)
     groups: Vec<(u64, Vec<u8>)>,
     /// copy 1's new length, when redb resized the store
@@ -740,8 +747,7 @@ fn mirror_job(files: &[CopyFile], job: &Job) -> std::io::Result<()> {
     let mut run: Vec<u8> = Vec::new();
     let mut run_start = 0u64;
     let mut buf = vec![0u8; BLOCK];
-    for (l, sum, bytes) in &job.blocks {
-        let l = *l;
+    for &JobBlock { l, sum, ref bytes } in &job.blocks {
         let follows = !run.is_empty() && l == run_start + (run.len() / BLOCK) as u64 && l % PER_GROUP != 0;
         if !follows && !run.is_empty() {
             b.write_at(data_offset(run_start), &run)?;
@@ -754,7 +760,7 @@ fn mirror_job(files: &[CopyFile], job: &Job) -> std::io::Result<()> {
             Some(k) => run.extend_from_slice(k),
             None => {
                 a.read_at(data_offset(l), &mut buf)?;
-                if block_sum(&buf) != *sum {
+                if block_sum(&buf) != sum {
                     return Err(Error::new(
                         ErrorKind::InvalidData,
                         format!("{}: block {l} changed before it was copied", a.path.display()),
@@ -856,7 +862,11 @@ impl redb::StorageBackend for Mirror {
             }
             let mut kept = std::mem::take(&mut st.kept);
             let job = Job {
-                blocks: st.dirty_blocks.iter().map(|&l| (l, st.sums[l as usize], kept.remove(&l))).collect(),
+                blocks: st
+                    .dirty_blocks
+                    .iter()
+                    .map(|&l| JobBlock { l, sum: st.sums[l as usize], bytes: kept.remove(&l) })
+                    .collect(),
                 groups,
                 len: st.resized.then(|| copy_len(blocks)),
             };
