@@ -12,16 +12,21 @@
 //! move the stream on). `missed`: some of `b0..b1` was neither cached nor in flight.
 //! * `b0` outside every stream of the segment (a random read, or a stream's first read): a
 //!   new stream, `next = b1`, `window` [`FIRST_WINDOW`] / 2; nothing is fetched ahead, so a
-//!   random read costs no extra bytes.
+//!   random read costs no extra bytes — except at block 0: a read of a segment's first
+//!   block is where a reader of a whole file written into it starts (as the kernel's page
+//!   cache takes a read at offset 0 for the start of a sequential one), and it has
+//!   `b1..b1 + FIRST_WINDOW` fetched ahead at once (`window` FIRST_WINDOW).
 //! * `b0` in `start..=next` of a stream (sequential; "a little out of order" included: the
 //!   kernel's and the engine's parallel reads arrive so) and `missed` (the reader outran
-//!   the read-ahead, or a prefetch failed or was never issued): the window doubles (at
-//!   least [`FIRST_WINDOW`], at most [`MAX_WINDOW`]) and `b1..b1 + window` is fetched
-//!   ahead; `next = b1 + window`.
-//! * sequential, not missed, and `b1 + window / 2 >= next` (the reader has consumed the
-//!   first half of the last window): the window doubles likewise and `next..next + window` is
-//!   fetched ahead; `next` moves to its end. So the next window is asked for while about
-//!   one window is still ahead of the reader.
+//!   the read-ahead, or a prefetch failed or was never issued): the window grows [`GROWTH`]
+//!   times (at least [`FIRST_WINDOW`], at most [`MAX_WINDOW`]) and `b1..b1 + window` is
+//!   fetched ahead; `next = b1 + window`.
+//! * sequential, not missed, and `b1 + window >= next` (the reader has entered the last
+//!   window asked for): the window grows likewise and `next..next + window` is fetched
+//!   ahead; `next` moves to its end. So one to two windows are always ahead of the reader:
+//!   reading from the cache is many times faster than a GET, and a reader let into the
+//!   last window before the next is asked for catches up with it and waits a GET's latency
+//!   at every window.
 //! * sequential otherwise: nothing.
 //!
 //! **Prefetches** ([`Prefetcher`]): a window to fetch ahead is cut into parts of at most
@@ -42,7 +47,9 @@
 //! out of the cache. A part that ends after its device is gone keeps nothing.
 //!
 //! Tunables: [`FIRST_WINDOW`], [`MAX_WINDOW`] (blocks of segment.rs `BLOCK`, 64 KiB: 256 KiB
-//! and 4 MiB), [`STREAMS`], [`PART_BLOCKS`] (1 MiB), [`MAX_PARTS_IN_FLIGHT`].
+//! and 4 MiB), [`GROWTH`] (4: the cap in two steps; a file of a few MiB, one segment when
+//! written and fsynced on its own, is read in a few windows), [`STREAMS`], [`PART_BLOCKS`]
+//! (1 MiB), [`MAX_PARTS_IN_FLIGHT`].
 
 use crate::cache::ReadCache;
 use crate::error::ObjectError;
@@ -59,6 +66,8 @@ use xxhash_rust::xxh3::xxh3_64;
 pub const FIRST_WINDOW: u64 = 4;
 /// The largest read-ahead window, in blocks: 4 MiB, JuiceFS's block size.
 pub const MAX_WINDOW: u64 = 64;
+/// How many times a window grows at each step of a stream.
+pub const GROWTH: u64 = 4;
 /// Sequential streams followed at once.
 pub const STREAMS: usize = 16;
 /// Blocks of one prefetch GET: 1 MiB, so that a full window is four GETs in parallel.
@@ -94,22 +103,24 @@ impl ReadAhead {
             s.used = tick;
             let from = if missed {
                 b1
-            } else if b1 + s.window / 2 >= s.next {
+            } else if b1 + s.window >= s.next {
                 s.next.max(b1)
             } else {
                 return None;
             };
-            s.window = (s.window * 2).clamp(FIRST_WINDOW, MAX_WINDOW);
+            s.window = (s.window * GROWTH).clamp(FIRST_WINDOW, MAX_WINDOW);
             s.next = from + s.window;
             return Some(from..s.next);
         }
-        let fresh = Stream { seg, start: b0, next: b1, window: FIRST_WINDOW / 2, used: tick };
+        let at_start = b0 == 0 && b1 > b0;
+        let (window, next) = if at_start { (FIRST_WINDOW, b1 + FIRST_WINDOW) } else { (FIRST_WINDOW / 2, b1) };
+        let fresh = Stream { seg, start: b0, next, window, used: tick };
         if self.streams.len() < STREAMS {
             self.streams.push(fresh);
         } else if let Some(old) = self.streams.iter_mut().min_by_key(|s| s.used) {
             *old = fresh;
         }
-        None
+        at_start.then_some(b1..next)
     }
 
     /// Forget the streams of a deleted segment.
@@ -376,34 +387,45 @@ mod tests {
     }
 
     #[test]
-    fn a_sequential_reader_gets_windows_ahead_that_double_to_the_cap() {
+    fn a_sequential_reader_gets_windows_ahead_that_grow_to_the_cap() {
         let mut ra = ReadAhead::default();
-        assert_eq!(ra.on_read(7, 0, 2, true), None, "a first read fetches nothing ahead");
-        // its second read misses: the first window, past it
-        assert_eq!(ra.on_read(7, 2, 4, true), Some(4..8));
-        // then hits: each window is asked for when the reader is half through the one before
-        let got = run(&mut ra, 7, 4, 2, 60, &[]);
+        // a read of a segment's first block: the first window at once
+        assert_eq!(ra.on_read(7, 0, 2, true), Some(2..6));
+        // then hits: each window is asked for as the reader enters the one before, and
+        // grows fourfold to the cap
+        let got = run(&mut ra, 7, 2, 2, 60, &[]);
         let issued: Vec<(u64, Range<u64>)> =
-            got.into_iter().enumerate().filter_map(|(k, r)| r.map(|r| (4 + 2 * k as u64, r))).collect();
+            got.into_iter().enumerate().filter_map(|(k, r)| r.map(|r| (2 + 2 * k as u64, r))).collect();
         assert_eq!(
             issued,
-            [(4, 8..16), (10, 16..32), (22, 32..64), (46, 64..128), (94, 128..192)],
+            [(2, 6..22), (4, 22..86), (20, 86..150), (84, 150..214)],
             "(block read, blocks fetched ahead)"
         );
-        // the window stays at the cap, one window ahead
-        assert_eq!(ra.on_read(7, 160, 162, false), Some(192..256));
+        // the window stays at the cap, one to two windows ahead
+        assert_eq!(ra.on_read(7, 160, 162, false), Some(214..278));
+        assert_eq!(ra.on_read(7, 162, 164, false), None);
+    }
+
+    #[test]
+    fn a_first_read_elsewhere_than_block_0_fetches_nothing_ahead() {
+        let mut ra = ReadAhead::default();
+        assert_eq!(ra.on_read(7, 1, 3, true), None);
+        assert_eq!(ra.on_read(8, 0, 0, true), None, "an empty read is no start");
+        // its second read misses: the first window, past it
+        assert_eq!(ra.on_read(7, 3, 5, true), Some(5..13));
     }
 
     #[test]
     fn a_miss_inside_a_stream_restarts_the_read_ahead_at_the_reader() {
         let mut ra = ReadAhead::default();
-        ra.on_read(1, 0, 2, true);
-        assert_eq!(ra.on_read(1, 2, 4, true), Some(4..8));
-        assert_eq!(ra.on_read(1, 4, 6, false), Some(8..16));
-        // the prefetch of 8..16 failed: the reader misses at 8, and the next window starts
+        ra.on_read(1, 10, 12, true);
+        assert_eq!(ra.on_read(1, 12, 14, true), Some(14..22));
+        assert_eq!(ra.on_read(1, 14, 16, false), Some(22..54));
+        // the prefetch of 22..54 failed: the reader misses at 22, and the next window starts
         // past its read (the caller skips what is cached or in flight)
-        assert_eq!(ra.on_read(1, 8, 10, true), Some(10..26));
-        assert_eq!(ra.on_read(1, 10, 12, false), None);
+        assert_eq!(ra.on_read(1, 22, 24, true), Some(24..88));
+        assert_eq!(ra.on_read(1, 24, 26, false), Some(88..152));
+        assert_eq!(ra.on_read(1, 26, 28, false), None);
     }
 
     #[test]
@@ -419,10 +441,10 @@ mod tests {
     fn a_request_a_little_out_of_order_stays_in_its_stream() {
         let mut ra = ReadAhead::default();
         ra.on_read(1, 10, 12, true);
-        assert_eq!(ra.on_read(1, 12, 14, true), Some(14..18));
+        assert_eq!(ra.on_read(1, 12, 14, true), Some(14..22));
         // a parallel request for 17 arrives before the one for 14: still the stream, and
-        // it has consumed the first half of the window
-        assert_eq!(ra.on_read(1, 17, 18, false), Some(18..26));
+        // it has entered the last window
+        assert_eq!(ra.on_read(1, 17, 18, false), Some(22..54));
         assert_eq!(ra.on_read(1, 14, 16, false), None);
         assert_eq!(ra.on_read(2, 17, 18, true), None, "another segment is another stream");
     }
@@ -435,7 +457,7 @@ mod tests {
         }
         assert_eq!(ra.streams.len(), STREAMS);
         assert_eq!(ra.on_read(0, 1, 2, true), None, "stream 0 was the least recently used");
-        assert_eq!(ra.on_read(STREAMS as u64, 1, 2, true), Some(2..6));
+        assert_eq!(ra.on_read(STREAMS as u64, 1, 2, true), Some(2..18));
         ra.drop_segment(STREAMS as u64);
         assert_eq!(ra.on_read(STREAMS as u64, 6, 7, true), None);
     }
