@@ -113,8 +113,8 @@
 //!   of the time or less, every process counted; the queue short), Device (queue long or
 //!   growing) or Neither (queue short, not saturated: a search measuring a rung weaker
 //!   than the one it began at goes on, for that rung frees the workers; elsewhere it
-//!   ends). The devices behind for fb_capacity_secs
-//!   reset it (a stronger rung is free then). Tunable fb_rate 0 turns it off.
+//!   ends). The devices behind for fb_capacity_secs reset it (a stronger rung is free
+//!   then). Tunable fb_rate 0 turns it off.
 //!
 //! TUNABLES (tunables.rs `Tunables`): fb_up 4 and fb_down 6 rungs/s (the ladder spans about 20
 //!   rungs: a second or two from end to end, quicker down because a starved device loses

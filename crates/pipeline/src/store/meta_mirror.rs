@@ -9,14 +9,14 @@
 //! it is synced, and only then are the blocks changed since the last sync copied to copy 1,
 //! which is synced in turn by a worker thread while redb goes on. The worker gets the
 //! blocks' bytes as they were written (kept in memory up to [`KEPT_MAX`]; past it read
-//! back from copy 0 and checked), so a commit costs copy 1 only its writes. Writes that come while the
-//! worker runs are held in memory (the overlay, bounded by [`OVERLAY_MAX`]) and reach copy 0
-//! only once the worker is done, at the next sync or at the first write after it; a resize,
-//! a sync or a full overlay waits for the worker. So at any instant at most one copy is
-//! between two syncs: a crash leaves the other complete and consistent (copy 0 at the last
-//! sync redb was told was durable, or copy 1 at the one before, whose commit was not yet
-//! acknowledged), and a commit's writes overlap the previous commit's copy to copy 1: only
-//! its sync waits for that copy, and only for what is left of it.
+//! back from copy 0 and checked), so a commit costs copy 1 only its writes. Writes that
+//! come while the worker runs are held in memory (the overlay, bounded by [`OVERLAY_MAX`])
+//! and reach copy 0 only once the worker is done, at the next sync or at the first write
+//! after it; a resize, a sync or a full overlay waits for the worker. So at any instant at
+//! most one copy is between two syncs: a crash leaves the other complete and consistent
+//! (copy 0 at the last sync redb was told was durable, or copy 1 at the one before, whose
+//! commit was not yet acknowledged), and a commit's writes overlap the previous commit's
+//! copy to copy 1: only its sync waits for that copy, and only for what is left of it.
 //!
 //! A clean close writes a header with the same random stamp to every copy. An open that
 //! finds every header clean with one stamp trusts the copies to be equal and checks blocks
