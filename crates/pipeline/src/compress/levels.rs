@@ -69,6 +69,9 @@
 //!   backlog   whether more records wait in the compress queue (the pipeline is saturated)
 //!   workers busy  the share of the recent time the compress workers ran jobs (WorkerUse,
 //!             from workers.rs `WorkerBusy`), sampled with the meters
+//!   cpu idle  the idle share of the CPUs the process may use, every process counted
+//!             (CpuMeter, /proc/stat), sampled with the meters: the rate check's sign that
+//!             the machine's CPU bounds a write whose workers wait
 //!
 //! Logged with auto's inputs, not one of them: the device writers' share of their writes'
 //! wall time spent neither running nor waiting for a CPU (WriterBlocked, from DeviceStats:
