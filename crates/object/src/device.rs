@@ -359,6 +359,13 @@ impl ObjectDevice {
         self.io.set_fail(fail);
     }
 
+    /// Tests: hold every prefetch of the read-ahead before its GET (`true`), so that it
+    /// stays in flight, until released (`false`).
+    #[doc(hidden)]
+    pub fn hold_prefetches(&self, hold: bool) {
+        self.io.set_hold(hold);
+    }
+
     /// Seal the open segment and start its upload. Called with the state lock held.
     fn seal(&self, st: &mut State) {
         if st.open.is_empty() {

@@ -43,8 +43,9 @@
 //! that many × [`PART_BLOCKS`] × 64 KiB, 8 MiB); blocks past the bound are not asked for
 //! (the reader's miss there re-issues the read-ahead). Deleting a segment
 //! ([`Prefetcher::drop_segment`], before the cache drops the segment's blocks) cancels its
-//! parts: their waiters fetch themselves, and a part that ends later takes its blocks back
-//! out of the cache. A part that ends after its device is gone keeps nothing.
+//! parts: their waiters fetch themselves, a part not yet started asks the store nothing, and
+//! a part that ends later takes its blocks back out of the cache. A part that ends after its
+//! device is gone keeps nothing.
 //!
 //! Tunables: [`FIRST_WINDOW`], [`MAX_WINDOW`] (blocks of segment.rs `BLOCK`, 64 KiB: 256 KiB
 //! and 4 MiB), [`GROWTH`] (4: the cap in two steps; a file of a few MiB, one segment when
@@ -182,6 +183,9 @@ pub(crate) struct Prefetcher {
     closed: AtomicBool,
     /// tests: every prefetch fails as a GET would
     fail: AtomicBool,
+    /// tests: prefetch threads wait before their GET while this is set
+    hold: Mutex<bool>,
+    released: Condvar,
 }
 
 impl Prefetcher {
@@ -197,6 +201,8 @@ impl Prefetcher {
             inflight: Mutex::new(InFlight::default()),
             closed: AtomicBool::new(false),
             fail: AtomicBool::new(false),
+            hold: Mutex::new(false),
+            released: Condvar::new(),
         }
     }
 
@@ -206,6 +212,19 @@ impl Prefetcher {
 
     pub(crate) fn set_fail(&self, fail: bool) {
         self.fail.store(fail, Relaxed);
+    }
+
+    /// Tests: hold every prefetch before its GET (true) until released (false).
+    pub(crate) fn set_hold(&self, hold: bool) {
+        *self.hold.lock() = hold;
+        self.released.notify_all();
+    }
+
+    fn wait_while_held(&self) {
+        let mut h = self.hold.lock();
+        while *h {
+            self.released.wait(&mut h);
+        }
     }
 
     /// The part in flight that covers block `b` of `seg`, if any.
@@ -251,7 +270,9 @@ impl Prefetcher {
             self.prefetches.fetch_add(1, Relaxed);
             let (this, row, p) = (self.clone(), row.clone(), part.clone());
             let spawned = std::thread::Builder::new().name("squeezefs-s3-ahead".into()).spawn(move || {
-                let r = if this.closed.load(Relaxed) {
+                this.wait_while_held();
+                // a part cancelled before it started (its segment was deleted) asks nothing
+                let r = if this.closed.load(Relaxed) || p.cancelled.load(Relaxed) {
                     None
                 } else if this.fail.load(Relaxed) {
                     log::debug!("{}: segment {}: prefetch failed (injected)", this.name, p.seg);

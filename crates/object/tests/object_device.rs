@@ -1,5 +1,6 @@
 //! The object device against a real S3 server (`rclone serve s3`): round trips through
-//! sync and reopen, overwrites and discards, the read cache, damaged objects, the store
+//! sync and reopen, overwrites and discards, the read cache and read-ahead (a segment
+//! deleted under a prefetch in flight included), damaged objects, the store
 //! going away mid-write, a process killed between an upload and its commit, and the one-line
 //! errors for wrong credentials, a missing bucket and an unreachable endpoint.
 
@@ -243,6 +244,54 @@ fn failed_prefetches_leave_reads_correct() {
     let before = d.usage();
     read_in_order(&d, &data);
     assert!(d.usage().gets - before.gets <= 16);
+}
+
+/// A segment deleted (repacked away) while prefetches of it are in flight: the delete does
+/// not wait for them, they are cancelled and ask the store nothing once they run, the cache
+/// keeps none of the deleted segment's blocks, and every read is right.
+#[test]
+fn a_segment_deleted_while_a_prefetch_of_it_is_in_flight() {
+    let s3 = S3Server::start(BUCKET);
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("object.0.redb");
+    let mut o = opts(dir.path());
+    o.segment_bytes = 1 << 20;
+    let d = std::sync::Arc::new(ObjectDevice::create(&spec("inflight"), &s3.config(), &map, o, false).unwrap());
+    // segment 1: 768 KiB; then all but its first 128 KiB rewritten (into segment 2)
+    let mut model = pattern(5, 768 << 10);
+    d.write_at(&model, 0).unwrap();
+    d.sync().unwrap();
+    let newer = pattern(6, 640 << 10);
+    d.write_at(&newer, 128 << 10).unwrap();
+    model[128 << 10..].copy_from_slice(&newer);
+    d.sync().unwrap();
+    d.clear_cache();
+    d.hold_prefetches(true);
+    let before = d.usage();
+    // a read of segment 1's first blocks starts a prefetch of the (dead) blocks past them
+    assert_eq!(read(&d, 0, 128 << 10), model[..128 << 10]);
+    assert!(d.usage().prefetches > before.prefetches, "no prefetch started: {:?}", d.usage());
+    let r = d.repack(u64::MAX).unwrap();
+    assert!(r.segments >= 1, "{r:?}");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d2 = d.clone();
+    std::thread::spawn(move || {
+        let r = d2.sync().and_then(|_| d2.sync());
+        let _ = tx.send(r.map_err(|e| e.to_string()));
+    });
+    let synced = rx.recv_timeout(Duration::from_secs(30)).expect("the delete waited for a prefetch held in flight");
+    synced.unwrap();
+    assert!(d.usage().deleted_segments > before.deleted_segments, "{:?}", d.usage());
+    let gets = d.usage().gets;
+    d.hold_prefetches(false);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(d.usage().gets, gets, "a cancelled prefetch asked the store for a deleted segment");
+    assert!(
+        !dir.path().join("cache/segments/0000000000000001").exists(),
+        "the cache keeps blocks of the deleted segment"
+    );
+    d.clear_cache();
+    assert!(read(&d, 0, model.len()) == model, "content differs after the delete");
 }
 
 #[test]
