@@ -43,17 +43,19 @@ fn starved() -> [DeviceView; 1] {
 }
 
 fn run_on(f: &mut Feedback, now: &mut f64, n: usize, dev: [DeviceView; 1], backlog: bool) -> Vec<Decision> {
-    run_with(f, now, n, dev, backlog, None)
+    run_loaded(f, now, n, dev, backlog, None, None)
 }
 
-/// Decide `n` records 10 ms apart with the workers' busy share given; the decisions.
-fn run_with(
+/// Decide `n` records 10 ms apart with the workers' busy share and the CPUs' idle share
+/// given; the decisions.
+fn run_loaded(
     f: &mut Feedback,
     now: &mut f64,
     n: usize,
     dev: [DeviceView; 1],
     backlog: bool,
     workers_busy: Option<f64>,
+    cpu_idle: Option<f64>,
 ) -> Vec<Decision> {
     (0..n)
         .map(|_| {
@@ -69,7 +71,7 @@ fn run_with(
                 store_ns_per_byte: None,
                 backlog,
                 workers_busy,
-                cpu_idle: None,
+                cpu_idle,
             })
         })
         .collect()
@@ -704,21 +706,21 @@ fn a_backlog_while_the_workers_idle_is_no_cause_to_descend() {
     let mut f = fb("auto");
     let mut now = 0.0;
     let start = f.position();
-    run_with(&mut f, &mut now, 200, starved(), true, Some(0.85));
+    run_loaded(&mut f, &mut now, 200, starved(), true, Some(0.85), None);
     let p = f.position();
     assert_eq!(p, start, "workers busy 85% of the time (below fb_busy): the position holds");
-    run_with(&mut f, &mut now, 200, starved(), true, Some(0.95));
+    run_loaded(&mut f, &mut now, 200, starved(), true, Some(0.95), None);
     let p = f.position();
     assert!(p < start - 1.0, "workers busy throughout: the position descends ({start} → {p})");
     // unmeasured, a backlog alone counts; and with fb_busy 0 any backlog does
     let mut g = fb("auto");
     let mut now = 0.0;
-    run_with(&mut g, &mut now, 200, starved(), true, None);
+    run_loaded(&mut g, &mut now, 200, starved(), true, None, None);
     let q = g.position();
     assert!(q < start - 1.0, "{start} → {q}");
     let mut h = fb_tuned("auto", "fb_busy=0");
     let mut now = 0.0;
-    run_with(&mut h, &mut now, 200, starved(), true, Some(0.5));
+    run_loaded(&mut h, &mut now, 200, starved(), true, Some(0.5), None);
     let r = h.position();
     assert!(r < start - 1.0, "{start} → {r}");
 }
@@ -767,26 +769,8 @@ fn the_rate_check_measures_while_the_cpus_are_busy_though_the_workers_wait() {
             Tunables::default(),
         );
         let mut now = 0.0;
-        let dev = device(0.005);
-        (0..100)
-            .map(|_| {
-                now += 0.01;
-                f.decide(&AutoInputs {
-                    now_secs: now,
-                    record_bytes: REC,
-                    devices: &dev,
-                    range_bps: 0.0,
-                    cores: 2.0,
-                    workers: 2,
-                    overhead_ns_per_byte: 1.0,
-                    store_ns_per_byte: None,
-                    backlog: false,
-                    workers_busy: Some(0.4),
-                    cpu_idle,
-                })
-            })
-            .filter(|d| d.reason == Reason::Explore)
-            .count()
+        let d = run_loaded(&mut f, &mut now, 100, device(0.005), false, Some(0.4), cpu_idle);
+        d.iter().filter(|d| d.reason == Reason::Explore).count()
     };
     assert!(explored(Some(0.03)) > 0, "busy CPUs, waiting workers: no search");
     assert_eq!(explored(Some(0.5)), 0, "CPUs idle half the time: a search");
