@@ -319,7 +319,7 @@ impl Feedback {
             if self.raw {
                 return self.raw_decision(self.x.round() as usize, q.delay_secs);
             }
-            let load = match (behind.is_some(), self.cpu_bound(inp)) {
+            let load = match (behind.is_some(), self.saturated(inp) || self.cpus_busy(inp)) {
                 (true, _) => Load::Device,
                 (false, true) => Load::Cpu,
                 (false, false) => Load::Neither,
@@ -394,7 +394,7 @@ impl Feedback {
         // a queue growing by more than RATE_PACE seconds a second is a device falling
         // behind before the average shows it: a weaker rung's intake would only fill memory
         let steady = self.pace <= RATE_PACE;
-        let load = match (ahead <= want && steady, saturated || self.cpu_bound(inp)) {
+        let load = match (ahead <= want && steady, saturated || self.cpus_busy(inp)) {
             (false, _) => Load::Device,
             (true, true) => Load::Cpu,
             (true, false) => Load::Neither,
@@ -411,12 +411,12 @@ impl Feedback {
         inp.backlog && inp.workers_busy.is_none_or(|u| u >= self.tun.fb_busy)
     }
 
-    /// The CPU bounds the write: the workers saturated, or the allowed CPUs (nearly) never
-    /// idle, every process counted: the FUSE round trips, the writer's copy and a loop
-    /// device's worker compete with the workers for the cores, and a weaker rung can be
-    /// faster though the workers wait (the rate check's Load::Cpu).
-    fn cpu_bound(&self, inp: &AutoInputs) -> bool {
-        self.saturated(inp) || inp.cpu_idle.is_some_and(|i| i <= self.tun.fb_rate_idle)
+    /// The allowed CPUs (nearly) never idle, every process counted: with the workers
+    /// saturated or not, the CPU bounds the write (the rate check's Load::Cpu), for the FUSE
+    /// round trips, the writer's copy and a loop device's worker compete with the workers
+    /// for the cores, and a weaker rung can be faster though the workers wait.
+    fn cpus_busy(&self, inp: &AutoInputs) -> bool {
+        inp.cpu_idle.is_some_and(|i| i <= self.tun.fb_rate_idle)
     }
 
     /// The rate check's override of rung `top` (auto/rate_check.rs), given what bounds the
