@@ -36,7 +36,7 @@ pub fn check(pool: &Path, repair: bool, quiet: bool) -> Result<Option<MetaCheck>
             "intact".to_string()
         } else if cc.bad_blocks.is_empty() && cc.bad_sum_groups.is_empty() && cc.header_ok && !cc.clean {
             format!(
-                "intact, {} blocks behind copy {}: not closed cleanly, its last sync not yet copied \
+                "not closed cleanly, {} blocks behind copy {}: the sync under way when it stopped \
                  (the next read-write open copies it)",
                 cc.stale_blocks, c.authority
             )
