@@ -11,7 +11,9 @@
 //!   from the seal and read-write by unsealing it;
 //! * tests/fixtures/pool-v1-bundles-before-bundle-size, made with bundles bounded by its
 //!   record size, before pools had a bundle size: its bundles, old and new, stay within a
-//!   record and its superblock without the field.
+//!   record and its superblock without the field;
+//! * tests/fixtures/pool-v1-copy-headers-v1, a two-copy metadata store with version 1 copy
+//!   headers: it opens and takes version 2 headers from its first read-write open.
 
 mod common;
 use common::*;
@@ -626,4 +628,78 @@ fn a_pool_with_shared_records_reads_back_and_frees_them_with_their_last_file() {
     let f = e.fsck().unwrap();
     assert!(f.is_clean(), "{:?}", f.problems);
     assert_eq!(f.shared_records, 0);
+}
+
+const COPY_HEADERS_V1: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pool-v1-copy-headers-v1");
+
+/// The files of the pool with version 1 copy headers (README.md of the fixture).
+fn copy_headers_v1_files() -> Vec<(String, Vec<u8>)> {
+    let mut v = vec![("text".to_string(), text()), ("noise".to_string(), noise())];
+    for n in 0..40 {
+        v.push((format!("f{n:02}"), format!("small file {n}\n").repeat(30 * n + 1).into_bytes()));
+    }
+    v
+}
+
+/// Makes tests/fixtures/pool-v1-copy-headers-v1 (run by hand with SQUEEZEFS_MAKE_FIXTURE set
+/// to an empty directory, then `zstd -19` its files; never regenerate a frozen fixture).
+#[test]
+#[ignore]
+fn make_copy_headers_v1_fixture() {
+    let pool = std::path::PathBuf::from(std::env::var("SQUEEZEFS_MAKE_FIXTURE").unwrap());
+    Engine::mkfs(&pool, &MkfsOptions { meta_copies: Some(2), ..Default::default() }).unwrap();
+    let e = Engine::open(&pool, &OpenOptions { compression: "zstd:3".parse().unwrap(), ..fast_opts() }).unwrap();
+    for (name, bytes) in copy_headers_v1_files() {
+        let ino = create(&e, &name);
+        e.write(ino, 0, &bytes).unwrap();
+        e.sync().unwrap();
+    }
+    e.close().unwrap();
+}
+
+/// A two-copy store whose copy headers are version 1 (no seq, no digest) opens read-only
+/// and read-write, reads back, gets version 2 headers from its first read-write open, and
+/// its copies check intact and equal before and after.
+#[test]
+fn a_store_with_version_1_copy_headers_opens_and_takes_version_2_ones() {
+    let d = tempfile::tempdir().unwrap();
+    let pool = d.path().join("pool");
+    std::fs::create_dir_all(&pool).unwrap();
+    for entry in std::fs::read_dir(COPY_HEADERS_V1).unwrap() {
+        let p = entry.unwrap().path();
+        if let Some(name) = p.file_name().unwrap().to_str().unwrap().strip_suffix(".zst") {
+            std::fs::write(pool.join(name), zstd::decode_all(&std::fs::read(&p).unwrap()[..]).unwrap()).unwrap();
+        }
+    }
+    let version = |i: usize| std::fs::read(pool.join(COPY_FILES[i])).unwrap()[8];
+    assert_eq!((version(0), version(1)), (1, 1));
+    let intact = |pool: &Path| {
+        let c = Engine::check_meta(pool, false).unwrap().unwrap();
+        assert!(c.is_clean() && c.copies.iter().all(|c| c.stale_blocks == 0 && c.clean), "{c:?}");
+    };
+    intact(&pool);
+    let reads_back = |e: &Engine| {
+        for (name, bytes) in copy_headers_v1_files() {
+            assert_eq!(read_all(e, file(e, ROOT_INO, &name)), bytes, "{name}");
+        }
+    };
+    let e = Engine::open(&pool, &OpenOptions { read_only: true, ..fast_opts() }).unwrap();
+    reads_back(&e);
+    e.close().unwrap();
+    drop(e);
+    assert_eq!((version(0), version(1)), (1, 1), "a read-only open writes nothing");
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    reads_back(&e);
+    let ino = create(&e, "new");
+    e.write(ino, 0, b"written by this build\n").unwrap();
+    e.sync().unwrap();
+    e.close().unwrap();
+    drop(e);
+    assert_eq!((version(0), version(1)), (2, 2));
+    intact(&pool);
+    let e = Engine::open(&pool, &fast_opts()).unwrap();
+    reads_back(&e);
+    assert_eq!(read_all(&e, file(&e, ROOT_INO, "new")), b"written by this build\n");
+    assert!(e.fsck().unwrap().is_clean());
+    e.close().unwrap();
 }

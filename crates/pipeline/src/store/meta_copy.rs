@@ -20,7 +20,9 @@ const BLOCK_U64: u64 = BLOCK as u64;
 /// Data blocks per group (the sum entries a sum block holds besides its own checksum).
 pub const PER_GROUP: u64 = 511;
 pub const COPY_MAGIC: [u8; 8] = *b"SQZMCOPY";
-pub const COPY_VERSION: u8 = 1;
+/// Version 2 headers add `seq` and `digest` (docs/format.md); version 1 ones still decode,
+/// as `seq` 0 without a digest.
+pub const COPY_VERSION: u8 = 2;
 /// The most copies a store has.
 pub const MAX_COPIES: u8 = 2;
 
@@ -38,6 +40,12 @@ pub struct CopyHeader {
     pub stamp: u64,
     /// redb's length of the store in bytes at the clean close
     pub len: u64,
+    /// syncs of the store this copy has taken: of two copies that check whole, the one
+    /// with the higher `seq` holds the later commit
+    pub seq: u64,
+    /// [`sums_digest`] of the copy's sums as this header was written: a copy whose sum
+    /// blocks and header come from different syncs (a crash inside one) does not match
+    pub digest: Option<u64>,
 }
 
 impl CopyHeader {
@@ -51,6 +59,11 @@ impl CopyHeader {
         b[12..16].copy_from_slice(&(BLOCK as u32).to_le_bytes());
         b[16..24].copy_from_slice(&self.stamp.to_le_bytes());
         b[24..32].copy_from_slice(&self.len.to_le_bytes());
+        b[32..40].copy_from_slice(&self.seq.to_le_bytes());
+        if let Some(d) = self.digest {
+            b[40] = 1;
+            b[41..49].copy_from_slice(&d.to_le_bytes());
+        }
         let sum = xxh3_64(&b[..BLOCK - 8]);
         b[BLOCK - 8..].copy_from_slice(&sum.to_le_bytes());
         b
@@ -58,9 +71,10 @@ impl CopyHeader {
 
     /// `None` when the block is not an intact copy header of this version.
     pub fn decode(b: &[u8]) -> Option<CopyHeader> {
-        if b.len() != BLOCK || b[0..8] != COPY_MAGIC || b[8] != COPY_VERSION {
+        if b.len() != BLOCK || b[0..8] != COPY_MAGIC || !(1..=COPY_VERSION).contains(&b[8]) {
             return None;
         }
+        let v2 = b[8] >= 2;
         if u64::from_le_bytes(b[BLOCK - 8..].try_into().ok()?) != xxh3_64(&b[..BLOCK - 8]) {
             return None;
         }
@@ -77,6 +91,12 @@ impl CopyHeader {
             clean: b[11] == 1,
             stamp: u64::from_le_bytes(b[16..24].try_into().ok()?),
             len: u64::from_le_bytes(b[24..32].try_into().ok()?),
+            seq: if v2 { u64::from_le_bytes(b[32..40].try_into().ok()?) } else { 0 },
+            digest: match (v2, b[40]) {
+                (false, _) | (true, 0) => None,
+                (true, 1) => Some(u64::from_le_bytes(b[41..49].try_into().ok()?)),
+                _ => return None,
+            },
         })
     }
 }
@@ -114,6 +134,15 @@ pub fn blocks_in(len: u64) -> u64 {
 /// Groups needed for `blocks` logical blocks.
 pub fn groups_for(blocks: u64) -> u64 {
     blocks.div_ceil(PER_GROUP)
+}
+
+/// One number for a copy's sums of its blocks in order: what a header's `digest` holds.
+pub fn sums_digest(sums: &[u64]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for s in sums {
+        h.update(&s.to_le_bytes());
+    }
+    h.digest()
 }
 
 /// The checksum of one block.
@@ -223,9 +252,6 @@ impl CopyFile {
     }
 
     pub fn sync(&self) -> std::io::Result<()> {
-        if let Some(c) = &self.cut {
-            c.wait_for_gate(&self.path);
-        }
         self.before_change(Change::Sync)?;
         self.file.sync_data()
     }
@@ -243,14 +269,11 @@ pub enum Change {
 /// file back as a power loss could leave it, every change since that file's last sync
 /// dropped, kept or torn at 512-byte sectors (seeded).
 ///
-/// It also checks the copies' ordering: `most_unsynced` is the largest number of files
-/// that were between two syncs at once, and a test can hold one file's syncs back
-/// (`hold_syncs_of`) to see what goes on meanwhile.
+/// It also checks the copies' ordering and cost: `most_unsynced` is the largest number of
+/// files that were between two syncs at once, `syncs` how many syncs each file took.
 #[derive(Debug, Default)]
 pub struct PowerCut {
     state: parking_lot::Mutex<CutState>,
-    gate: parking_lot::Mutex<Option<PathBuf>>,
-    gate_opened: parking_lot::Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -259,6 +282,7 @@ struct CutState {
     /// per file, the changes since its last sync: (offset, bytes before) or a length before
     undo: std::collections::BTreeMap<PathBuf, Vec<Undo>>,
     most_unsynced: usize,
+    syncs: std::collections::BTreeMap<PathBuf, u64>,
 }
 
 #[derive(Debug)]
@@ -281,9 +305,13 @@ impl PowerCut {
             None => {}
         }
         let len = file.metadata()?.len();
+        let st = &mut *st;
         let undo = st.undo.entry(path.to_path_buf()).or_default();
         match change {
-            Change::Sync => undo.clear(),
+            Change::Sync => {
+                undo.clear();
+                *st.syncs.entry(path.to_path_buf()).or_default() += 1;
+            }
             Change::Write(at, n) => {
                 let end = (at + n as u64).min(len);
                 let mut old = vec![0u8; end.saturating_sub(at) as usize];
@@ -307,27 +335,26 @@ impl PowerCut {
         self.state.lock().most_unsynced
     }
 
-    /// Syncs of `path` wait until `release_syncs`.
-    pub fn hold_syncs_of(&self, path: &Path) {
-        *self.gate.lock() = Some(path.to_path_buf());
-    }
-
-    pub fn release_syncs(&self) {
-        *self.gate.lock() = None;
-        self.gate_opened.notify_all();
-    }
-
-    fn wait_for_gate(&self, path: &Path) {
-        let mut g = self.gate.lock();
-        while g.as_deref() == Some(path) {
-            self.gate_opened.wait(&mut g);
-        }
+    /// The syncs `path` has taken since the cut was made.
+    pub fn syncs(&self, path: &Path) -> u64 {
+        self.state.lock().syncs.get(path).copied().unwrap_or(0)
     }
 
     /// Rewrite every file as the cut leaves it (type comment).
     pub fn crash_image(&self, seed: u64) -> std::io::Result<()> {
+        self.image(Some(seed))
+    }
+
+    /// Rewrite every file as it was at its last sync: every later change dropped.
+    pub fn crash_image_as_synced(&self) -> std::io::Result<()> {
+        self.image(None)
+    }
+
+    /// `crash_image`, or with no seed every change dropped.
+    fn image(&self, seed: Option<u64>) -> std::io::Result<()> {
         let mut st = self.state.lock();
-        let mut x = seed | 1;
+        let drop_all = seed.is_none();
+        let mut x = seed.unwrap_or(1) | 1;
         let mut next = move || {
             x ^= x << 13;
             x ^= x >> 7;
@@ -339,14 +366,14 @@ impl PowerCut {
             for u in undo.iter().rev() {
                 match u {
                     Undo::Len(len, tail) => {
-                        if next() % 2 == 0 {
+                        if drop_all || next() % 2 == 0 {
                             f.set_len(*len)?;
                             if !tail.is_empty() {
                                 f.write_all_at(tail, *len - tail.len() as u64)?;
                             }
                         }
                     }
-                    Undo::Bytes(at, old) => match next() % 3 {
+                    Undo::Bytes(at, old) => match if drop_all { 0 } else { next() % 3 } {
                         0 => f.write_all_at(old, *at)?,
                         1 => {}
                         _ => {
@@ -423,9 +450,17 @@ mod tests {
 
     #[test]
     fn a_damaged_header_or_sum_block_does_not_decode() {
-        let h = CopyHeader { index: 1, copies: 2, clean: true, stamp: 7, len: 8192 };
+        let h = CopyHeader { index: 1, copies: 2, clean: true, stamp: 7, len: 8192, seq: 9, digest: Some(5) };
         let mut b = h.encode();
         assert_eq!(CopyHeader::decode(&b), Some(h));
+        let none = CopyHeader { digest: None, ..h };
+        assert_eq!(CopyHeader::decode(&none.encode()), Some(none));
+        // a version 1 header: no seq, no digest
+        let mut v1 = CopyHeader { seq: 0, digest: None, ..h }.encode();
+        v1[8] = 1;
+        let own = xxh3_64(&v1[..BLOCK - 8]);
+        v1[BLOCK - 8..].copy_from_slice(&own.to_le_bytes());
+        assert_eq!(CopyHeader::decode(&v1), Some(CopyHeader { seq: 0, digest: None, ..h }));
         b[20] ^= 1;
         assert_eq!(CopyHeader::decode(&b), None);
         let s = encode_sums(&[1, 2, 3]);

@@ -214,23 +214,26 @@ pub fn install(pool: &Path, src: &dyn redb::StorageBackend, copies: u8) -> Resul
         let p = pool.join(format!("{}{NEW_SUFFIX}", COPY_FILES[i as usize]));
         let f = CopyFile::create(&p).map_err(io(&p))?;
         let w = |r: std::io::Result<()>| r.map_err(io(&p));
-        w(f.write_header(&CopyHeader { index: i, copies, clean: false, stamp: 0, len }))?;
+        w(f.write_header(&CopyHeader { index: i, copies, clean: false, stamp: 0, len, seq: 0, digest: None }))?;
         w(f.set_len(copy_len(blocks)))?;
         let mut buf = vec![0u8; BLOCK];
         let mut sums = Vec::with_capacity(PER_GROUP as usize);
+        let mut all = Vec::with_capacity(blocks as usize);
         for l in 0..blocks {
             let n = (len - l * BLOCK as u64).min(BLOCK as u64) as usize;
             buf.fill(0);
             src.read(l * BLOCK as u64, &mut buf[..n]).map_err(io(&first))?;
             w(f.write_at(data_offset(l), &buf))?;
             sums.push(block_sum(&buf));
+            all.push(block_sum(&buf));
             if sums.len() as u64 == PER_GROUP || l + 1 == blocks {
                 w(f.write_at(sum_offset(l / PER_GROUP), &encode_sums(&sums)))?;
                 sums.clear();
             }
         }
         w(f.sync())?;
-        w(f.write_header(&CopyHeader { index: i, copies, clean: true, stamp, len }))?;
+        let digest = Some(crate::store::meta_copy::sums_digest(&all));
+        w(f.write_header(&CopyHeader { index: i, copies, clean: true, stamp, len, seq: 0, digest }))?;
         w(f.sync())?;
         news.push(p);
     }
