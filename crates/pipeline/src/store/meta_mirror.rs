@@ -159,12 +159,32 @@ struct State {
     seq: u64,
     /// copies that may serve a read of a block bad in the first one asked
     usable: Vec<bool>,
+    /// why giving a sync to the other copy failed: that copy may hold part of it, so
+    /// nothing more is written (the copy synced last stays whole for the next open)
+    failed: Option<String>,
+}
+
+impl State {
+    /// An error once giving a sync to the other copy failed (`failed`).
+    fn writable(&self) -> std::io::Result<()> {
+        match &self.failed {
+            Some(e) => {
+                Err(Error::other(format!("the metadata store takes no more changes: copying a sync failed: {e}")))
+            }
+            None => Ok(()),
+        }
+    }
 }
 
 /// What a `Mirror` and its owner share: the copies, and the counts of what was repaired.
 pub struct Shared {
     files: Vec<CopyFile>,
     write: bool,
+    /// held by a change (a write, a resize) and through a whole sync, so that no change
+    /// reaches the copy being synced after its sums were taken (redb does not change the
+    /// store while it syncs it; this keeps the copies right if it ever did), while reads
+    /// go on during the flush
+    changes: Mutex<()>,
     state: Mutex<State>,
     locks: redb::backends::FileBackend,
     /// the directory lock of [`hold_store`], released with the store
@@ -570,7 +590,9 @@ impl Shared {
                 cur: primary,
                 seq,
                 usable,
+                failed: None,
             }),
+            changes: Mutex::new(()),
             files,
             locks,
             _held: held,
@@ -755,7 +777,9 @@ impl redb::StorageBackend for Mirror {
 
     fn set_len(&self, len: u64) -> std::io::Result<()> {
         let s = &*self.0;
+        let _change = s.changes.lock();
         let mut st = s.state.lock();
+        st.writable()?;
         let t = s.tgt(&st);
         let (old, new) = (st.sums.len() as u64, len.div_ceil(BLOCK as u64));
         if new < old {
@@ -791,8 +815,10 @@ impl redb::StorageBackend for Mirror {
 
     fn sync_data(&self) -> std::io::Result<()> {
         let s = &*self.0;
+        let _change = s.changes.lock();
         let (t, seq, groups) = {
             let st = s.state.lock();
+            st.writable()?;
             let t = s.tgt(&st);
             let blocks = st.sums.len() as u64;
             let mut groups = Vec::new();
@@ -811,7 +837,10 @@ impl redb::StorageBackend for Mirror {
         let mut st = s.state.lock();
         st.seq = seq;
         if s.files.len() > 1 {
-            s.catch_up(&mut st, t, 1 - t, &groups)?;
+            if let Err(e) = s.catch_up(&mut st, t, 1 - t, &groups) {
+                st.failed = Some(format!("{}: {e}", s.files[1 - t].path.display()));
+                return Err(e);
+            }
         }
         st.cur = t;
         st.dirty_groups.clear();
@@ -822,7 +851,9 @@ impl redb::StorageBackend for Mirror {
 
     fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
         let s = &*self.0;
+        let _change = s.changes.lock();
         let mut st = s.state.lock();
+        st.writable()?;
         if offset + data.len() as u64 > st.len {
             return Err(Error::new(ErrorKind::InvalidInput, "write past the end of the metadata store"));
         }
@@ -1253,6 +1284,39 @@ mod tests {
         let c = check(&p, false).unwrap();
         assert!(c.is_clean() && c.copies.iter().all(|c| c.stale_blocks == 0 && c.clean), "{c:?}");
         read_back(&p, false, 11).unwrap();
+    }
+
+    /// A sync whose blocks cannot be given to the other copy (a power cut right after the
+    /// flush) fails, the store then refuses every change (that copy holds part of the
+    /// sync), and the copy synced holds the sync whole.
+    #[test]
+    fn a_copy_failing_after_a_sync_refuses_further_changes() {
+        use redb::StorageBackend;
+        let d = tempfile::tempdir().unwrap();
+        let p = paths(d.path());
+        create(&p).unwrap();
+        let cut = Arc::new(PowerCut::default());
+        let m = Mirror(Shared::open_with_cut(&p, true, Some(cut.clone())).unwrap());
+        m.set_len(4 * BLOCK as u64).unwrap();
+        m.write(0, &vec![7u8; 4 * BLOCK]).unwrap();
+        m.sync_data().unwrap();
+        m.write(BLOCK as u64, &vec![8u8; BLOCK]).unwrap();
+        // the sum block, the header and the flush of the copy synced; then the copy fails
+        cut.arm(3);
+        assert!(m.sync_data().is_err());
+        let e = m.write(2 * BLOCK as u64, &vec![9u8; BLOCK]).unwrap_err();
+        assert!(e.to_string().contains("takes no more changes"), "{e}");
+        assert!(m.sync_data().is_err());
+        drop(m);
+        cut.crash_image_as_synced().unwrap();
+        let c = check(&p, false).unwrap();
+        assert!(c.lost.is_empty() && c.copies[c.authority].bad_blocks.is_empty(), "{c:?}");
+        let r = Mirror(Shared::open(&p, false).unwrap());
+        let mut b = vec![0u8; BLOCK];
+        r.read(BLOCK as u64, &mut b).unwrap();
+        assert_eq!(b, vec![8u8; BLOCK], "the sync whose copy failed");
+        r.read(2 * BLOCK as u64, &mut b).unwrap();
+        assert_eq!(b, vec![7u8; BLOCK]);
     }
 
     /// The crash image of `seed`; 0: every file as it was at its last sync.
