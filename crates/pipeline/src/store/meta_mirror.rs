@@ -279,7 +279,8 @@ fn whole(s: &Survey) -> Option<(bool, u64)> {
         None => Some((false, 0)),
         Some(h) => {
             let sums: Vec<u64> = s.good.iter().map(|g| g.expect("every block good")).collect();
-            let fits = h.len.div_ceil(BLOCK as u64) == s.blocks && h.digest.is_none_or(|d| d == sums_digest(&sums));
+            // a version 1 header (no digest) says nothing of its copy's state but the close
+            let fits = h.digest.is_none_or(|d| h.len.div_ceil(BLOCK as u64) == s.blocks && d == sums_digest(&sums));
             fits.then_some((true, h.seq))
         }
     }
