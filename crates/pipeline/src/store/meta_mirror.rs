@@ -88,6 +88,10 @@ pub struct StoreCheck {
     pub lost: Vec<LostBlock>,
     /// the highest `seq` of the copies' headers
     pub seq: u64,
+    /// (block, its sum) of the blocks taken as written (`survey`): the sums a read-only
+    /// open checks them by, since the copy's own are those of the last sync
+    #[serde(skip)]
+    pub taken: Vec<(u64, u64)>,
 }
 
 impl StoreCheck {
@@ -243,27 +247,53 @@ struct Survey {
     blocks: u64,
     good: Vec<Option<u64>>,
     bad_groups: Vec<u64>,
+    /// blocks taken as they are though they fail their sums (`survey`'s `as_written`)
+    taken: Vec<u64>,
 }
 
 /// Copy `f` surveyed. A block whose sum block is damaged is checked against the sum of
 /// another copy (`fallback`: the copies' sums are the same while they are equal), so a
 /// damaged sum block does not count its 511 blocks lost when the other copy has them.
-fn survey(f: Option<&CopyFile>, own: (Vec<Option<u64>>, Vec<u64>), fallback: &[Option<u64>]) -> Survey {
+/// With `as_written` (the only copy of a store left open: a crash stopped it between a
+/// write and the sync that writes its sum, and no other copy can tell that from damage)
+/// a block failing its sum is taken as it is, as redb would find it in a plain file.
+fn survey(
+    f: Option<&CopyFile>,
+    own: (Vec<Option<u64>>, Vec<u64>),
+    fallback: &[Option<u64>],
+    as_written: bool,
+) -> Survey {
     let Some(f) = f else {
-        return Survey { present: false, header: None, blocks: 0, good: Vec::new(), bad_groups: Vec::new() };
+        return Survey {
+            present: false,
+            header: None,
+            blocks: 0,
+            good: Vec::new(),
+            bad_groups: Vec::new(),
+            taken: Vec::new(),
+        };
     };
     let header = f.header();
     let (sums, bad_groups) = own;
     let blocks = sums.len() as u64;
     let mut good = vec![None; blocks as usize];
     let mut buf = vec![0u8; BLOCK];
+    let mut taken = Vec::new();
     for l in 0..blocks {
-        let Some(want) = sums[l as usize].or_else(|| fallback.get(l as usize).copied().flatten()) else { continue };
-        if f.read_at(data_offset(l), &mut buf).is_ok() && block_sum(&buf) == want {
-            good[l as usize] = Some(want);
+        let want = sums[l as usize].or_else(|| fallback.get(l as usize).copied().flatten());
+        if f.read_at(data_offset(l), &mut buf).is_err() {
+            continue;
+        }
+        let have = block_sum(&buf);
+        if want == Some(have) {
+            good[l as usize] = Some(have);
+        } else if as_written {
+            good[l as usize] = Some(have);
+            taken.push(l);
         }
     }
-    Survey { present: true, header, blocks, good, bad_groups }
+    let bad_groups = if as_written { Vec::new() } else { bad_groups };
+    Survey { present: true, header, blocks, good, bad_groups, taken }
 }
 
 /// How far copy `s` can be trusted, `None` when not at all: every block verifies against
@@ -312,7 +342,8 @@ pub fn check(paths: &[PathBuf], repair: bool) -> std::io::Result<StoreCheck> {
             let fallback: Vec<Option<u64>> = (0..own[i].0.len())
                 .map(|l| (0..own.len()).filter(|&j| j != i).find_map(|j| own[j].0.get(l).copied().flatten()))
                 .collect();
-            survey(f.as_ref(), own[i].clone(), &fallback)
+            let open = f.as_ref().and_then(|f| f.header()).is_some_and(|h| !h.clean);
+            survey(f.as_ref(), own[i].clone(), &fallback, paths.len() == 1 && open)
         })
         .collect();
     let authority = (0..surveys.len())
@@ -327,7 +358,11 @@ pub fn check(paths: &[PathBuf], repair: bool) -> std::io::Result<StoreCheck> {
     let mut source: Vec<Option<(usize, u64)>> = vec![None; blocks as usize];
     let mut lost = Vec::new();
     for l in 0..blocks {
-        let want = own[authority].0.get(l as usize).copied().flatten();
+        let want = surveys[authority].good.get(l as usize).copied().flatten().or(own[authority]
+            .0
+            .get(l as usize)
+            .copied()
+            .flatten());
         let from = std::iter::once(authority)
             .chain((0..surveys.len()).filter(|&i| i != authority))
             .filter_map(|i| surveys[i].good.get(l as usize).copied().flatten().map(|s| (i, s)))
@@ -345,7 +380,8 @@ pub fn check(paths: &[PathBuf], repair: bool) -> std::io::Result<StoreCheck> {
         let mut stale = (0..s.blocks.min(blocks))
             .filter(|&l| matches!((s.good[l as usize], source[l as usize]), (Some(a), Some((_, b))) if a != b))
             .count() as u64
-            + s.blocks.abs_diff(blocks);
+            + s.blocks.abs_diff(blocks)
+            + s.taken.len() as u64;
         // A copy left open beside a whole authority was stopped inside a sync: its new
         // blocks are written before their sums (copy 1) or its sums only at the sync
         // (copy 0), so blocks failing their sums there are that sync's, not damage. The
@@ -370,7 +406,8 @@ pub fn check(paths: &[PathBuf], repair: bool) -> std::io::Result<StoreCheck> {
     if repair {
         repaired = rewrite(paths, files, &surveys, &source, blocks, seq)?;
     }
-    Ok(StoreCheck { copies, authority, blocks, repaired, lost, seq })
+    let taken = surveys.iter().flat_map(|s| s.taken.iter().map(|&l| (l, s.good[l as usize].expect("taken")))).collect();
+    Ok(StoreCheck { copies, authority, blocks, repaired, lost, seq, taken })
 }
 
 /// Make every copy hold `source`'s blocks, then mark them all clean with one stamp.
@@ -562,6 +599,14 @@ impl Shared {
                     }
                 }
                 None => unknown.extend(lo..hi),
+            }
+        }
+        if let Some(c) = &after_check {
+            for &(l, sum) in &c.taken {
+                if let Some(s) = sums.get_mut(l as usize) {
+                    *s = sum;
+                    unknown.remove(&l);
+                }
             }
         }
         let locks =
@@ -1318,6 +1363,75 @@ mod tests {
         assert_eq!(b, vec![8u8; BLOCK], "the sync whose copy failed");
         r.read(2 * BLOCK as u64, &mut b).unwrap();
         assert_eq!(b, vec![7u8; BLOCK]);
+    }
+
+    /// A store of one copy stopped between a write and its sync (a killed daemon, a power
+    /// cut) opens: with no second copy, the blocks failing their sums are the interrupted
+    /// sync's and are taken as written, as redb would find them in a plain file, read-only
+    /// and read-write, and every acknowledged commit is there.
+    #[test]
+    fn a_single_copy_store_stopped_before_its_sync_opens_with_every_acknowledged_commit() {
+        use redb::StorageBackend;
+        let d = tempfile::tempdir().unwrap();
+        let p = vec![d.path().join("meta.copy0")];
+        create(&p).unwrap();
+        let m = Mirror(Shared::open(&p, true).unwrap());
+        m.set_len(4 * BLOCK as u64).unwrap();
+        m.write(0, &vec![7u8; 4 * BLOCK]).unwrap();
+        m.sync_data().unwrap();
+        m.write(0, &vec![8u8; 2 * BLOCK]).unwrap();
+        drop(m);
+        let c = check(&p, false).unwrap();
+        assert!(c.is_clean() && c.lost.is_empty() && c.copies[0].stale_blocks == 2, "{c:?}");
+        let mut b = vec![0u8; BLOCK];
+        let ro = Mirror(Shared::open(&p, false).unwrap());
+        ro.read(BLOCK as u64, &mut b).unwrap();
+        assert_eq!(b, vec![8u8; BLOCK]);
+        drop(ro);
+        let rw = Mirror(Shared::open(&p, true).unwrap());
+        rw.read(0, &mut b).unwrap();
+        assert_eq!(b, vec![8u8; BLOCK]);
+        rw.close().unwrap();
+        drop(rw);
+        let c = check(&p, false).unwrap();
+        assert!(c.is_clean() && c.copies[0].stale_blocks == 0 && c.copies[0].clean, "{c:?}");
+        let mut cuts = 0;
+        for n in (1..300).step_by(11) {
+            for seed in [0u64, 1, 2] {
+                let d = tempfile::tempdir().unwrap();
+                let p = vec![d.path().join("meta.copy0")];
+                fill(&p, 1);
+                let cut = Arc::new(PowerCut::default());
+                let mut acked = 1;
+                {
+                    let shared = Shared::open_with_cut(&p, true, Some(cut.clone())).unwrap();
+                    cut.arm(n);
+                    if let Ok(db) = redb::Builder::new().create_with_backend(Mirror(shared)) {
+                        for r in 1..8u64 {
+                            let ok = (|| -> std::result::Result<(), redb::Error> {
+                                let tx = db.begin_write()?;
+                                {
+                                    let mut t = tx.open_table(ROWS)?;
+                                    for k in r * 300..(r + 1) * 300 {
+                                        t.insert(k, &value(k, r)[..])?;
+                                    }
+                                }
+                                tx.commit()?;
+                                Ok(())
+                            })();
+                            if ok.is_err() {
+                                break;
+                            }
+                            acked = r + 1;
+                        }
+                    }
+                }
+                crash(&cut, seed);
+                cuts += 1;
+                check_after(&p, acked);
+            }
+        }
+        assert!(cuts > 50);
     }
 
     /// The crash image of `seed`; 0: every file as it was at its last sync.
