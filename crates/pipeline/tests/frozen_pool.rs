@@ -34,6 +34,16 @@ fn unpack_fixture(fixture: &str, to: &Path) {
     }
 }
 
+/// Every `NAME.zst` of `fixture` into `to` as `NAME`.
+fn unpack_zst_dir(fixture: &str, to: &Path) {
+    for entry in std::fs::read_dir(fixture).unwrap() {
+        let p = entry.unwrap().path();
+        if let Some(name) = p.file_name().unwrap().to_str().unwrap().strip_suffix(".zst") {
+            std::fs::write(to.join(name), zstd::decode_all(&std::fs::read(&p).unwrap()[..]).unwrap()).unwrap();
+        }
+    }
+}
+
 fn text() -> Vec<u8> {
     (0..20000).flat_map(|i| format!("line {i} of the frozen pool\n").into_bytes()).collect()
 }
@@ -582,12 +592,7 @@ fn a_pool_with_shared_records_reads_back_and_frees_them_with_their_last_file() {
     let d = tempfile::tempdir().unwrap();
     let pool = d.path().join("pool");
     std::fs::create_dir_all(&pool).unwrap();
-    for entry in std::fs::read_dir(SHARED).unwrap() {
-        let p = entry.unwrap().path();
-        if let Some(name) = p.file_name().unwrap().to_str().unwrap().strip_suffix(".zst") {
-            std::fs::write(pool.join(name), zstd::decode_all(&std::fs::read(&p).unwrap()[..]).unwrap()).unwrap();
-        }
-    }
+    unpack_zst_dir(SHARED, &pool);
     assert_ne!(incompat(&pool) & squeezefs_meta::Features::INCOMPAT_SHARED_RECORDS, 0);
     let e = Engine::open(&pool, &fast_opts()).unwrap();
     let (a, c) = shared_files();
@@ -665,12 +670,7 @@ fn a_store_with_version_1_copy_headers_opens_and_takes_version_2_ones() {
     let d = tempfile::tempdir().unwrap();
     let pool = d.path().join("pool");
     std::fs::create_dir_all(&pool).unwrap();
-    for entry in std::fs::read_dir(COPY_HEADERS_V1).unwrap() {
-        let p = entry.unwrap().path();
-        if let Some(name) = p.file_name().unwrap().to_str().unwrap().strip_suffix(".zst") {
-            std::fs::write(pool.join(name), zstd::decode_all(&std::fs::read(&p).unwrap()[..]).unwrap()).unwrap();
-        }
-    }
+    unpack_zst_dir(COPY_HEADERS_V1, &pool);
     let version = |i: usize| std::fs::read(pool.join(COPY_FILES[i])).unwrap()[8];
     assert_eq!((version(0), version(1)), (1, 1));
     let intact = |pool: &Path| {

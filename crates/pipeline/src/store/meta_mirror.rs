@@ -1204,25 +1204,7 @@ mod tests {
                         check_after(&p, acked);
                         continue;
                     };
-                    for r in 1..12u64 {
-                        let ok = (|| -> std::result::Result<(), redb::Error> {
-                            let tx = db.begin_write()?;
-                            {
-                                let mut t = tx.open_table(ROWS)?;
-                                for k in r * 300..(r + 1) * 300 {
-                                    t.insert(k, &value(k, r)[..])?;
-                                }
-                                // rewrite earlier rows too: pages change in place
-                                t.insert(r, &value(r, r)[..])?;
-                            }
-                            tx.commit()?;
-                            Ok(())
-                        })();
-                        if ok.is_err() {
-                            break;
-                        }
-                        acked = r + 1;
-                    }
+                    acked = commit_rounds(&db, 12, true);
                     drop(db);
                 }
                 assert!(cut.most_unsynced() <= 1, "both copies were between two syncs at once");
@@ -1407,23 +1389,7 @@ mod tests {
                     let shared = Shared::open_with_cut(&p, true, Some(cut.clone())).unwrap();
                     cut.arm(n);
                     if let Ok(db) = redb::Builder::new().create_with_backend(Mirror(shared)) {
-                        for r in 1..8u64 {
-                            let ok = (|| -> std::result::Result<(), redb::Error> {
-                                let tx = db.begin_write()?;
-                                {
-                                    let mut t = tx.open_table(ROWS)?;
-                                    for k in r * 300..(r + 1) * 300 {
-                                        t.insert(k, &value(k, r)[..])?;
-                                    }
-                                }
-                                tx.commit()?;
-                                Ok(())
-                            })();
-                            if ok.is_err() {
-                                break;
-                            }
-                            acked = r + 1;
-                        }
+                        acked = commit_rounds(&db, 8, false);
                     }
                 }
                 crash(&cut, seed);
@@ -1432,6 +1398,34 @@ mod tests {
             }
         }
         assert!(cuts > 50);
+    }
+
+    /// Rounds `1..end` of 300 rows, one commit each, until one fails (`rewrite`: each also
+    /// rewrites an earlier row, so pages change in place); the rounds acknowledged, round 0
+    /// (`fill`) included.
+    fn commit_rounds(db: &redb::Database, end: u64, rewrite: bool) -> u64 {
+        let mut acked = 1;
+        for r in 1..end {
+            let ok = (|| -> std::result::Result<(), redb::Error> {
+                let tx = db.begin_write()?;
+                {
+                    let mut t = tx.open_table(ROWS)?;
+                    for k in r * 300..(r + 1) * 300 {
+                        t.insert(k, &value(k, r)[..])?;
+                    }
+                    if rewrite {
+                        t.insert(r, &value(r, r)[..])?;
+                    }
+                }
+                tx.commit()?;
+                Ok(())
+            })();
+            if ok.is_err() {
+                break;
+            }
+            acked = r + 1;
+        }
+        acked
     }
 
     /// The crash image of `seed`; 0: every file as it was at its last sync.
