@@ -382,10 +382,10 @@ pub fn check(paths: &[PathBuf], repair: bool) -> std::io::Result<StoreCheck> {
             .count() as u64
             + s.blocks.abs_diff(blocks)
             + s.taken.len() as u64;
-        // A copy left open beside a whole authority was stopped inside a sync: its new
-        // blocks are written before their sums (copy 1) or its sums only at the sync
-        // (copy 0), so blocks failing their sums there are that sync's, not damage. The
-        // authority holds every one of them and the next read-write open copies them.
+        // A copy left open beside a whole authority was the one between two syncs: the
+        // blocks written to it since its last sync get their sums only at its next, so
+        // blocks failing their sums there are those writes, not damage. The authority
+        // holds every block of the last sync and the next read-write open copies them.
         if i != authority && settled && s.header.is_some_and(|h| !h.clean) {
             stale += bad_blocks.len() as u64;
             bad_blocks.clear();
